@@ -1,0 +1,1 @@
+"""Data: labels, normalisation, loaders."""
