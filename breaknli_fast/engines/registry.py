@@ -1,0 +1,45 @@
+"""Engine registry: name -> (classifier loader, generator loader). Backends import lazily, so
+``torch`` works without onnxruntime or tensorrt installed."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from breaknli_fast.engines.base import Classifier, Generator
+
+# engine name -> module path; each module provides load_classifier(model, precision, device, **opts)
+# and load_generator(model, precision, device, **opts).
+_ENGINES: dict[str, str] = {
+    "torch": "breaknli_fast.engines.torch_ref",
+}
+
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
+
+class EngineUnavailable(RuntimeError):
+    """An engine whose libraries or hardware are missing (one-line message saying what to install)."""
+
+
+def register(name: str, module: str) -> None:
+    _ENGINES[name] = module
+
+
+def engine_names() -> list[str]:
+    return list(_ENGINES)
+
+
+def _module(engine: str) -> Any:
+    if engine not in _ENGINES:
+        raise EngineUnavailable(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
+    return importlib.import_module(_ENGINES[engine])
+
+
+def load_classifier(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> Classifier:
+    fn: Callable[..., Classifier] = _module(engine).load_classifier
+    return fn(model, precision=precision, device=device, **opts)
+
+
+def load_generator(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> Generator:
+    fn: Callable[..., Generator] = _module(engine).load_generator
+    return fn(model, precision=precision, device=device, **opts)

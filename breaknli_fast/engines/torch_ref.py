@@ -1,0 +1,209 @@
+"""The PyTorch reference engine (fp32 by default): the yardstick every fast engine is checked against."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from breaknli_fast.data.labels import LABELS, map_id2label
+from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
+from breaknli_fast.engines.generation import HFGenerator
+from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind, resolve_model
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_ANSWERS, NLI_PROMPTS
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _check_device(device: str) -> str:
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError("--device cuda was requested but no CUDA GPU is visible to torch")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise ModelLoadError(f"unknown device {device!r}; use cpu or cuda[:N]")
+    return device
+
+
+def _dtype(precision: str) -> torch.dtype:
+    if precision not in DTYPES:
+        raise ModelLoadError(f"the torch engine runs fp32, fp16 or bf16, not {precision!r}")
+    return DTYPES[precision]
+
+
+def load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"cannot load the tokenizer of {path!r}: {first}") from None
+
+
+def label_permutation(config: Any, label_map: Mapping[str, str] | None = None) -> list[int]:
+    """Model output index for each canonical label column (LABELS order), via ``id2label``."""
+    model_labels = map_id2label(config.id2label, label_map)
+    return [model_labels.index(lab) for lab in LABELS]
+
+
+def answer_token_ids(tokenizer: Any) -> list[int]:
+    """First token id of each answer word, in LABELS order (entailment=yes, neutral=it..., contradiction=no)."""
+    ids = []
+    for lab in LABELS:
+        toks = tokenizer(NLI_ANSWERS[lab], add_special_tokens=False)["input_ids"]
+        # skip a bare word-boundary piece ("▁") that some SentencePiece models emit first
+        toks = [t for t in toks if tokenizer.decode([t]).strip()]
+        if not toks:
+            raise ModelLoadError(f"the tokenizer gives no token for the answer {NLI_ANSWERS[lab]!r}")
+        ids.append(int(toks[0]))
+    if len(set(ids)) != 3:
+        raise ModelLoadError("the answer words yes / it / no share a first token under this tokenizer")
+    return ids
+
+
+def parse_nli_answer(text: str) -> str:
+    """Flan-T5 answer text to a label: yes -> entailment, no -> contradiction, anything else -> neutral."""
+    t = text.strip().lower()
+    if t.startswith("yes"):
+        return "entailment"
+    if t.startswith("no") and (len(t) == 2 or not t[2].isalpha()):
+        return "contradiction"
+    return "neutral"
+
+
+class TorchClassifier(BatchedClassifier):
+    """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
+
+    def __init__(
+        self,
+        model: str,
+        precision: str = "fp32",
+        device: str = "cpu",
+        label_map: Mapping[str, str] | None = None,
+        max_length: int = 256,
+        token_budget: int = 8192,
+        max_batch: int = 64,
+    ):
+        from transformers import AutoModelForSequenceClassification
+
+        super().__init__(token_budget=token_budget, max_batch=max_batch)
+        self.device = _check_device(device)
+        path = resolve_model(model)
+        config = load_config(model)
+        if model_kind(config) != "seq-cls":
+            raise ModelLoadError(f"{model!r} is not a sequence classifier")
+        self.perm = label_permutation(config, label_map)
+        self.tokenizer = load_tokenizer(path)
+        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=_dtype(precision))
+        self.model.to(self.device).eval()
+        self.max_length = max_length
+        self.info = EngineInfo("torch", "classifier", model, precision, device, {"kind": "seq-cls", "family": config.model_type})
+
+    def _synchronize(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def encode(self, pairs: Sequence[Pair], **kw: Any) -> Any:
+        return self.tokenizer(
+            [p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length, **kw
+        )
+
+    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        return [len(x) for x in self.encode(pairs)["input_ids"]]
+
+    def raw_logits(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """Logits in the model's own output order (for export validation)."""
+        enc = self.encode(pairs, padding=True, return_tensors="pt")
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        with torch.inference_mode():
+            logits = self.model(**enc).logits
+        return logits.float().cpu().numpy()
+
+    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
+        return self.raw_logits(pairs)[:, self.perm]
+
+
+class TorchSeq2SeqClassifier(BatchedClassifier):
+    """Flan-T5 as the NLI model: a prompt, then the first decoder step's logits over the answer
+    words' first tokens (``score``, default), or free greedy generation parsed to a label (``generate``)."""
+
+    def __init__(
+        self,
+        model: str,
+        precision: str = "fp32",
+        device: str = "cpu",
+        prompt: str = DEFAULT_NLI_PROMPT,
+        method: str = "score",
+        max_length: int = 256,
+        token_budget: int = 8192,
+        max_batch: int = 64,
+    ):
+        from transformers import AutoModelForSeq2SeqLM
+
+        super().__init__(token_budget=token_budget, max_batch=max_batch)
+        if prompt not in NLI_PROMPTS:
+            raise ModelLoadError(f"unknown NLI prompt {prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
+        if method not in ("score", "generate"):
+            raise ModelLoadError(f"unknown seq2seq classification method {method!r}; use score or generate")
+        self.device = _check_device(device)
+        path = resolve_model(model)
+        self.tokenizer = load_tokenizer(path)
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=_dtype(precision))
+        self.model.to(self.device).eval()
+        self.template = NLI_PROMPTS[prompt]
+        self.method = method
+        self.max_length = max_length
+        self.answer_ids = answer_token_ids(self.tokenizer)
+        self.start_id = int(self.model.config.decoder_start_token_id or 0)
+        self.info = EngineInfo(
+            "torch", "classifier", model, precision, device, {"kind": "seq2seq", "prompt": prompt, "method": method}
+        )
+
+    def _synchronize(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def prompts(self, pairs: Sequence[Pair]) -> list[str]:
+        return [self.template.format(premise=p, hypothesis=h) for p, h in pairs]
+
+    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        enc = self.tokenizer(self.prompts(pairs), truncation=True, max_length=self.max_length)
+        return [len(x) for x in enc["input_ids"]]
+
+    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
+        enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        with torch.inference_mode():
+            if self.method == "score":
+                dec = torch.full((len(pairs), 1), self.start_id, dtype=torch.long, device=self.device)
+                logits = self.model(**enc, decoder_input_ids=dec).logits[:, 0, :]
+                return logits[:, self.answer_ids].float().cpu().numpy()
+            seqs = self.model.generate(**enc, max_new_tokens=10, do_sample=False, num_beams=1)
+        texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=True)
+        out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i, LABELS.index(parse_nli_answer(t))] = 1.0
+        return out
+
+
+def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> BatchedClassifier:
+    config = load_config(model)
+    kind = model_kind(config)
+    if kind == "seq-cls":
+        opts = {k: v for k, v in opts.items() if k not in ("prompt", "method")}
+        return TorchClassifier(model, precision, device, **opts)
+    opts = {k: v for k, v in opts.items() if k != "label_map"}
+    return TorchSeq2SeqClassifier(model, precision, device, **opts)
+
+
+def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:
+    from transformers import AutoModelForSeq2SeqLM
+
+    _check_device(device)
+    config = load_config(model)
+    if model_kind(config) != "seq2seq":
+        raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
+    path = resolve_model(model)
+    tok = load_tokenizer(path)
+    m = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=_dtype(precision)).to(device).eval()
+    return HFGenerator(m, tok, EngineInfo("torch", "generator", model, precision, device, {}), device=device, **opts)
