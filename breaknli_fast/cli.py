@@ -1,0 +1,271 @@
+"""Command line: ``breaknli-fast run | export | bench | env | mini train`` (thin; calls the library)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from breaknli_fast.data.labels import LABELS, SHORT, LabelMappingError, parse_label_map
+from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, load_examples
+from breaknli_fast.engines.base import Decoding
+from breaknli_fast.engines.models import ModelLoadError, model_fingerprint
+from breaknli_fast.pipeline.breaknli import LoopConfig, ProgressHook, run_loop
+from breaknli_fast.pipeline.report import build_report, fmt_rate, to_markdown
+from breaknli_fast.pipeline.rundir import RunDir, RunDirError
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, GEN_PROMPTS, NLI_PROMPTS
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                  help="BreakNLI logical-triangle robustness test for NLI models, on fast engines.")
+console = Console()
+err_console = Console(stderr=True)
+
+DEFAULT_SAMPLE_LIMIT = 120  # examples of the embedded sample used when --limit is not given
+USER_ERRORS: tuple[type[BaseException], ...] = (DataError, ModelLoadError, RunDirError, LabelMappingError, ValueError)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from breaknli_fast.engines.registry import EngineUnavailable
+
+    extra: list[type[BaseException]] = [EngineUnavailable]
+    try:
+        from breaknli_fast.export import errors as export_errors  # type: ignore[attr-defined]
+
+        extra += [getattr(export_errors, n) for n in dir(export_errors) if n.endswith("Error") and isinstance(getattr(export_errors, n), type)]
+    except Exception:
+        pass
+    return USER_ERRORS + tuple(extra)
+
+
+def fail(msg: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+class RichHook(ProgressHook):
+    def __init__(self, progress: Progress):
+        self.p = progress
+        self.tasks: dict[str, Any] = {}
+
+    def start(self, stage: str, total: int, completed: int = 0) -> None:
+        self.tasks[stage] = self.p.add_task(stage, total=total, completed=completed)
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        self.p.advance(self.tasks[stage], n)
+
+    def finish(self, stage: str) -> None:
+        t = self.tasks.get(stage)
+        if t is not None:
+            self.p.update(t, completed=self.p.tasks[t].total)
+
+
+def make_progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False)
+
+
+def slug(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text).name if Path(text).exists() else text.split("/")[-1]).strip("-")
+    return s[:40] or "x"
+
+
+def results_table(report: dict[str, Any]) -> Table:
+    t = Table(title="BreakNLI: inequality % / relaxed % (examples)", show_lines=False)
+    t.add_column("mode")
+    for lab in LABELS:
+        t.add_column(f"ŷ={SHORT[lab]}", justify="right")
+    t.add_column("Overall", justify="right", style="bold")
+    for mode, table in report["metrics"].items():
+        row = [mode]
+        for key in list(LABELS) + ["overall"]:
+            cell = table.get(key)
+            row.append(f"{fmt_rate(cell)} ({cell['n']})" if cell else "–")
+        t.add_row(*row)
+    return t
+
+
+def funnel_table(report: dict[str, Any]) -> Table:
+    f = report["funnel"]
+    t = Table(title="Funnel")
+    cols = ["selected", "correct", "generated", "too_few_unique", "too_few_on_target", "evaluated"]
+    t.add_column("mode")
+    for c in cols:
+        t.add_column(c.replace("_", " "), justify="right")
+    for mode in report["loop"]["modes"]:
+        if mode in f:
+            t.add_row(mode, *(str(f[mode][c]) for c in cols))
+    return t
+
+
+def print_summary(report: dict[str, Any], run_dir: Path | None) -> None:
+    f = report["funnel"]
+    skips = ", ".join(f"{k} {v}" for k, v in f["skips"]["counts"].items() if v) or "none"
+    console.print(f"rows read {f['read']}, skipped {f['skipped']} ({skips}); valid {f['valid']}")
+    if f.get("accuracy_ph") is not None:
+        console.print(f"classifier accuracy on (p, h): [bold]{f['accuracy_ph']:.2f} %[/] (n={f['accuracy_ph_n']})")
+    console.print(funnel_table(report))
+    if report["metrics"]:
+        console.print(results_table(report))
+    else:
+        console.print("[yellow]no example survived the filters: no breakage rate to report[/]")
+    t = report["throughput"]
+    parts = [f"{t['examples_this_invocation']} examples in {t['wall_seconds']:.1f} s"]
+    if t["examples_per_s"]:
+        parts.append(f"{t['examples_per_s']:.2f} examples/s")
+    if t["classifier_pairs_per_s"]:
+        parts.append(f"{t['classifier_pairs_per_s']:.0f} classifier pairs/s")
+    if t["generated_tokens_per_s"]:
+        parts.append(f"{t['generated_tokens_per_s']:.0f} generated tokens/s")
+    console.print("throughput: " + ", ".join(parts))
+    if run_dir is not None:
+        console.print(f"run directory: [bold]{run_dir}[/] (config.json, samples.jsonl, report.json, report.md)")
+
+
+@app.command()
+def run(
+    generator: str = typer.Option("mini-t5", "--generator", "-g", help="Generator: hub id, local folder, or a shipped mini model."),
+    classifier: str = typer.Option("mini-nli", "--classifier", "-c", help="NLI model: sequence classifier or Flan-T5-style seq2seq."),
+    dataset: str = typer.Option(SAMPLE_NAME, "--dataset", "-d",
+                                help="'sample' (embedded SNLI sample), mnli[:mismatched], snli[:test], anli[:r1|r2|r3], or a .jsonl/.csv/.tsv file."),
+    split: Optional[str] = typer.Option(None, "--split", help="Split of a hub dataset (e.g. mismatched, test, r2)."),
+    mode: str = typer.Option("both", "--mode", help="contradictive, entailed or both."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
+                                        help=f"Use the first N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
+    seed: int = typer.Option(0, "--seed", help="One seed for the whole run (generation; bootstrap uses a fixed seed)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory. Default: runs/<dataset>-<classifier>-<engine>-<precision>-s<seed>."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run directory that holds different settings."),
+    engine: str = typer.Option("torch", "--engine", "-e", help="torch, ort or tensorrt."),
+    precision: str = typer.Option("fp32", "--precision", "-p", help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda[:N]."),
+    k: int = typer.Option(20, "--k", min=1, help="Candidates generated per hypothesis."),
+    u: int = typer.Option(10, "--u", min=1, help="Distinct candidates kept (examples with fewer are dropped)."),
+    s: int = typer.Option(5, "--s", min=1, help="On-target candidates evaluated (examples with fewer are dropped)."),
+    bidirectional: bool = typer.Option(True, "--bidirectional/--one-direction", help="Relation filter on (h,h') and (h',h), or (h,h') only."),
+    decoding: str = typer.Option("sampling", "--decoding", help="sampling, beam or diverse-beam."),
+    top_p: float = typer.Option(0.95, "--top-p"),
+    top_k: int = typer.Option(50, "--top-k"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    max_new_tokens: int = typer.Option(40, "--max-new-tokens"),
+    num_beams: Optional[int] = typer.Option(None, "--num-beams", help="Beams for beam decoding (default: K)."),
+    contradict_prompt: str = typer.Option(GEN_PROMPTS["contradictive"], "--contradict-prompt", help="Prompt of the contradictive mode ({h} = hypothesis)."),
+    entail_prompt: str = typer.Option(GEN_PROMPTS["entailed"], "--entail-prompt", help="Prompt of the entailed mode ({h} = hypothesis)."),
+    nli_prompt: str = typer.Option(DEFAULT_NLI_PROMPT, "--nli-prompt", help=f"Seq2seq classifier prompt: {', '.join(NLI_PROMPTS)}."),
+    nli_method: str = typer.Option("score", "--nli-method", help="Seq2seq classifier: score (first-step logits) or generate."),
+    label_map: Optional[str] = typer.Option(None, "--label-map", help="Model label names to canonical, e.g. LABEL_0=contradiction,LABEL_1=neutral,LABEL_2=entailment."),
+    premise_col: Optional[str] = typer.Option(None, "--premise-col"),
+    hypothesis_col: Optional[str] = typer.Option(None, "--hypothesis-col"),
+    label_col: Optional[str] = typer.Option(None, "--label-col"),
+    id_col: Optional[str] = typer.Option(None, "--id-col"),
+    max_length: int = typer.Option(256, "--max-length", help="Truncate classifier inputs to this many tokens."),
+    token_budget: int = typer.Option(8192, "--token-budget", help="Classifier batch bound: batch size x longest sequence."),
+    max_batch: int = typer.Option(64, "--max-batch", help="Classifier batch bound: pairs per batch."),
+    chunk_size: int = typer.Option(16, "--chunk-size", min=1, help="Examples per resumable chunk."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+) -> None:
+    """Run the BreakNLI loop and write a run directory. Re-running the same command resumes."""
+    from breaknli_fast.engines import registry
+    from breaknli_fast.envinfo import environment
+
+    errors = _user_errors()
+    try:
+        modes = ("contradictive", "entailed") if mode == "both" else (mode,)
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature,
+                       max_new_tokens=max_new_tokens, num_beams=num_beams)
+        cfg = LoopConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional,
+                         prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
+                         decoding=dec, seed=seed, chunk_size=chunk_size)
+        lm = parse_label_map(label_map)
+        eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
+        cols = Columns(premise_col, hypothesis_col, label_col, id_col)
+        data = load_examples(dataset, split=split, limit=eff_limit, cols=cols)
+        if not data.examples:
+            fail(f"no valid example in {dataset!r} ({data.skips.skipped} rows skipped: "
+                 + ", ".join(f"{k2} {v}" for k2, v in data.skips.counts.items() if v) + ")")
+        run_path = out or Path("runs") / f"{slug(dataset)}-{slug(classifier)}-{engine}-{precision}-s{seed}"
+        env = environment()
+        fingerprints = {"generator": model_fingerprint(generator), "classifier": model_fingerprint(classifier)}
+        identity = {
+            "generator": fingerprints["generator"].get("files_sha256") or generator,
+            "classifier": fingerprints["classifier"].get("files_sha256") or classifier,
+            "engine": engine, "precision": precision, "device": device.split(":")[0],
+            "dataset": data.source, "split": split, "limit": eff_limit, "columns": vars(cols),
+            "loop": cfg.to_dict(), "label_map": lm, "nli_prompt": nli_prompt, "nli_method": nli_method,
+            "max_length": max_length,
+        }
+        config = {
+            "command": "run", "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "generator": generator, "classifier": classifier, "models": fingerprints,
+            "engine": {"name": engine, "precision": precision, "device": device, "threads": threads,
+                       "token_budget": token_budget, "max_batch": max_batch, "max_length": max_length},
+            "dataset": {"name": dataset, "split": split, "limit": eff_limit, "source": data.source,
+                        "columns": vars(cols), "skips": data.skips.to_dict()},
+            "loop": cfg.to_dict(), "label_map": lm, "nli_prompt": nli_prompt, "nli_method": nli_method,
+            "seed": seed, "environment": env,
+        }
+        rd = RunDir(run_path)
+        resuming = rd.prepare(config, identity, overwrite=overwrite)
+        with console.status("loading models"):
+            clf = registry.load_classifier(engine, classifier, precision=precision, device=device, label_map=lm,
+                                           max_length=max_length, token_budget=token_budget, max_batch=max_batch,
+                                           prompt=nli_prompt, method=nli_method)
+            gen = registry.load_generator(engine, generator, precision=precision, device=device)
+        config["engine"]["classifier_details"] = clf.info.to_dict()
+        config["engine"]["generator_details"] = gen.info.to_dict()
+        rd.prepare(config, identity)
+        if resuming:
+            n_done = len(rd.load_samples())
+            msg = f"resuming {run_path}: {n_done} example records already done"
+            if rd.repaired_bytes:
+                msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
+            console.print(msg)
+        with make_progress() as progress:
+            records, times = run_loop(data, clf, gen, cfg, rd, RichHook(progress))
+        report = build_report(records, data, cfg, times, {"generator": generator, "classifier": classifier,
+                                                          "engine": f"{engine}:{precision}:{device}", "dataset": dataset})
+        rd.write_report(report, to_markdown(report))
+        print_summary(report, run_path)
+    except errors as e:
+        fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+
+
+@app.command()
+def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """Print versions, hardware and CUDA / TensorRT availability (paste it into bug reports)."""
+    from breaknli_fast.envinfo import environment
+
+    info = environment()
+    if as_json:
+        console.print_json(json.dumps(info, default=str))
+        return
+    t = Table(title="breaknli-fast environment", show_header=False)
+    t.add_column("key", style="bold")
+    t.add_column("value")
+    for key in ("breaknli_fast", "git", "python", "platform", "cpu", "cpu_count", "torch_threads", "memory_gib"):
+        t.add_row(key, str(info[key]))
+    for name, ver in info["packages"].items():
+        t.add_row(name, ver or "[dim]not installed[/]")
+    acc = info["accelerators"]
+    t.add_row("CUDA", ", ".join(acc.get("gpus", [])) if acc["cuda_available"] else "[dim]no CUDA GPU visible[/]")
+    t.add_row("ORT providers", ", ".join(acc["onnxruntime_providers"] or []) or "[dim]onnxruntime not installed[/]")
+    t.add_row("TensorRT", acc["tensorrt"] or "[dim]not installed (pip install 'breaknli-fast[tensorrt]', needs a CUDA GPU)[/]")
+    console.print(t)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

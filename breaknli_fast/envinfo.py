@@ -1,0 +1,114 @@
+"""Versions, hardware and accelerator availability (``breaknli-fast env``, config.json, bench.json)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("torch", "transformers", "tokenizers", "optimum", "optimum.onnx", "onnxruntime", "onnx", "onnxscript",
+            "tensorrt", "datasets", "huggingface_hub", "numpy", "typer", "rich")
+
+
+def package_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        dist = {"optimum.onnx": "optimum-onnx", "onnxruntime": None}.get(name, name)
+        if name == "onnxruntime":
+            for cand in ("onnxruntime", "onnxruntime-gpu"):
+                try:
+                    return version(cand)
+                except PackageNotFoundError:
+                    continue
+            return None
+        return version(dist)  # type: ignore[arg-type]
+    except Exception:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+@lru_cache(maxsize=1)
+def git_hash() -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        if out.returncode != 0:
+            return None
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def accelerators() -> dict[str, Any]:
+    info: dict[str, Any] = {"cuda_available": False}
+    try:
+        import torch
+
+        info["torch_cuda_build"] = torch.version.cuda
+        if torch.cuda.is_available():
+            info["cuda_available"] = True
+            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception as e:  # pragma: no cover
+        info["torch_error"] = str(e)
+    try:
+        ort = importlib.import_module("onnxruntime")
+        info["onnxruntime_providers"] = ort.get_available_providers()
+    except Exception:
+        info["onnxruntime_providers"] = None
+    try:
+        trt = importlib.import_module("tensorrt")
+        info["tensorrt"] = getattr(trt, "__version__", "unknown")
+    except Exception:
+        info["tensorrt"] = None
+    return info
+
+
+def environment() -> dict[str, Any]:
+    import breaknli_fast
+
+    try:
+        import torch
+
+        threads = torch.get_num_threads()
+    except Exception:  # pragma: no cover
+        threads = None
+    return {
+        "breaknli_fast": breaknli_fast.__version__,
+        "git": git_hash(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": threads,
+        "memory_gib": memory_gib(),
+        "packages": {p: package_version(p) for p in PACKAGES},
+        "accelerators": accelerators(),
+    }

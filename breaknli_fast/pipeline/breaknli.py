@@ -1,0 +1,290 @@
+"""The BreakNLI generate–filter–evaluate loop (spec: shared/spec/breaknli.md), engine-agnostic.
+
+Stages per mode: select -> correct-only -> generate K -> deduplicate to U -> relation filter
+to S -> evaluate (p, h') -> verdict. Examples are processed in fixed chunks; each finished
+chunk is appended to the run directory, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from breaknli_fast.data.labels import LABELS
+from breaknli_fast.data.loaders import Example, LoadedData
+from breaknli_fast.data.normalize import normalize_text
+from breaknli_fast.engines.base import Classifier, Decoding, Generator, derive_seed
+from breaknli_fast.pipeline.rundir import RunDir
+from breaknli_fast.pipeline.verdicts import MODES, SELECTED, TARGET, verdict
+from breaknli_fast.prompts import GEN_PROMPTS
+
+STATUSES = ("incorrect", "too_few_unique", "too_few_on_target", "evaluated")
+
+
+@dataclass
+class LoopConfig:
+    modes: tuple[str, ...] = MODES
+    k: int = 20  # candidates generated per hypothesis
+    u: int = 10  # distinct candidates kept
+    s: int = 5  # on-target candidates evaluated
+    bidirectional: bool = True
+    prompts: dict[str, str] = field(default_factory=lambda: dict(GEN_PROMPTS))
+    decoding: Decoding = field(default_factory=Decoding)
+    seed: int = 0
+    chunk_size: int = 16
+
+    def __post_init__(self) -> None:
+        for m in self.modes:
+            if m not in MODES:
+                raise ValueError(f"unknown mode {m!r}; use contradictive, entailed or both")
+        if not (self.k >= self.u >= self.s >= 1):
+            raise ValueError(f"need K >= U >= S >= 1, got K={self.k}, U={self.u}, S={self.s}")
+        for m in self.modes:
+            if "{h}" not in self.prompts.get(m, ""):
+                raise ValueError(f"the {m} generation prompt must contain {{h}}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["modes"] = list(self.modes)
+        d["decoding"] = self.decoding.to_dict()
+        return d
+
+
+class ProgressHook:
+    """What the loop tells a UI. The default does nothing; the CLI draws rich progress bars."""
+
+    def start(self, stage: str, total: int, completed: int = 0) -> None: ...
+
+    def advance(self, stage: str, n: int = 1) -> None: ...
+
+    def finish(self, stage: str) -> None: ...
+
+
+@dataclass
+class StageTimes:
+    seconds: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in ("classify_ph", "generate", "relation", "evaluate")})
+    pairs: dict[str, int] = field(default_factory=lambda: {k: 0 for k in ("classify_ph", "relation", "evaluate")})
+    sequences: int = 0
+    new_tokens: int = 0
+    examples: int = 0  # records written by this invocation
+    wall: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def dedup_candidates(hypothesis: str, candidates: Sequence[str], u: int) -> tuple[list[str], int]:
+    """Normalise, drop exact duplicates and candidates equal to h; keep the first ``u`` in
+    generation order. Returns (kept, number of distinct candidates)."""
+    h = normalize_text(hypothesis)
+    seen: set[str] = set()
+    distinct: list[str] = []
+    for c in candidates:
+        n = normalize_text(c)
+        if not n or n == h or n in seen:
+            continue
+        seen.add(n)
+        distinct.append(n)
+    return distinct[:u], len(distinct)
+
+
+def data_key(examples: Sequence[Example]) -> str:
+    h = hashlib.sha256()
+    for ex in examples:
+        h.update(json.dumps([ex.id, ex.premise, ex.hypothesis, ex.label]).encode())
+    return h.hexdigest()
+
+
+def classify_premise_hypothesis(examples: Sequence[Example], classifier: Classifier, run_dir: RunDir | None,
+                                times: StageTimes, hook: ProgressHook, batch: int = 256) -> dict[str, dict[str, Any]]:
+    """M(p, h) for every example, cached in the run directory (keyed by the data)."""
+    key = data_key(examples)
+    if run_dir is not None:
+        cached = run_dir.load_stage(key)
+        if cached is not None:
+            return cached["predictions"]
+    preds: dict[str, dict[str, Any]] = {}
+    hook.start("classify (p, h)", len(examples))
+    t0 = time.perf_counter()
+    for i in range(0, len(examples), batch):
+        part = examples[i : i + batch]
+        out = classifier.classify([(ex.premise, ex.hypothesis) for ex in part])
+        probs = out.probs
+        for j, ex in enumerate(part):
+            preds[ex.id] = {"label": out.labels[j], "probs": [round(float(x), 6) for x in probs[j]]}
+        hook.advance("classify (p, h)", len(part))
+    times.seconds["classify_ph"] += time.perf_counter() - t0
+    times.pairs["classify_ph"] += len(examples)
+    hook.finish("classify (p, h)")
+    if run_dir is not None:
+        run_dir.save_stage({"key": key, "predictions": preds})
+    return preds
+
+
+def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str, Any]], classifier: Classifier,
+                  generator: Generator, cfg: LoopConfig, times: StageTimes) -> list[dict[str, Any]]:
+    target = TARGET[mode]
+    records: dict[str, dict[str, Any]] = {}
+    correct: list[Example] = []
+    for ex in chunk:
+        pred = yhat[ex.id]["label"]
+        records[ex.id] = {"mode": mode, "id": ex.id, "line": ex.line, "premise": ex.premise, "hypothesis": ex.hypothesis,
+                          "gold": ex.label, "yhat": pred, "ph_probs": yhat[ex.id]["probs"]}
+        if pred == ex.label:
+            correct.append(ex)
+        else:
+            records[ex.id]["status"] = "incorrect"
+    if not correct:
+        return [records[ex.id] for ex in chunk]
+
+    # Generate K candidates per kept hypothesis, one seed per (run seed, mode, example).
+    prompts = [cfg.prompts[mode].format(h=ex.hypothesis) for ex in correct]
+    seeds = [derive_seed(cfg.seed, mode, ex.id) for ex in correct]
+    t0 = time.perf_counter()
+    cands = generator.generate(prompts, cfg.k, cfg.decoding, seeds)
+    times.seconds["generate"] += time.perf_counter() - t0
+    times.sequences += sum(len(c) for c in cands)
+    times.new_tokens += generator.count_tokens(x for c in cands for x in c)
+
+    kept: dict[str, list[str]] = {}
+    for ex, cs in zip(correct, cands):
+        k, n_distinct = dedup_candidates(ex.hypothesis, cs, cfg.u)
+        rec = records[ex.id]
+        rec["n_generated"] = len(cs)
+        rec["n_distinct"] = n_distinct
+        if n_distinct < cfg.u:
+            rec["status"] = "too_few_unique"
+            rec["candidates"] = k
+        else:
+            kept[ex.id] = k
+
+    # Relation filter: (h, h') and, when bidirectional, (h', h) must both equal the target.
+    rel_pairs = []
+    for ex in correct:
+        for c in kept.get(ex.id, []):
+            rel_pairs.append((ex.hypothesis, c))
+            if cfg.bidirectional:
+                rel_pairs.append((c, ex.hypothesis))
+    if rel_pairs:
+        t0 = time.perf_counter()
+        rel = classifier.classify(rel_pairs).labels
+        times.seconds["relation"] += time.perf_counter() - t0
+        times.pairs["relation"] += len(rel_pairs)
+    pos = 0
+    final: dict[str, list[str]] = {}
+    step = 2 if cfg.bidirectional else 1
+    for ex in correct:
+        if ex.id not in kept:
+            continue
+        rec = records[ex.id]
+        rels, passing = [], []
+        for c in kept[ex.id]:
+            r = rel[pos : pos + step]
+            pos += step
+            rels.append(r)
+            if all(x == target for x in r):
+                passing.append(c)
+        rec["candidates"] = kept[ex.id]
+        rec["relations"] = rels
+        rec["n_on_target"] = len(passing)
+        if len(passing) < cfg.s:
+            rec["status"] = "too_few_on_target"
+        else:
+            final[ex.id] = passing[: cfg.s]
+
+    # Evaluate (p, h') for the S kept candidates.
+    eval_pairs = [(ex.premise, c) for ex in correct if ex.id in final for c in final[ex.id]]
+    if eval_pairs:
+        t0 = time.perf_counter()
+        ev = classifier.classify(eval_pairs)
+        times.seconds["evaluate"] += time.perf_counter() - t0
+        times.pairs["evaluate"] += len(eval_pairs)
+        labels, probs = ev.labels, ev.probs
+        pos = 0
+        for ex in correct:
+            if ex.id not in final:
+                continue
+            rec = records[ex.id]
+            n = len(final[ex.id])
+            preds = labels[pos : pos + n]
+            rec["evaluated"] = final[ex.id]
+            rec["predictions"] = preds
+            rec["eval_probs"] = [[round(float(x), 6) for x in row] for row in probs[pos : pos + n]]
+            rec["verdict"] = verdict(mode, rec["yhat"], preds).to_dict()
+            rec["status"] = "evaluated"
+            pos += n
+    return [records[ex.id] for ex in chunk]
+
+
+def run_loop(data: LoadedData, classifier: Classifier, generator: Generator, cfg: LoopConfig,
+             run_dir: RunDir | None = None, hook: ProgressHook | None = None,
+             stop_after: int | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
+    """Run (or resume) the loop. Returns every record of the run (earlier ones included) and
+    this invocation's timings. ``stop_after`` stops after that many new records (for tests)."""
+    hook = hook or ProgressHook()
+    times = StageTimes()
+    wall0 = time.perf_counter()
+    records = run_dir.load_samples() if run_dir is not None else []
+    done = {(r["mode"], r["id"]) for r in records}
+
+    wanted = set().union(*(SELECTED[m] for m in cfg.modes))
+    pool = [ex for ex in data.examples if ex.label in wanted]
+    todo_any = any((m, ex.id) not in done for m in cfg.modes for ex in pool if ex.label in SELECTED[m])
+    yhat = classify_premise_hypothesis(pool, classifier, run_dir, times, hook) if todo_any else {}
+
+    written = 0
+    for mode in cfg.modes:
+        selected = [ex for ex in pool if ex.label in SELECTED[mode]]
+        n_done = sum((mode, ex.id) in done for ex in selected)
+        stage = f"{mode}"
+        hook.start(stage, len(selected), n_done)
+        for i in range(0, len(selected), cfg.chunk_size):
+            chunk = [ex for ex in selected[i : i + cfg.chunk_size] if (mode, ex.id) not in done]
+            if not chunk:
+                continue
+            if stop_after is not None and written >= stop_after:
+                break
+            recs = process_chunk(mode, chunk, yhat, classifier, generator, cfg, times)
+            if run_dir is not None:
+                run_dir.append_samples(recs)
+            records.extend(recs)
+            written += len(recs)
+            hook.advance(stage, len(chunk))
+        hook.finish(stage)
+    times.examples = written
+    times.wall = time.perf_counter() - wall0
+    return records, times
+
+
+def funnel(records: Sequence[dict[str, Any]], data: LoadedData, modes: Sequence[str]) -> dict[str, Any]:
+    """The funnel per mode (examples read, skipped, selected, correct, generated, dropped, evaluated)."""
+    out: dict[str, Any] = {"read": data.skips.read, "skipped": data.skips.skipped, "skips": data.skips.to_dict(),
+                           "valid": len(data.examples)}
+    ph_total = ph_correct = 0
+    seen: set[str] = set()
+    for r in records:
+        if r["id"] in seen:
+            continue
+        seen.add(r["id"])
+        ph_total += 1
+        ph_correct += r["yhat"] == r["gold"]
+    out["accuracy_ph"] = (100.0 * ph_correct / ph_total) if ph_total else None
+    out["accuracy_ph_n"] = ph_total
+    for mode in modes:
+        rs = [r for r in records if r["mode"] == mode]
+        st = {s: sum(r["status"] == s for r in rs) for s in STATUSES}
+        correct = len(rs) - st["incorrect"]
+        out[mode] = {
+            "selected": sum(ex.label in SELECTED[mode] for ex in data.examples),
+            "processed": len(rs),
+            "correct": correct,
+            "generated": correct,
+            "too_few_unique": st["too_few_unique"],
+            "too_few_on_target": st["too_few_on_target"],
+            "evaluated": st["evaluated"],
+            "by_label": {lab: sum(r["status"] == "evaluated" and r["yhat"] == lab for r in rs) for lab in LABELS},
+        }
+    return out

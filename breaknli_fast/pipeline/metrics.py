@@ -1,0 +1,83 @@
+"""Breakage rates per mode and label, pooled Overall, and bootstrap 95 % confidence intervals."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from breaknli_fast.data.labels import LABELS
+
+N_BOOT = 1000
+BOOT_SEED = 12345
+RATE_KEYS = ("inequality", "relaxed", "cand_inequality", "cand_relaxed")
+
+
+def bootstrap_indices(n: int, n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> np.ndarray:
+    """(n_boot, n) resampling indices, fixed by the seed."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n, size=(n_boot, n))
+
+
+def _ci(samples: np.ndarray) -> list[float]:
+    lo, hi = np.percentile(samples, [2.5, 97.5])
+    return [float(lo), float(hi)]
+
+
+def rates(rows: Sequence[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+    """Rates (percent) over evaluated examples; each row has the verdict fields
+    inequality, relaxed (bools), n_candidates, n_inequality, n_relaxed."""
+    n = len(rows)
+    out: dict[str, Any] = {"n": n, "n_candidates": int(sum(r["n_candidates"] for r in rows))}
+    if n == 0:
+        for k in RATE_KEYS:
+            out[k] = None
+            out[k + "_ci"] = None
+        return out
+    ineq = np.array([r["inequality"] for r in rows], dtype=float)
+    rel = np.array([r["relaxed"] for r in rows], dtype=float)
+    nc = np.array([r["n_candidates"] for r in rows], dtype=float)
+    ni = np.array([r["n_inequality"] for r in rows], dtype=float)
+    nr = np.array([r["n_relaxed"] for r in rows], dtype=float)
+    idx = bootstrap_indices(n, n_boot, seed)
+    out["inequality"] = 100 * ineq.mean()
+    out["relaxed"] = 100 * rel.mean()
+    out["cand_inequality"] = 100 * ni.sum() / nc.sum()
+    out["cand_relaxed"] = 100 * nr.sum() / nc.sum()
+    out["inequality_ci"] = _ci(100 * ineq[idx].mean(axis=1))
+    out["relaxed_ci"] = _ci(100 * rel[idx].mean(axis=1))
+    out["cand_inequality_ci"] = _ci(100 * ni[idx].sum(axis=1) / nc[idx].sum(axis=1))
+    out["cand_relaxed_ci"] = _ci(100 * nr[idx].sum(axis=1) / nc[idx].sum(axis=1))
+    return out
+
+
+def breakdown(records: Iterable[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+    """Per mode: per ŷ label and Overall (pooled over the examples of every label)."""
+    by_mode: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("status") == "evaluated":
+            by_mode.setdefault(r["mode"], []).append(r)
+    out: dict[str, Any] = {}
+    for mode, rows in by_mode.items():
+        table: dict[str, Any] = {}
+        for lab in LABELS:
+            sub = [x["verdict"] for x in rows if x["yhat"] == lab]
+            if sub:
+                table[lab] = rates(sub, n_boot, seed)
+        table["overall"] = rates([x["verdict"] for x in rows], n_boot, seed)
+        out[mode] = table
+    return out
+
+
+def diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+    """Difference of two rates (percent, a - b) with a bootstrap CI; a and b are 0/1 indicators
+    over independent example sets (paired resampling is used when they have equal length and
+    ``paired`` semantics apply -- callers that pair examples pass aligned arrays)."""
+    a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a_arr) == 0 or len(b_arr) == 0:
+        return {"diff": None, "ci": None}
+    rng = np.random.default_rng(seed)
+    ia = rng.integers(0, len(a_arr), size=(n_boot, len(a_arr)))
+    ib = rng.integers(0, len(b_arr), size=(n_boot, len(b_arr)))
+    d = 100 * (a_arr[ia].mean(axis=1) - b_arr[ib].mean(axis=1))
+    return {"diff": float(100 * (a_arr.mean() - b_arr.mean())), "ci": _ci(d)}
