@@ -84,8 +84,12 @@ ID2LABEL = {0: "contradiction", 1: "neutral", 2: "entailment"}  # the MNLI check
 
 
 def make_tiny_classifier(out_dir: str | Path, family: str = "roberta", seed: int = 0, id2label: dict | None = None,
-                         hidden: int = 32, layers: int = 2, tokenizer_texts: Iterable[str] | None = None) -> Path:
-    """A random-weight sequence classifier of the given family (roberta, bart, distilbart, deberta, deberta-v2)."""
+                         hidden: int = 32, layers: int = 2, tokenizer_texts: Iterable[str] | None = None,
+                         init_std: float = 0.02) -> Path:
+    """A random-weight sequence classifier of the given family (roberta, bart, distilbart, deberta, deberta-v2).
+
+    ``init_std`` is the weights' standard deviation: the default gives near-constant predictions
+    (like any freshly initialised model); about 1.0 gives labels that vary with the input."""
     import torch
     from transformers import (AutoModelForSequenceClassification, BartConfig, DebertaConfig, DebertaV2Config,
                               RobertaConfig)
@@ -93,7 +97,7 @@ def make_tiny_classifier(out_dir: str | Path, family: str = "roberta", seed: int
     out_dir = Path(out_dir)
     tok = train_bpe_tokenizer(out_dir, tokenizer_texts)
     id2label = dict(id2label or ID2LABEL)
-    common = dict(vocab_size=len(tok), num_labels=3, id2label=id2label, label2id={v: k for k, v in id2label.items()},
+    common = dict(vocab_size=len(tok), num_labels=3, initializer_range=init_std, id2label=id2label, label2id={v: k for k, v in id2label.items()},
                   pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     if family == "roberta":
         cfg = RobertaConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=hidden * 2,
@@ -102,7 +106,7 @@ def make_tiny_classifier(out_dir: str | Path, family: str = "roberta", seed: int
     elif family in ("bart", "distilbart"):
         cfg = BartConfig(d_model=hidden, encoder_layers=layers, decoder_layers=1 if family == "distilbart" else layers,
                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=hidden * 2,
-                         decoder_ffn_dim=hidden * 2, max_position_embeddings=128, decoder_start_token_id=tok.eos_token_id,
+                         decoder_ffn_dim=hidden * 2, max_position_embeddings=128, decoder_start_token_id=tok.eos_token_id, init_std=init_std,
                          forced_eos_token_id=tok.eos_token_id, **common)
         cfg.architectures = ["BartForSequenceClassification"]
         tok.model_input_names = ["input_ids", "attention_mask"]

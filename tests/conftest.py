@@ -1,0 +1,48 @@
+"""Shared fixtures: tiny random-weight models of the real architectures, built once per session
+with tokenizers trained on the spot (no downloads)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from breaknli_fast import testing  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_t5(tiny_dir) -> str:
+    return str(testing.make_tiny_t5(tiny_dir / "t5"))
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta(tiny_dir) -> str:
+    """A RoBERTa classifier whose labels vary with the input (init std 1.0)."""
+    return str(testing.make_tiny_classifier(tiny_dir / "roberta", "roberta", init_std=1.0))
+
+
+@pytest.fixture(scope="session")
+def tiny_bart(tiny_dir) -> str:
+    return str(testing.make_tiny_classifier(tiny_dir / "bart", "bart", init_std=1.0))
+
+
+@pytest.fixture(scope="session")
+def tiny_tsv(tiny_dir) -> Path:
+    """An SNLI-format TSV (gold_label, sentence1, sentence2, pairID) of 60 template pairs."""
+    p = tiny_dir / "tiny.tsv"
+    with open(p, "w") as f:
+        f.write("gold_label\tsentence1\tsentence2\tpairID\n")
+        for i, (prem, hyp, lab) in enumerate(testing.pairs(60)):
+            f.write(f"{lab}\t{prem}\t{hyp}\tp{i}\n")
+    return p

@@ -1,0 +1,124 @@
+import numpy as np
+import pytest
+
+from breaknli_fast import testing
+from breaknli_fast.data.labels import LABELS
+from breaknli_fast.engines import registry
+from breaknli_fast.engines.base import Decoding, derive_seed, plan_batches
+from breaknli_fast.engines.models import ModelLoadError
+from breaknli_fast.engines.registry import EngineUnavailable
+
+
+def test_plan_batches_respects_budget_and_covers_everything():
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in rng.integers(3, 120, size=500)]
+    batches = plan_batches(lengths, token_budget=1000, max_batch=32)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(500))
+    for b in batches:
+        assert len(b) <= 32
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 1000
+    # length bucketing: each batch is a contiguous run of the length-sorted order
+    maxes = [max(lengths[i] for i in b) for b in batches]
+    assert maxes == sorted(maxes, reverse=True)
+    assert plan_batches([5000], 100, 8) == [[0]]  # over-long items still run, alone
+    assert plan_batches(lengths, 1000, 32) == batches  # deterministic
+
+
+def test_duplicate_pairs_are_classified_once(tiny_roberta):
+    clf = registry.load_classifier("torch", tiny_roberta)
+    pairs = [(p, h) for p, h, _ in testing.pairs(10)]
+    out = clf.classify(pairs + pairs[:4] + pairs)
+    assert clf.stats.pairs_requested == 24 and clf.stats.pairs_computed == 10
+    np.testing.assert_array_equal(out.logits[:10], out.logits[14:])
+    again = clf.classify(pairs[:3])
+    assert clf.stats.pairs_computed == 10
+    np.testing.assert_array_equal(again.logits, out.logits[:3])
+    assert np.allclose(out.probs.sum(axis=1), 1.0)
+
+
+def test_labels_follow_id2label_not_index(tiny_dir):
+    """Two classifiers with the same weights but opposite id2label orders give the same canonical labels."""
+    import json
+    import shutil
+
+    a = testing.make_tiny_classifier(tiny_dir / "order-a", "roberta", init_std=1.0)
+    b = tiny_dir / "order-b"
+    shutil.copytree(a, b)
+    cfg = json.loads((b / "config.json").read_text())
+    # relabel the outputs: index 0 is now called entailment, 2 contradiction
+    cfg["id2label"] = {"0": "ENTAILMENT", "1": "NEUTRAL", "2": "CONTRADICTION"}
+    cfg["label2id"] = {v: int(k) for k, v in cfg["id2label"].items()}
+    (b / "config.json").write_text(json.dumps(cfg))
+    pairs = [(p, h) for p, h, _ in testing.pairs(30)]
+    ca, cb = registry.load_classifier("torch", str(a)), registry.load_classifier("torch", str(b))
+    la, lb = ca.classify(pairs), cb.classify(pairs)
+    raw = ca.raw_logits(pairs)
+    np.testing.assert_allclose(la.logits[:, LABELS.index("contradiction")], raw[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(lb.logits[:, LABELS.index("entailment")], raw[:, 0], rtol=1e-6)
+    swap = {"entailment": "contradiction", "contradiction": "entailment", "neutral": "neutral"}
+    assert [swap[x] for x in la.labels] == lb.labels
+
+
+def test_unmappable_model_labels_are_refused(tiny_dir):
+    p = testing.make_tiny_classifier(tiny_dir / "label-n", "roberta", id2label={0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"})
+    with pytest.raises(Exception, match="--label-map"):
+        registry.load_classifier("torch", str(p))
+    clf = registry.load_classifier("torch", str(p), label_map={"LABEL_0": "contradiction", "LABEL_1": "neutral", "LABEL_2": "entailment"})
+    assert len(clf.classify([("A b.", "C d.")])) == 1
+
+
+@pytest.mark.parametrize("family", ["bart", "deberta", "deberta-v2"])
+def test_other_classifier_families_run(tiny_dir, family):
+    p = testing.make_tiny_classifier(tiny_dir / f"fam-{family}", family)
+    clf = registry.load_classifier("torch", str(p))
+    assert clf.classify([("A man sleeps.", "A man is awake.")]).logits.shape == (1, 3)
+
+
+def test_generation_is_seeded_per_prompt_not_per_batch(tiny_t5):
+    gen = registry.load_generator("torch", tiny_t5)
+    d = Decoding(top_p=1.0, top_k=0, max_new_tokens=10)
+    prompts = ["A man is sleeping.", "Two dogs run."]
+    both = gen.generate(prompts, 5, d, [11, 12])
+    alone = gen.generate(prompts[1:], 5, d, [12])
+    assert both[1] == alone[0] and len(both[0]) == 5
+    assert gen.generate(prompts[:1], 5, d, [13]) != both[:1]
+    assert derive_seed(0, "contradictive", "x") == derive_seed(0, "contradictive", "x") != derive_seed(1, "contradictive", "x")
+
+
+def test_beam_and_greedy_decoding(tiny_t5):
+    gen = registry.load_generator("torch", tiny_t5)
+    beams = gen.generate(["A man is sleeping."], 4, Decoding(strategy="beam", max_new_tokens=6), [0])
+    assert len(beams[0]) == 4
+    g = gen.generate(["A man is sleeping."], 1, Decoding(strategy="greedy", max_new_tokens=6), [0])
+    assert g == gen.generate(["A man is sleeping."], 1, Decoding(strategy="greedy", max_new_tokens=6), [99])
+    with pytest.raises(ValueError, match="diverse-beam"):
+        gen.generate(["x"], 4, Decoding(strategy="diverse-beam"), [0])
+
+
+def test_seq2seq_classifier_score_and_generate(tiny_t5):
+    pairs = [(p, h) for p, h, _ in testing.pairs(6)]
+    s = registry.load_classifier("torch", tiny_t5)
+    g = registry.load_classifier("torch", tiny_t5, method="generate")
+    assert s.classify(pairs).logits.shape == g.classify(pairs).logits.shape == (6, 3)
+    with pytest.raises(ModelLoadError, match="unknown NLI prompt"):
+        registry.load_classifier("torch", tiny_t5, prompt="nope")
+
+
+def test_parse_nli_answer():
+    from breaknli_fast.engines.torch_ref import parse_nli_answer
+
+    assert parse_nli_answer("Yes") == "entailment" and parse_nli_answer("no") == "contradiction"
+    assert parse_nli_answer("not possible to tell") == "neutral" and parse_nli_answer("nobody") == "neutral"
+    assert parse_nli_answer("it is not possible to tell") == "neutral"
+
+
+def test_unknown_engine_and_cuda_without_gpu(tiny_roberta):
+    import torch
+
+    with pytest.raises(EngineUnavailable, match="unknown engine"):
+        registry.load_classifier("jax", tiny_roberta)
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is present: the no-GPU refusal cannot be checked here")
+    with pytest.raises(ModelLoadError, match="no CUDA GPU"):
+        registry.load_classifier("torch", tiny_roberta, device="cuda")
