@@ -154,7 +154,9 @@ def run(
     top_k: int = typer.Option(50, "--top-k"),
     temperature: float = typer.Option(1.0, "--temperature"),
     max_new_tokens: int = typer.Option(40, "--max-new-tokens"),
-    num_beams: Optional[int] = typer.Option(None, "--num-beams", help="Beams for beam decoding (default: K)."),
+    num_beams: Optional[int] = typer.Option(None, "--num-beams", help="Beams for beam / diverse-beam decoding (default: K)."),
+    num_beam_groups: Optional[int] = typer.Option(None, "--num-beam-groups", help="diverse-beam: groups (default: one beam per group)."),
+    diversity_penalty: float = typer.Option(1.0, "--diversity-penalty", help="diverse-beam: Hamming diversity penalty."),
     contradict_prompt: str = typer.Option(GEN_PROMPTS["contradictive"], "--contradict-prompt", help="Prompt of the contradictive mode ({h} = hypothesis)."),
     entail_prompt: str = typer.Option(GEN_PROMPTS["entailed"], "--entail-prompt", help="Prompt of the entailed mode ({h} = hypothesis)."),
     nli_prompt: str = typer.Option(DEFAULT_NLI_PROMPT, "--nli-prompt", help=f"Seq2seq classifier prompt: {', '.join(NLI_PROMPTS)}."),
@@ -182,7 +184,8 @@ def run(
 
             torch.set_num_threads(threads)
         dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature,
-                       max_new_tokens=max_new_tokens, num_beams=num_beams)
+                       max_new_tokens=max_new_tokens, num_beams=num_beams, num_beam_groups=num_beam_groups,
+                       diversity_penalty=diversity_penalty)
         cfg = LoopConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional,
                          prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
                          decoding=dec, seed=seed, chunk_size=chunk_size)

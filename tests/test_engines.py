@@ -92,8 +92,26 @@ def test_beam_and_greedy_decoding(tiny_t5):
     assert len(beams[0]) == 4
     g = gen.generate(["A man is sleeping."], 1, Decoding(strategy="greedy", max_new_tokens=6), [0])
     assert g == gen.generate(["A man is sleeping."], 1, Decoding(strategy="greedy", max_new_tokens=6), [99])
-    with pytest.raises(ValueError, match="diverse-beam"):
-        gen.generate(["x"], 4, Decoding(strategy="diverse-beam"), [0])
+    with pytest.raises(ValueError, match="multiple of num_beam_groups"):
+        gen.generate(["x"], 4, Decoding(strategy="diverse-beam", num_beams=4, num_beam_groups=3), [0])
+
+
+def test_diverse_beam_search(tiny_t5):
+    """One group without penalty is plain beam search (checked against transformers); groups with a
+    penalty give n candidates, deterministically."""
+    import torch
+
+    gen = registry.load_generator("torch", tiny_t5)
+    enc = gen.tokenizer(["A man is sleeping near the river."], return_tensors="pt")
+    hf = gen.model.generate(**enc, num_beams=4, num_return_sequences=4, do_sample=False, max_new_tokens=10)
+    hf_rows = [[t for t in row[1:].tolist() if t != 0] for row in hf]
+    hf_rows = [r[: r.index(1) + 1] if 1 in r else r for r in hf_rows]
+    plain = Decoding(strategy="diverse-beam", num_beams=4, num_beam_groups=1, diversity_penalty=0.0, max_new_tokens=10)
+    assert gen.generate_ids(["A man is sleeping near the river."], 4, plain, [0])[0] == hf_rows
+    d = Decoding(strategy="diverse-beam", max_new_tokens=10, diversity_penalty=2.0)
+    a = gen.generate(["A man is sleeping."], 6, d, [0])
+    assert len(a[0]) == 6 and a == gen.generate(["A man is sleeping."], 6, d, [1])
+    del torch
 
 
 def test_seq2seq_classifier_score_and_generate(tiny_t5):

@@ -91,12 +91,8 @@ class Decoding:
             kw.update(do_sample=False, num_beams=1)
         elif self.strategy == "beam":
             kw.update(do_sample=False, num_beams=max(self.num_beams or n, n))
-        else:  # diverse-beam
-            beams = max(self.num_beams or n, n)
-            groups = self.num_beam_groups or beams
-            if beams % groups:
-                raise ValueError(f"diverse-beam: num_beams ({beams}) must be a multiple of num_beam_groups ({groups})")
-            kw.update(do_sample=False, num_beams=beams, num_beam_groups=groups, diversity_penalty=self.diversity_penalty)
+        else:  # diverse-beam runs in engines.generation.diverse_beam_search, not in HF generate
+            raise ValueError("diverse-beam decoding has no transformers generate() arguments")
         return kw
 
 

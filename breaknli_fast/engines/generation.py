@@ -12,11 +12,87 @@ import torch
 
 from breaknli_fast.engines.base import Decoding, EngineInfo
 
-DIVERSE_BEAM_UNAVAILABLE = (
-    "diverse-beam decoding is not available: transformers 4.57 moved group beam search to a hub "
-    "repository (transformers-community/group-beam-search) that this tool does not download at run time; "
-    "use --decoding sampling or beam"
-)
+
+def diverse_beam_search(model: Any, enc: dict[str, torch.Tensor], n: int, decoding: Decoding, start_id: int,
+                        eos_id: int, pad_id: int) -> list[list[int]]:
+    """Diverse (group) beam search of Vijayakumar et al. (2018), as transformers' former
+    ``_group_beam_search`` did it (that code now lives in a hub repository we do not download):
+    ``num_beams`` beams in ``num_beam_groups`` groups; at each step the groups choose in turn, and a
+    group's log-probabilities are lowered by ``diversity_penalty`` times the number of times earlier
+    groups chose each token at this step (Hamming diversity). Finished hypotheses are scored
+    ``sum log p / length`` (length penalty 1.0, eos counted) and the best ``n`` over all groups are
+    returned. One input; the decoder is re-run on whole prefixes (no cache), which is simple and
+    exact for the short statements generated here."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    beams = max(decoding.num_beams or n, n)
+    groups = decoding.num_beam_groups or beams
+    if beams % groups:
+        raise ValueError(f"diverse-beam: num_beams ({beams}) must be a multiple of num_beam_groups ({groups})")
+    per = beams // groups
+    lp = 1.0
+    with torch.inference_mode():
+        enc_out = model.get_encoder()(**enc) if hasattr(model, "get_encoder") else None
+        hidden = enc_out[0] if enc_out is not None else None
+        # running beams per group: list of (token list, summed score)
+        running = [[([], 0.0)] + [([], float("-inf"))] * (per - 1) for _ in range(groups)]
+        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(groups)]
+        done = [False] * groups
+        for step in range(decoding.max_new_tokens):
+            if all(done):
+                break
+            active = [g for g in range(groups) if not done[g]]
+            prefixes = [[start_id] + toks for g in active for toks, _ in running[g]]
+            dec = torch.tensor(prefixes, dtype=torch.long, device=enc["input_ids"].device)
+            rep = dec.shape[0]
+            kwargs = {"attention_mask": enc["attention_mask"].expand(rep, -1), "decoder_input_ids": dec}
+            if hidden is not None:
+                kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=hidden.expand(rep, -1, -1))
+            else:
+                kwargs["input_ids"] = enc["input_ids"].expand(rep, -1)
+            logits = model(**kwargs).logits[:, -1, :].float()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            if step < decoding.min_new_tokens:
+                logprobs[:, eos_id] = float("-inf")
+            vocab = logprobs.shape[-1]
+            chosen_this_step = torch.zeros(vocab, device=logprobs.device)
+            for row, g in enumerate(active):
+                lpg = logprobs[row * per : (row + 1) * per] - decoding.diversity_penalty * chosen_this_step
+                scores = torch.tensor([sc for _, sc in running[g]], device=lpg.device).unsqueeze(1) + lpg
+                top_scores, top_idx = torch.topk(scores.view(-1), min(2 * per, scores.numel()))
+                new_running: list[tuple[list[int], float]] = []
+                for rank, (sc, flat) in enumerate(zip(top_scores.tolist(), top_idx.tolist())):
+                    if sc == float("-inf"):
+                        break
+                    b, tok = divmod(flat, vocab)
+                    seq = running[g][b][0] + [tok]
+                    if tok == eos_id:
+                        if rank < per:
+                            finished[g].append((sc / (len(seq) ** lp), seq))
+                            finished[g].sort(key=lambda x: -x[0])
+                            del finished[g][per:]
+                        continue
+                    new_running.append((seq, sc))
+                    if len(new_running) == per:
+                        break
+                for seq, _ in new_running:
+                    chosen_this_step[seq[-1]] += 1
+                filler = new_running[0][0] if new_running else running[g][0][0] + [pad_id]
+                while len(new_running) < per:  # dead beams keep the prefix length uniform
+                    new_running.append((filler, float("-inf")))
+                running[g] = new_running
+                if len(finished[g]) >= per:
+                    best_possible = running[g][0][1] / ((step + 1) ** lp)
+                    done[g] = finished[g][-1][0] >= best_possible
+        for g in range(groups):
+            if not done[g]:
+                for seq, sc in running[g]:
+                    if sc > float("-inf"):
+                        finished[g].append((sc / (len(seq) ** lp), seq))
+                finished[g].sort(key=lambda x: -x[0])
+                del finished[g][per:]
+    pool = sorted((h for g in finished for h in g), key=lambda x: -x[0])
+    return [seq for _, seq in pool[:n]]
 
 
 @dataclass
@@ -31,6 +107,18 @@ class GeneratorStats:
         self.prompts = self.sequences = self.new_tokens = 0
         self.seconds = 0.0
         self.call_seconds = []
+
+
+def _cut(tokens: list[int], eos: int, pad: int) -> list[int]:
+    """Tokens up to and including the first eos, without padding (HF pads finished rows)."""
+    out = []
+    for t in tokens:
+        if t == pad:
+            continue
+        out.append(t)
+        if t == eos:
+            break
+    return out
 
 
 class HFGenerator:
@@ -52,9 +140,7 @@ class HFGenerator:
         """Generated token ids (without the decoder start token and padding), ``n`` per prompt."""
         if len(seeds) != len(prompts):
             raise ValueError("one seed per prompt is required")
-        if decoding.strategy == "diverse-beam":
-            raise ValueError(DIVERSE_BEAM_UNAVAILABLE)
-        kw = decoding.hf_kwargs(n)
+        kw = decoding.hf_kwargs(n) if decoding.strategy != "diverse-beam" else {}
         pad = self.tokenizer.pad_token_id
         out: list[list[list[int]]] = []
         for prompt, seed in zip(prompts, seeds):
@@ -62,11 +148,16 @@ class HFGenerator:
             enc = {k: v.to(self.device) for k, v in enc.items()}
             t0 = time.perf_counter()
             torch.manual_seed(int(seed))
-            with torch.inference_mode():
-                seqs = self.model.generate(**enc, **kw)
+            if decoding.strategy == "diverse-beam":
+                cfg = self.model.config
+                rows = diverse_beam_search(self.model, enc, n, decoding, int(cfg.decoder_start_token_id or 0),
+                                           int(cfg.eos_token_id), int(pad))
+            else:
+                with torch.inference_mode():
+                    seqs = self.model.generate(**enc, **kw)
+                rows = [_cut(row[1:].tolist(), int(self.model.config.eos_token_id), int(pad)) for row in seqs.detach().cpu()]
             self._synchronize()
             dt = time.perf_counter() - t0
-            rows = [[int(t) for t in row[1:] if int(t) != pad] for row in seqs.detach().cpu()]
             self.stats.new_tokens += sum(len(r) for r in rows)
             self.stats.prompts += 1
             self.stats.sequences += len(rows)
