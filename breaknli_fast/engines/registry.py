@@ -12,6 +12,7 @@ from breaknli_fast.engines.base import Classifier, Generator
 # and load_generator(model, precision, device, **opts).
 _ENGINES: dict[str, str] = {
     "torch": "breaknli_fast.engines.torch_ref",
+    "ort": "breaknli_fast.engines.ort", "tensorrt": "breaknli_fast.engines.tensorrt",
 }
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")

@@ -1,0 +1,210 @@
+"""The ONNX Runtime engine: the same contract as ``engines.torch_ref``, on exported graphs.
+
+``load_classifier`` / ``load_generator`` export the model on first use (through the cache of
+``breaknli_fast.export``, validated against PyTorch fp32), then run it:
+
+* device ``cpu``: the CPU provider; ``int8`` is dynamic quantization (the only int8 the CPU
+  provider runs fast);
+* device ``cuda[:N]``: the CUDA provider with IO binding (onnxruntime-gpu); ``int8`` is a static
+  symmetric QDQ graph; ``provider="tensorrt"`` puts the TensorRT execution provider in front.
+
+Session options: graph optimisation ALL, intra-op threads = physical cores (override with
+``threads``), sequential execution; all recorded in ``info.details``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from breaknli_fast.data.labels import LABELS
+from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
+from breaknli_fast.engines.generation import HFGenerator
+from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
+
+PRECISIONS = ("fp32", "fp16", "int8")
+# options of load_classifier / load_generator that configure the export (not the engine)
+EXPORT_OPTS = ("cache_dir", "force", "calibration_pairs", "calibration_size", "validation_size", "tolerances", "validate",
+               "progress", "out_dir")
+
+
+def _check(precision: str, device: str) -> None:
+    from breaknli_fast.export.runtime import import_ort
+
+    import_ort()
+    if precision not in PRECISIONS:
+        raise ModelLoadError(f"the ort engine runs fp32, fp16 or int8, not {precision!r}")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ModelLoadError(f"unknown device {device!r}; use cpu or cuda[:N]")
+    if device.startswith("cuda"):
+        from breaknli_fast.export.runtime import providers_for
+
+        providers_for(device)  # one-line EngineUnavailable without onnxruntime-gpu
+
+
+def _export(model: str, precision: str, device: str, opts: dict[str, Any]) -> Any:
+    from breaknli_fast.export import export_model
+
+    kw = {k: opts.pop(k) for k in list(opts) if k in EXPORT_OPTS}
+    kw.setdefault("progress", False)
+    return export_model(model, format="onnx", precision=precision, device="cpu" if device == "cpu" else "cuda",
+                        max_length=int(opts.get("max_length", 256)), **kw)
+
+
+def _details(exported: Any, session: dict[str, Any]) -> dict[str, Any]:
+    m = exported.manifest
+    v = m.get("validation") or {}
+    return {
+        "kind": m.get("kind"),
+        "family": m.get("family"),
+        "export_dir": str(exported.path),
+        "export_reused": exported.reused,
+        "variant": m.get("variant"),
+        "opset": m.get("opset"),
+        "validation": {k: v.get(k) for k in ("n", "max_abs_logit", "agreement", "generation", "passed") if k in v},
+        **session,
+    }
+
+
+class OrtClassifier(BatchedClassifier):
+    """A sequence classifier graph (``model.onnx``, output ``logits``) on ONNX Runtime."""
+
+    def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", label_map: Mapping[str, str] | None = None,
+                 max_length: int = 256, token_budget: int = 8192, max_batch: int = 64, provider: str | None = None,
+                 threads: int | None = None, **export_opts: Any):
+        from transformers import AutoConfig, AutoTokenizer
+
+        from breaknli_fast.engines.torch_ref import label_permutation
+        from breaknli_fast.export.runtime import make_session
+
+        super().__init__(token_budget=token_budget, max_batch=max_batch)
+        _check(precision, device)
+        self.max_length = max_length
+        self.exported = _export(model, precision, device, {**export_opts, "max_length": max_length})
+        folder = self.exported.path
+        self.perm = label_permutation(AutoConfig.from_pretrained(str(folder)), label_map)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.session, sess_details = make_session(folder / "model.onnx", device=device, provider=provider, threads=threads,
+                                                  fp16=precision == "fp16")
+        self.inputs = self.session.get_inputs()
+        self.device = device
+        self.use_io_binding = device != "cpu"
+        self.info = EngineInfo("ort", "classifier", model, precision, device,
+                               {**_details(self.exported, sess_details), "io_binding": self.use_io_binding})
+
+    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        enc = self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
+        return [len(x) for x in enc["input_ids"]]
+
+    def raw_logits(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """Logits in the model's own output order."""
+        from breaknli_fast.export.runtime import classifier_feeds
+
+        feeds = classifier_feeds(self.tokenizer, pairs, self.inputs, self.max_length)
+        if not self.use_io_binding:
+            return np.asarray(self.session.run(["logits"], feeds)[0], dtype=np.float32)
+        binding = self.session.io_binding()
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, arr)
+        dev_id = int(self.device.split(":")[1]) if ":" in self.device else 0
+        binding.bind_output("logits", "cuda", dev_id)
+        self.session.run_with_iobinding(binding)
+        return np.asarray(binding.copy_outputs_to_cpu()[0], dtype=np.float32)
+
+    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
+        return self.raw_logits(pairs)[:, self.perm]
+
+
+class OrtSeq2SeqClassifier(BatchedClassifier):
+    """Flan-T5 as the NLI model on ONNX Runtime: first-step logits over the answer words
+    (``score``) or greedy generation parsed to a label (``generate``), as ``TorchSeq2SeqClassifier``."""
+
+    def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", prompt: str = DEFAULT_NLI_PROMPT,
+                 method: str = "score", max_length: int = 256, token_budget: int = 8192, max_batch: int = 64,
+                 provider: str | None = None, threads: int | None = None, **export_opts: Any):
+        from transformers import AutoTokenizer
+
+        from breaknli_fast.engines.torch_ref import answer_token_ids
+        from breaknli_fast.export.runtime import load_ort_seq2seq
+
+        super().__init__(token_budget=token_budget, max_batch=max_batch)
+        if prompt not in NLI_PROMPTS:
+            raise ModelLoadError(f"unknown NLI prompt {prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
+        if method not in ("score", "generate"):
+            raise ModelLoadError(f"unknown seq2seq classification method {method!r}; use score or generate")
+        _check(precision, device)
+        self.exported = _export(model, precision, device, {**export_opts, "max_length": max_length})
+        folder = self.exported.path
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self.model, sess_details = load_ort_seq2seq(folder, device=device, provider=provider, threads=threads)
+        self.template = NLI_PROMPTS[prompt]
+        self.method = method
+        self.max_length = max_length
+        self.answer_ids = answer_token_ids(self.tokenizer)
+        self.start_id = int(self.model.config.decoder_start_token_id or 0)
+        self.info = EngineInfo("ort", "classifier", model, precision, device,
+                               {**_details(self.exported, sess_details), "prompt": prompt, "method": method})
+
+    def prompts(self, pairs: Sequence[Pair]) -> list[str]:
+        return [self.template.format(premise=p, hypothesis=h) for p, h in pairs]
+
+    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        enc = self.tokenizer(self.prompts(pairs), truncation=True, max_length=self.max_length)
+        return [len(x) for x in enc["input_ids"]]
+
+    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
+        import torch
+
+        from breaknli_fast.engines.torch_ref import parse_nli_answer
+
+        enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="pt")
+        enc = {k: v.to(self.model.device) for k, v in enc.items()}
+        with torch.inference_mode():
+            if self.method == "score":
+                dec = torch.full((len(pairs), 1), self.start_id, dtype=torch.long, device=self.model.device)
+                logits = self.model(**enc, decoder_input_ids=dec).logits[:, 0, :]
+                return logits[:, self.answer_ids].float().cpu().numpy()
+            seqs = self.model.generate(**enc, max_new_tokens=10, do_sample=False, num_beams=1)
+        texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=True)
+        out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i, LABELS.index(parse_nli_answer(t))] = 1.0
+        return out
+
+
+def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> BatchedClassifier:
+    config = load_config(model)
+    kind = model_kind(config)
+    if kind == "seq-cls":
+        opts = {k: v for k, v in opts.items() if k not in ("prompt", "method")}
+        return OrtClassifier(model, precision, device, **opts)
+    opts = {k: v for k, v in opts.items() if k != "label_map"}
+    return OrtSeq2SeqClassifier(model, precision, device, **opts)
+
+
+def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:
+    """Flan-T5 on ``ORTModelForSeq2SeqLM`` behind the shared :class:`HFGenerator` (same seeding, so
+    fp32 sampling gives the same tokens as the torch engine)."""
+    from breaknli_fast.export.runtime import load_ort_seq2seq
+
+    _check(precision, device)
+    config = load_config(model)
+    if model_kind(config) != "seq2seq":
+        raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
+    provider = opts.pop("provider", None)
+    threads = opts.pop("threads", None)
+    exported = _export(model, precision, device, opts)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(exported.path))
+    m, sess_details = load_ort_seq2seq(exported.path, device=device, provider=provider, threads=threads)
+    gen_opts = {k: v for k, v in opts.items() if k == "max_input_length"}
+    if "max_length" in opts and "max_input_length" not in gen_opts:
+        gen_opts["max_input_length"] = int(opts["max_length"])
+    info = EngineInfo("ort", "generator", model, precision, device, _details(exported, sess_details))
+    hf_device = "cuda" if sess_details.get("io_binding") else "cpu"
+    return HFGenerator(m, tok, info, device=hf_device, **gen_opts)
+

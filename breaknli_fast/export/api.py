@@ -1,0 +1,366 @@
+"""``export_model``: ONNX (fp32 / fp16 / int8) and TensorRT exports, validated and cached."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from breaknli_fast.export import manifest as mf
+from breaknli_fast.export.errors import ExportError, ExportValidationError, UnsupportedModelError, first_line
+
+FORMATS = ("onnx", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "int8")
+VALIDATION_SIZE = 64
+CALIBRATION_SIZE = 256
+
+Pair = tuple[str, str]
+
+
+@dataclass
+class ExportResult:
+    path: Path  # the export folder
+    manifest: dict[str, Any]
+    reused: bool = False  # True when a cached export was reused
+    seconds: float = 0.0
+    messages: list[str] = field(default_factory=list)
+
+    @property
+    def validation(self) -> dict[str, Any] | None:
+        return self.manifest.get("validation")
+
+    @property
+    def kind(self) -> str:
+        return str(self.manifest["kind"])
+
+    @property
+    def graphs(self) -> list[str]:
+        return list(self.manifest.get("graphs") or {})
+
+
+def _console(progress: bool) -> Any:
+    if not progress:
+        return None
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def as_pairs(items: Iterable[Any]) -> list[Pair]:
+    """(premise, hypothesis) from tuples ``(p, h)`` / ``(p, h, label)``, dicts or objects with attributes."""
+    out: list[Pair] = []
+    for it in items:
+        if isinstance(it, (tuple, list)):
+            out.append((str(it[0]), str(it[1])))
+        elif isinstance(it, Mapping):
+            out.append((str(it["premise"]), str(it["hypothesis"])))
+        else:
+            out.append((str(it.premise), str(it.hypothesis)))
+    return out
+
+
+def default_pairs(n: int) -> tuple[list[Pair], str]:
+    """The embedded SNLI sample when it is there, else the template pairs of ``breaknli_fast.testing``."""
+    try:
+        from breaknli_fast.data.loaders import load_examples
+
+        data = load_examples("sample", limit=n)
+        ps = as_pairs(data.examples)
+        if ps:
+            return ps, "embedded snli sample"
+    except Exception:  # loader missing, sample missing: fall back
+        pass
+    from breaknli_fast.testing import pairs
+
+    return as_pairs(pairs(n)), "breaknli_fast.testing.pairs"
+
+
+def split_pairs(pairs: Sequence[Pair], calibration_size: int, validation_size: int) -> tuple[list[Pair], list[Pair]]:
+    """Calibration and validation pairs, disjoint when there are enough."""
+    pairs = list(pairs)
+    calib = pairs[:calibration_size]
+    if len(pairs) >= calibration_size + validation_size:
+        val = pairs[calibration_size:calibration_size + validation_size]
+    else:
+        val = pairs[:validation_size]
+    return calib, val
+
+
+def _variant(kind: str, format: str, precision: str, device: str) -> str:
+    if precision != "int8":
+        return precision
+    if format == "onnx" and device == "cpu":
+        return "int8-dynamic"
+    if kind == "seq2seq":
+        raise UnsupportedModelError(
+            "int8 for text-to-text models on the GPU is not supported (static QDQ calibration of the decoder with "
+            "past is not implemented): use fp16 on cuda, or int8 on the CPU"
+        )
+    return "int8-qdq"
+
+
+def _pairs_digest(pairs: Sequence[Pair]) -> str:
+    return hashlib.sha256(json.dumps(list(pairs)).encode()).hexdigest()[:16]
+
+
+def export_model(
+    model: str,
+    format: str = "onnx",
+    precision: str = "fp32",
+    out_dir: str | Path | None = None,
+    calibration_pairs: Iterable[Any] | None = None,
+    calibration_size: int = CALIBRATION_SIZE,
+    force: bool = False,
+    validate: bool = True,
+    tolerances: Mapping[str, Any] | None = None,
+    progress: bool = True,
+    device: str = "cpu",
+    validation_size: int = VALIDATION_SIZE,
+    cache_dir: str | Path | None = None,
+    max_length: int = 256,
+    max_batch: int = 64,
+) -> ExportResult:
+    """Export ``model`` (a shipped mini-model name, a local folder or a hub id) and validate it.
+
+    ``format="onnx"``: fp32 graph(s), fp16 conversion, or int8 (dynamic quantization for
+    ``device="cpu"``, static symmetric QDQ for ``cuda``). ``format="tensorrt"``: a serialized
+    TensorRT engine (needs TensorRT 10 and a CUDA GPU). The export folder (``out_dir``, else the
+    cache) holds the graphs, the tokenizer and ``manifest.json``; an export whose manifest matches
+    is reused unless ``force``. Validation compares with the PyTorch fp32 model on
+    ``validation_size`` pairs and raises :class:`ExportValidationError` beyond ``tolerances``.
+    """
+    from breaknli_fast.engines.models import ModelLoadError, load_config, model_fingerprint, model_kind, resolve_model
+    from breaknli_fast.export import validate as val
+
+    t_start = time.perf_counter()
+    console = _console(progress)
+
+    def say(msg: str, style: str | None = None) -> None:
+        if console is not None:
+            console.print(msg, style=style, markup=False)
+
+    if format not in FORMATS:
+        raise UnsupportedModelError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
+    if precision not in PRECISIONS:
+        raise UnsupportedModelError(
+            f"{format} exports are fp32, fp16 or int8, not {precision!r}" + (" (bf16 runs on the torch engine)" if precision == "bf16" else "")
+        )
+    dev = device.split(":")[0]
+    if dev not in ("cpu", "cuda"):
+        raise ExportError(f"unknown device {device!r}; use cpu or cuda[:N]")
+    if format == "tensorrt":
+        device = device if dev == "cuda" else "cuda"
+    try:
+        resolved = resolve_model(model)
+        config = load_config(model)
+        kind = model_kind(config)
+    except ModelLoadError as e:
+        raise UnsupportedModelError(str(e)) from None
+    family = getattr(config, "model_type", "?")
+    if format == "tensorrt" and kind == "seq2seq":
+        raise UnsupportedModelError(
+            "TensorRT engines for text-to-text models (Flan-T5) are not supported yet: use --engine ort --device cuda "
+            "(optionally with the TensorRT execution provider)"
+        )
+    variant = _variant(kind, format, precision, dev)
+    if format == "tensorrt":
+        from breaknli_fast.export.tensorrt import require_tensorrt
+
+        require_tensorrt()  # fail fast, one line, before any work
+    tol = val.tolerances_for(kind, precision, tolerances)
+
+    pairs_src = "given"
+    if calibration_pairs is not None:
+        all_pairs = as_pairs(calibration_pairs)
+        if not all_pairs:
+            raise ExportError("no calibration/validation pairs were given")
+    else:
+        all_pairs, pairs_src = default_pairs(max(calibration_size if variant == "int8-qdq" else 0, validation_size)
+                                             + (validation_size if variant == "int8-qdq" else 0))
+    calib, val_pairs = split_pairs(all_pairs, calibration_size if variant == "int8-qdq" else 0, validation_size)
+
+    fingerprint = model_fingerprint(model)
+    key: dict[str, Any] = {
+        "schema": mf.SCHEMA,
+        "format": format,
+        "precision": precision,
+        "variant": variant,
+        "kind": kind,
+        "source": fingerprint.get("files_sha256") or fingerprint.get("revision"),
+        "source_id": resolved,
+        "libraries": mf.library_versions(),
+    }
+    if variant == "int8-qdq":
+        key["calibration"] = {"pairs": len(calib), "sha256": _pairs_digest(calib)}
+    if format == "tensorrt":  # an engine is specific to the GPU model and the TensorRT version
+        import torch
+
+        key.update(max_length=max_length, max_batch=max_batch, gpu=torch.cuda.get_device_name(0))
+    target = Path(out_dir).expanduser() if out_dir else mf.export_dir_for(model, resolved, format, precision, variant, cache_dir)
+
+    with mf.locked(mf.lock_path(target, cache_dir)):
+        old = mf.read_manifest(target) if target.exists() else None
+        why = "forced" if force else (mf.mismatch(old, key, target) if target.exists() else "not exported yet")
+        if why is None and old is not None:
+            result = ExportResult(target, old, reused=True)
+            say(f"reusing {target}", "green")
+            if validate:
+                figs = old.get("validation")
+                if not figs or figs.get("skipped"):
+                    say("validating the cached export against the PyTorch fp32 model ...")
+                    figs = _run_validation(target, kind, format, resolved, val_pairs, device, max_length, pairs_src)
+                    old["validation"] = figs
+                    mf.write_manifest(target, old)
+                figs["tolerances"] = tol
+                _judge(figs, tol, model, format, precision)
+            result.seconds = time.perf_counter() - t_start
+            return result
+        if target.exists() and why:
+            say(f"rebuilding {target.name}: {why}")
+        say(f"exporting {model} ({family}, {kind}) → {format} {precision} ({variant})", "bold")
+        with mf.staging_dir(target) as stage, tempfile.TemporaryDirectory(dir=stage.parent, prefix=f".{target.name}.fp32-") as fp32_tmp:
+            info = _build(resolved, kind, format, precision, variant, Path(fp32_tmp), stage, calib, val_pairs,
+                          device, max_length, max_batch, say)
+            figs: dict[str, Any] = {"skipped": True}
+            if validate:
+                say(f"validating on {len(val_pairs)} pairs against the PyTorch fp32 model ...")
+                figs = _run_validation(stage, kind, format, resolved, val_pairs, device, max_length, pairs_src)
+            manifest = {
+                "schema": mf.SCHEMA,
+                "created": mf.now_iso(),
+                "build_seconds": round(time.perf_counter() - t_start, 2),
+                "model": model,
+                "source": fingerprint,
+                "kind": kind,
+                "family": family,
+                "format": format,
+                "precision": precision,
+                "variant": variant,
+                **info,
+                "libraries": key["libraries"],
+                "files": mf.files_manifest(stage),
+                "validation": figs,
+                "key": key,
+            }
+            if validate:
+                figs["tolerances"] = tol
+                _judge(figs, tol, model, format, precision)
+            mf.write_manifest(stage, manifest)
+            mf.install(stage, target)
+    say(f"exported {target} in {time.perf_counter() - t_start:.1f}s", "green")
+    return ExportResult(target, manifest, reused=False, seconds=time.perf_counter() - t_start)
+
+
+def _judge(figs: dict[str, Any], tol: Mapping[str, Any], model: str, format: str, precision: str) -> None:
+    from breaknli_fast.export import validate as val
+
+    failures = val.check(figs, tol)
+    figs["passed"] = not failures
+    figs["failures"] = failures
+    if failures:
+        raise ExportValidationError(
+            f"{model} {format} {precision} failed validation against PyTorch fp32: {'; '.join(failures)}", figs
+        )
+
+
+def _copy_side_files(src: Path, dst: Path) -> None:
+    """Tokenizer, config and generation config (everything that is not a graph)."""
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith((".onnx", ".onnx.data", ".data")):
+            shutil.copy2(f, dst / f.name)
+
+
+def _calibration_feeds(folder: Path, graph: str, pairs: Sequence[Pair], max_length: int, batch: int = 16) -> list[dict[str, Any]]:
+    import onnx
+    from transformers import AutoTokenizer
+
+    from breaknli_fast.export.runtime import classifier_feeds
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    inputs = onnx.load(str(folder / graph), load_external_data=False).graph.input
+    return [classifier_feeds(tok, pairs[i:i + batch], inputs, max_length) for i in range(0, len(pairs), batch)]
+
+
+def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_dir: Path, stage: Path,
+           calib: Sequence[Pair], val_pairs: Sequence[Pair], device: str, max_length: int, max_batch: int,
+           say: Any) -> dict[str, Any]:
+    from breaknli_fast.export import onnx as ox
+    from breaknli_fast.export import quantize as qz
+    from breaknli_fast.export.runtime import require_export_libs
+
+    require_export_libs()
+    t0 = time.perf_counter()
+    direct = precision == "fp32"
+    out = stage if direct else fp32_dir
+    if kind == "seq-cls":
+        info = ox.export_classifier(src, out, val_pairs, max_length=max_length)
+        graphs = [ox.CLASSIFIER_FILE]
+    else:
+        info = ox.export_seq2seq(src, out)
+        graphs = list(ox.SEQ2SEQ_FILES)
+    say(f"  fp32 ONNX ({info['exporter']}, opset {info['opset']}) in {time.perf_counter() - t0:.1f}s")
+    if not direct:
+        _copy_side_files(fp32_dir, stage)
+        t0 = time.perf_counter()
+        if precision == "fp16":
+            recipe = "t5" if info["family"] in ox.SEQ2SEQ_FAMILIES else None
+            stats = {g: qz.to_fp16(fp32_dir / g, stage / g, keep_fp32=recipe) for g in graphs}
+            info["fp16"] = {"converter": "onnxruntime.transformers.float16 (keep_io_types=True)",
+                            "kept_fp32": "T5 wo / residual adds / RMS norms" if recipe else "none", "graphs": stats}
+        elif variant == "int8-dynamic":
+            stats = {g: qz.int8_dynamic(fp32_dir / g, stage / g) for g in graphs}
+            info["quantization"] = {"scheme": "dynamic", "graphs": stats}
+        else:
+            feeds = _calibration_feeds(fp32_dir, graphs[0], calib, max_length)
+            stats = {g: qz.int8_static_qdq(fp32_dir / g, stage / g, feeds) for g in graphs}
+            info["quantization"] = {"scheme": "static-qdq", "calibration_pairs": len(calib), "graphs": stats}
+        say(f"  {variant} conversion in {time.perf_counter() - t0:.1f}s")
+        info["graphs"] = {g: ox.graph_io(stage / g) for g in graphs}
+    if format == "tensorrt":
+        from breaknli_fast.export import tensorrt as trt_export
+
+        t0 = time.perf_counter()
+        info["tensorrt"] = trt_export.build_for_export(stage, graphs[0], precision, calib or val_pairs, max_length, max_batch)
+        say(f"  TensorRT engine in {time.perf_counter() - t0:.1f}s")
+    return info
+
+
+def _run_validation(folder: Path, kind: str, format: str, src: str, pairs: Sequence[Pair], device: str,
+                    max_length: int, pairs_src: str) -> dict[str, Any]:
+    from breaknli_fast.engines.registry import EngineUnavailable
+    from breaknli_fast.export import validate as val
+
+    try:
+        if format == "tensorrt":
+            from breaknli_fast.export import tensorrt as trt_export
+
+            figs = trt_export.validate_plan(folder, src, pairs, device, max_length)
+        elif kind == "seq-cls":
+            figs = _validate_on(val.validate_classifier, folder, src, pairs, device, max_length)
+        else:
+            figs = _validate_on(val.validate_seq2seq, folder, src, pairs, device, max_length)
+    except (ExportError, EngineUnavailable):
+        raise
+    except Exception as e:
+        raise ExportError(f"validation could not run: {first_line(e)}") from e
+    figs["pairs_source"] = pairs_src
+    return figs
+
+
+def _validate_on(fn: Any, folder: Path, src: str, pairs: Sequence[Pair], device: str, max_length: int) -> dict[str, Any]:
+    """Validate on the target device when this machine can run it, else on the CPU (recorded)."""
+    from breaknli_fast.engines.registry import EngineUnavailable
+
+    if device != "cpu":
+        try:
+            return fn(folder, src, pairs, device=device, max_length=max_length)
+        except EngineUnavailable as e:
+            figs = fn(folder, src, pairs, device="cpu", max_length=max_length)
+            figs["note"] = f"validated on the CPU provider: {first_line(e)}"
+            return figs
+    return fn(folder, src, pairs, device="cpu", max_length=max_length)

@@ -1,0 +1,114 @@
+"""``breaknli-fast export``: export a model to ONNX / TensorRT, validate it, cache it.
+
+The lead registers it in ``cli.py`` as ``app.command("export")(export)``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.2f} %" if pct else f"{v:.3g}"
+    return str(v)
+
+
+def validation_table(result: Any) -> Any:
+    """A rich table of an export's validation figures against their tolerances."""
+    from rich.table import Table
+
+    v = result.validation or {}
+    tol = v.get("tolerances") or {}
+    t = Table(title=f"validation vs PyTorch fp32 ({v.get('n', 0)} pairs, {v.get('device', '?')})", show_lines=False)
+    t.add_column("check")
+    t.add_column("value", justify="right")
+    t.add_column("tolerance", justify="right")
+    t.add_row("max |Δ logit|", _fmt(v.get("max_abs_logit")),
+              f"≤ {_fmt(tol.get('max_abs_logit'))}" if tol.get("max_abs_logit") is not None else "report only")
+    t.add_row("mean |Δ logit|", _fmt(v.get("mean_abs_logit")), "report only")
+    t.add_row("label agreement", _fmt(v.get("agreement"), pct=True),
+              f"≥ {_fmt(tol.get('min_agreement'), pct=True)}" if tol.get("min_agreement") is not None else "report only")
+    gen = v.get("generation")
+    if gen:
+        t.add_row(f"greedy token agreement ({gen.get('prompts')} prompts)", _fmt(gen.get("token_agreement"), pct=True),
+                  f"≥ {_fmt(tol.get('min_token_agreement'), pct=True)}" if tol.get("min_token_agreement") is not None
+                  else "report only")
+        t.add_row("identical greedy sequences", f"{gen.get('identical_sequences')}/{gen.get('prompts')}", "report only")
+    t.add_row("non-finite outputs", _fmt(v.get("nonfinite")), f"≤ {_fmt(tol.get('max_nonfinite'))}")
+    t.add_row("result", "[green]passed[/]" if v.get("passed") else "[red]failed[/]", "")
+    return t
+
+
+def _load_pairs(name_or_path: str, limit: int) -> list[tuple[str, str]]:
+    from breaknli_fast.data.loaders import load_examples
+
+    data = load_examples(name_or_path, limit=limit)
+    pairs = [(e.premise, e.hypothesis) for e in data.examples]
+    if not pairs:
+        raise ValueError(f"no usable premise/hypothesis pairs in {name_or_path!r}")
+    return pairs
+
+
+def export(
+    model: str = typer.Option(..., "--model", "-m", help="mini-nli / mini-t5, a local model folder or a hub id"),
+    format: str = typer.Option("onnx", "--format", help="onnx or tensorrt"),
+    precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8"),
+    device: str = typer.Option("cpu", "--device", help="target device: cpu (int8 = dynamic) or cuda (int8 = static QDQ)"),
+    calibration_data: Optional[str] = typer.Option(
+        None, "--calibration-data", help="dataset name (sample, snli, mnli, ...) or file of pairs for calibration/validation"),
+    calibration_size: int = typer.Option(256, "--calibration-size", help="pairs used to calibrate static int8"),
+    validation_size: int = typer.Option(64, "--validation-size", help="pairs compared with PyTorch fp32"),
+    out: Optional[Path] = typer.Option(None, "--out", help="export folder (default: the cache, $BREAKNLI_FAST_CACHE)"),
+    force: bool = typer.Option(False, "--force", help="rebuild even when a matching export is cached"),
+    no_validate: bool = typer.Option(False, "--no-validate", help="skip the comparison with PyTorch fp32"),
+    max_abs_logit: Optional[float] = typer.Option(None, "--max-abs-logit", help="tolerance: max |Δ logit|"),
+    min_agreement: Optional[float] = typer.Option(None, "--min-agreement", help="tolerance: label agreement, %"),
+    min_token_agreement: Optional[float] = typer.Option(
+        None, "--min-token-agreement", help="tolerance: greedy token agreement of generators, %"),
+    max_length: int = typer.Option(256, "--max-length", help="maximum tokens of a pair"),
+) -> None:
+    """Export a model to ONNX (fp32/fp16/int8) or TensorRT, validate it against PyTorch fp32, and cache it."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    err = Console(stderr=True, highlight=False)
+    out_console = Console(highlight=False)
+    try:
+        from breaknli_fast.export import export_model
+
+        pairs = None
+        if calibration_data:
+            pairs = _load_pairs(calibration_data, calibration_size + validation_size)
+        tol = {k: v for k, v in (("max_abs_logit", max_abs_logit), ("min_agreement", min_agreement),
+                                 ("min_token_agreement", min_token_agreement)) if v is not None}
+        result = export_model(model, format=format, precision=precision, out_dir=out, calibration_pairs=pairs,
+                              calibration_size=calibration_size, force=force, validate=not no_validate,
+                              tolerances=tol or None, progress=True, device=device, validation_size=validation_size,
+                              max_length=max_length)
+    except KeyboardInterrupt:
+        err.print("[red]error:[/] interrupted")
+        raise typer.Exit(1)
+    except Exception as e:  # one line, no traceback (BREAKNLI_FAST_DEBUG=1 shows it)
+        from breaknli_fast.export.errors import ExportValidationError, first_line
+
+        if os.environ.get("BREAKNLI_FAST_DEBUG"):
+            raise
+
+        if isinstance(e, ExportValidationError) and e.validation:
+            class _R:
+                validation = e.validation
+
+            out_console.print(validation_table(_R()))
+        err.print(f"[red]error:[/] {escape(first_line(e))}", soft_wrap=True)
+        raise typer.Exit(1)
+    if result.validation and not result.validation.get("skipped"):
+        out_console.print(validation_table(result))
+    state = "reused" if result.reused else "exported"
+    out_console.print(f"{state}: {result.path}", markup=False)

@@ -1,0 +1,167 @@
+"""FP32 ONNX graphs of the two model kinds.
+
+* Sequence classifiers (RoBERTa, BART / DistilBART, DeBERTa v1 / v2, and other encoders whose
+  ``ForSequenceClassification`` traces): ``torch.onnx.export`` with the legacy TorchScript
+  exporter (``dynamo=False``), dynamic batch and sequence axes, one output ``logits`` in the
+  model's own label order. The dynamo exporter fails on BART in transformers 4.57 (a
+  data-dependent check of the eos counts); the legacy tracer records the eos pooling of the
+  traced inputs, which have the same number of ``</s>`` per row as every premise/hypothesis pair.
+* Text-to-text models (Flan-T5): optimum's ``main_export`` with
+  ``task="text2text-generation-with-past"`` and *no* post-processing, i.e. three graphs
+  (``encoder_model.onnx``, ``decoder_model.onnx``, ``decoder_with_past_model.onnx``) and no merged
+  decoder: the merged decoder cannot be converted to FP16 (its ``If`` subgraph outputs get
+  inconsistent types), and the unmerged pair is what ``ORTModelForSeq2SeqLM(use_merged=False)`` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from breaknli_fast.export.errors import ExportError, UnsupportedModelError, first_line
+
+CLASSIFIER_OPSET = 17
+CLASSIFIER_FILE = "model.onnx"
+SEQ2SEQ_FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
+# Families exported and validated by the test-suite; others are attempted and must pass validation.
+TESTED_CLASSIFIER_FAMILIES = ("roberta", "bart", "deberta", "deberta-v2")
+TESTED_SEQ2SEQ_FAMILIES = ("t5",)
+# Text-to-text families whose optimum export we have not checked: refused rather than half-working.
+SEQ2SEQ_FAMILIES = ("t5", "mt5", "umt5")
+# At most this much weight data inline; bigger graphs keep their weights in an external file.
+INLINE_LIMIT = 1_800_000_000
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the tracer warnings and optimum's log chatter of an export."""
+    loggers = [logging.getLogger(n) for n in ("optimum", "transformers", "torch.onnx", "root")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
+
+
+def save_onnx(model: Any, path: Path) -> None:
+    """Save a ModelProto; weights go to ``<name>.data`` beside it when they would pass protobuf's 2 GB."""
+    import onnx
+
+    size = sum(len(t.raw_data) for t in model.graph.initializer)
+    if size > INLINE_LIMIT:
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=path.name + ".data", size_threshold=1024)
+    else:
+        onnx.save_model(model, str(path))
+
+
+def graph_io(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Names, element types and symbolic shapes of a graph's inputs and outputs."""
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+
+    def dims(v: Any) -> list[Any]:
+        return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+
+    def desc(vs: Any) -> list[dict[str, Any]]:
+        return [{"name": v.name, "dtype": onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower(),
+                 "shape": dims(v)} for v in vs]
+
+    return {"inputs": desc(m.graph.input), "outputs": desc(m.graph.output)}
+
+
+def _classifier_input_names(model: Any, tokenizer: Any) -> list[str]:
+    params = inspect.signature(model.forward).parameters
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in params]
+    produced = set(tokenizer("a", "b").keys())
+    return [n for n in names if n in produced]
+
+
+def export_classifier(src_path: str, out_dir: Path, sample_pairs: Sequence[tuple[str, str]],
+                      opset: int = CLASSIFIER_OPSET, max_length: int = 256) -> dict[str, Any]:
+    """Export a sequence classifier to ``out_dir/model.onnx`` (fp32) and copy its tokenizer and config."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src_path)
+    model = AutoModelForSequenceClassification.from_pretrained(src_path, dtype=torch.float32).eval()
+    family = model.config.model_type
+    names = _classifier_input_names(model, tok)
+    if "input_ids" not in names:
+        raise UnsupportedModelError(f"{family}: the classifier does not take input_ids; cannot export it")
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m: Any):
+            super().__init__()
+            self.m = m
+
+        def forward(self, *args: Any) -> Any:
+            return self.m(**dict(zip(names, args))).logits
+
+    # two pairs of different lengths: the tracer sees padding, and the same eos count per row (BART)
+    pairs = list(sample_pairs[:2]) or [("A man is sleeping.", "A person rests."), ("Two dogs run.", "Animals move.")]
+    if len(pairs) == 1:
+        pairs.append((pairs[0][0] + " " + pairs[0][0], pairs[0][1]))
+    enc = tok([p for p, _ in pairs], [h for _, h in pairs], padding=True, truncation=True, max_length=max_length,
+              return_tensors="pt")
+    args = tuple(enc[n] for n in names)
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes["logits"] = {0: "batch"}
+    out = out_dir / CLASSIFIER_FILE
+    # The wrapper must be in eval mode: the exporter restores the *wrapper's* training flag afterwards,
+    # and a fresh nn.Module is in training mode, which would switch dropout on in the model.
+    wrapper = Logits(model).eval()
+    try:
+        with quiet(), torch.inference_mode(False), torch.no_grad():
+            torch.onnx.export(wrapper, args, str(out), input_names=names, output_names=["logits"],
+                              dynamic_axes=axes, opset_version=opset, do_constant_folding=True, dynamo=False)
+    except Exception as e:  # the tracer's errors are long; keep the first line
+        raise ExportError(f"{family}: torch.onnx.export failed: {first_line(e)}") from e
+    tok.save_pretrained(out_dir)
+    model.config.save_pretrained(out_dir)
+    io_ = graph_io(out)
+    return {"family": family, "opset": opset, "exporter": "torch.onnx.export (legacy, dynamo=False)",
+            "graphs": {CLASSIFIER_FILE: io_}}
+
+
+def export_seq2seq(src_path: str, out_dir: Path, opset: int | None = None) -> dict[str, Any]:
+    """Export a T5-style text-to-text model (encoder + decoder + decoder-with-past, fp32) with optimum."""
+    from transformers import AutoConfig
+
+    from breaknli_fast.export.runtime import require_export_libs
+
+    require_export_libs()
+    from optimum.exporters.onnx import main_export
+
+    family = AutoConfig.from_pretrained(src_path).model_type
+    if family not in SEQ2SEQ_FAMILIES:
+        raise UnsupportedModelError(
+            f"{family}: only T5-family text-to-text models (t5, mt5, umt5: Flan-T5) are exported; this one is untested"
+        )
+    try:
+        with quiet():
+            main_export(src_path, output=out_dir, task="text2text-generation-with-past", device="cpu", opset=opset,
+                        no_post_process=True, do_validation=False)
+    except Exception as e:
+        raise ExportError(f"{family}: optimum export failed: {first_line(e)}") from e
+    for f in SEQ2SEQ_FILES:
+        if not (out_dir / f).exists():
+            raise ExportError(f"{family}: optimum did not write {f}")
+    import onnx
+
+    used_opset = max((o.version for o in onnx.load(str(out_dir / SEQ2SEQ_FILES[0]), load_external_data=False).opset_import
+                      if o.domain in ("", "ai.onnx")), default=None)
+    return {"family": family, "opset": used_opset, "exporter": "optimum main_export (text2text-generation-with-past)",
+            "graphs": {f: graph_io(out_dir / f) for f in SEQ2SEQ_FILES}}

@@ -1,0 +1,236 @@
+"""Lower precisions of an fp32 ONNX graph: FP16, INT8 dynamic (CPU), INT8 static symmetric QDQ (CUDA / TensorRT).
+
+* FP16: ``onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)``
+  (``onnxconverter-common`` 1.16 produced invalid models or hung here). For T5 the feed-forward
+  output projection (``wo``), the residual additions and the RMS norms stay in fp32, as
+  transformers keeps them (``_keep_in_fp32_modules = ["wo"]``, after which the residual stream is
+  promoted to fp32): Flan-T5's ``wo`` outputs overflow fp16 and the model returns NaN or garbage
+  otherwise. The converter treats every blocked node as an island (it casts each output back to
+  fp16 and each input to fp32 again), which would re-introduce the overflow between two blocked
+  nodes, and it emits identical duplicate casts when one fp16 value feeds two blocked nodes (an
+  invalid model); :func:`fuse_cast_pairs` removes both problems.
+* INT8 dynamic: ``quantize_dynamic(weight_type=QInt8)`` of the MatMul/Gemm weights, activations
+  quantized at run time. Runs on the CPU provider only.
+* INT8 static QDQ: ``quantize_static`` in QDQ format, symmetric activations and weights
+  (per-channel), calibrated (MinMax) on real premise/hypothesis pairs. This is what TensorRT
+  consumes (explicit quantization); the CUDA provider runs it too.
+
+``quant_pre_process`` (shape inference + basic graph optimisation, which lets the quantizer see
+fused patterns) fails on RoBERTa/DeBERTa without ``skip_symbolic_shape=True`` and leaves
+temporary files in the working directory; it is run inside a temporary directory, and skipped
+(recorded in the manifest) where it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from breaknli_fast.export.errors import ExportError, first_line
+from breaknli_fast.export.onnx import INLINE_LIMIT, quiet, save_onnx
+
+# T5 nodes kept in fp32 (names as optimum's export writes them).
+T5_FP32_NODE = re.compile(r"(/DenseReluDense/wo/|/layer_norm/|/final_layer_norm/)")
+T5_RESIDUAL_ADD = re.compile(r"/block\.\d+/layer\.\d+/Add(_\d+)?$")
+QUANTIZED_OPS = ["MatMul", "Gemm"]
+
+
+def t5_fp32_nodes(model: Any) -> list[str]:
+    return [n.name for n in model.graph.node if T5_FP32_NODE.search(n.name) or T5_RESIDUAL_ADD.search(n.name)]
+
+
+def _cast_to(node: Any) -> int | None:
+    for a in node.attribute:
+        if a.name == "to":
+            return int(a.i)
+    return None
+
+
+def fuse_cast_pairs(model: Any) -> dict[str, int]:
+    """Clean up ``convert_float_to_float16``'s output around blocked (fp32) nodes, in place:
+
+    1. drop exact duplicate nodes (same op, inputs, outputs, name): the converter inserts one
+       identical ``Cast`` per blocked consumer of a value, which makes the graph invalid;
+    2. where a blocked node's fp32 output is cast to fp16 and straight back to fp32 for another
+       blocked node, feed the fp32 value directly (so adjacent fp32 nodes form an fp32 region
+       and values that overflow fp16 never pass through it);
+    3. remove nodes whose outputs nobody uses any more.
+    """
+    from onnx import TensorProto
+
+    g = model.graph
+    seen: set[bytes] = set()
+    nodes = []
+    dups = 0
+    for n in g.node:
+        key = n.SerializeToString(deterministic=True)
+        if key in seen:
+            dups += 1
+            continue
+        seen.add(key)
+        nodes.append(n)
+    producer = {o: n for n in nodes for o in n.output}
+    graph_outputs = {o.name for o in g.output}
+    rename: dict[str, str] = {}
+    for n in nodes:
+        if n.op_type == "Cast" and _cast_to(n) == TensorProto.FLOAT and n.input:
+            p = producer.get(n.input[0])
+            if (p is not None and p.op_type == "Cast" and _cast_to(p) == TensorProto.FLOAT16
+                    and p.name.endswith("_cast_to_fp16_node")):
+                if n.output[0] in graph_outputs:
+                    n.input[0] = p.input[0]  # keep the name: Cast fp32->fp32 is a no-op
+                else:
+                    rename[n.output[0]] = p.input[0]  # readers take the blocked node's fp32 output
+    _rename_inputs(nodes, rename)
+    fused = len(rename)
+    removed = 0
+    while True:
+        used = _names_used(nodes) | graph_outputs
+        keep = [n for n in nodes if any(o in used for o in n.output)]
+        if len(keep) == len(nodes):
+            break
+        removed += len(nodes) - len(keep)
+        nodes = keep
+    del g.node[:]
+    g.node.extend(nodes)
+    return {"duplicates_dropped": dups, "cast_pairs_fused": fused, "dead_nodes_removed": removed}
+
+
+def _rename_inputs(nodes: Any, rename: dict[str, str]) -> None:
+    """Point every input in ``rename`` to its new name, in subgraphs too."""
+    if not rename:
+        return
+    for n in nodes:
+        for i, name in enumerate(n.input):
+            if name in rename:
+                n.input[i] = rename[name]
+        for a in n.attribute:
+            for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _rename_inputs(sg.node, rename)
+                for o in sg.output:
+                    if o.name in rename:  # a subgraph output that is an outer value
+                        o.name = rename[o.name]
+
+
+def _names_used(nodes: Any) -> set[str]:
+    """Every value name the nodes read, including outer-scope names read inside subgraphs (If, Loop)."""
+    used: set[str] = set()
+    for n in nodes:
+        used.update(n.input)
+        for a in n.attribute:
+            subs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
+            for sg in subs:
+                used.update(_names_used(sg.node))
+                used.update(o.name for o in sg.output)
+    return used
+
+
+def _load_for_conversion(src: Path) -> tuple[Any, bool]:
+    """Load a graph with shape information. Graphs past protobuf's 2 GB are shape-inferred through a
+    file written beside the source (so the relative paths of their external weights still resolve)."""
+    import onnx
+
+    big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
+    if not big:
+        return onnx.load(str(src)), False
+    inferred = src.parent / f".inferred-{src.name}"
+    try:
+        onnx.shape_inference.infer_shapes_path(str(src), str(inferred))
+        return onnx.load(str(inferred)), True
+    finally:
+        inferred.unlink(missing_ok=True)
+
+
+def to_fp16(src: Path, dst: Path, keep_fp32: str | None = None) -> dict[str, Any]:
+    """Convert one graph to fp16 (fp32 inputs/outputs). ``keep_fp32="t5"`` applies the T5 recipe."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model, big = _load_for_conversion(src)
+    block = t5_fp32_nodes(model) if keep_fp32 == "t5" else None
+    try:
+        with quiet():
+            conv = convert_float_to_float16(model, keep_io_types=True, node_block_list=block, disable_shape_infer=big)
+    except Exception as e:
+        raise ExportError(f"fp16 conversion of {src.name} failed: {first_line(e)}") from e
+    stats = fuse_cast_pairs(conv)
+    save_onnx(conv, dst)
+    return {"fp32_nodes": len(block or []), **stats}
+
+
+@contextlib.contextmanager
+def _in_dir(path: Path) -> Iterator[None]:
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def preprocess(src: Path, workdir: Path) -> tuple[Path, str]:
+    """``quant_pre_process`` into ``workdir`` (run from inside it); returns (graph to quantize, status)."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    out = workdir / ("pre-" + src.name)
+    big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
+    try:
+        with quiet(), _in_dir(workdir):
+            quant_pre_process(str(src), str(out), skip_symbolic_shape=True, save_as_external_data=big)
+        return out, "ok"
+    except Exception as e:
+        return src, f"skipped: {first_line(e)}"
+
+
+def int8_dynamic(src: Path, dst: Path) -> dict[str, Any]:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pre, status = preprocess(src, Path(tmp))
+        big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
+        try:
+            with quiet(), _in_dir(Path(tmp)):
+                quantize_dynamic(str(pre), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=QUANTIZED_OPS,
+                                 per_channel=False, reduce_range=False, use_external_data_format=big)
+        except Exception as e:
+            raise ExportError(f"int8 dynamic quantization of {src.name} failed: {first_line(e)}") from e
+    return {"scheme": "dynamic", "weight_type": "QInt8", "activations": "QUInt8 (dynamic, per batch)",
+            "ops": QUANTIZED_OPS, "pre_process": status}
+
+
+class _Reader:
+    """``CalibrationDataReader`` over a list of feed dicts."""
+
+    def __init__(self, feeds: Iterable[dict[str, Any]]):
+        self._feeds = list(feeds)
+        self._it = iter(self._feeds)
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self._it, None)
+
+    def rewind(self) -> None:
+        self._it = iter(self._feeds)
+
+
+def int8_static_qdq(src: Path, dst: Path, feeds: list[dict[str, Any]]) -> dict[str, Any]:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    if not feeds:
+        raise ExportError("static int8 quantization needs calibration pairs")
+    with tempfile.TemporaryDirectory() as tmp:
+        pre, status = preprocess(src, Path(tmp))
+        big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
+        try:
+            with quiet(), _in_dir(Path(tmp)):
+                quantize_static(str(pre), str(dst), _Reader(feeds), quant_format=QuantFormat.QDQ,
+                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True,
+                                op_types_to_quantize=QUANTIZED_OPS, calibrate_method=CalibrationMethod.MinMax,
+                                use_external_data_format=big,
+                                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+        except Exception as e:
+            raise ExportError(f"int8 static (QDQ) quantization of {src.name} failed: {first_line(e)}") from e
+    return {"scheme": "static-qdq", "weight_type": "QInt8 symmetric per-channel", "activations": "QInt8 symmetric",
+            "calibration": "MinMax", "calibration_batches": len(feeds), "ops": QUANTIZED_OPS, "pre_process": status}

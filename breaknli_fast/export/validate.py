@@ -1,0 +1,167 @@
+"""Validation of an export against the PyTorch fp32 reference, before it is declared a success.
+
+Classifiers: the same pairs, the same tokenization and padding, logits in the model's own label
+order: max |Δ logit|, mean |Δ logit|, label (argmax) agreement %, non-finite outputs.
+
+Text-to-text models: the first decoder step's logits over the whole vocabulary for NLI prompts
+built from the pairs (max |Δ|, and the agreement of the seq2seq classifier's label, i.e. the argmax
+over the answer words' first tokens), plus greedy generation on up to 8 generator prompts:
+token agreement % (position by position) and identical sequences, and non-finite scores.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+Pair = tuple[str, str]
+
+TOLERANCE_KEYS = ("max_abs_logit", "min_agreement", "min_token_agreement", "max_nonfinite")
+
+# (kind, precision) -> defaults; None disables a check (the figure is still reported).
+DEFAULT_TOLERANCES: dict[tuple[str, str], dict[str, float | None]] = {
+    ("seq-cls", "fp32"): {"max_abs_logit": 1e-4, "min_agreement": 100.0, "max_nonfinite": 0},
+    ("seq-cls", "fp16"): {"max_abs_logit": 2e-2, "min_agreement": 99.0, "max_nonfinite": 0},
+    ("seq-cls", "int8"): {"max_abs_logit": None, "min_agreement": 95.0, "max_nonfinite": 0},
+    ("seq2seq", "fp32"): {"max_abs_logit": 1e-3, "min_agreement": 100.0, "min_token_agreement": 100.0, "max_nonfinite": 0},
+    ("seq2seq", "fp16"): {"max_abs_logit": None, "min_agreement": 95.0, "min_token_agreement": 90.0, "max_nonfinite": 0},
+    ("seq2seq", "int8"): {"max_abs_logit": None, "min_agreement": 90.0, "min_token_agreement": 70.0, "max_nonfinite": 0},
+}
+GEN_PROMPTS_MAX = 8
+GEN_MAX_NEW_TOKENS = 20
+BATCH = 16
+
+
+def tolerances_for(kind: str, precision: str, overrides: Mapping[str, Any] | None = None) -> dict[str, float | None]:
+    tol = dict(DEFAULT_TOLERANCES[(kind, precision)])
+    for k, v in (overrides or {}).items():
+        if k not in TOLERANCE_KEYS:
+            raise ValueError(f"unknown tolerance {k!r}; use {', '.join(TOLERANCE_KEYS)}")
+        tol[k] = None if v is None else float(v)
+    if kind == "seq-cls":
+        tol.pop("min_token_agreement", None)
+    return tol
+
+
+def check(figures: Mapping[str, Any], tol: Mapping[str, Any]) -> list[str]:
+    """Failed checks, one short phrase each (empty: passed)."""
+    out = []
+    v = figures.get("max_abs_logit")
+    if tol.get("max_abs_logit") is not None and (v is None or not math.isfinite(v) or v > tol["max_abs_logit"]):
+        out.append(f"max|Δlogit| {v:.3g} > {tol['max_abs_logit']:.3g}" if v is not None else "max|Δlogit| missing")
+    v = figures.get("agreement")
+    if tol.get("min_agreement") is not None and v is not None and v < tol["min_agreement"]:
+        out.append(f"label agreement {v:.2f}% < {tol['min_agreement']:.2f}%")
+    gen = figures.get("generation") or {}
+    v = gen.get("token_agreement")
+    if tol.get("min_token_agreement") is not None and v is not None and v < tol["min_token_agreement"]:
+        out.append(f"greedy token agreement {v:.2f}% < {tol['min_token_agreement']:.2f}%")
+    v = figures.get("nonfinite", 0)
+    if tol.get("max_nonfinite") is not None and v > tol["max_nonfinite"]:
+        out.append(f"{v} non-finite outputs (NaN/inf)")
+    return out
+
+
+def _logit_figures(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
+    finite = np.isfinite(out)
+    diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+    return {
+        "max_abs_logit": float(diff.max()) if diff.size else 0.0,
+        "mean_abs_logit": float(diff.mean()) if diff.size else 0.0,
+        "max_abs_ref_logit": float(np.abs(ref).max()) if ref.size else 0.0,  # the scale of the logits
+        "nonfinite": int((~finite).sum()),
+    }
+
+
+def validate_classifier(folder: Any, src_path: str, pairs: Sequence[Pair], device: str = "cpu",
+                        provider: str | None = None, max_length: int = 256, graph: str = "model.onnx") -> dict[str, Any]:
+    """Figures of an exported classifier graph against ``TorchClassifier.raw_logits`` (fp32, CPU)."""
+    from transformers import AutoTokenizer
+
+    from breaknli_fast.engines.torch_ref import TorchClassifier
+    from breaknli_fast.export.runtime import classifier_feeds, make_session
+
+    ref_model = TorchClassifier(src_path, "fp32", "cpu", max_length=max_length)
+    sess, details = make_session(folder / graph, device=device, provider=provider)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    inputs = sess.get_inputs()
+    refs, outs = [], []
+    for i in range(0, len(pairs), BATCH):
+        chunk = list(pairs[i:i + BATCH])
+        refs.append(ref_model.raw_logits(chunk))
+        outs.append(np.asarray(sess.run(["logits"], classifier_feeds(tok, chunk, inputs, max_length))[0], dtype=np.float32))
+    ref = np.concatenate(refs)
+    out = np.concatenate(outs)
+    figs = _logit_figures(ref, out)
+    figs.update(n=len(pairs), agreement=float((ref.argmax(1) == out.argmax(1)).mean() * 100.0),
+                device=device, providers=details.get("providers"))
+    return figs
+
+
+def _token_agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, int]:
+    same = total = identical = 0
+    for x, y in zip(a, b):
+        n = max(len(x), len(y))
+        total += n
+        same += sum(1 for i in range(min(len(x), len(y))) if x[i] == y[i])
+        identical += int(x == y)
+    return (100.0 * same / total if total else 100.0), identical
+
+
+def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: str = "cpu",
+                     provider: str | None = None, max_length: int = 256) -> dict[str, Any]:
+    """Figures of an exported text-to-text model against the PyTorch fp32 model (CPU)."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from breaknli_fast.engines.models import ModelLoadError
+    from breaknli_fast.engines.torch_ref import answer_token_ids
+    from breaknli_fast.export.runtime import load_ort_seq2seq
+    from breaknli_fast.prompts import CONTRADICT_PROMPT, DEFAULT_NLI_PROMPT, NLI_PROMPTS
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    ref_model = AutoModelForSeq2SeqLM.from_pretrained(src_path, dtype=torch.float32).eval()
+    ort_model, details = load_ort_seq2seq(folder, device=device, provider=provider)
+    try:
+        answers: list[int] | None = answer_token_ids(tok)
+    except ModelLoadError:
+        answers = None
+    start = int(ref_model.config.decoder_start_token_id or 0)
+    template = NLI_PROMPTS[DEFAULT_NLI_PROMPT]
+    refs, outs = [], []
+    with torch.inference_mode():
+        for i in range(0, len(pairs), BATCH):
+            chunk = pairs[i:i + BATCH]
+            enc = tok([template.format(premise=p, hypothesis=h) for p, h in chunk], padding=True, truncation=True,
+                      max_length=max_length, return_tensors="pt")
+            dec = torch.full((len(chunk), 1), start, dtype=torch.long)
+            refs.append(ref_model(**enc, decoder_input_ids=dec).logits[:, 0, :].float().numpy())
+            outs.append(ort_model(**enc, decoder_input_ids=dec).logits[:, 0, :].float().cpu().numpy())
+    ref = np.concatenate(refs)
+    out = np.concatenate(outs)
+    figs = _logit_figures(ref, out)
+    figs.update(n=len(pairs), device=device, providers=details.get("providers"))
+    figs["agreement"] = (float((ref[:, answers].argmax(1) == out[:, answers].argmax(1)).mean() * 100.0)
+                         if answers else None)
+    # greedy generation on generator prompts
+    prompts = [CONTRADICT_PROMPT.format(h=h) for _, h in list(pairs)[:GEN_PROMPTS_MAX]]
+    kw = dict(max_new_tokens=GEN_MAX_NEW_TOKENS, do_sample=False, num_beams=1, output_scores=True,
+              return_dict_in_generate=True)
+    pad = tok.pad_token_id
+    ref_rows, out_rows, bad = [], [], 0
+    with torch.inference_mode():
+        for prompt in prompts:
+            enc = tok([prompt], return_tensors="pt", truncation=True, max_length=max_length)
+            r = ref_model.generate(**enc, **kw)
+            o = ort_model.generate(**enc, **kw)
+            ref_rows.append([int(t) for t in r.sequences[0, 1:] if int(t) != pad])
+            out_rows.append([int(t) for t in o.sequences[0, 1:].cpu() if int(t) != pad])
+            # -inf is a legitimate mask from a logits processor; NaN and +inf are overflow
+            bad += sum(int((torch.isnan(s) | torch.isposinf(s)).sum()) for s in o.scores)
+    agree, identical = _token_agreement(ref_rows, out_rows)
+    figs["nonfinite"] += bad
+    figs["generation"] = {"prompts": len(prompts), "max_new_tokens": GEN_MAX_NEW_TOKENS, "token_agreement": agree,
+                          "identical_sequences": identical}
+    return figs

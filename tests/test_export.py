@@ -1,0 +1,349 @@
+"""Exporters: ONNX fp32 / fp16 / int8 for every classifier family and for T5, validation against
+PyTorch fp32, the export cache (reuse, invalidation, force, atomic writes), clean refusals and the
+``export`` command. CPU only, offline; tiny random-weight models."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+pytest.importorskip("optimum.onnxruntime")
+
+from breaknli_fast import testing  # noqa: E402
+from breaknli_fast.engines.registry import EngineUnavailable  # noqa: E402
+from breaknli_fast.export import (ExportValidationError, UnsupportedModelError,  # noqa: E402
+                                  export_model)
+from breaknli_fast.export import manifest as mf  # noqa: E402
+
+FAMILIES = ("roberta", "bart", "distilbart", "deberta", "deberta-v2")
+PAIRS = [(p, h) for p, h, _ in testing.pairs(24, seed=5)]
+# Random tiny models have near-tied logits: int8 agreement is checked loosely here (real models: >= 95 %).
+LOOSE_INT8 = {"min_agreement": 70.0}
+LOOSE_T5 = {"min_agreement": 70.0, "min_token_agreement": 50.0}
+# init_std=0.3: labels vary with the input and logits are a few units, as for real MNLI models.
+LOOSE_FP16 = {"min_agreement": 90.0}
+
+
+@pytest.fixture(scope="session")
+def models(tiny_dir) -> dict[str, str]:
+    root = tiny_dir / "export-models"
+    out = {}
+    for fam in FAMILIES:
+        out[fam] = str(testing.make_tiny_classifier(root / fam, fam, init_std=0.3))
+    out["t5"] = str(testing.make_tiny_t5(root / "t5"))
+    return out
+
+
+@pytest.fixture(scope="session")
+def cache(tiny_dir) -> Path:
+    return tiny_dir / "export-cache"
+
+
+@pytest.fixture(autouse=True)
+def _cache_root(tiny_dir, monkeypatch):
+    """Nothing is written under ~/.cache by the tests."""
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tiny_dir / "cache-root"))
+
+
+def _export(model, precision, cache, **kw):
+    tol = kw.pop("tolerances", {"int8": LOOSE_INT8, "fp16": LOOSE_FP16}.get(precision))
+    return export_model(model, precision=precision, cache_dir=cache, calibration_pairs=PAIRS, validation_size=16,
+                        tolerances=tol, progress=False, **kw)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_classifier_export_validates(models, cache, family, precision):
+    res = _export(models[family], precision, cache)
+    v = res.validation
+    assert v["passed"] and v["n"] == 16 and v["nonfinite"] == 0
+    if precision == "fp32":
+        assert v["max_abs_logit"] <= 1e-4 and v["agreement"] == 100.0
+    elif precision == "fp16":
+        assert v["max_abs_logit"] <= 5e-2 * max(1.0, v["max_abs_ref_logit"]) and v["agreement"] >= 90.0
+    m = res.manifest
+    assert m["family"] == ("bart" if family == "distilbart" else family)
+    assert m["variant"] == {"fp32": "fp32", "fp16": "fp16", "int8": "int8-dynamic"}[precision]
+    assert (res.path / "model.onnx").exists() and (res.path / "tokenizer_config.json").exists()
+    names = [i["name"] for i in m["graphs"]["model.onnx"]["inputs"]]
+    assert names[:2] == ["input_ids", "attention_mask"]
+    assert m["graphs"]["model.onnx"]["inputs"][0]["shape"] == ["batch", "sequence"]
+
+
+def test_manifest_contents(models, cache):
+    res = _export(models["roberta"], "fp32", cache)
+    m = json.loads((res.path / "manifest.json").read_text())
+    for k in ("source", "files", "precision", "format", "opset", "libraries", "validation", "created", "key", "graphs"):
+        assert k in m, k
+    assert m["source"]["files_sha256"]["model.safetensors"]
+    assert set(m["libraries"]) >= {"torch", "transformers", "optimum", "onnxruntime", "onnx"}
+    for name, meta in m["files"].items():
+        assert mf.file_sha256(res.path / name) == meta["sha256"]
+    assert m["validation"]["tolerances"]["max_abs_logit"] == 1e-4
+
+
+def test_t5_fp32_export_validates_greedy_identical(models, cache):
+    res = _export(models["t5"], "fp32", cache)
+    v = res.validation
+    assert sorted(res.graphs) == ["decoder_model.onnx", "decoder_with_past_model.onnx", "encoder_model.onnx"]
+    assert not (res.path / "decoder_model_merged.onnx").exists()
+    assert v["max_abs_logit"] < 1e-3 and v["agreement"] == 100.0
+    assert v["generation"]["token_agreement"] == 100.0
+    assert v["generation"]["identical_sequences"] == v["generation"]["prompts"]
+
+
+def test_t5_fp16_keeps_wo_and_residual_stream_fp32(models, cache):
+    import onnx
+    from onnx import TensorProto
+
+    res = _export(models["t5"], "fp16", cache, tolerances=LOOSE_T5)
+    assert res.validation["passed"] and res.validation["nonfinite"] == 0
+    for graph in res.graphs:
+        m = onnx.load(str(res.path / graph))
+        names = [n.name for n in m.graph.node]
+        assert len(names) == len(set(names)), "duplicate node names (invalid model)"
+        inits = {i.name: i for i in m.graph.initializer}
+        producer = {o: n for n in m.graph.node for o in n.output}
+        consumers: dict[str, list] = {}
+        for n in m.graph.node:
+            for i in n.input:
+                consumers.setdefault(i, []).append(n)
+        wo = [n for n in m.graph.node if n.op_type == "MatMul" and "/DenseReluDense/wo/" in n.name]
+        assert wo, graph
+        for n in wo:
+            assert inits[n.input[1]].data_type == TensorProto.FLOAT  # fp32 weight
+            # the output goes straight into the fp32 residual Add (no fp16 round trip)
+            assert any(c.op_type == "Add" and re.search(r"/layer\.\d+/Add$", c.name) for c in consumers[n.output[0]])
+            assert all(c.op_type != "Cast" for c in consumers[n.output[0]])
+        # some computation really is fp16
+        assert any(i.data_type == TensorProto.FLOAT16 for i in m.graph.initializer)
+        assert producer  # graph is non-empty
+
+
+def test_t5_int8_export(models, cache):
+    res = _export(models["t5"], "int8", cache, tolerances=LOOSE_T5)
+    assert res.validation["passed"] and res.validation["nonfinite"] == 0
+    assert res.manifest["quantization"]["scheme"] == "dynamic"
+
+
+def test_static_qdq_int8_for_gpu_runs_on_cpu(models, cache):
+    """The TensorRT/CUDA int8 graph (symmetric QDQ, calibrated on pairs) is validated on the CPU here."""
+    import onnx
+
+    res = _export(models["roberta"], "int8", cache, device="cuda", calibration_size=8)
+    assert res.manifest["variant"] == "int8-qdq"
+    assert res.validation["passed"]
+    if "CUDAExecutionProvider" not in __import__("onnxruntime").get_available_providers():
+        assert "CPU provider" in res.validation.get("note", "")
+    ops = {n.op_type for n in onnx.load(str(res.path / "model.onnx")).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    q = res.manifest["quantization"]
+    assert q["scheme"] == "static-qdq" and q["calibration_pairs"] == 8
+
+
+# -- cache -----------------------------------------------------------------------------------
+
+
+def test_cache_reuse_invalidation_and_force(models, tmp_path):
+    src = tmp_path / "model"
+    shutil.copytree(models["roberta"], src)
+    cache = tmp_path / "cache"
+    first = _export(str(src), "fp32", cache)
+    assert not first.reused
+    mtime = (first.path / "model.onnx").stat().st_mtime_ns
+    created = first.manifest["created"]
+
+    again = _export(str(src), "fp32", cache)
+    assert again.reused and again.path == first.path
+    assert (again.path / "model.onnx").stat().st_mtime_ns == mtime
+    assert again.manifest["created"] == created
+
+    forced = _export(str(src), "fp32", cache, force=True)
+    assert not forced.reused and forced.path == first.path
+    assert (forced.path / "model.onnx").stat().st_mtime_ns != mtime
+
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["note"] = "changed"
+    (src / "config.json").write_text(json.dumps(cfg))
+    changed = _export(str(src), "fp32", cache)
+    assert not changed.reused and changed.path == first.path
+    # one folder per (model, format, precision): no stale copies, no temporary folders left
+    assert [p.name for p in cache.iterdir() if p.name != ".locks"] == [first.path.name]
+
+
+def test_cache_rebuilds_when_library_versions_change(models, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    first = _export(models["roberta"], "fp32", cache)
+    real = mf.library_versions()
+    monkeypatch.setattr(mf, "library_versions", lambda: {**real, "onnxruntime": "0.0.1"})
+    second = _export(models["roberta"], "fp32", cache)
+    assert not second.reused and second.manifest["libraries"]["onnxruntime"] == "0.0.1"
+    assert first.path == second.path
+
+
+def test_default_cache_dir_follows_env(models, tmp_path, monkeypatch):
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "c"))
+    res = export_model(models["roberta"], precision="fp32", calibration_pairs=PAIRS, validation_size=8, progress=False)
+    assert res.path.parent == tmp_path / "c" / "exports"
+    assert res.path.name.startswith("roberta-onnx-fp32-")
+
+
+def test_out_dir_and_failed_validation_leaves_nothing(models, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # quant_pre_process must not litter the working directory
+    out = tmp_path / "out"
+    with pytest.raises(ExportValidationError) as ei:
+        _export(models["roberta"], "int8", None, out_dir=out, tolerances={"max_abs_logit": 1e-12})
+    assert "max|Δlogit|" in str(ei.value) and "\n" not in str(ei.value)
+    assert ei.value.validation["passed"] is False
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temp folders, no litter
+
+
+def test_reused_export_rechecks_tolerances(models, cache):
+    _export(models["roberta"], "int8", cache)
+    with pytest.raises(ExportValidationError):
+        _export(models["roberta"], "int8", cache, tolerances={"max_abs_logit": 1e-12})
+
+
+# -- refusals --------------------------------------------------------------------------------
+
+
+def test_refuses_unsupported_architecture(models, tmp_path):
+    d = tmp_path / "mlm"
+    shutil.copytree(models["roberta"], d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(architectures=["RobertaForMaskedLM"], id2label={"0": "LABEL_0", "1": "LABEL_1"},
+               label2id={"LABEL_0": 0, "LABEL_1": 1})
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UnsupportedModelError, match="unsupported model type 'roberta'"):
+        export_model(str(d), progress=False)
+
+
+def test_refuses_bad_precision_and_format(models):
+    with pytest.raises(UnsupportedModelError, match="bf16 runs on the torch engine"):
+        export_model(models["roberta"], precision="bf16", progress=False)
+    with pytest.raises(UnsupportedModelError, match="unknown export format"):
+        export_model(models["roberta"], format="tflite", progress=False)
+
+
+def test_refuses_gpu_int8_and_tensorrt_for_t5(models):
+    with pytest.raises(UnsupportedModelError, match="int8 for text-to-text models on the GPU"):
+        export_model(models["t5"], precision="int8", device="cuda", progress=False)
+    with pytest.raises(UnsupportedModelError, match="TensorRT engines for text-to-text"):
+        export_model(models["t5"], format="tensorrt", progress=False)
+
+
+def _tensorrt_usable() -> str | None:
+    try:
+        from breaknli_fast.export.tensorrt import require_tensorrt
+
+        require_tensorrt()
+        return None
+    except EngineUnavailable as e:
+        return str(e)
+
+
+def test_tensorrt_missing_is_one_line(models):
+    reason = _tensorrt_usable()
+    if reason is None:
+        pytest.skip("TensorRT and a GPU are present: the refusal cannot be observed")
+    assert "\n" not in reason and "pip install 'breaknli-fast[tensorrt]'" in reason
+    from breaknli_fast.engines import registry
+
+    with pytest.raises(EngineUnavailable) as ei:
+        registry.load_classifier("tensorrt", models["roberta"], device="cuda")
+    assert "\n" not in str(ei.value) and "tensorrt" in str(ei.value).lower()
+    with pytest.raises(EngineUnavailable):
+        export_model(models["roberta"], format="tensorrt", progress=False)
+
+
+def test_tensorrt_generator_not_supported():
+    from breaknli_fast.engines import registry
+
+    with pytest.raises(EngineUnavailable, match="does not support generators"):
+        registry.load_generator("tensorrt", "any-model", device="cuda")
+
+
+def test_tensorrt_build_on_gpu(models, tmp_path):
+    reason = _tensorrt_usable()
+    if reason is not None:
+        pytest.skip(f"TensorRT engine build needs TensorRT 10 and a CUDA GPU: {reason}")
+    res = export_model(models["roberta"], format="tensorrt", precision="fp32", out_dir=tmp_path / "trt",
+                       calibration_pairs=PAIRS, validation_size=16, progress=False)
+    assert res.validation["passed"] and (res.path / "model.plan").exists()
+
+
+def test_shape_profile_from_lengths():
+    from breaknli_fast.export.tensorrt import shape_profile
+
+    p = shape_profile([10, 12, 20, 31, 33, 40, 41, 50, 60, 200], max_length=256, max_batch=32)
+    assert p["min"] == [1, 1] and p["max"] == [32, 256] and p["opt"] == [32, 64]
+
+
+# -- command ---------------------------------------------------------------------------------
+
+
+def _app():
+    import typer
+
+    from breaknli_fast.export.command import export
+
+    app = typer.Typer()
+    app.command("export")(export)
+
+    @app.command("other")
+    def other() -> None:  # a second command keeps typer in multi-command mode, as in cli.py
+        pass
+
+    return app
+
+
+def test_export_command_success_and_reuse(models, tmp_path):
+    from typer.testing import CliRunner
+
+    out = tmp_path / "cli-out"
+    runner = CliRunner()
+    args = ["export", "--model", models["bart"], "--precision", "int8", "--out", str(out), "--validation-size", "8",
+            "--min-agreement", "50"]
+    r = runner.invoke(_app(), args)
+    assert r.exit_code == 0, r.output
+    assert "label agreement" in r.output and "passed" in r.output and (out / "manifest.json").exists()
+    r2 = runner.invoke(_app(), args)
+    assert r2.exit_code == 0 and "reused" in r2.output
+
+
+def test_export_command_errors_are_one_line(models, tmp_path):
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    r = runner.invoke(_app(), ["export", "--model", str(tmp_path / "nope")])
+    assert r.exit_code == 1 and "error:" in r.output and "Traceback" not in r.output
+    r = runner.invoke(_app(), ["export", "--model", models["roberta"], "--out", str(tmp_path / "o"),
+                               "--validation-size", "8", "--max-abs-logit", "1e-15"])
+    assert r.exit_code == 1 and "failed validation" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_export_command_calibration_data_file(models, tmp_path):
+    from typer.testing import CliRunner
+
+    loaders = pytest.importorskip("breaknli_fast.data.loaders")
+    assert hasattr(loaders, "load_examples")
+    f = tmp_path / "pairs.jsonl"
+    f.write_text("".join(json.dumps({"premise": p, "hypothesis": h, "label": lab}) + "\n"
+                         for p, h, lab in testing.pairs(12, seed=9)))
+    r = CliRunner().invoke(_app(), ["export", "--model", models["roberta"], "--out", str(tmp_path / "o"),
+                                    "--calibration-data", str(f), "--validation-size", "12"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert m["validation"]["n"] == 12 and m["validation"]["pairs_source"] == "given"
+    assert np.isfinite(m["validation"]["max_abs_logit"])
+    assert os.path.exists(tmp_path / "o" / "model.onnx")
