@@ -266,6 +266,25 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
     console.print(t)
 
 
+from breaknli_fast.bench.command import bench  # noqa: E402
+from breaknli_fast.export.command import export  # noqa: E402
+
+app.command("export")(export)
+app.command("bench")(bench)
+
+mini_app = typer.Typer(help="The shipped mini models (train them again from SNLI).", add_completion=False)
+app.add_typer(mini_app, name="mini")
+
+
+@mini_app.command("train", add_help_option=False,
+                  context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def mini_train(ctx: typer.Context) -> None:
+    """Train mini-mlm, mini-nli and mini-t5 from an SNLI file (`breaknli-fast mini train --help` for options)."""
+    from breaknli_fast.mini.train import main as train_main
+
+    raise typer.Exit(train_main(list(ctx.args)) or 0)
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -1,0 +1,162 @@
+"""``breaknli-fast bench``: speed and parity of engines / precisions, in one command.
+
+Registered by the CLI with ``app.command("bench")(bench)``; the library logic is
+:func:`breaknli_fast.bench.runner.run_bench`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Optional, Tuple
+
+import typer
+
+from breaknli_fast.data.loaders import SAMPLE_NAME
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, GEN_PROMPTS, NLI_PROMPTS
+
+DEFAULT_ENGINES = "torch:fp32,ort:fp32,ort:int8"
+DEFAULT_SAMPLE_LIMIT = 32  # examples of the embedded sample when --limit is not given (several engines run)
+
+
+def _command_line(ctx: typer.Context | None = None) -> str:
+    """The command as typed when run from a shell (``breaknli-fast bench ...``); otherwise (library
+    or test runner) an equivalent command rebuilt from the parsed options that differ from their defaults."""
+    argv = list(sys.argv)
+    if len(argv) > 1 and argv[1] == "bench" and Path(argv[0]).name in ("breaknli-fast", "cli.py", "__main__.py"):
+        return shlex.join(["breaknli-fast"] + argv[1:])
+    parts = ["breaknli-fast", "bench"]
+    if ctx is None:
+        return shlex.join(parts)
+    for p in ctx.command.params:
+        if getattr(p, "param_type_name", "") != "option" or p.name not in ctx.params:
+            continue
+        v = ctx.params[p.name]
+        if v is None or v == p.default:
+            continue
+        opt = max(p.opts, key=len)
+        if p.is_flag:
+            if v:
+                parts.append(opt)
+            elif p.secondary_opts:
+                parts.append(p.secondary_opts[0])
+        elif isinstance(v, (tuple, list)):
+            parts += [opt, *map(str, v)]
+        else:
+            parts += [opt, str(v)]
+    return shlex.join(parts)
+
+
+def bench(
+    ctx: typer.Context,
+    engines: str = typer.Option(DEFAULT_ENGINES, "--engines", "-e",
+                                help="Comma-separated ENGINE:PRECISION[:key=value...] (torch:fp32 is the reference, always "
+                                     "measured first). Keys: label=NAME, classifier=PATH, generator=PATH; others go to the "
+                                     "engine's loaders (clf.KEY / gen.KEY for one role)."),
+    generator: str = typer.Option("mini-t5", "--generator", "-g", help="Generator: hub id, local folder, or a shipped mini model."),
+    classifier: str = typer.Option("mini-nli", "--classifier", "-c", help="NLI model: sequence classifier or Flan-T5-style seq2seq."),
+    dataset: str = typer.Option(SAMPLE_NAME, "--dataset", "-d", help="'sample', mnli[:mismatched], snli[:test], anli[:r1|r2|r3] or a file."),
+    split: Optional[str] = typer.Option(None, "--split", help="Split of a hub dataset."),
+    mode: str = typer.Option("both", "--mode", help="contradictive, entailed or both."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
+                                        help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported)."),
+    warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured warm-up iterations of every stage (and end-to-end runs on 4 examples)."),
+    min_iterations: int = typer.Option(3, "--min-iterations", min=1, help="Measured iterations of each stage, at least."),
+    min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Measured seconds of each stage, at least."),
+    gen_prompts: int = typer.Option(8, "--gen-prompts", min=0, help="Prompts of the generate-stage workload (half per mode)."),
+    greedy_prompts: int = typer.Option(16, "--greedy-prompts", min=0, help="Prompts of the greedy token-agreement check."),
+    seed: int = typer.Option(0, "--seed", help="Loop seed (generation); the bootstrap uses a fixed seed."),
+    k: int = typer.Option(20, "--k", min=1, help="Candidates generated per hypothesis."),
+    u: int = typer.Option(10, "--u", min=1, help="Distinct candidates kept."),
+    s: int = typer.Option(5, "--s", min=1, help="On-target candidates evaluated."),
+    bidirectional: bool = typer.Option(True, "--bidirectional/--one-direction", help="Relation filter on (h,h') and (h',h), or (h,h') only."),
+    decoding: str = typer.Option("sampling", "--decoding", help="sampling or beam."),
+    top_p: float = typer.Option(0.95, "--top-p"),
+    top_k: int = typer.Option(50, "--top-k"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    max_new_tokens: int = typer.Option(40, "--max-new-tokens"),
+    fixed_length: bool = typer.Option(False, "--fixed-length", help="Generate exactly --max-new-tokens tokens (same work for every engine; on with --random-weights)."),
+    random_weights: Optional[str] = typer.Option(None, "--random-weights",
+                                                 help="Real architectures with random weights, e.g. flan-t5-base,roberta-large "
+                                                      "(T5 shapes = generator, others = classifier; classifier=flan-t5-large for a seq2seq NLI model). "
+                                                      "Speed only: parity is not meaningful."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Folder of the random-weight models (default ~/.cache/breaknli_fast/random-weights)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda[:N]."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    nli_prompt: str = typer.Option(DEFAULT_NLI_PROMPT, "--nli-prompt", help=f"Seq2seq classifier prompt: {', '.join(NLI_PROMPTS)}."),
+    nli_method: str = typer.Option("score", "--nli-method", help="Seq2seq classifier: score or generate."),
+    label_map: Optional[str] = typer.Option(None, "--label-map", help="Model label names to canonical, e.g. LABEL_0=contradiction,..."),
+    max_length: int = typer.Option(256, "--max-length", help="Truncate classifier inputs to this many tokens."),
+    token_budget: int = typer.Option(8192, "--token-budget", help="Classifier batch bound: batch size x longest sequence."),
+    max_batch: int = typer.Option(64, "--max-batch", help="Classifier batch bound: pairs per batch."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when an engine is outside tolerance, below --min-agreement, or failed."),
+    tolerance: float = typer.Option(1.0, "--tolerance", min=0.0, help="Breakage tolerance in percentage points (fails only when the 95 % CI also excludes 0)."),
+    min_agreement: float = typer.Option(98.0, "--min-agreement", min=0.0, max=100.0, help="Minimum classifier label agreement with torch:fp32, percent."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (bench.json, bench.md, bench.png). Default: runs/bench-<time>."),
+    no_plot: bool = typer.Option(False, "--no-plot", help="Do not draw bench.png."),
+    compare: Optional[Tuple[Path, Path]] = typer.Option(None, "--compare", help="Compare two saved benches (bench.json files or folders) instead of running one."),
+) -> None:
+    """Speed and parity of engines / precisions against torch:fp32 on identical inputs, in one process."""
+    from breaknli_fast.bench.report import compare as compare_results
+    from breaknli_fast.bench.report import compare_markdown, compare_table, rich_table
+    from breaknli_fast.bench.runner import BenchConfig, BenchError, BenchResult, run_bench
+    from breaknli_fast.bench.shapes import parse_random_weights
+    from breaknli_fast.bench.specs import BenchSpecError, parse_engines
+    from breaknli_fast.cli import RichHook, _user_errors, console, err_console, fail, make_progress
+    from breaknli_fast.data.labels import parse_label_map
+    from breaknli_fast.engines.base import Decoding
+    from breaknli_fast.pipeline.breaknli import LoopConfig
+    from rich.markup import escape
+
+    errors = _user_errors() + (BenchError, BenchSpecError)
+    try:
+        if compare and all(compare):
+            a, b = (BenchResult.load(p) for p in compare)
+            cmp = compare_results(a.data, b.data)
+            console.print(compare_table(cmp, str(compare[0]), str(compare[1])))
+            if out is not None:
+                import json
+
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "compare.json").write_text(json.dumps(cmp, indent=2) + "\n")
+                (out / "compare.md").write_text(compare_markdown(cmp, str(compare[0]), str(compare[1])))
+                console.print(f"comparison written to [bold]{out}[/] (compare.json, compare.md)")
+            return
+        modes = ("contradictive", "entailed") if mode == "both" else (mode,)
+        dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, max_new_tokens=max_new_tokens)
+        loop = LoopConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional, decoding=dec, seed=seed,
+                          prompts=dict(GEN_PROMPTS))
+        eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
+        cfg = BenchConfig(
+            engines=parse_engines(engines), generator=generator, classifier=classifier, dataset=dataset, split=split,
+            limit=eff_limit, loop=loop, device=device, warmup=warmup, min_iterations=min_iterations,
+            min_seconds=min_seconds, repeats=repeats, gen_prompts=gen_prompts, greedy_prompts=greedy_prompts,
+            tolerance=tolerance, min_agreement=min_agreement, random_weights=parse_random_weights(random_weights),
+            fixed_length=fixed_length, cache_dir=str(cache_dir) if cache_dir else None,
+            classifier_opts={"label_map": parse_label_map(label_map), "max_length": max_length, "token_budget": token_budget,
+                             "max_batch": max_batch, "prompt": nli_prompt, "method": nli_method},
+            threads=threads, command=_command_line(ctx))
+        out_dir = out or Path("runs") / f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        with make_progress() as progress:
+            def log(msg: str) -> None:
+                progress.console.print(f"[dim]{escape(msg)}[/]", highlight=False)
+
+            result = run_bench(cfg, hook=RichHook(progress), log=log)
+        paths = result.save(out_dir, plot=not no_plot)
+    except errors as e:
+        fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        return
+    console.print(rich_table(result.data))
+    for n in result.data.get("notes", []):
+        console.print(f"[yellow]note:[/] {escape(n)}")
+    for e in result.engines:
+        if e["status"] != "ok":
+            err_console.print(f"[yellow]{e['status']}[/] {escape(e['label'])}: {escape(str(e['reason']))}", highlight=False)
+        for f in (e.get("checks") or {}).get("failures", []):
+            err_console.print(f"[bold red]FAIL[/] {escape(e['label'])}: {escape(f)}", highlight=False)
+    console.print(f"bench written to [bold]{out_dir}[/] (" + ", ".join(p.name for p in paths.values()) + ")")
+    if strict and not result.passed:
+        raise typer.Exit(1)

@@ -1,0 +1,202 @@
+"""Parity of an engine with the torch:fp32 reference (spec: "Parity with the PyTorch reference").
+
+* classifier parity on identical pairs: label agreement and max |Δ logit|;
+* breakage on one fixed set of (p, h, h') triples taken from the reference's own run, so
+  generation noise is excluded: paired differences with a paired bootstrap CI;
+* end-to-end: each engine's own loop; unpaired differences (``metrics.diff_ci``);
+* generator: greedy-token agreement, and identity of sampled candidates.
+
+Verdicts come from :func:`breaknli_fast.pipeline.verdicts.verdict` and rates from
+:func:`breaknli_fast.pipeline.metrics.rates`; nothing here re-implements the loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from breaknli_fast.data.labels import LABELS
+from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, bootstrap_indices, diff_ci, rates
+from breaknli_fast.pipeline.verdicts import verdict
+
+CELLS = tuple(LABELS) + ("overall",)
+DIFF_KEYS = ("inequality", "relaxed")
+
+
+def classifier_parity(ref_logits: np.ndarray, logits: np.ndarray) -> dict[str, Any]:
+    ref_logits, logits = np.asarray(ref_logits, dtype=np.float64), np.asarray(logits, dtype=np.float64)
+    n = int(ref_logits.shape[0])
+    if n == 0:
+        return {"n": 0, "label_agreement_pct": None, "max_abs_logit_diff": None, "mean_abs_logit_diff": None}
+    d = np.abs(ref_logits - logits)
+    return {"n": n, "label_agreement_pct": float(100.0 * np.mean(ref_logits.argmax(1) == logits.argmax(1))),
+            "max_abs_logit_diff": float(d.max()), "mean_abs_logit_diff": float(d.mean())}
+
+
+def paired_diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+    """Difference a - b of two rates (percent) over the *same* examples, with a 95 % bootstrap CI
+    that resamples each example for both sides at once."""
+    a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a_arr.shape != b_arr.shape:
+        raise ValueError("paired difference needs aligned arrays of equal length")
+    if a_arr.size == 0:
+        return {"diff": None, "ci": None, "n": 0}
+    idx = bootstrap_indices(a_arr.size, n_boot, seed)
+    d = 100.0 * (a_arr[idx].mean(axis=1) - b_arr[idx].mean(axis=1))
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    return {"diff": float(100.0 * (a_arr.mean() - b_arr.mean())), "ci": [float(lo), float(hi)], "n": int(a_arr.size)}
+
+
+# -- fixed triples ----------------------------------------------------------------------------------
+
+def fixed_triples(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reference run's evaluated examples with their S kept h' (mode, id, label, premise, h')."""
+    out = []
+    for r in records:
+        if r.get("status") == "evaluated":
+            out.append({"mode": r["mode"], "id": r["id"], "yhat": r["yhat"], "premise": r["premise"],
+                        "hypothesis": r["hypothesis"], "evaluated": list(r["evaluated"])})
+    return out
+
+
+def triple_pairs(triples: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(t["premise"], c) for t in triples for c in t["evaluated"]]
+
+
+def triple_verdicts(triples: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dict[str, Any]]:
+    """Verdict of each fixed triple under the predictions ``labels`` of (p, h') (in triple_pairs order).
+    The rule is keyed by the example's label (gold = the reference's ŷ), so the example set is the same
+    for every engine and the comparison is paired."""
+    out, pos = [], 0
+    for t in triples:
+        n = len(t["evaluated"])
+        out.append(verdict(t["mode"], t["yhat"], list(labels[pos : pos + n])).to_dict())
+        pos += n
+    if pos != len(labels):
+        raise ValueError("predictions do not match the fixed triples")
+    return out
+
+
+def _cells(triples: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+    """mode -> cell (label / overall) -> indices into triples."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for i, t in enumerate(triples):
+        m = out.setdefault(t["mode"], {})
+        m.setdefault(t["yhat"], []).append(i)
+        m.setdefault("overall", []).append(i)
+    return out
+
+
+def fixed_triple_parity(triples: Sequence[dict[str, Any]], ref_verdicts: Sequence[dict[str, Any]],
+                        verdicts: Sequence[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+    """Per mode x (label, overall): the engine's rates, and the paired difference engine - reference
+    of inequality and relaxed with a 95 % paired bootstrap CI."""
+    out: dict[str, Any] = {}
+    for mode, cells in _cells(triples).items():
+        table = {}
+        for cell in CELLS:
+            idx = cells.get(cell)
+            if not idx:
+                continue
+            entry: dict[str, Any] = {"n": len(idx), "rates": rates([verdicts[i] for i in idx], n_boot, seed)}
+            for key in DIFF_KEYS:
+                a = [float(verdicts[i][key]) for i in idx]
+                b = [float(ref_verdicts[i][key]) for i in idx]
+                entry[key] = paired_diff_ci(a, b, n_boot, seed)
+            entry["examples_changed"] = int(sum(verdicts[i]["inequality"] != ref_verdicts[i]["inequality"]
+                                                or verdicts[i]["relaxed"] != ref_verdicts[i]["relaxed"] for i in idx))
+            table[cell] = entry
+        out[mode] = table
+    return out
+
+
+# -- end to end -------------------------------------------------------------------------------------
+
+def _indicators(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    out: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for r in records:
+        if r.get("status") != "evaluated":
+            continue
+        m = out.setdefault(r["mode"], {})
+        for cell in (r["yhat"], "overall"):
+            c = m.setdefault(cell, {k: [] for k in DIFF_KEYS})
+            for k in DIFF_KEYS:
+                c[k].append(float(r["verdict"][k]))
+    return out
+
+
+def end_to_end_parity(ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
+                      n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+    """Per mode x (label, overall): engine - reference of each engine's own loop (different example
+    sets: unpaired bootstrap CI, ``metrics.diff_ci``)."""
+    a_all, b_all = _indicators(records), _indicators(ref_records)
+    out: dict[str, Any] = {}
+    for mode in sorted(set(a_all) | set(b_all)):
+        table = {}
+        for cell in CELLS:
+            a, b = a_all.get(mode, {}).get(cell), b_all.get(mode, {}).get(cell)
+            if not a or not b:
+                continue
+            entry: dict[str, Any] = {"n": len(a["inequality"]), "n_reference": len(b["inequality"])}
+            for k in DIFF_KEYS:
+                entry[k] = diff_ci(a[k], b[k], n_boot, seed)
+            table[cell] = entry
+        out[mode] = table
+    return out
+
+
+def sampled_identity(ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Share of examples generated by both runs whose kept candidates are identical (same seed:
+    identical logits must give identical samples)."""
+    ref = {(r["mode"], r["id"]): r.get("candidates") for r in ref_records if "candidates" in r}
+    both = [(ref[(r["mode"], r["id"])], r["candidates"]) for r in records
+            if "candidates" in r and (r["mode"], r["id"]) in ref]
+    if not both:
+        return {"n": 0, "identical_pct": None}
+    return {"n": len(both), "identical_pct": 100.0 * sum(a == b for a, b in both) / len(both)}
+
+
+def token_agreement(ref: Sequence[Sequence[int]], seqs: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """Greedy decoding of the same prompts: % of positions with equal tokens (over the longer of the
+    two sequences, so a length difference counts as disagreement) and % of identical sequences."""
+    if len(ref) != len(seqs):
+        raise ValueError("token agreement needs one sequence per prompt on both sides")
+    if not ref:
+        return {"n": 0, "token_agreement_pct": None, "identical_sequences_pct": None}
+    equal = total = same = 0
+    for a, b in zip(ref, seqs):
+        L = max(len(a), len(b))
+        equal += sum(1 for x, y in zip(a, b) if x == y)
+        total += L
+        same += list(a) == list(b)
+    return {"n": len(ref), "positions": total, "token_agreement_pct": 100.0 * equal / total if total else 100.0,
+            "identical_sequences_pct": 100.0 * same / len(ref)}
+
+
+# -- the pass / fail rule ----------------------------------------------------------------------------
+
+def out_of_tolerance(entry: dict[str, Any] | None, tolerance: float) -> bool:
+    """The spec's rule: |difference| larger than the tolerance *and* its 95 % CI excludes zero."""
+    if not entry or entry.get("diff") is None or entry.get("ci") is None:
+        return False
+    lo, hi = entry["ci"]
+    return abs(entry["diff"]) > tolerance and (lo > 0 or hi < 0)
+
+
+def check(parity: dict[str, Any], tolerance: float, min_agreement: float) -> list[str]:
+    """Failures (one line each) of one engine's parity block."""
+    fails: list[str] = []
+    agr = parity.get("classifier", {}).get("all", {}).get("label_agreement_pct")
+    if agr is not None and agr < min_agreement:
+        fails.append(f"classifier label agreement {agr:.2f} % < {min_agreement:.2f} %")
+    for block, name in (("fixed_triples", "fixed triples"), ("end_to_end", "end to end")):
+        for mode, table in (parity.get(block) or {}).items():
+            for cell, entry in table.items():
+                for k in DIFF_KEYS:
+                    e = entry.get(k)
+                    if out_of_tolerance(e, tolerance):
+                        lo, hi = e["ci"]
+                        fails.append(f"{name}: {mode} {cell} {k} {e['diff']:+.2f} pp [{lo:+.2f}, {hi:+.2f}] "
+                                     f"(tolerance {tolerance:.2f} pp)")
+    return fails

@@ -1,0 +1,607 @@
+"""``run_bench``: every engine on identical inputs, in one process (backend -> scenario -> report).
+
+Per engine, in order (the torch:fp32 reference first):
+
+1. **load** the classifier and generator through the engine registry (an engine that cannot load
+   is *skipped* with its one-line reason; the reference must load);
+2. **end to end**: the real loop (:func:`~breaknli_fast.pipeline.breaknli.run_loop`) on the whole
+   dataset, after a warm-up on its first examples, ``repeats`` times; its records give the
+   end-to-end breakage and, for the reference, the fixed (p, h, h') triples;
+3. **stages on a fixed workload** (identical inputs for every engine, independent of the engine's
+   own predictions): classify (p, h) of every example; generate K candidates for the first
+   ``gen_prompts`` selected examples; the relation filter's (h, h') / (h', h) pairs and the
+   evaluation's (p, h') pairs built from the *reference's* candidates as if every filter passed.
+   Each stage runs ``warmup`` times unmeasured, then at least ``min_iterations`` times and at least
+   ``min_seconds``; the classifier's pair cache is cleared before every iteration;
+4. **parity** with the reference: logits of the workload pairs, the fixed triples re-classified,
+   greedy decoding of the same prompts.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from breaknli_fast.bench import parity as par
+from breaknli_fast.bench.measure import PeakMemory, latency_stats, repeat, synchronize
+from breaknli_fast.bench.specs import EngineSpec, parse_engines, with_reference
+from breaknli_fast.data.loaders import SAMPLE_NAME, Example, LoadedData, load_examples
+from breaknli_fast.engines import registry
+from breaknli_fast.engines.base import Decoding, derive_seed
+from breaknli_fast.pipeline.breaknli import LoopConfig, ProgressHook, dedup_candidates, funnel, run_loop
+from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, breakdown
+from breaknli_fast.pipeline.verdicts import SELECTED
+from breaknli_fast.prompts import NLI_PROMPTS
+
+SCHEMA = "breaknli-fast-bench/1"
+STAGES = ("classify_ph", "generate", "relation", "evaluate")
+CLASSIFY_STAGES = ("classify_ph", "relation", "evaluate")
+WARMUP_EXAMPLES = 4  # examples of the end-to-end warm-up run
+
+
+class BenchError(RuntimeError):
+    """A bench that cannot run (the reference does not load, no data, ...): one line for the CLI."""
+
+
+def first_line(exc: BaseException) -> str:
+    for line in str(exc).strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+@dataclass
+class BenchConfig:
+    engines: list[EngineSpec] | str = "torch:fp32"
+    generator: str = "mini-t5"
+    classifier: str = "mini-nli"
+    dataset: str = SAMPLE_NAME
+    split: str | None = None
+    limit: int | None = None
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    device: str = "cpu"
+    warmup: int = 1
+    min_iterations: int = 3
+    min_seconds: float = 1.0
+    repeats: int = 1  # end-to-end loop repeats
+    gen_prompts: int = 8  # prompts of the generate-stage workload
+    greedy_prompts: int = 16  # prompts of the greedy token-agreement check
+    tolerance: float = 1.0  # percentage points
+    min_agreement: float = 98.0  # percent
+    random_weights: dict[str, str] = field(default_factory=dict)  # role -> built-in shape
+    fixed_length: bool = False  # min_new_tokens = max_new_tokens (forced on with random weights)
+    cache_dir: str | None = None
+    classifier_opts: dict[str, Any] = field(default_factory=dict)
+    generator_opts: dict[str, Any] = field(default_factory=dict)
+    n_boot: int = N_BOOT
+    threads: int | None = None
+    command: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["engines"] = [s.to_dict() for s in self.specs()]
+        d["loop"] = self.loop.to_dict()
+        return d
+
+    def specs(self) -> list[EngineSpec]:
+        return parse_engines(self.engines) if isinstance(self.engines, str) else with_reference(list(self.engines))
+
+
+class PrefixHook(ProgressHook):
+    """Forward the loop's progress to another hook, with the engine's label before each stage name."""
+
+    def __init__(self, inner: ProgressHook, prefix: str):
+        self.inner, self.prefix = inner, prefix
+
+    def start(self, stage: str, total: int, completed: int = 0) -> None:
+        self.inner.start(f"{self.prefix} {stage}", total, completed)
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        self.inner.advance(f"{self.prefix} {stage}", n)
+
+    def finish(self, stage: str) -> None:
+        self.inner.finish(f"{self.prefix} {stage}")
+
+
+# -- the result -----------------------------------------------------------------------------------------
+
+class BenchResult:
+    """Everything a bench measured (``bench.json``), with its renderings."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+
+    @property
+    def engines(self) -> list[dict[str, Any]]:
+        return self.data["engines"]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.data["passed"])
+
+    def engine(self, label: str) -> dict[str, Any]:
+        for e in self.engines:
+            if e["label"] == label:
+                return e
+        raise KeyError(label)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.data, indent=indent, default=_json_default)
+
+    def to_markdown(self) -> str:
+        from breaknli_fast.bench.report import bench_markdown
+
+        return bench_markdown(self.data)
+
+    def save(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"json": out / "bench.json", "markdown": out / "bench.md"}
+        paths["json"].write_text(self.to_json() + "\n")
+        paths["markdown"].write_text(self.to_markdown())
+        if plot:
+            from breaknli_fast.bench.report import plot_speed_vs_breakage
+
+            png = plot_speed_vs_breakage(self.data, out / "bench.png")
+            if png is not None:
+                paths["plot"] = png
+        return paths
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BenchResult":
+        p = Path(path)
+        if p.is_dir():
+            p = p / "bench.json"
+        if not p.exists():
+            raise BenchError(f"no bench result at {path} (expected bench.json or a folder holding it)")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise BenchError(f"{p} is not valid JSON: {e}") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise BenchError(f"{p} is not a breaknli-fast bench result (schema {SCHEMA})")
+        return cls(data)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+# -- helpers --------------------------------------------------------------------------------------------
+
+def _loadavg() -> list[float] | None:
+    """1, 5 and 15 minute load averages: other work on a shared machine skews timings."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _clear(clf: Any) -> None:
+    fn = getattr(clf, "clear_cache", None)
+    if callable(fn):
+        fn()
+
+
+def _reset(obj: Any) -> None:
+    st = getattr(obj, "stats", None)
+    if st is not None and callable(getattr(st, "reset", None)):
+        st.reset()
+
+
+def _split_opts(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Engine options: ``clf.key`` -> classifier only, ``gen.key`` -> generator only, plain -> both."""
+    c: dict[str, Any] = {}
+    g: dict[str, Any] = {}
+    for k, v in opts.items():
+        if k.startswith("clf."):
+            c[k[4:]] = v
+        elif k.startswith("gen."):
+            g[k[4:]] = v
+        else:
+            c[k] = g[k] = v
+    return c, g
+
+
+def workload_prompts(examples: list[Example], loop: LoopConfig, n: int) -> list[dict[str, Any]]:
+    """The first examples selected by each mode (half of ``n`` per mode), independent of any classifier."""
+    per_mode = max(1, math.ceil(n / max(1, len(loop.modes))))
+    out = []
+    for mode in loop.modes:
+        sel = [ex for ex in examples if ex.label in SELECTED[mode]][:per_mode]
+        for ex in sel:
+            out.append({"mode": mode, "id": ex.id, "premise": ex.premise, "hypothesis": ex.hypothesis,
+                        "prompt": loop.prompts[mode].format(h=ex.hypothesis), "seed": derive_seed(loop.seed, mode, ex.id)})
+    return out[: max(n, 0)]
+
+
+def _pairs_from_candidates(items: list[dict[str, Any]], cands: list[list[str]], loop: LoopConfig):
+    rel, ev = [], []
+    for it, cs in zip(items, cands):
+        kept, _ = dedup_candidates(it["hypothesis"], cs, loop.u)
+        for c in kept:
+            rel.append((it["hypothesis"], c))
+            if loop.bidirectional:
+                rel.append((c, it["hypothesis"]))
+        ev.extend((it["premise"], c) for c in kept[: loop.s])
+    return rel, ev
+
+
+def _greedy_ids(gen: Any, prompts: list[str], seeds: list[int], decoding: Decoding) -> tuple[list[list[int]], str]:
+    dec = Decoding(strategy="greedy", max_new_tokens=decoding.max_new_tokens, min_new_tokens=decoding.min_new_tokens)
+    if callable(getattr(gen, "generate_ids", None)):
+        return [rows[0] for rows in gen.generate_ids(prompts, 1, dec, seeds)], "token ids"
+    texts = gen.generate(prompts, 1, dec, seeds)
+    vocab: dict[str, int] = {}
+    return [[vocab.setdefault(w, len(vocab)) for w in t[0].split()] for t in texts], "whitespace words (engine has no generate_ids)"
+
+
+# -- measurement of one engine --------------------------------------------------------------------------
+
+def _measure_e2e(data: LoadedData, clf: Any, gen: Any, loop: LoopConfig, cfg: BenchConfig,
+                 hook: ProgressHook | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    warm = LoadedData(data.examples[: min(len(data.examples), WARMUP_EXAMPLES)], data.skips, data.source)
+    for _ in range(max(0, cfg.warmup)):
+        _clear(clf)
+        run_loop(warm, clf, gen, loop)
+    walls: list[float] = []
+    first: dict[str, Any] | None = None
+    records0: list[dict[str, Any]] = []
+    identical = True
+    for r in range(max(1, cfg.repeats)):
+        _clear(clf)
+        _reset(clf)
+        _reset(gen)
+        records, times = run_loop(data, clf, gen, loop, hook=hook if r == 0 else None)
+        synchronize(cfg.device)
+        walls.append(times.wall)
+        if first is None:
+            records0 = records
+            cls_s = sum(times.seconds[k] for k in CLASSIFY_STAGES)
+            pairs = sum(times.pairs.values())
+            cst = getattr(clf, "stats", None)
+            gst = getattr(gen, "stats", None)
+            first = {
+                "examples": times.examples,
+                "stage_seconds": dict(times.seconds),
+                "stage_pairs": dict(times.pairs),
+                "classifier_pairs": pairs,
+                "classifier_pairs_computed": getattr(cst, "pairs_computed", None),
+                "classifier_pairs_per_s": pairs / cls_s if cls_s > 0 else None,
+                "generated_sequences": times.sequences,
+                "generated_tokens": times.new_tokens,
+                "generated_tokens_per_s": times.new_tokens / times.seconds["generate"] if times.seconds["generate"] > 0 else None,
+                "classifier_batch_latency": latency_stats(getattr(cst, "batch_seconds", []) or []),
+                "generator_call_latency": latency_stats(getattr(gst, "call_seconds", []) or []),
+            }
+        else:
+            identical = identical and [json.dumps(x, sort_keys=True) for x in records] == [json.dumps(x, sort_keys=True) for x in records0]
+    assert first is not None
+    med = float(np.median(walls))
+    f = funnel(records0, data, loop.modes)
+    out = {"repeats": len(walls), "warmup_runs": max(0, cfg.warmup), "warmup_examples": len(warm.examples),
+           "wall_s": walls, "median_wall_s": med,
+           "examples_per_s": first["examples"] / med if med > 0 else None,
+           **first, "repeats_identical": identical if len(walls) > 1 else None,
+           "accuracy_ph": f.get("accuracy_ph"),
+           "funnel": {m: f[m] for m in loop.modes if m in f},
+           "metrics": breakdown(records0, cfg.n_boot, BOOT_SEED)}
+    return out, records0
+
+
+def _measure_classify(clf: Any, pairs: list[tuple[str, str]], cfg: BenchConfig) -> tuple[dict[str, Any], np.ndarray, list[float]]:
+    if not pairs:
+        return {"items": 0}, np.zeros((0, 3), dtype=np.float32), []
+    batch_s: list[float] = []
+    st = getattr(clf, "stats", None)
+
+    def before() -> None:
+        _clear(clf)
+        _reset(clf)
+
+    def after() -> None:
+        if st is not None:
+            batch_s.extend(getattr(st, "batch_seconds", []) or [])
+
+    rep = repeat(lambda: clf.classify(pairs), warmup=cfg.warmup, min_iterations=cfg.min_iterations,
+                 min_seconds=cfg.min_seconds, device=cfg.device, before=before, after=after)
+    s = rep.summary()
+    lat = latency_stats(batch_s if batch_s else rep.seconds)
+    out = {"items": len(pairs), "unit": "pairs", **s, "pairs_per_s": len(pairs) / s["median_s"],
+           "batches_per_iteration": (len(batch_s) // s["iterations"]) if batch_s else None,
+           "batch_latency": lat, "latency_unit": "batch" if batch_s else "iteration"}
+    return out, np.asarray(rep.result.logits, dtype=np.float32), batch_s
+
+
+def _measure_generate(gen: Any, items: list[dict[str, Any]], loop: LoopConfig, cfg: BenchConfig) -> tuple[dict[str, Any], list[list[str]]]:
+    if not items:
+        return {"items": 0}, []
+    prompts = [it["prompt"] for it in items]
+    seeds = [it["seed"] for it in items]
+    st = getattr(gen, "stats", None)
+    calls: list[float] = []
+    tokens: list[int] = []
+    texts_holder: list[list[list[str]]] = []
+
+    def before() -> None:
+        _reset(gen)
+
+    def after() -> None:
+        if st is not None and hasattr(st, "new_tokens"):
+            tokens.append(int(st.new_tokens))
+            calls.extend(getattr(st, "call_seconds", []) or [])
+
+    def fn() -> list[list[str]]:
+        out = gen.generate(prompts, loop.k, loop.decoding, seeds)
+        texts_holder.append(out)
+        return out
+
+    rep = repeat(fn, warmup=cfg.warmup, min_iterations=cfg.min_iterations, min_seconds=cfg.min_seconds,
+                 device=cfg.device, before=before, after=after)
+    s = rep.summary()
+    if tokens:
+        tok_per_iter = float(np.mean(tokens))
+        how = "generator stats: generated ids per sequence, padding excluded"
+    else:
+        tok_per_iter = float(np.mean([gen.count_tokens(x for c in t for x in c) for t in texts_holder[cfg.warmup:] or texts_holder]))
+        how = "count_tokens of the decoded texts"
+    seqs = len(prompts) * loop.k
+    out = {"items": len(prompts), "unit": "prompts", **s, "k": loop.k, "sequences_per_iteration": seqs,
+           "new_tokens_per_iteration": tok_per_iter, "tokens_counted_by": how,
+           "tokens_per_s": tok_per_iter / s["median_s"], "sequences_per_s": seqs / s["median_s"],
+           "prompts_per_s": len(prompts) / s["median_s"],
+           "call_latency": latency_stats(calls if calls else rep.seconds),
+           "latency_unit": "generate call (one prompt, K sequences)" if calls else "iteration"}
+    return out, rep.result
+
+
+# -- the bench ------------------------------------------------------------------------------------------
+
+def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[[str], None] | None = None) -> BenchResult:
+    """Measure every engine of ``cfg`` on identical inputs; see the module docstring."""
+    log = log or (lambda msg: None)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    specs = cfg.specs()
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(int(cfg.threads))
+    from breaknli_fast.envinfo import environment
+
+    env = environment()
+    data = load_examples(cfg.dataset, split=cfg.split, limit=cfg.limit)
+    if not data.examples:
+        raise BenchError(f"no valid example in {cfg.dataset!r}")
+
+    generator, classifier = cfg.generator, cfg.classifier
+    loop = cfg.loop
+    random_info: dict[str, Any] = {}
+    notes: list[str] = []
+    if cfg.random_weights:
+        from breaknli_fast.bench.shapes import build_random_model
+
+        texts = [t for ex in data.examples for t in (ex.premise, ex.hypothesis)]
+        texts += [p.format(h=ex.hypothesis) for ex in data.examples[:64] for p in loop.prompts.values()]
+        texts += [p.format(premise=ex.premise, hypothesis=ex.hypothesis) for ex in data.examples[:16] for p in NLI_PROMPTS.values()]
+        for role, shape in sorted(cfg.random_weights.items()):
+            path = build_random_model(shape, cfg.cache_dir, texts, log=log)
+            meta = json.loads((path / "random_weights.json").read_text())
+            random_info[role] = {"shape": shape, "path": str(path), "parameters": meta["parameters"],
+                                 "tokenizer_size": meta["tokenizer_size"]}
+            if role == "generator":
+                generator = str(path)
+            else:
+                classifier = str(path)
+        notes.append("random weights (" + ", ".join(f"{r}: {s}" for r, s in sorted(cfg.random_weights.items()))
+                     + "): speed and memory of the real architecture sizes only; parity figures are NOT meaningful "
+                       "(random logits lie close together, so any numeric change flips labels), and --strict ignores them")
+    if cfg.random_weights or cfg.fixed_length:
+        loop = replace(loop, decoding=replace(loop.decoding, min_new_tokens=loop.decoding.max_new_tokens))
+        notes.append(f"fixed generation length: min_new_tokens = max_new_tokens = {loop.decoding.max_new_tokens}, "
+                     "so every engine generates the same number of tokens")
+    meaningful = not cfg.random_weights
+
+    clf_opts, gen_opts = dict(cfg.classifier_opts), dict(cfg.generator_opts)
+    items = workload_prompts(data.examples, loop, cfg.gen_prompts)
+    workload: dict[str, Any] = {"classify_ph": [(ex.premise, ex.hypothesis) for ex in data.examples], "generate": items}
+    ref: dict[str, Any] = {}
+    engines: list[dict[str, Any]] = []
+
+    for i, spec in enumerate(specs):
+        is_ref = i == 0
+        res: dict[str, Any] = {"label": spec.label, "engine": spec.engine, "precision": spec.precision,
+                               "device": cfg.device, "reference": is_ref, "spec": spec.to_dict(),
+                               "models": {"classifier": spec.classifier or classifier, "generator": spec.generator or generator},
+                               "status": "ok", "reason": None}
+        engines.append(res)
+        log(f"[{spec.label}] loading")
+        res["load_average_start"] = _loadavg()
+        mem = PeakMemory(cfg.device).start()
+        c_extra, g_extra = _split_opts(spec.opts)
+        if cfg.threads and spec.engine != "torch":  # torch's threads are process-wide (set above)
+            c_extra.setdefault("threads", cfg.threads)
+            g_extra.setdefault("threads", cfg.threads)
+        t0 = time.perf_counter()
+        try:
+            clf = registry.load_classifier(spec.engine, res["models"]["classifier"], precision=spec.precision,
+                                           device=cfg.device, **{**clf_opts, **c_extra})
+            gen = registry.load_generator(spec.engine, res["models"]["generator"], precision=spec.precision,
+                                          device=cfg.device, **{**gen_opts, **g_extra})
+        except Exception as e:  # noqa: BLE001 - any engine may fail to load; report and go on
+            gc.collect()
+            if is_ref:
+                raise BenchError(f"the reference {spec.label} cannot load: {first_line(e)}") from None
+            res.update(status="skipped", reason=first_line(e))
+            log(f"[{spec.label}] skipped: {res['reason']}")
+            continue
+        res["load_s"] = time.perf_counter() - t0
+        res["info"] = {"classifier": clf.info.to_dict(), "generator": gen.info.to_dict()}
+        load_mem = mem.read()
+        mem = PeakMemory(cfg.device).start()  # the run's own peak, without export / loading transients
+        try:
+            _measure_engine(res, clf, gen, data, loop, cfg, workload, ref, is_ref, hook, log, meaningful)
+            res["memory"] = {**mem.read(), "rss_before_load_mib": load_mem["rss_before_load_mib"],
+                             "rss_after_load_mib": load_mem["rss_now_mib"], "peak_rss_load_mib": load_mem["peak_rss_mib"],
+                             "gpu_peak_allocated_load_mib": load_mem["gpu_peak_allocated_mib"]}
+            res["load_average_end"] = _loadavg()
+        except Exception as e:  # noqa: BLE001
+            if is_ref:
+                raise BenchError(f"the reference {spec.label} failed: {first_line(e)}") from e
+            res.update(status="failed", reason=f"{type(e).__name__}: {first_line(e)}")
+            log(f"[{spec.label}] failed: {res['reason']}")
+        finally:
+            del clf, gen
+            gc.collect()
+            if cfg.device.startswith("cuda"):
+                try:
+                    import torch
+
+                    torch.cuda.empty_cache()
+                except Exception:  # pragma: no cover
+                    pass
+
+    _speedups(engines)
+    for e in engines:
+        if e["status"] == "ok":
+            fails = par.check(e["parity"], cfg.tolerance, cfg.min_agreement) if meaningful else []
+            e["checks"] = {"applied": meaningful, "failures": fails, "passed": not fails}
+        elif e["status"] == "failed":
+            e["checks"] = {"applied": True, "failures": [f"engine failed: {e['reason']}"], "passed": False}
+        else:
+            e["checks"] = {"applied": False, "failures": [], "passed": None}
+    passed = all(e["checks"]["passed"] is not False for e in engines)
+
+    data_out = {
+        "schema": SCHEMA,
+        "command": cfg.command,
+        "started": started,
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "environment": env,
+        "config": {**cfg.to_dict(), "loop": loop.to_dict()},
+        "seeds": {"loop": loop.seed, "bootstrap": BOOT_SEED, "n_boot": cfg.n_boot,
+                  "random_weights": 0 if cfg.random_weights else None,
+                  "per_example": "sha256(loop seed, mode, example id)"},
+        "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
+                 "examples": len(data.examples), "skips": data.skips.to_dict()},
+        "models": {"generator": generator, "classifier": classifier, "random_weights": random_info or None},
+        "workload": {
+            "classify_ph_pairs": len(workload["classify_ph"]),
+            "generate_prompts": len(items),
+            "relation_pairs": len(workload.get("relation", [])),
+            "evaluate_pairs": len(workload.get("evaluate", [])),
+            "fixed_triples": {m: sum(t["mode"] == m for t in ref.get("triples", [])) for m in loop.modes},
+            "greedy_prompts": len(ref.get("greedy", [])),
+            "description": "identical inputs for every engine: (p, h) of every example; K candidates for the first "
+                           "gen_prompts selected examples (half per mode); the (h, h') / (h', h) and (p, h') pairs the loop "
+                           "would classify for the reference's candidates if every filter passed",
+        },
+        "reference": engines[0]["label"],
+        "parity_meaningful": meaningful,
+        "tolerance_pp": cfg.tolerance,
+        "min_agreement_pct": cfg.min_agreement,
+        "notes": notes,
+        "engines": engines,
+        "passed": passed,
+    }
+    return BenchResult(data_out)
+
+
+def _measure_engine(res: dict[str, Any], clf: Any, gen: Any, data: LoadedData, loop: LoopConfig, cfg: BenchConfig,
+                    workload: dict[str, Any], ref: dict[str, Any], is_ref: bool, hook: ProgressHook | None,
+                    log: Callable[[str], None], meaningful: bool) -> None:
+    label = res["label"]
+    log(f"[{label}] end to end")
+    e2e, records = _measure_e2e(data, clf, gen, loop, cfg, PrefixHook(hook, label) if hook else None)
+    stages: dict[str, Any] = {}
+    log(f"[{label}] stage: generate")
+    stages["generate"], cands = _measure_generate(gen, workload["generate"], loop, cfg)
+    if is_ref:
+        workload["relation"], workload["evaluate"] = _pairs_from_candidates(workload["generate"], cands, loop)
+        ref["triples"] = par.fixed_triples(records)
+        ref["greedy"] = workload["generate"][: cfg.greedy_prompts]
+        ref["records"] = records
+    logits: dict[str, np.ndarray] = {}
+    batch_all: list[float] = []
+    for stage in CLASSIFY_STAGES:
+        log(f"[{label}] stage: {stage}")
+        stages[stage], logits[stage], bs = _measure_classify(clf, workload[stage], cfg)
+        batch_all += bs
+    res["speed"] = {"stages": stages, "end_to_end": e2e, "classifier_batch_latency": latency_stats(batch_all)}
+
+    # parity inputs (untimed)
+    log(f"[{label}] parity")
+    _clear(clf)
+    tp = par.triple_pairs(ref["triples"])
+    tri = clf.classify(tp) if tp else None
+    logits["fixed_triples"] = np.asarray(tri.logits, dtype=np.float32) if tri is not None else np.zeros((0, 3), np.float32)
+    verdicts = par.triple_verdicts(ref["triples"], tri.labels if tri is not None else [])
+    g = ref["greedy"]
+    greedy, greedy_unit = _greedy_ids(gen, [x["prompt"] for x in g], [x["seed"] for x in g], loop.decoding) if g else ([], "token ids")
+    if is_ref:
+        ref["logits"], ref["verdicts"], ref["greedy_ids"] = logits, verdicts, greedy
+
+    cls = {k: par.classifier_parity(ref["logits"][k], logits[k]) for k in logits}
+    cls["all"] = par.classifier_parity(np.concatenate([ref["logits"][k] for k in logits]), np.concatenate(list(logits.values())))
+    res["parity"] = {
+        "meaningful": meaningful,
+        "classifier": cls,
+        "fixed_triples": par.fixed_triple_parity(ref["triples"], ref["verdicts"], verdicts, cfg.n_boot, BOOT_SEED),
+        "end_to_end": par.end_to_end_parity(ref["records"], records, cfg.n_boot, BOOT_SEED),
+        "generator": {"greedy": {**par.token_agreement(ref["greedy_ids"], greedy), "unit": greedy_unit,
+                                 "max_new_tokens": loop.decoding.max_new_tokens},
+                      "sampled_candidates": par.sampled_identity(ref["records"], records)},
+    }
+
+
+def _speedups(engines: list[dict[str, Any]]) -> None:
+    ref = engines[0]
+    if ref.get("status") != "ok":
+        return
+    rs = ref["speed"]["stages"]
+    for e in engines:
+        if e.get("status") != "ok":
+            continue
+        st = e["speed"]["stages"]
+        per: dict[str, float | None] = {}
+        ref_total = eng_total = 0.0
+        for k in STAGES:
+            a, b = rs.get(k, {}), st.get(k, {})
+            if a.get("items") and b.get("items"):
+                per[k] = a["median_s"] / b["median_s"]
+                ref_total += a["median_s"]
+                eng_total += b["median_s"]
+            else:
+                per[k] = None
+        e2e_ref, e2e = ref["speed"]["end_to_end"], e["speed"]["end_to_end"]
+        e["speed"]["workload_s"] = eng_total
+        e["speed"]["speedup"] = {
+            "workload": ref_total / eng_total if eng_total > 0 else None,
+            "end_to_end": e2e_ref["median_wall_s"] / e2e["median_wall_s"] if e2e["median_wall_s"] > 0 else None,
+            "stages": per,
+        }
+        cls = [st[k] for k in CLASSIFY_STAGES if st.get(k, {}).get("items")]
+        e["speed"]["summary"] = {
+            "classifier_pairs_per_s": (sum(x["items"] for x in cls) / sum(x["median_s"] for x in cls)) if cls else None,
+            "generated_tokens_per_s": st.get("generate", {}).get("tokens_per_s"),
+            "examples_per_s": e2e.get("examples_per_s"),
+            "classifier_batch_p95_ms": e["speed"]["classifier_batch_latency"]["p95_ms"],
+            "generator_call_p95_ms": (st.get("generate", {}).get("call_latency") or {}).get("p95_ms"),
+        }
+

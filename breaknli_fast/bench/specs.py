@@ -1,0 +1,99 @@
+"""Which engines a bench measures: ``ENGINE:PRECISION[:key=value...]`` specifications.
+
+Examples: ``torch:fp32``, ``ort:int8``, ``tensorrt:fp16``, and, to compare another model folder
+under the same engine (an exported or quantised copy, a deliberately perturbed classifier),
+``torch:fp32:label=perm:classifier=/path/to/model``. Recognised keys: ``label`` (the name shown in
+reports), ``classifier`` and ``generator`` (model overrides for this engine only); any other key is
+passed to the engine's loaders as an option (integers and floats are converted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from breaknli_fast.engines.registry import PRECISIONS
+
+REFERENCE = ("torch", "fp32")
+
+
+class BenchSpecError(ValueError):
+    """A malformed ``--engines`` / ``--random-weights`` value (one line, for the CLI)."""
+
+
+@dataclass
+class EngineSpec:
+    engine: str
+    precision: str = "fp32"
+    label: str = ""
+    classifier: str | None = None  # model override for this engine only
+    generator: str | None = None
+    opts: dict[str, Any] = field(default_factory=dict)  # extra loader options
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            self.label = f"{self.engine}:{self.precision}"
+
+    @property
+    def is_plain_reference(self) -> bool:
+        """torch:fp32 on the bench's own models, without options: a valid reference."""
+        return (self.engine, self.precision) == REFERENCE and not (self.classifier or self.generator or self.opts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            continue
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def parse_engine(text: str) -> EngineSpec:
+    parts = [p.strip() for p in text.strip().split(":")]
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise BenchSpecError(f"engine {text!r}: expected ENGINE:PRECISION (e.g. torch:fp32, ort:int8)")
+    engine, precision = parts[0].lower(), parts[1].lower()
+    if precision not in PRECISIONS:
+        raise BenchSpecError(f"engine {text!r}: unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
+    spec = EngineSpec(engine, precision)
+    for kv in parts[2:]:
+        if "=" not in kv:
+            raise BenchSpecError(f"engine {text!r}: option {kv!r} must be key=value")
+        key, val = (x.strip() for x in kv.split("=", 1))
+        if key == "label":
+            spec.label = val
+        elif key in ("classifier", "generator"):
+            setattr(spec, key, val)
+        else:
+            spec.opts[key] = _value(val)
+    return spec
+
+
+def parse_engines(text: str | list[str]) -> list[EngineSpec]:
+    """Parse a comma-separated list; the ``torch:fp32`` reference is put first (added when absent);
+    repeated labels get ``#2``, ``#3``."""
+    items = text if isinstance(text, list) else [x for x in text.split(",") if x.strip()]
+    specs = [parse_engine(x) if isinstance(x, str) else x for x in items]
+    return with_reference(specs)
+
+
+def with_reference(specs: list[EngineSpec]) -> list[EngineSpec]:
+    specs = list(specs)
+    ref_at = next((i for i, s in enumerate(specs) if s.is_plain_reference), None)
+    if ref_at is None:
+        specs.insert(0, EngineSpec(*REFERENCE))
+    elif ref_at:
+        specs.insert(0, specs.pop(ref_at))
+    seen: dict[str, int] = {}
+    for s in specs:
+        n = seen.get(s.label, 0) + 1
+        seen[s.label] = n
+        if n > 1:
+            s.label = f"{s.label}#{n}"
+    return specs
