@@ -140,3 +140,21 @@ def test_unknown_engine_and_cuda_without_gpu(tiny_roberta):
         pytest.skip("a CUDA GPU is present: the no-GPU refusal cannot be checked here")
     with pytest.raises(ModelLoadError, match="no CUDA GPU"):
         registry.load_classifier("torch", tiny_roberta, device="cuda")
+
+
+@pytest.mark.parametrize("decoding", [Decoding(max_new_tokens=12), Decoding(top_p=1.0, top_k=0, max_new_tokens=12),
+                                      Decoding(temperature=0.7, max_new_tokens=12, min_new_tokens=3)])
+def test_batched_sampling_equals_transformers_generate_per_prompt(tiny_t5, decoding):
+    """Prompts sampled together, each under its own generator, give exactly what transformers'
+    generate gives for each prompt alone under torch.manual_seed(seed)."""
+    gen = registry.load_generator("torch", tiny_t5)
+    prompts = ["A man is sleeping.", "Two dogs run in the park near the river today.", "A cat.", "The boy reads a book."]
+    seeds = [5, 6, 7, 8]
+    gen.prompt_batch = 8
+    batched = gen.generate_ids(prompts, 5, decoding, seeds)
+    assert gen.stats.prompts == 4 and len(gen.stats.call_seconds) == 1
+    gen.prompt_batch = 1  # one transformers generate() call per prompt
+    assert gen.generate_ids(prompts, 5, decoding, seeds) == batched
+    # a prompt's candidates do not depend on its batch neighbours
+    gen.prompt_batch = 8
+    assert gen.generate_ids(prompts[2:3], 5, decoding, seeds[2:3])[0] == batched[2]

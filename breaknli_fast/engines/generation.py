@@ -109,6 +109,80 @@ class GeneratorStats:
         self.call_seconds = []
 
 
+# generation_config fields whose processors the batched sampler does not apply (it then falls back
+# to one transformers ``generate`` call per prompt); values are the neutral defaults.
+_UNSUPPORTED_GEN_CONFIG = {
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "sequence_bias": (None,), "min_length": (None, 0), "min_p": (None,), "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0), "eta_cutoff": (None, 0.0), "exponential_decay_length_penalty": (None,),
+    "renormalize_logits": (None, False), "guidance_scale": (None, 1.0), "remove_invalid_values": (None, False),
+}
+
+
+def batched_sampling_supported(model: Any) -> bool:
+    gc = getattr(model, "generation_config", None)
+    if gc is None:
+        return True
+    return all(getattr(gc, k, None) in ok for k, ok in _UNSUPPORTED_GEN_CONFIG.items())
+
+
+def sample_batched(model: Any, enc: dict[str, torch.Tensor], n: int, decoding: Decoding, seeds: Sequence[int],
+                   start_id: int, eos_id: int, pad_id: int) -> list[list[list[int]]]:
+    """Sampling for several prompts in one batch, each prompt with its own random generator.
+
+    Reproduces transformers' sampling for one prompt under ``torch.manual_seed(seed)`` (the same
+    warpers in the same order -- min-new-tokens, temperature, top-k, top-p -- and one
+    ``multinomial`` draw per step over that prompt's ``n`` rows), while the model runs once per step
+    for all prompts with a KV cache. Results do not depend on which prompts share the batch, except
+    for float rounding differences from padding (which can flip a draw only at an exact tie)."""
+    from transformers.generation.logits_process import (LogitsProcessorList, MinNewTokensLengthLogitsProcessor,
+                                                         TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+    from transformers.modeling_outputs import BaseModelOutput
+
+    device = enc["input_ids"].device
+    procs = LogitsProcessorList()
+    if decoding.min_new_tokens:
+        procs.append(MinNewTokensLengthLogitsProcessor(1, decoding.min_new_tokens, eos_id, device=device))
+    if decoding.temperature is not None and decoding.temperature != 1.0:
+        procs.append(TemperatureLogitsWarper(decoding.temperature))
+    if decoding.top_k:
+        procs.append(TopKLogitsWarper(top_k=decoding.top_k, min_tokens_to_keep=1))
+    if decoding.top_p is not None and decoding.top_p < 1.0:
+        procs.append(TopPLogitsWarper(top_p=decoding.top_p, min_tokens_to_keep=1))
+    b = enc["input_ids"].shape[0]
+    gen_device = device if device.type == "cuda" else torch.device("cpu")
+    gens = [torch.Generator(device=gen_device).manual_seed(int(sd)) for sd in seeds]
+    rows = b * n
+    with torch.inference_mode():
+        hidden = model.get_encoder()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])[0]
+        enc_out = BaseModelOutput(last_hidden_state=hidden.repeat_interleave(n, dim=0))
+        mask = enc["attention_mask"].repeat_interleave(n, dim=0)
+        seqs = torch.full((rows, 1), start_id, dtype=torch.long, device=device)
+        unfinished = torch.ones(rows, dtype=torch.bool, device=device)
+        past = None
+        for _ in range(decoding.max_new_tokens):
+            out = model(encoder_outputs=enc_out, attention_mask=mask, decoder_input_ids=seqs[:, -1:] if past is not None else seqs,
+                        past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            scores = procs(seqs, out.logits[:, -1, :].to(dtype=torch.float32))
+            probs = torch.softmax(scores, dim=-1)
+            nxt = torch.full((rows,), pad_id, dtype=torch.long, device=device)
+            for e in range(b):
+                sl = slice(e * n, (e + 1) * n)
+                if unfinished[sl].any():  # transformers stops drawing once all of a prompt's rows are done
+                    draw = torch.multinomial(probs[sl].to(gen_device), num_samples=1, generator=gens[e]).squeeze(1)
+                    nxt[sl] = draw.to(device)
+            nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad_id))
+            seqs = torch.cat([seqs, nxt[:, None]], dim=1)
+            unfinished &= nxt != eos_id
+            if not unfinished.any():
+                break
+    flat = [_cut(r[1:], eos_id, pad_id) for r in seqs.tolist()]
+    return [flat[e * n : (e + 1) * n] for e in range(b)]
+
+
 def _cut(tokens: list[int], eos: int, pad: int) -> list[int]:
     """Tokens up to and including the first eos, without padding (HF pads finished rows)."""
     out = []
@@ -124,8 +198,10 @@ def _cut(tokens: list[int], eos: int, pad: int) -> list[int]:
 class HFGenerator:
     """A :class:`~breaknli_fast.engines.base.Generator` over any model with HF ``generate``."""
 
-    def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str = "cpu", max_input_length: int = 256):
+    def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str = "cpu", max_input_length: int = 256,
+                 prompt_batch: int = 8):
         self.model = model
+        self.prompt_batch = max(1, int(prompt_batch))
         self.tokenizer = tokenizer
         self.info = info
         self.device = device
@@ -137,33 +213,42 @@ class HFGenerator:
             torch.cuda.synchronize()
 
     def generate_ids(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[list[int]]]:
-        """Generated token ids (without the decoder start token and padding), ``n`` per prompt."""
+        """Generated token ids (without the decoder start token and padding), ``n`` per prompt.
+
+        Sampling runs ``prompt_batch`` prompts per batch with one random generator per prompt;
+        beam and greedy decoding batch prompts through transformers' ``generate`` (deterministic);
+        diverse beam runs per prompt."""
         if len(seeds) != len(prompts):
             raise ValueError("one seed per prompt is required")
-        kw = decoding.hf_kwargs(n) if decoding.strategy != "diverse-beam" else {}
-        pad = self.tokenizer.pad_token_id
+        cfg = self.model.config
+        start, eos, pad = int(cfg.decoder_start_token_id or 0), int(cfg.eos_token_id), int(self.tokenizer.pad_token_id)
+        batched_sampling = decoding.strategy == "sampling" and self.prompt_batch > 1 and batched_sampling_supported(self.model)
+        per_call = self.prompt_batch if (batched_sampling or decoding.strategy in ("beam", "greedy")) else 1
         out: list[list[list[int]]] = []
-        for prompt, seed in zip(prompts, seeds):
-            enc = self.tokenizer([prompt], return_tensors="pt", truncation=True, max_length=self.max_input_length)
+        for i in range(0, len(prompts), per_call):
+            part, part_seeds = list(prompts[i : i + per_call]), list(seeds[i : i + per_call])
+            enc = self.tokenizer(part, return_tensors="pt", padding=True, truncation=True, max_length=self.max_input_length)
             enc = {k: v.to(self.device) for k, v in enc.items()}
             t0 = time.perf_counter()
-            torch.manual_seed(int(seed))
             if decoding.strategy == "diverse-beam":
-                cfg = self.model.config
-                rows = diverse_beam_search(self.model, enc, n, decoding, int(cfg.decoder_start_token_id or 0),
-                                           int(cfg.eos_token_id), int(pad))
+                res = [diverse_beam_search(self.model, enc, n, decoding, start, eos, pad)]
+            elif batched_sampling:
+                res = sample_batched(self.model, enc, n, decoding, part_seeds, start, eos, pad)
             else:
+                torch.manual_seed(int(part_seeds[0]))
                 with torch.inference_mode():
-                    seqs = self.model.generate(**enc, **kw)
-                rows = [_cut(row[1:].tolist(), int(self.model.config.eos_token_id), int(pad)) for row in seqs.detach().cpu()]
+                    seqs = self.model.generate(**enc, **decoding.hf_kwargs(n))
+                flat = [_cut(row[1:].tolist(), eos, pad) for row in seqs.detach().cpu()]
+                res = [flat[j * n : (j + 1) * n] for j in range(len(part))]
             self._synchronize()
             dt = time.perf_counter() - t0
-            self.stats.new_tokens += sum(len(r) for r in rows)
-            self.stats.prompts += 1
-            self.stats.sequences += len(rows)
+            for rows in res:
+                self.stats.new_tokens += sum(len(r) for r in rows)
+                self.stats.sequences += len(rows)
+            self.stats.prompts += len(part)
             self.stats.seconds += dt
             self.stats.call_seconds.append(dt)
-            out.append(rows)
+            out.extend(res)
         return out
 
     def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
