@@ -1,0 +1,144 @@
+"""MODEL_CARD.md of each mini model, built from its ``train_info.json`` and the evaluation results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from breaknli_fast.mini.common import folder_size, read_json
+from breaknli_fast.mini.data import DEV_MODULUS, SNLI_CITATION
+
+COMMAND = "python -m breaknli_fast.mini.train --data snli_1.0_train_subset.jsonl.gz --seed 0 --threads 1"
+
+LICENSE = f"""## License
+
+- Weights and code: Apache-2.0 (the license of breaknli-fast).
+- Training data: SNLI 1.0 (Bowman et al. 2015), CC BY-SA 4.0
+  (<https://creativecommons.org/licenses/by-sa/4.0/>). The weights were trained on this data; no text of
+  SNLI is stored in them beyond what the tokenizer vocabulary holds.
+
+> {SNLI_CITATION}
+"""
+
+
+def _pct(x: Any) -> str:
+    return "n/a" if x is None else f"{100 * float(x):.1f} %"
+
+
+def _split_text(info: dict) -> str:
+    d = info.get("data", {})
+    return (f"SNLI 1.0 train, 100,000-pair subset; rows without gold label skipped ({d.get('skipped_no_gold_label', '?')}). "
+            f"Held out: every pair whose caption id (`pairID.rsplit('r', 1)[0]`) has "
+            f"`int(sha1(caption_id).hexdigest(), 16) % {DEV_MODULUS} == 0` - {d.get('dev_pairs', '?'):,} dev pairs "
+            f"from {d.get('dev_captions', '?'):,} premises; training used the other {d.get('train_pairs', '?'):,} pairs "
+            f"({d.get('train_captions', '?'):,} premises). The embedded sample "
+            f"(`breaknli_fast/assets/data/snli_sample.jsonl`) is the first 2,000 held-out pairs.")
+
+
+def _hw(info: dict) -> str:
+    h = info.get("hardware", {})
+    return f"{h.get('cpu', '?')} ({h.get('cpu_count', '?')} cores), {h.get('torch_threads', '?')} torch threads, " \
+           f"{h.get('platform', '?')}, torch {h.get('torch', '?')}"
+
+
+def _hp(info: dict) -> str:
+    return "\n".join(f"| {k} | {v} |" for k, v in sorted(info.get("hyperparameters", {}).items()))
+
+
+def _card(name: str, info: dict, ev: dict, size: int) -> str:
+    head = f"# {name}\n\nPart of breaknli-fast: a small model trained from scratch on CPU so that " \
+           "`breaknli-fast run` works offline. It is a stand-in for the real checkpoints, *not* a substitute: its " \
+           "breakage rates say nothing about roberta-large-mnli or Flan-T5.\n\n"
+    common = (f"## Training data and split\n\n{_split_text(info)}\n\n"
+              f"## Training\n\n- seed {info.get('seed')}; steps {info.get('steps')} "
+              f"({info.get('epochs_done', 0):.2f} epochs); time {info.get('train_seconds', 0) / 60:.1f} min\n"
+              f"- hardware: {_hw(info)}\n- parameters: {info.get('params', 0):,}; folder size {size / 1e6:.1f} MB "
+              f"(weights stored as fp16 safetensors, `config.torch_dtype = float32`, so `from_pretrained` loads fp32)\n"
+              f"- reproduce: `{COMMAND}` (see `docs/mini-models.md`)\n\n"
+              f"| hyperparameter | value |\n|---|---|\n{_hp(info)}\n\n")
+    if name == "mini-mlm":
+        body = ("## Model\n\n`RobertaForMaskedLM` (RoBERTa architecture), byte-level BPE tokenizer trained on the SNLI "
+                "train sentences (`tokenizers`, RoBERTa special tokens `<s> <pad> </s> <unk> <mask>`), loaded as "
+                "`RobertaTokenizerFast`. Pre-trained with masked language modelling (15 % of tokens; 80/10/10) on "
+                f"packed blocks of the {info.get('train_sentences', 0):,} unique train sentences (premises and "
+                f"hypotheses, file order). Final MLM loss {info.get('final_loss')}.\n\n"
+                "Use: initialisation of `mini-nli`; not an NLI model itself.\n\n")
+        return head + body + common + LICENSE
+    if name == "mini-nli":
+        e = ev.get("mini-nli", {})
+        hist = "\n".join(f"| {h.get('round', 1)} | {h['epoch']} | {h['step']} | {h['loss']} | {_pct(h['dev_accuracy'])} |"
+                         for h in info.get("history", []))
+        rounds = info.get("rounds") or []
+        if len(rounds) > 1:
+            hist += "\n\nTraining rounds: " + "; ".join(
+                f"round {i + 1} from {r.get('init')}: {float(r.get('epochs') or 0):.2f} epochs, lr {(r.get('hyperparameters') or {}).get('lr')}, "
+                f"{(r.get('train_seconds') or 0) / 60:.1f} min" for i, r in enumerate(rounds)) + "."
+        body = ("## Model\n\n`RobertaForSequenceClassification` initialised from `mini-mlm`, fine-tuned on the SNLI "
+                "train pairs. `id2label = {0: contradiction, 1: neutral, 2: entailment}` (the order of the common "
+                "MNLI checkpoints). Tokenizer: the BPE of `mini-mlm`; input `<s> premise</s></s>hypothesis</s>`, "
+                "max 128 tokens.\n\n"
+                f"## Results (after the fp16 round trip, loaded in fp32)\n\n- held-out dev accuracy: "
+                f"**{_pct(e.get('dev_accuracy', info.get('dev_accuracy')))}** on {ev.get('dev_pairs', info.get('dev_pairs'))} pairs "
+                f"(per label: " + ", ".join(f"{k} {_pct(v)}" for k, v in e.get("per_label_accuracy", {}).items()) +
+                f")\n- best epoch in fp32: {_pct(info.get('best_dev_accuracy_fp32'))}\n\n"
+                f"| round | epoch | step | train loss | dev accuracy (fp32) |\n|---|---|---|---|---|\n{hist}\n\n")
+        return head + body + common + LICENSE
+    e = ev.get("mini-t5", {})
+    gen = ""
+    for mode in ("contradictive", "entailed"):
+        g = e.get(mode)
+        if not g:
+            continue
+        gen += (f"| {mode} | {g['target']} | {g['checked']} | {_pct(g['share_target_all_outputs'])} | "
+                f"{_pct(g['share_target_distinct_outputs'])} | {g['mean_distinct_candidates']} | "
+                f"{g['too_few_unique']} | {g['too_few_on_target']} | **{_pct(g['survival_rate'])}** |\n")
+    tasks = ", ".join(f"{k} {v:,}" for k, v in info.get("examples_by_task", {}).items())
+    body = ("## Model\n\n`T5ForConditionalGeneration` with the Flan-T5 / T5 v1.1 architecture (gated-GELU feed "
+            "forward, untied input/output embeddings, relative attention, `decoder_start_token_id = 0` = pad). "
+            "Tokenizer: SentencePiece unigram trained on the SNLI train sentences plus the prompt strings "
+            "(`<pad>`=0, `</s>`=1, `<unk>`=2, no extra ids), loaded as `T5TokenizerFast`.\n\n"
+            "Instruction-tuned from scratch with the exact prompts of `breaknli_fast/prompts.py` (inputs normalised): "
+            "contradiction prompt - premise -> contradiction hypothesis, contradiction hypothesis -> premise, "
+            "entailment hypothesis <-> contradiction hypothesis of the same premise; paraphrase prompt - premise -> "
+            "entailment hypothesis, entailment hypothesis -> another entailment hypothesis of the same premise; "
+            "NLI (`infer` prompt) -> `yes` / `no` / `it is not possible to tell` (for a random `nli_fraction` of the "
+            "pairs). Training covered `epochs` of this mix in random, length-bucketed batches. "
+            f"Examples per task: {tasks}; max 96 input / 48 target tokens. Final loss {info.get('final_loss')}"
+            + ("" if info.get("complete", True) else " (**training incomplete: checkpoint**)") + ".\n\n"
+            "## Results (after the fp16 round trip, loaded in fp32)\n\n"
+            f"- NLI on the held-out dev pairs (first decoder step, logits of the first tokens of yes / no / it): "
+            f"**{_pct(e.get('dev_nli_accuracy'))}**\n"
+            "- As the BreakNLI generator, judged by `mini-nli`, on held-out hypotheses that mini-nli classifies "
+            "correctly (K = 20 samples, top_p 0.95, top_k 50, temperature 1.0, max_new_tokens 40, seed 0; filters "
+            "U = 10 distinct, S = 5 on target in both directions):\n\n"
+            "| mode | target | examples | (h, h') on target, all outputs | distinct outputs | mean distinct | "
+            "too few unique | too few on target | survive |\n|---|---|---|---|---|---|---|---|---|\n" + gen + "\n"
+            + _t5_limits(e) + "\n")
+    return head + body + common + LICENSE
+
+
+def _t5_limits(e: dict) -> str:
+    notes = ["## Limitations\n",
+             "- Trained from scratch on about 100k SNLI pairs for a fraction of an epoch of the task mix on a shared "
+             "CPU: outputs are SNLI-style sentences that usually keep the subject of the input and change the rest. "
+             "They are rarely true paraphrases; the paraphrase prompt mostly yields another plausible caption "
+             "hypothesis, and the model conditions only weakly on which of the two prompts it got. The 'on target' shares above are judged by mini-nli, itself a weak classifier, and say "
+             "as much about the judge as about the generator."]
+    acc, dist = e.get("dev_nli_accuracy"), e.get("dev_pred_counts") or {}
+    if acc is not None and acc < 0.45:
+        top = max(dist, key=dist.get) if dist else "?"
+        notes.append(f"- As an NLI model it is at chance level ({_pct(acc)}): the first-step scores favour "
+                     f"`{top}` for {dist.get(top, 0):,} of {sum(dist.values()):,} dev pairs. Use mini-nli as the "
+                     "classifier; mini-t5 as a classifier only exercises the seq2seq code path.")
+    return "\n".join(notes) + "\n"
+
+
+def write_cards(out_dir: str | Path, ev: dict | None = None) -> None:
+    out_dir = Path(out_dir)
+    ev = ev if ev is not None else (read_json(out_dir / "eval_results.json", {}) or {})
+    for name in ("mini-mlm", "mini-nli", "mini-t5"):
+        folder = out_dir / name
+        info = read_json(folder / "train_info.json")
+        if not info:
+            continue
+        (folder / "MODEL_CARD.md").write_text(_card(name, info, ev, folder_size(folder)), encoding="utf-8")

@@ -1,0 +1,608 @@
+"""Train the shipped mini models on SNLI (CPU, seeded, reproducible).
+
+Stages (each a library function, all driven by :func:`train_all`):
+
+1. :func:`train_tokenizers` - byte-level BPE (RoBERTa) and SentencePiece unigram (T5) on SNLI train text;
+2. :func:`pretrain_mlm`   - ``mini-mlm``: RoBERTa masked LM on the unique SNLI train sentences;
+3. :func:`finetune_nli`   - ``mini-nli``: RoBERTa sequence classifier fine-tuned from mini-mlm;
+4. :func:`train_t5`       - ``mini-t5``: T5 v1.1 (Flan-T5 architecture) instruction-tuned with the BreakNLI prompts;
+5. :func:`evaluate_models` (in :mod:`breaknli_fast.mini.evaluate`) - dev accuracies, generator usefulness,
+   filter survival; writes the model cards.
+
+Command line: ``python -m breaknli_fast.mini.train --data snli_1.0_train_subset.jsonl.gz [--out DIR] [--seed 0]``.
+Held-out (dev) pairs are never trained on: see :mod:`breaknli_fast.mini.data` for the split rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import random
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, NEUTRAL
+from breaknli_fast.mini import DATA_DIR, MODELS_DIR
+from breaknli_fast.mini.common import (folder_size, hardware, log, make_progress, n_params, read_json, save_fp16,
+                                       seed_everything, set_threads, write_json)
+from breaknli_fast.mini.data import Pair, SnliSplit, load_split, write_sample
+from breaknli_fast.prompts import CONTRADICT_PROMPT, ENTAIL_PROMPT, NLI_ANSWERS, NLI_PROMPTS
+
+# id2label order of the common MNLI checkpoints
+NLI_ID2LABEL = {0: CONTRADICTION, 1: NEUTRAL, 2: ENTAILMENT}
+NLI_LABEL2ID = {v: k for k, v in NLI_ID2LABEL.items()}
+INFO_FILE = "train_info.json"
+
+DEFAULTS: dict[str, Any] = {
+    "bpe_vocab": 8000,
+    "spm_vocab": 6000,
+    "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=1.0, batch_size=64,
+                block=64, lr=1e-3, warmup=0.06, weight_decay=0.01, mask_prob=0.15, dropout=0.1),
+    "nli": dict(epochs=2.0, eval_every_epochs=0.5, batch_size=64, lr=3e-4, warmup=0.06, weight_decay=0.01, max_length=128, dropout=0.1),
+    "t5": dict(d_model=192, d_kv=48, heads=4, d_ff=512, enc_layers=3, dec_layers=3, epochs=0.4, nli_fraction=0.5, gen_fraction=1.0, batch_size=64,
+               lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
+               save_every=400),
+}
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+def _linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, f)
+
+
+def _adamw(model: torch.nn.Module, lr: float, weight_decay: float, betas=(0.9, 0.98)) -> torch.optim.AdamW:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, eps=1e-6)
+
+
+def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), n), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def _total_steps(n_batches_per_epoch: int, epochs: float, max_steps: int | None) -> int:
+    total = max(1, int(math.ceil(n_batches_per_epoch * epochs)))
+    return min(total, max_steps) if max_steps else total
+
+
+def unique_train_sentences(split: SnliSplit) -> list[str]:
+    """Premises and hypotheses of the training pairs, deduplicated, in file order (premise before its hypotheses)."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for p in split.train:
+        for s in (p.premise, p.hypothesis):
+            if s not in seen:
+                seen.add(s)
+                out.append(s)
+    return out
+
+
+def _info(out_dir: Path, name: str) -> dict:
+    return read_json(out_dir / name / INFO_FILE, {}) or {}
+
+
+# ----------------------------------------------------------------------------------------------- tokenizers
+
+def train_tokenizers(split: SnliSplit, out_dir: str | Path, which: Sequence[str] = ("bpe", "spm"),
+                     bpe_vocab: int = DEFAULTS["bpe_vocab"], spm_vocab: int = DEFAULTS["spm_vocab"],
+                     seed: int = 0) -> dict[str, Any]:
+    """Train the tokenizers on the unique SNLI train sentences; save them to ``out_dir/mini-mlm`` (BPE,
+    also used by mini-nli) and ``out_dir/mini-t5`` (SentencePiece). Returns ``{"bpe": tok, "spm": tok}``."""
+    from breaknli_fast.mini.tokenizers_mini import prompt_lines, train_bpe, train_sentencepiece
+
+    out_dir = Path(out_dir)
+    texts = unique_train_sentences(split)
+    toks: dict[str, Any] = {}
+    if "bpe" in which:
+        t0 = time.perf_counter()
+        toks["bpe"] = train_bpe(texts, out_dir / "mini-mlm", vocab_size=bpe_vocab)
+        log.info("BPE tokenizer: vocab %d, %.1f s", len(toks["bpe"]), time.perf_counter() - t0)
+    if "spm" in which:
+        t0 = time.perf_counter()
+        toks["spm"] = train_sentencepiece(texts + prompt_lines(), out_dir / "mini-t5", vocab_size=spm_vocab, seed=seed)
+        log.info("SentencePiece tokenizer: vocab %d, %.1f s", len(toks["spm"]), time.perf_counter() - t0)
+    return toks
+
+
+# ----------------------------------------------------------------------------------------------- mini-mlm
+
+def _mlm_blocks(tok: Any, sentences: Sequence[str], block: int) -> torch.Tensor:
+    ids = tok(list(sentences), add_special_tokens=False)["input_ids"]
+    stream: list[int] = []
+    for s in ids:
+        stream.extend(s)
+        stream.append(tok.eos_token_id)
+    width = block - 2
+    n = len(stream) // width
+    arr = torch.tensor(stream[: n * width], dtype=torch.long).view(n, width)
+    bos = torch.full((n, 1), tok.bos_token_id, dtype=torch.long)
+    eos = torch.full((n, 1), tok.eos_token_id, dtype=torch.long)
+    return torch.cat([bos, arr, eos], dim=1)
+
+
+def _mask_tokens(ids: torch.Tensor, tok: Any, prob: float, vocab: int, gen: torch.Generator):
+    labels = ids.clone()
+    special = (ids == tok.bos_token_id) | (ids == tok.eos_token_id) | (ids == tok.pad_token_id)
+    chosen = (torch.rand(ids.shape, generator=gen) < prob) & ~special
+    labels[~chosen] = -100
+    inputs = ids.clone()
+    r = torch.rand(ids.shape, generator=gen)
+    inputs[chosen & (r < 0.8)] = tok.mask_token_id
+    rand_pos = chosen & (r >= 0.8) & (r < 0.9)
+    inputs[rand_pos] = torch.randint(5, vocab, ids.shape, generator=gen)[rand_pos]
+    return inputs, labels
+
+
+def _mlm_loss(model: Any, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Masked-LM loss with the LM head applied to the masked positions only (same loss as
+    ``RobertaForMaskedLM(labels=...)``, a fraction of the cost with an 8k vocabulary)."""
+    hidden = model.roberta(input_ids=inputs, attention_mask=torch.ones_like(inputs)).last_hidden_state
+    sel = labels != -100
+    logits = model.lm_head(hidden[sel])
+    return torch.nn.functional.cross_entropy(logits, labels[sel])
+
+
+def pretrain_mlm(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed: int = 0,
+                 max_steps: int | None = None, progress: bool = True, **hp: Any) -> dict:
+    """Pre-train ``mini-mlm`` (RobertaForMaskedLM) on packed blocks of the unique SNLI train sentences."""
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
+
+    cfg = {**DEFAULTS["mlm"], **{k: v for k, v in hp.items() if v is not None}}
+    out = Path(out_dir) / "mini-mlm"
+    tok = tok or RobertaTokenizerFast.from_pretrained(out)
+    seed_everything(seed)
+    sentences = unique_train_sentences(split)
+    blocks = _mlm_blocks(tok, sentences, cfg["block"])
+    config = RobertaConfig(
+        vocab_size=len(tok), hidden_size=cfg["hidden"], num_hidden_layers=cfg["layers"],
+        num_attention_heads=cfg["heads"], intermediate_size=cfg["intermediate"],
+        max_position_embeddings=cfg["max_positions"], type_vocab_size=1, pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, layer_norm_eps=1e-5,
+        hidden_dropout_prob=cfg["dropout"], attention_probs_dropout_prob=cfg["dropout"],
+    )
+    model = RobertaForMaskedLM(config)
+    model.train()
+    bs = cfg["batch_size"]
+    per_epoch = math.ceil(len(blocks) / bs)
+    total = _total_steps(per_epoch, cfg["epochs"], max_steps)
+    opt = _adamw(model, cfg["lr"], cfg["weight_decay"])
+    sched = _linear_schedule(opt, int(cfg["warmup"] * total), total)
+    gen = torch.Generator().manual_seed(seed + 1)
+    log.info("mini-mlm: %d sentences -> %d blocks of %d tokens; %d params; %d steps", len(sentences), len(blocks),
+             cfg["block"], n_params(model), total)
+    t0 = time.perf_counter()
+    step, run_loss, losses = 0, 0.0, []
+    with make_progress(progress) as bar:
+        task = bar.add_task("mini-mlm", total=total, info="")
+        while step < total:
+            perm = torch.randperm(len(blocks), generator=gen)
+            for b in range(per_epoch):
+                if step >= total:
+                    break
+                ids = blocks[perm[b * bs:(b + 1) * bs]]
+                inputs, labels = _mask_tokens(ids, tok, cfg["mask_prob"], len(tok), gen)
+                loss = _mlm_loss(model, inputs, labels)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+                run_loss = loss.item() if step == 1 else 0.98 * run_loss + 0.02 * loss.item()
+                bar.update(task, advance=1, info=f"loss {run_loss:.3f}")
+                if step % 100 == 0 or step == total:
+                    losses.append((step, round(run_loss, 4)))
+                    log.info("mini-mlm step %d/%d loss %.4f (%.0f s)", step, total, run_loss, time.perf_counter() - t0)
+    secs = time.perf_counter() - t0
+    model.eval()
+    save_fp16(model, out, tok)
+    info = {
+        "name": "mini-mlm", "architecture": "RobertaForMaskedLM", "params": n_params(model), "seed": seed,
+        "hyperparameters": cfg, "steps": total, "epochs_done": total / per_epoch, "train_sentences": len(sentences),
+        "train_blocks": len(blocks), "train_seconds": round(secs, 1), "loss_curve": losses,
+        "final_loss": round(run_loss, 4), "hardware": hardware(), "data": split.summary(),
+    }
+    write_json(out / INFO_FILE, info)
+    log.info("mini-mlm saved to %s (%.1f min)", out, secs / 60)
+    return info
+
+
+# ----------------------------------------------------------------------------------------------- mini-nli
+
+def _encode_pairs(tok: Any, pairs: Sequence[Pair], max_length: int) -> list[list[int]]:
+    return tok([p.premise for p in pairs], [p.hypothesis for p in pairs], truncation=True,
+               max_length=max_length)["input_ids"]
+
+
+@torch.inference_mode()
+def classify_ids(model: Any, encoded: Sequence[Sequence[int]], pad_id: int, batch_size: int = 256) -> np.ndarray:
+    """Logits (model order) for pre-tokenised inputs; length-sorted batches, original order returned."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    out = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
+    for b in range(0, len(order), batch_size):
+        idx = order[b:b + batch_size]
+        ids, mask = _pad([encoded[i] for i in idx], pad_id)
+        out[idx] = model(input_ids=ids, attention_mask=mask).logits.float().numpy()
+    return out
+
+
+def nli_accuracy(model: Any, tok: Any, pairs: Sequence[Pair], max_length: int = 128) -> float:
+    enc = _encode_pairs(tok, pairs, max_length)
+    was_training = model.training
+    model.eval()
+    logits = classify_ids(model, enc, tok.pad_token_id)
+    if was_training:
+        model.train()
+    pred = [model.config.id2label[int(i)] for i in logits.argmax(1)]
+    return float(np.mean([p == q.label for p, q in zip(pred, pairs)]))
+
+
+def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps: int | None = None,
+                 progress: bool = True, init: str = "mlm", **hp: Any) -> dict:
+    """Fine-tune ``mini-nli`` (RobertaForSequenceClassification) from the saved ``mini-mlm``; the best evaluation
+    on the held-out dev pairs is kept (saved after every improvement).
+
+    ``init="nli"`` continues from the saved ``mini-nli`` instead (a second round with a fresh schedule); the
+    rounds are recorded in ``train_info.json``."""
+    from transformers import RobertaForSequenceClassification, RobertaTokenizerFast
+
+    cfg = {**DEFAULTS["nli"], **{k: v for k, v in hp.items() if v is not None}}
+    out_dir = Path(out_dir)
+    mlm_dir, out = out_dir / "mini-mlm", out_dir / "mini-nli"
+    init_dir = out if init == "nli" else mlm_dir
+    previous = read_json(out / INFO_FILE, {}) if init == "nli" else {}
+    seed_everything(seed + (len(previous.get("rounds", [])) + 1 if init == "nli" else 0))
+    tok = RobertaTokenizerFast.from_pretrained(mlm_dir)
+    model = RobertaForSequenceClassification.from_pretrained(
+        init_dir, num_labels=3, id2label=dict(NLI_ID2LABEL), label2id=dict(NLI_LABEL2ID),
+        hidden_dropout_prob=cfg["dropout"], attention_probs_dropout_prob=cfg["dropout"], dtype=torch.float32,
+    )
+    model.config.problem_type = "single_label_classification"
+    train_enc = _encode_pairs(tok, split.train, cfg["max_length"])
+    train_y = torch.tensor([NLI_LABEL2ID[p.label] for p in split.train], dtype=torch.long)
+    lengths = [len(x) for x in train_enc]
+    bs = cfg["batch_size"]
+    per_epoch = math.ceil(len(train_enc) / bs)
+    total = _total_steps(per_epoch, cfg["epochs"], max_steps)
+    opt = _adamw(model, cfg["lr"], cfg["weight_decay"])
+    sched = _linear_schedule(opt, int(cfg["warmup"] * total), total)
+    eval_every = max(1, int(per_epoch * cfg["eval_every_epochs"]))
+    gen = torch.Generator().manual_seed(seed + 2)
+    log.info("mini-nli: %d train pairs, %d dev pairs; %d params; %d steps", len(train_enc), len(split.dev),
+             n_params(model), total)
+    model.train()
+    t0 = time.perf_counter()
+    step, run_loss, best, history = 0, 0.0, -1.0, []
+    if init == "nli":  # only replace the saved model when the continuation beats it
+        best = nli_accuracy(model, tok, split.dev, cfg["max_length"])
+        log.info("mini-nli: continuing from the saved model (dev accuracy %.4f)", best)
+    with make_progress(progress) as bar:
+        task = bar.add_task("mini-nli", total=total, info="")
+        epoch = 0
+        while step < total:
+            epoch += 1
+            for idx in _bucket_batches(lengths, bs, gen):
+                if step >= total:
+                    break
+                ids, mask = _pad([train_enc[i] for i in idx], tok.pad_token_id)
+                loss = model(input_ids=ids, attention_mask=mask, labels=train_y[idx]).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+                run_loss = loss.item() if step == 1 else 0.98 * run_loss + 0.02 * loss.item()
+                bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f} best {max(best, 0):.3f}")
+                if step % 100 == 0:
+                    log.info("mini-nli epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
+                             time.perf_counter() - t0)
+                if step % eval_every == 0 or step == total:
+                    acc = nli_accuracy(model, tok, split.dev, cfg["max_length"])
+                    history.append({"epoch": round(step / per_epoch, 2), "step": step, "loss": round(run_loss, 4),
+                                    "dev_accuracy": round(acc, 4), "seconds": round(time.perf_counter() - t0, 1)})
+                    log.info("mini-nli epoch %.2f: dev accuracy %.4f (loss %.4f)", step / per_epoch, acc, run_loss)
+                    if acc > best:
+                        best = acc
+                        save_fp16(model, out, tok)
+                        log.info("mini-nli: saved the new best to %s", out)
+    secs = time.perf_counter() - t0
+    # accuracy after the fp16 round trip, loaded from the saved folder in fp32
+    reloaded = RobertaForSequenceClassification.from_pretrained(out)
+    acc16 = nli_accuracy(reloaded, RobertaTokenizerFast.from_pretrained(out), split.dev, cfg["max_length"])
+    this_round = {"init": "mini-nli" if init == "nli" else "mini-mlm", "hyperparameters": cfg, "steps": total,
+                  "epochs": round(total / per_epoch, 3), "history": history, "train_seconds": round(secs, 1),
+                  "best_dev_accuracy_fp32": round(best, 4)}
+    rounds = (previous.get("rounds") or [{k: previous.get(k) for k in ("hyperparameters", "steps", "history",
+                                                                        "train_seconds", "best_dev_accuracy_fp32")}
+                                          | {"init": "mini-mlm", "epochs": previous.get("epochs_done")}]
+              if init == "nli" and previous else [])
+    rounds.append(this_round)
+    info = {
+        "name": "mini-nli", "architecture": "RobertaForSequenceClassification", "init": "mini-mlm",
+        "rounds": rounds, "params": n_params(model), "seed": seed, "hyperparameters": cfg,
+        "steps": sum(r["steps"] or 0 for r in rounds),
+        "epochs_done": sum(r["epochs"] or 0 for r in rounds), "train_pairs": len(train_enc), "dev_pairs": len(split.dev),
+        "history": [h | {"round": i + 1} for i, r in enumerate(rounds) for h in (r["history"] or [])],
+        "best_dev_accuracy_fp32": round(best, 4), "dev_accuracy": round(acc16, 4),
+        "train_seconds": round(sum(r["train_seconds"] or 0 for r in rounds), 1), "hardware": hardware(), "data": split.summary(),
+        "id2label": NLI_ID2LABEL,
+    }
+    write_json(out / INFO_FILE, info)
+    log.info("mini-nli: dev accuracy after the fp16 round trip %.4f (%.1f min)", acc16, secs / 60)
+    return info
+
+
+# ----------------------------------------------------------------------------------------------- mini-t5
+
+def t5_examples(pairs: Sequence[Pair], seed: int = 0, nli_fraction: float = 1.0,
+                gen_fraction: float = 1.0) -> list[tuple[str, str, str]]:
+    """(task, input, target) triples built from training pairs with the prompts of ``breaknli_fast.prompts``.
+
+    Per premise (caption): contradiction - premise -> C hyp, C hyp -> premise, E hyp <-> C hyp;
+    entailment/paraphrase - premise -> E hyp, E hyp -> other E hyp; NLI - the ``infer`` prompt -> yes / no /
+    it is not possible to tell for a random ``nli_fraction`` of the pairs. Shuffled with ``seed``."""
+    groups: dict[str, dict[str, Any]] = defaultdict(lambda: {"premise": None, ENTAILMENT: [], NEUTRAL: [],
+                                                             CONTRADICTION: []})
+    out: list[tuple[str, str, str]] = []
+    pick = random.Random(seed + 7)
+    for p in pairs:
+        g = groups[p.caption_id]
+        g["premise"] = g["premise"] or p.premise
+        if p.hypothesis not in g[p.label]:
+            g[p.label].append(p.hypothesis)
+        if nli_fraction < 1.0 and pick.random() >= nli_fraction:
+            continue
+        out.append(("nli", NLI_PROMPTS["infer"].format(premise=p.premise, hypothesis=p.hypothesis),
+                    NLI_ANSWERS[p.label]))
+    for cap in groups:
+        g = groups[cap]
+        prem, ents, cons = g["premise"], g[ENTAILMENT], g[CONTRADICTION]
+        for c in cons:
+            out.append(("contradict", CONTRADICT_PROMPT.format(h=prem), c))
+            out.append(("contradict", CONTRADICT_PROMPT.format(h=c), prem))
+            for e in ents:
+                out.append(("contradict", CONTRADICT_PROMPT.format(h=e), c))
+                out.append(("contradict", CONTRADICT_PROMPT.format(h=c), e))
+        for e in ents:
+            out.append(("entail", ENTAIL_PROMPT.format(h=prem), e))
+            for e2 in ents:
+                if e2 != e:
+                    out.append(("entail", ENTAIL_PROMPT.format(h=e), e2))
+    if gen_fraction < 1.0:
+        keep = random.Random(seed + 11)
+        out = [x for x in out if x[0] == "nli" or keep.random() < gen_fraction]
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def _bucket_batches(lengths: Sequence[int], batch_size: int, gen: torch.Generator, bucket: int = 50) -> list[list[int]]:
+    """Random batches of similar length: shuffle, sort within windows of ``bucket`` batches, shuffle the batches."""
+    perm = torch.randperm(len(lengths), generator=gen).tolist()
+    batches: list[list[int]] = []
+    win = batch_size * bucket
+    for w in range(0, len(perm), win):
+        chunk = sorted(perm[w:w + win], key=lambda i: lengths[i])
+        batches.extend(chunk[b:b + batch_size] for b in range(0, len(chunk), batch_size))
+    order = torch.randperm(len(batches), generator=gen).tolist()
+    return [batches[i] for i in order]
+
+
+def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed: int = 0,
+             max_steps: int | None = None, progress: bool = True, init: str = "scratch", **hp: Any) -> dict:
+    """Instruction-tune ``mini-t5`` (T5ForConditionalGeneration, T5 v1.1 / Flan-T5 architecture) from scratch.
+
+    ``init="t5"`` continues from the saved ``mini-t5`` (a further round with a fresh schedule and its own task
+    mix, e.g. more NLI: ``nli_fraction=1.0, gen_fraction=0.25``); rounds are recorded in ``train_info.json``."""
+    from transformers import T5Config, T5ForConditionalGeneration, T5TokenizerFast
+
+    cfg = {**DEFAULTS["t5"], **{k: v for k, v in hp.items() if v is not None}}
+    out = Path(out_dir) / "mini-t5"
+    tok = tok or T5TokenizerFast.from_pretrained(out)
+    previous = read_json(out / INFO_FILE, {}) if init == "t5" else {}
+    rounds = list(previous.get("rounds") or ([{k: previous.get(k) for k in (
+        "hyperparameters", "steps", "epochs_done", "examples_by_task", "train_seconds", "final_loss")}
+        | {"init": "scratch"}] if previous else []))
+    seed_everything(seed + len(rounds))
+    examples = t5_examples(split.train, seed + len(rounds), cfg["nli_fraction"], cfg.get("gen_fraction", 1.0))
+    counts: dict[str, int] = defaultdict(int)
+    for t, _, _ in examples:
+        counts[t] += 1
+    src = tok([x for _, x, _ in examples], truncation=True, max_length=cfg["max_input"])["input_ids"]
+    tgt = tok([y for _, _, y in examples], truncation=True, max_length=cfg["max_target"])["input_ids"]
+    config = T5Config(
+        vocab_size=len(tok), d_model=cfg["d_model"], d_kv=cfg["d_kv"], d_ff=cfg["d_ff"],
+        num_layers=cfg["enc_layers"], num_decoder_layers=cfg["dec_layers"], num_heads=cfg["heads"],
+        relative_attention_num_buckets=32, relative_attention_max_distance=128, dropout_rate=cfg["dropout"],
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, is_encoder_decoder=True,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.pad_token_id,
+        layer_norm_epsilon=1e-6, initializer_factor=1.0,
+    )
+    if init == "t5":
+        model = T5ForConditionalGeneration.from_pretrained(out, dtype=torch.float32)
+    else:
+        model = T5ForConditionalGeneration(config)
+        # untied output layer: start with logits of unit scale (HF initialises it with std 1.0, loss ~40 at step 0)
+        torch.nn.init.normal_(model.lm_head.weight, std=cfg["d_model"] ** -0.5)
+    model.generation_config.decoder_start_token_id = tok.pad_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.train()
+    gen = torch.Generator().manual_seed(seed + 3)
+    lengths = [len(s) + len(t) for s, t in zip(src, tgt)]
+    bs = cfg["batch_size"]
+    per_epoch = math.ceil(len(src) / bs)
+    total = _total_steps(per_epoch, cfg["epochs"], max_steps)
+    opt = _adamw(model, cfg["lr"], cfg["weight_decay"], betas=(0.9, 0.999))
+    sched = _linear_schedule(opt, min(cfg["warmup_steps"], total // 10 + 1), total)
+    log.info("mini-t5: %d examples %s; %d params; %d steps", len(src), dict(counts), n_params(model), total)
+    t0 = time.perf_counter()
+    step, run_loss, losses = 0, 0.0, []
+
+    def checkpoint(final: bool = False) -> None:
+        model.eval()
+        save_fp16(model, out, tok)
+        this = {"init": "mini-t5" if init == "t5" else "scratch", "hyperparameters": cfg, "steps": step,
+                "epochs_done": round(step / per_epoch, 3), "examples_by_task": dict(counts),
+                "train_seconds": round(time.perf_counter() - t0, 1), "final_loss": round(run_loss, 4)}
+        all_rounds = rounds + [this]
+        write_json(out / INFO_FILE, {
+            "name": "mini-t5", "architecture": "T5ForConditionalGeneration (T5 v1.1 / Flan-T5: gated-gelu, untied)",
+            "params": n_params(model), "seed": seed, "hyperparameters": cfg,
+            "steps": sum(r["steps"] or 0 for r in all_rounds), "planned_steps": total,
+            "epochs_done": round(sum(r["epochs_done"] or 0 for r in all_rounds), 3), "examples": len(src),
+            "examples_by_task": dict(counts), "rounds": all_rounds if len(all_rounds) > 1 else [],
+            "train_seconds": round(sum(r["train_seconds"] or 0 for r in all_rounds), 1),
+            "loss_curve": losses, "final_loss": round(run_loss, 4), "complete": final, "hardware": hardware(),
+            "data": split.summary(),
+        })
+        model.train()
+        log.info("mini-t5: checkpoint at step %d saved to %s", step, out)
+
+    with make_progress(progress) as bar:
+        task = bar.add_task("mini-t5", total=total, info="")
+        epoch = 0
+        while step < total:
+            epoch += 1
+            for idx in _bucket_batches(lengths, bs, gen):
+                if step >= total:
+                    break
+                ids, mask = _pad([src[i] for i in idx], tok.pad_token_id)
+                labels, lmask = _pad([tgt[i] for i in idx], tok.pad_token_id)
+                labels[lmask == 0] = -100
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                step += 1
+                run_loss = loss.item() if step == 1 else 0.98 * run_loss + 0.02 * loss.item()
+                bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f}")
+                if step % 100 == 0 or step == total:
+                    losses.append((step, round(run_loss, 4)))
+                    log.info("mini-t5 epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
+                             time.perf_counter() - t0)
+                if cfg["save_every"] and step % cfg["save_every"] == 0 and step < total:
+                    checkpoint()
+    checkpoint(final=True)
+    info = read_json(out / INFO_FILE)
+    log.info("mini-t5 done (%.1f min)", info["train_seconds"] / 60)
+    return info
+
+
+# ----------------------------------------------------------------------------------------------- driver
+
+def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int = 0, threads: int | None = None,
+              mlm_epochs: float | None = None, nli_epochs: float | None = None, t5_epochs: float | None = None,
+              only: str | None = None, max_steps: int | None = None, sample_dir: str | Path | None = DATA_DIR,
+              evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
+              nli_lr: float | None = None, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
+              t5_gen_fraction: float | None = None, t5_lr: float | None = None) -> dict:
+    """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5), then evaluate and write the cards.
+
+    ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
+    ``max_steps`` caps every training stage (smoke tests)."""
+    from breaknli_fast.mini.evaluate import evaluate_models
+
+    nthreads = set_threads(threads)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(seed)
+    t0 = time.perf_counter()
+    split = load_split(data_path)
+    log.info("data: %s", split.summary())
+    log.info("torch threads: %d", nthreads)
+    result: dict[str, Any] = {"data": split.summary()}
+    if sample_dir is not None and only in (None, "sample"):
+        result["sample"] = str(write_sample(data_path, sample_dir))
+        log.info("sample written to %s", result["sample"])
+    if only in (None, "tokenizers", "mlm"):
+        toks = train_tokenizers(split, out_dir, which=("bpe",), seed=seed)
+    if only in (None, "mlm"):
+        result["mini-mlm"] = pretrain_mlm(split, out_dir, tok=toks["bpe"], seed=seed, max_steps=max_steps,
+                                          progress=progress, epochs=mlm_epochs)
+    if only in (None, "nli"):
+        result["mini-nli"] = finetune_nli(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
+                                          init=nli_init, epochs=nli_epochs, lr=nli_lr)
+    if only in (None, "tokenizers", "t5"):
+        spm_tok = train_tokenizers(split, out_dir, which=("spm",), seed=seed)["spm"]
+    if only in (None, "t5"):
+        result["mini-t5"] = train_t5(split, out_dir, tok=spm_tok, seed=seed, max_steps=max_steps, progress=progress,
+                                     init=t5_init, epochs=t5_epochs, nli_fraction=t5_nli_fraction,
+                                     gen_fraction=t5_gen_fraction, lr=t5_lr)
+    if evaluate and only in (None, "eval", "nli", "t5"):
+        result["eval"] = evaluate_models(out_dir, split, seed=seed, n_gen=n_gen, progress=progress,
+                                         sample=sample_dir and Path(sample_dir) / "snli_sample.jsonl")
+    result["total_seconds"] = round(time.perf_counter() - t0, 1)
+    result["models_size_bytes"] = folder_size(out_dir)
+    log.info("all done in %.1f min; %s is %.1f MB", result["total_seconds"] / 60, out_dir,
+             result["models_size_bytes"] / 1e6)
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m breaknli_fast.mini.train", description=__doc__.split("\n")[0])
+    ap.add_argument("--data", required=True, help="SNLI JSONL(.gz) with pairID, premise, hypothesis, label")
+    ap.add_argument("--out", default=str(MODELS_DIR), help="models folder (default: the package's assets/models)")
+    ap.add_argument("--sample-out", default=str(DATA_DIR),
+                    help="where to write snli_sample.jsonl + DATA_CARD.md ('' to skip)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--only", choices=["sample", "tokenizers", "mlm", "nli", "t5", "eval"], default=None)
+    ap.add_argument("--mlm-epochs", type=float, default=None)
+    ap.add_argument("--nli-epochs", type=float, default=None)
+    ap.add_argument("--t5-epochs", type=float, default=None)
+    ap.add_argument("--nli-init", choices=["mlm", "nli"], default="mlm",
+                    help="nli: continue from the saved mini-nli (a second round, with --only nli)")
+    ap.add_argument("--nli-lr", type=float, default=None)
+    ap.add_argument("--t5-init", choices=["scratch", "t5"], default="scratch",
+                    help="t5: continue from the saved mini-t5 (a further round, with --only t5)")
+    ap.add_argument("--t5-nli-fraction", type=float, default=None, help="share of train pairs used as NLI examples")
+    ap.add_argument("--t5-gen-fraction", type=float, default=None, help="share of the generation examples kept")
+    ap.add_argument("--t5-lr", type=float, default=None)
+    ap.add_argument("--max-steps", type=int, default=None, help="cap every training stage (smoke test)")
+    ap.add_argument("--n-gen", type=int, default=200, help="dev hypotheses per mode for the generator check")
+    ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    res = train_all(args.data, args.out, seed=args.seed, threads=args.threads, mlm_epochs=args.mlm_epochs,
+                    nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only, max_steps=args.max_steps,
+                    sample_dir=args.sample_out or None, evaluate=not args.no_eval, n_gen=args.n_gen,
+                    progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr,
+                    t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
+                    t5_lr=args.t5_lr)
+    log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

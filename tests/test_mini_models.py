@@ -1,0 +1,118 @@
+"""The shipped mini models and embedded sample: load offline, one real inference each, cards present."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from breaknli_fast.cli import app
+from breaknli_fast.data.loaders import load_examples, sample_path
+from breaknli_fast.engines import registry
+from breaknli_fast.engines.base import Decoding
+from breaknli_fast.engines.models import assets_models_dir
+
+MODELS = ("mini-nli", "mini-t5", "mini-mlm")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_offline():
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_shipped_model_files_and_card(name):
+    d = assets_models_dir() / name
+    for f in ("config.json", "model.safetensors", "MODEL_CARD.md"):
+        assert (d / f).exists(), f"{name}/{f}"
+    card = (d / "MODEL_CARD.md").read_text()
+    measured = {"mini-nli": "accuracy", "mini-t5": "NLI on the held-out dev pairs", "mini-mlm": "loss"}[name]
+    for word in ("SNLI", "CC BY-SA 4.0", "parameters", measured):
+        assert word in card, f"{name} card lacks {word!r}"
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg.get("torch_dtype", cfg.get("dtype")) == "float32"  # stored fp16, loaded fp32
+
+
+def test_assets_fit_the_size_cap():
+    total = sum(f.stat().st_size for f in assets_models_dir().rglob("*") if f.is_file())
+    assert total <= 40 * 1024 * 1024, f"{total / 2**20:.1f} MiB"
+
+
+def test_sample_and_data_card_with_attribution():
+    data = load_examples("sample", limit=None)
+    assert len(data.examples) == 2000 and data.skips.skipped == 0
+    assert {e.label for e in data.examples} == {"entailment", "neutral", "contradiction"}
+    card = (sample_path().parent / "DATA_CARD.md").read_text()
+    assert "CC BY-SA 4.0" in card and "Bowman" in card
+    readme = (ROOT / "README.md").read_text()
+    assert "CC BY-SA 4.0" in readme and "Bowman" in readme
+
+
+@pytest.fixture(scope="module")
+def mini_nli():
+    return registry.load_classifier("torch", "mini-nli")
+
+
+def test_mini_nli_labels_and_sanity(mini_nli):
+    cfg = json.loads((assets_models_dir() / "mini-nli" / "config.json").read_text())
+    assert set(cfg["id2label"].values()) == {"contradiction", "neutral", "entailment"}
+    out = mini_nli.classify([("Two dogs run in the snow.", "Two cats sleep on a couch."),
+                             ("A woman plays a guitar on stage.", "A woman is playing music.")])
+    assert out.labels == ["contradiction", "entailment"]
+
+
+def test_mini_nli_beats_chance_clearly_on_held_out_pairs(mini_nli):
+    data = load_examples("sample", limit=300)
+    out = mini_nli.classify([(e.premise, e.hypothesis) for e in data.examples])
+    acc = float(np.mean([a == e.label for a, e in zip(out.labels, data.examples)]))
+    assert acc >= 0.55, acc  # measured 0.60 on the 2,000 sample pairs (see the model card)
+
+
+def test_mini_mlm_is_trained():
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    path = assets_models_dir() / "mini-mlm"
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForMaskedLM.from_pretrained(path).eval()
+    sents = [e.premise for e in load_examples("sample", limit=64).examples]
+    enc = tok(sents, return_tensors="pt", padding=True)
+    labels = enc["input_ids"].clone()
+    g = torch.Generator().manual_seed(0)
+    maskable = (enc["attention_mask"] == 1) & ~torch.isin(enc["input_ids"], torch.tensor(tok.all_special_ids))
+    mask = maskable & (torch.rand(labels.shape, generator=g) < 0.15)
+    labels[~mask] = -100
+    inp = enc["input_ids"].masked_fill(mask, tok.mask_token_id)
+    with torch.no_grad():
+        loss = model(input_ids=inp, attention_mask=enc["attention_mask"], labels=labels).loss.item()
+    assert loss < np.log(len(tok)) - 2.0, loss  # far below a uniform guess over the vocabulary
+
+
+def test_mini_t5_generates_statements():
+    gen = registry.load_generator("torch", "mini-t5")
+    out = gen.generate(["Generate a statement that contradicts the following statement: A man is sleeping."], 8,
+                       Decoding(), [0])[0]
+    assert len(out) == 8 and len(set(out)) >= 4
+    words = [w for t in out for w in t.lower().strip(".").split()]
+    assert len(words) >= 16 and sum(w.isalpha() for w in words) / len(words) > 0.8  # sentences, not fragments
+
+
+def test_mini_t5_as_classifier_path():
+    """mini-t5 is at chance as an NLI model (model card: 33.1 %); this checks the seq2seq scoring path
+    on the shipped weights: finite scores over the three answer tokens for every pair."""
+    clf = registry.load_classifier("torch", "mini-t5")
+    data = load_examples("sample", limit=20)
+    res = clf.classify([(e.premise, e.hypothesis) for e in data.examples])
+    assert res.logits.shape == (20, 3) and np.isfinite(res.logits).all()
+    assert [clf.tokenizer.decode([i]).strip() for i in clf.answer_ids] == ["yes", "it", "no"]
+
+
+def test_default_run_on_a_few_examples(tmp_path):
+    r = CliRunner().invoke(app, ["run", "--limit", "6", "--out", str(tmp_path / "default")])
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((tmp_path / "default" / "config.json").read_text())
+    assert cfg["generator"] == "mini-t5" and cfg["classifier"] == "mini-nli" and cfg["dataset"]["name"] == "sample"
+    rep = json.loads((tmp_path / "default" / "report.json").read_text())
+    assert rep["funnel"]["valid"] == 6
