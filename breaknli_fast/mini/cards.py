@@ -93,6 +93,14 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
                 f"{_pct(g['share_target_distinct_outputs'])} | {g['mean_distinct_candidates']} | "
                 f"{g['too_few_unique']} | {g['too_few_on_target']} | **{_pct(g['survival_rate'])}** |\n")
     tasks = ", ".join(f"{k} {v:,}" for k, v in info.get("examples_by_task", {}).items())
+    t5_rounds = info.get("rounds") or []
+    if len(t5_rounds) > 1:
+        tasks = "; ".join(
+            f"round {i + 1} (from {r.get('init')}, lr {(r.get('hyperparameters') or {}).get('lr')}, "
+            f"{r.get('steps')} steps = {float(r.get('epochs_done') or 0):.2f} epochs of its mix, "
+            f"{(r.get('train_seconds') or 0) / 60:.1f} min): "
+            + ", ".join(f"{k} {v:,}" for k, v in (r.get("examples_by_task") or {}).items())
+            for i, r in enumerate(t5_rounds))
     body = ("## Model\n\n`T5ForConditionalGeneration` with the Flan-T5 / T5 v1.1 architecture (gated-GELU feed "
             "forward, untied input/output embeddings, relative attention, `decoder_start_token_id = 0` = pad). "
             "Tokenizer: SentencePiece unigram trained on the SNLI train sentences plus the prompt strings "
