@@ -135,7 +135,7 @@ def _t5_limits(e: dict) -> str:
     acc, dist = e.get("dev_nli_accuracy"), e.get("dev_pred_counts") or {}
     if acc is not None and acc < 0.45:
         top = max(dist, key=dist.get) if dist else "?"
-        notes.append(f"- As an NLI model it is at chance level ({_pct(acc)}): the first-step scores favour "
+        notes.append(f"- As an NLI model it is near chance level ({_pct(acc)}; chance 33.3 %): the first-step scores favour "
                      f"`{top}` for {dist.get(top, 0):,} of {sum(dist.values()):,} dev pairs. Use mini-nli as the "
                      "classifier; mini-t5 as a classifier only exercises the seq2seq code path.")
     return "\n".join(notes) + "\n"

@@ -79,11 +79,24 @@ def train_sentencepiece(texts: Iterable[str], out_dir: str | Path, vocab_size: i
         folder = Path(tmp) / "tok"
         folder.mkdir()
         shutil.copy(prefix + ".model", folder / "spiece.model")
+        old = out / "spiece.model"
+        if old.exists() and _same_pieces(old, folder / "spiece.model"):
+            # the serialised model differs in bytes between identical trainings; keep the file, avoid churn
+            shutil.copy(old, folder / "spiece.model")
         tok = T5TokenizerFast.from_pretrained(str(folder), extra_ids=0, model_max_length=T5_MAX_LEN)
         tok.save_pretrained(out)
     tok = T5TokenizerFast.from_pretrained(str(out))
     check_t5_tokenizer(tok)
     return tok
+
+
+def _same_pieces(a: Path, b: Path) -> bool:
+    import sentencepiece as spm
+
+    pa, pb = spm.SentencePieceProcessor(model_file=str(a)), spm.SentencePieceProcessor(model_file=str(b))
+    n = pa.get_piece_size()
+    return n == pb.get_piece_size() and all(
+        pa.id_to_piece(i) == pb.id_to_piece(i) and abs(pa.get_score(i) - pb.get_score(i)) < 1e-6 for i in range(n))
 
 
 def check_t5_tokenizer(tok) -> None:

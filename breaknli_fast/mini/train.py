@@ -49,8 +49,9 @@ DEFAULTS: dict[str, Any] = {
     "t5": dict(d_model=192, d_kv=48, heads=4, d_ff=512, enc_layers=3, dec_layers=3, epochs=0.4, nli_fraction=0.5, gen_fraction=1.0, batch_size=64,
                lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
                save_every=400),
-    # second T5 round (continues from round 1): more NLI, fewer generation examples, fresh schedule
-    "t5_round2": dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
+    # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI
+    "t5_more_rounds": [dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
+                       dict(epochs=0.32, lr=5e-4, nli_fraction=1.0, gen_fraction=0.1, save_every=0)],
 }
 
 
@@ -523,12 +524,14 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
               only: str | None = None, max_steps: int | None = None, sample_dir: str | Path | None = DATA_DIR,
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
               nli_lr: float | None = None, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
-              t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True) -> dict:
+              t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True,
+              t5_save_every: int | None = None) -> dict:
     """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5), then evaluate and write the cards.
 
     ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
-    mini-t5 is trained in two rounds: ``DEFAULTS["t5"]`` from scratch, then ``DEFAULTS["t5_round2"]`` (more
-    NLI examples) continuing from the saved round-1 model; ``t5_round2=False`` stops after round 1.
+    mini-t5 is trained in rounds: ``DEFAULTS["t5"]`` from scratch, then each of ``DEFAULTS["t5_more_rounds"]``
+    (more NLI examples) continuing from the saved model of the round before; ``t5_round2=False`` stops after
+    round 1.
     ``max_steps`` caps every training stage (smoke tests)."""
     from breaknli_fast.mini.evaluate import evaluate_models
 
@@ -557,10 +560,11 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
     if only in (None, "t5"):
         result["mini-t5"] = train_t5(split, out_dir, tok=spm_tok, seed=seed, max_steps=max_steps, progress=progress,
                                      init=t5_init, epochs=t5_epochs, nli_fraction=t5_nli_fraction,
-                                     gen_fraction=t5_gen_fraction, lr=t5_lr)
+                                     gen_fraction=t5_gen_fraction, lr=t5_lr, save_every=t5_save_every)
         if t5_init == "scratch" and t5_round2:
-            result["mini-t5"] = train_t5(split, out_dir, tok=spm_tok, seed=seed, max_steps=max_steps,
-                                         progress=progress, init="t5", **DEFAULTS["t5_round2"])
+            for extra in DEFAULTS["t5_more_rounds"]:
+                result["mini-t5"] = train_t5(split, out_dir, tok=spm_tok, seed=seed, max_steps=max_steps,
+                                             progress=progress, init="t5", **extra)
     if evaluate and only in (None, "eval", "nli", "t5"):
         result["eval"] = evaluate_models(out_dir, split, seed=seed, n_gen=n_gen, progress=progress,
                                          sample=sample_dir and Path(sample_dir) / "snli_sample.jsonl")
@@ -591,8 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--t5-nli-fraction", type=float, default=None, help="share of train pairs used as NLI examples")
     ap.add_argument("--t5-gen-fraction", type=float, default=None, help="share of the generation examples kept")
     ap.add_argument("--t5-lr", type=float, default=None)
+    ap.add_argument("--t5-save-every", type=int, default=None, help="checkpoint every N steps (0: only at the end)")
     ap.add_argument("--no-t5-round2", action="store_true",
-                    help="skip the second T5 round (continuation with more NLI examples) of a from-scratch run")
+                    help="skip the further T5 rounds (continuations with more NLI examples) of a from-scratch run")
     ap.add_argument("--max-steps", type=int, default=None, help="cap every training stage (smoke test)")
     ap.add_argument("--n-gen", type=int, default=200, help="dev hypotheses per mode for the generator check")
     ap.add_argument("--no-eval", action="store_true")
@@ -608,7 +613,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     sample_dir=args.sample_out or None, evaluate=not args.no_eval, n_gen=args.n_gen,
                     progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr,
                     t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
-                    t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2)
+                    t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
+                    t5_save_every=args.t5_save_every)
     log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
     return 0
 
