@@ -196,6 +196,11 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
         raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
     provider = opts.pop("provider", None)
     threads = opts.pop("threads", None)
+    # In the generator role, the export is judged on what generation uses: greedy token agreement and
+    # non-finite outputs. The NLI-scoring label agreement is reported but does not gate here (a model
+    # that is weak as a classifier has near-tied answer scores that int8 flips); the classifier role
+    # judges the same cached export with the default tolerances.
+    opts["tolerances"] = {"min_agreement": None, **(opts.get("tolerances") or {})}
     exported = _export(model, precision, device, opts)
     from transformers import AutoTokenizer
 
