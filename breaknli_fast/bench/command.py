@@ -85,7 +85,8 @@ def bench(
                                                       "Speed only: parity is not meaningful."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Folder of the random-weight models (default ~/.cache/breaknli_fast/random-weights)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda[:N]."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch, and intra-op threads passed to the other engines."),
+    interleave: bool = typer.Option(False, "--interleave", help="Load every engine first, then time them in rounds (A B A B ...): fairer on a busy machine; needs the memory of all engines at once."),
     nli_prompt: str = typer.Option(DEFAULT_NLI_PROMPT, "--nli-prompt", help=f"Seq2seq classifier prompt: {', '.join(NLI_PROMPTS)}."),
     nli_method: str = typer.Option("score", "--nli-method", help="Seq2seq classifier: score or generate."),
     label_map: Optional[str] = typer.Option(None, "--label-map", help="Model label names to canonical, e.g. LABEL_0=contradiction,..."),
@@ -138,7 +139,7 @@ def bench(
             fixed_length=fixed_length, cache_dir=str(cache_dir) if cache_dir else None,
             classifier_opts={"label_map": parse_label_map(label_map), "max_length": max_length, "token_budget": token_budget,
                              "max_batch": max_batch, "prompt": nli_prompt, "method": nli_method},
-            threads=threads, command=_command_line(ctx))
+            threads=threads, interleave=interleave, command=_command_line(ctx))
         out_dir = out or Path("runs") / f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         with make_progress() as progress:
             def log(msg: str) -> None:
@@ -152,6 +153,8 @@ def bench(
     console.print(rich_table(result.data))
     for n in result.data.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(n)}")
+    for f in result.data.get("failures", []):
+        err_console.print(f"[bold red]FAIL[/] {escape(f)}", highlight=False)
     for e in result.engines:
         if e["status"] != "ok":
             err_console.print(f"[yellow]{e['status']}[/] {escape(e['label'])}: {escape(str(e['reason']))}", highlight=False)

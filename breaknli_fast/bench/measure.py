@@ -57,38 +57,72 @@ class Repeated:
                 "std_s": float(s.std(ddof=1)) if s.size > 1 else 0.0}
 
 
+@dataclass
+class Task:
+    """One thing to time repeatedly: ``fn`` (timed), ``before`` / ``after`` (untimed, around every iteration)."""
+
+    fn: Callable[[], Any]
+    before: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
+    rep: Repeated = field(default_factory=Repeated)
+    error: BaseException | None = None
+
+
+def repeat_interleaved(tasks: Sequence[Task], *, warmup: int = 1, min_iterations: int = 3, min_seconds: float = 1.0,
+                       max_iterations: int = 1000, device: str = "cpu") -> list[Repeated]:
+    """Time several tasks in rounds (A B C A B C ...), so slow drifts of the machine's load hit every
+    task alike. Each task runs ``warmup`` times unmeasured, then until it has at least
+    ``min_iterations`` iterations *and* ``min_seconds`` of measured time (as trtexec's --iterations /
+    --duration and optimum-benchmark's latency tracker do), at most ``max_iterations``.
+
+    ``before`` runs before every iteration and ``after`` after every measured one, both outside the
+    timer. A task that raises is dropped from the rounds with its exception in ``task.error``."""
+    warmup = max(0, int(warmup))
+
+    def run(t: Task, timed: bool) -> None:
+        try:
+            if t.before:
+                t.before()
+            t0 = time.perf_counter()
+            res = t.fn()
+            synchronize(device)
+            dt = time.perf_counter() - t0
+            if timed:
+                if not t.rep.seconds:
+                    t.rep.result = res
+                t.rep.seconds.append(dt)
+                if t.after:
+                    t.after()
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            t.error = e
+
+    def done(t: Task) -> bool:
+        n = len(t.rep.seconds)
+        return t.error is not None or n >= max_iterations or (n >= max(1, min_iterations) and sum(t.rep.seconds) >= min_seconds)
+
+    for t in tasks:
+        t.rep.warmup = warmup
+    for _ in range(warmup):
+        for t in tasks:
+            if t.error is None:
+                run(t, timed=False)
+    while not all(done(t) for t in tasks):
+        for t in tasks:
+            if not done(t):
+                run(t, timed=True)
+    return [t.rep for t in tasks]
+
+
 def repeat(fn: Callable[[], Any], *, warmup: int = 1, min_iterations: int = 3, min_seconds: float = 1.0,
            max_iterations: int = 1000, device: str = "cpu", before: Callable[[], None] | None = None,
            after: Callable[[], None] | None = None) -> Repeated:
-    """Run ``fn`` ``warmup`` times unmeasured, then until at least ``min_iterations`` iterations
-    *and* ``min_seconds`` of measured time have passed (as trtexec's --iterations / --duration and
-    optimum-benchmark's latency tracker do), capped at ``max_iterations``.
-
-    ``before`` runs before every iteration, outside the timer (e.g. clear caches, reset counters);
-    ``after`` runs after every *measured* iteration, outside the timer (e.g. collect counters)."""
-    out = Repeated(warmup=max(0, int(warmup)))
-    for _ in range(out.warmup):
-        if before:
-            before()
-        fn()
-        synchronize(device)
-    total = 0.0
-    while len(out.seconds) < max(1, min_iterations) or total < min_seconds:
-        if len(out.seconds) >= max_iterations:
-            break
-        if before:
-            before()
-        t0 = time.perf_counter()
-        res = fn()
-        synchronize(device)
-        dt = time.perf_counter() - t0
-        if not out.seconds:
-            out.result = res
-        out.seconds.append(dt)
-        total += dt
-        if after:
-            after()
-    return out
+    """:func:`repeat_interleaved` for a single task; re-raises its exception."""
+    t = Task(fn, before, after)
+    repeat_interleaved([t], warmup=warmup, min_iterations=min_iterations, min_seconds=min_seconds,
+                       max_iterations=max_iterations, device=device)
+    if t.error is not None:
+        raise t.error
+    return t.rep
 
 
 # -- memory ---------------------------------------------------------------------------------------

@@ -32,8 +32,9 @@ from typing import Any, Callable
 import numpy as np
 
 from breaknli_fast.bench import parity as par
-from breaknli_fast.bench.measure import PeakMemory, latency_stats, repeat, synchronize
+from breaknli_fast.bench.measure import PeakMemory, Task, latency_stats, repeat_interleaved, synchronize
 from breaknli_fast.bench.specs import EngineSpec, parse_engines, with_reference
+from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import SAMPLE_NAME, Example, LoadedData, load_examples
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding, derive_seed
@@ -84,6 +85,7 @@ class BenchConfig:
     generator_opts: dict[str, Any] = field(default_factory=dict)
     n_boot: int = N_BOOT
     threads: int | None = None
+    interleave: bool = False  # load every engine, then time them in rounds (A B A B ...)
     command: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,6 +196,15 @@ def _loadavg() -> list[float] | None:
         return None
 
 
+def _fingerprint(model: str) -> dict[str, Any] | None:
+    from breaknli_fast.engines.models import model_fingerprint
+
+    try:
+        return model_fingerprint(model)
+    except Exception as e:  # noqa: BLE001 - a fingerprint is informative only
+        return {"id": model, "error": first_line(e)}
+
+
 def _clear(clf: Any) -> None:
     fn = getattr(clf, "clear_cache", None)
     if callable(fn):
@@ -253,64 +264,82 @@ def _greedy_ids(gen: Any, prompts: list[str], seeds: list[int], decoding: Decodi
     return [[vocab.setdefault(w, len(vocab)) for w in t[0].split()] for t in texts], "whitespace words (engine has no generate_ids)"
 
 
-# -- measurement of one engine --------------------------------------------------------------------------
+# -- measurement ------------------------------------------------------------------------------------
 
-def _measure_e2e(data: LoadedData, clf: Any, gen: Any, loop: LoopConfig, cfg: BenchConfig,
-                 hook: ProgressHook | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+class _Engine:
+    """One loaded engine and what has been measured of it so far."""
+
+    def __init__(self, res: dict[str, Any], clf: Any, gen: Any, is_ref: bool):
+        self.res, self.clf, self.gen, self.is_ref = res, clf, gen, is_ref
+        self.label: str = res["label"]
+        self.walls: list[float] = []
+        self.first: dict[str, Any] | None = None
+        self.records: list[dict[str, Any]] = []
+        self.identical = True
+        self.stages: dict[str, Any] = {}
+        self.logits: dict[str, np.ndarray] = {}
+        self.batch_all: list[float] = []
+        self.cands: list[list[str]] = []
+        self.mem: PeakMemory | None = None
+        self.load_mem: dict[str, Any] = {}
+
+
+def _e2e_warmup(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig) -> int:
     warm = LoadedData(data.examples[: min(len(data.examples), WARMUP_EXAMPLES)], data.skips, data.source)
     for _ in range(max(0, cfg.warmup)):
-        _clear(clf)
-        run_loop(warm, clf, gen, loop)
-    walls: list[float] = []
-    first: dict[str, Any] | None = None
-    records0: list[dict[str, Any]] = []
-    identical = True
-    for r in range(max(1, cfg.repeats)):
-        _clear(clf)
-        _reset(clf)
-        _reset(gen)
-        records, times = run_loop(data, clf, gen, loop, hook=hook if r == 0 else None)
-        synchronize(cfg.device)
-        walls.append(times.wall)
-        if first is None:
-            records0 = records
-            cls_s = sum(times.seconds[k] for k in CLASSIFY_STAGES)
-            pairs = sum(times.pairs.values())
-            cst = getattr(clf, "stats", None)
-            gst = getattr(gen, "stats", None)
-            first = {
-                "examples": times.examples,
-                "stage_seconds": dict(times.seconds),
-                "stage_pairs": dict(times.pairs),
-                "classifier_pairs": pairs,
-                "classifier_pairs_computed": getattr(cst, "pairs_computed", None),
-                "classifier_pairs_per_s": pairs / cls_s if cls_s > 0 else None,
-                "generated_sequences": times.sequences,
-                "generated_tokens": times.new_tokens,
-                "generated_tokens_per_s": times.new_tokens / times.seconds["generate"] if times.seconds["generate"] > 0 else None,
-                "classifier_batch_latency": latency_stats(getattr(cst, "batch_seconds", []) or []),
-                "generator_call_latency": latency_stats(getattr(gst, "call_seconds", []) or []),
-            }
-        else:
-            identical = identical and [json.dumps(x, sort_keys=True) for x in records] == [json.dumps(x, sort_keys=True) for x in records0]
-    assert first is not None
-    med = float(np.median(walls))
-    f = funnel(records0, data, loop.modes)
-    out = {"repeats": len(walls), "warmup_runs": max(0, cfg.warmup), "warmup_examples": len(warm.examples),
-           "wall_s": walls, "median_wall_s": med,
-           "examples_per_s": first["examples"] / med if med > 0 else None,
-           **first, "repeats_identical": identical if len(walls) > 1 else None,
-           "accuracy_ph": f.get("accuracy_ph"),
-           "funnel": {m: f[m] for m in loop.modes if m in f},
-           "metrics": breakdown(records0, cfg.n_boot, BOOT_SEED)}
-    return out, records0
+        _clear(eng.clf)
+        run_loop(warm, eng.clf, eng.gen, loop)
+    return len(warm.examples)
 
 
-def _measure_classify(clf: Any, pairs: list[tuple[str, str]], cfg: BenchConfig) -> tuple[dict[str, Any], np.ndarray, list[float]]:
-    if not pairs:
-        return {"items": 0}, np.zeros((0, 3), dtype=np.float32), []
-    batch_s: list[float] = []
+def _e2e_once(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig, hook: ProgressHook | None) -> None:
+    clf, gen = eng.clf, eng.gen
+    _clear(clf)
+    _reset(clf)
+    _reset(gen)
+    records, times = run_loop(data, clf, gen, loop, hook=hook if eng.first is None else None)
+    synchronize(cfg.device)
+    eng.walls.append(times.wall)
+    if eng.first is not None:
+        same = [json.dumps(x, sort_keys=True) for x in records] == [json.dumps(x, sort_keys=True) for x in eng.records]
+        eng.identical = eng.identical and same
+        return
+    eng.records = records
+    cls_s = sum(times.seconds[k] for k in CLASSIFY_STAGES)
+    pairs = sum(times.pairs.values())
+    cst, gst = getattr(clf, "stats", None), getattr(gen, "stats", None)
+    eng.first = {
+        "examples": times.examples,
+        "stage_seconds": dict(times.seconds),
+        "stage_pairs": dict(times.pairs),
+        "classifier_pairs": pairs,
+        "classifier_pairs_computed": getattr(cst, "pairs_computed", None),
+        "classifier_pairs_per_s": pairs / cls_s if cls_s > 0 else None,
+        "generated_sequences": times.sequences,
+        "generated_tokens": times.new_tokens,
+        "generated_tokens_per_s": times.new_tokens / times.seconds["generate"] if times.seconds["generate"] > 0 else None,
+        "classifier_batch_latency": latency_stats(getattr(cst, "batch_seconds", []) or []),
+        "generator_call_latency": latency_stats(getattr(gst, "call_seconds", []) or []),
+    }
+
+
+def _e2e_summary(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig, warm_n: int) -> dict[str, Any]:
+    assert eng.first is not None
+    med = float(np.median(eng.walls))
+    f = funnel(eng.records, data, loop.modes)
+    return {"repeats": len(eng.walls), "warmup_runs": max(0, cfg.warmup), "warmup_examples": warm_n,
+            "wall_s": eng.walls, "median_wall_s": med,
+            "examples_per_s": eng.first["examples"] / med if med > 0 else None,
+            **eng.first, "repeats_identical": eng.identical if len(eng.walls) > 1 else None,
+            "accuracy_ph": f.get("accuracy_ph"),
+            "funnel": {m: f[m] for m in loop.modes if m in f},
+            "metrics": breakdown(eng.records, cfg.n_boot, BOOT_SEED)}
+
+
+def _classify_task(eng: _Engine, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], dict[str, Any]]]:
+    clf = eng.clf
     st = getattr(clf, "stats", None)
+    batch_s: list[float] = []
 
     def before() -> None:
         _clear(clf)
@@ -320,25 +349,29 @@ def _measure_classify(clf: Any, pairs: list[tuple[str, str]], cfg: BenchConfig) 
         if st is not None:
             batch_s.extend(getattr(st, "batch_seconds", []) or [])
 
-    rep = repeat(lambda: clf.classify(pairs), warmup=cfg.warmup, min_iterations=cfg.min_iterations,
-                 min_seconds=cfg.min_seconds, device=cfg.device, before=before, after=after)
-    s = rep.summary()
-    lat = latency_stats(batch_s if batch_s else rep.seconds)
-    out = {"items": len(pairs), "unit": "pairs", **s, "pairs_per_s": len(pairs) / s["median_s"],
-           "batches_per_iteration": (len(batch_s) // s["iterations"]) if batch_s else None,
-           "batch_latency": lat, "latency_unit": "batch" if batch_s else "iteration"}
-    return out, np.asarray(rep.result.logits, dtype=np.float32), batch_s
+    task = Task(lambda: clf.classify(pairs), before, after)
+
+    def finish() -> dict[str, Any]:
+        rep = task.rep
+        s = rep.summary()
+        eng.batch_all.extend(batch_s)
+        eng._last_logits = np.asarray(rep.result.logits, dtype=np.float32)  # type: ignore[attr-defined]
+        return {"items": len(pairs), "unit": "pairs", **s, "pairs_per_s": len(pairs) / s["median_s"],
+                "batches_per_iteration": (len(batch_s) // s["iterations"]) if batch_s else None,
+                "batch_latency": latency_stats(batch_s if batch_s else rep.seconds),
+                "latency_unit": "batch" if batch_s else "iteration"}
+
+    return task, finish
 
 
-def _measure_generate(gen: Any, items: list[dict[str, Any]], loop: LoopConfig, cfg: BenchConfig) -> tuple[dict[str, Any], list[list[str]]]:
-    if not items:
-        return {"items": 0}, []
+def _generate_task(eng: _Engine, items: list[dict[str, Any]], loop: LoopConfig, cfg: BenchConfig) -> tuple[Task, Callable[[], dict[str, Any]]]:
+    gen = eng.gen
     prompts = [it["prompt"] for it in items]
     seeds = [it["seed"] for it in items]
     st = getattr(gen, "stats", None)
     calls: list[float] = []
     tokens: list[int] = []
-    texts_holder: list[list[list[str]]] = []
+    texts: list[list[list[str]]] = []
 
     def before() -> None:
         _reset(gen)
@@ -350,26 +383,176 @@ def _measure_generate(gen: Any, items: list[dict[str, Any]], loop: LoopConfig, c
 
     def fn() -> list[list[str]]:
         out = gen.generate(prompts, loop.k, loop.decoding, seeds)
-        texts_holder.append(out)
+        texts.append(out)
         return out
 
-    rep = repeat(fn, warmup=cfg.warmup, min_iterations=cfg.min_iterations, min_seconds=cfg.min_seconds,
-                 device=cfg.device, before=before, after=after)
-    s = rep.summary()
-    if tokens:
-        tok_per_iter = float(np.mean(tokens))
-        how = "generator stats: generated ids per sequence, padding excluded"
+    task = Task(fn, before, after)
+
+    def finish() -> dict[str, Any]:
+        rep = task.rep
+        s = rep.summary()
+        if tokens:
+            tok_per_iter = float(np.mean(tokens))
+            how = "generator stats: generated ids per sequence, padding excluded"
+        else:
+            measured = texts[rep.warmup:] or texts
+            tok_per_iter = float(np.mean([gen.count_tokens(x for c in t for x in c) for t in measured]))
+            how = "count_tokens of the decoded texts"
+        eng.cands = rep.result
+        seqs = len(prompts) * loop.k
+        return {"items": len(prompts), "unit": "prompts", **s, "k": loop.k, "sequences_per_iteration": seqs,
+                "new_tokens_per_iteration": tok_per_iter, "tokens_counted_by": how,
+                "tokens_per_s": tok_per_iter / s["median_s"], "sequences_per_s": seqs / s["median_s"],
+                "prompts_per_s": len(prompts) / s["median_s"],
+                "call_latency": latency_stats(calls if calls else rep.seconds),
+                "latency_unit": "generate call (one prompt, K sequences)" if calls else "iteration"}
+
+    return task, finish
+
+
+def _parity(eng: _Engine, loop: LoopConfig, cfg: BenchConfig, ref: dict[str, Any], meaningful: bool) -> dict[str, Any]:
+    """Untimed: re-classify the fixed triples, greedy-decode the check prompts, compare with the reference."""
+    clf, gen = eng.clf, eng.gen
+    _clear(clf)
+    tp = par.triple_pairs(ref["triples"])
+    tri = clf.classify(tp) if tp else None
+    eng.logits["fixed_triples"] = np.asarray(tri.logits, dtype=np.float32) if tri is not None else np.zeros((0, 3), np.float32)
+    verdicts = par.triple_verdicts(ref["triples"], tri.labels if tri is not None else [])
+    g = ref["greedy"]
+    greedy, unit = _greedy_ids(gen, [x["prompt"] for x in g], [x["seed"] for x in g], loop.decoding) if g else ([], "token ids")
+    if eng.is_ref:
+        ref["logits"], ref["verdicts"], ref["greedy_ids"] = eng.logits, verdicts, greedy
+    keys = list(eng.logits)
+    cls = {k: par.classifier_parity(ref["logits"][k], eng.logits[k]) for k in keys}
+    cls["all"] = par.classifier_parity(np.concatenate([ref["logits"][k] for k in keys]),
+                                       np.concatenate([eng.logits[k] for k in keys]))
+    return {
+        "meaningful": meaningful,
+        "classifier": cls,
+        "fixed_triples": par.fixed_triple_parity(ref["triples"], ref["verdicts"], verdicts, cfg.n_boot, BOOT_SEED),
+        "end_to_end": par.end_to_end_parity(ref["records"], eng.records, cfg.n_boot, BOOT_SEED),
+        "generator": {"greedy": {**par.token_agreement(ref["greedy_ids"], greedy), "unit": unit,
+                                 "max_new_tokens": loop.decoding.max_new_tokens},
+                      "sampled_candidates": par.sampled_identity(ref["records"], eng.records)},
+    }
+
+
+@dataclass
+class _Context:
+    cfg: BenchConfig
+    data: LoadedData
+    loop: LoopConfig
+    workload: dict[str, Any]
+    ref: dict[str, Any]
+    hook: ProgressHook | None
+    log: Callable[[str], None]
+    meaningful: bool
+
+
+def _fail(eng: _Engine, ctx: _Context, what: str, e: BaseException) -> None:
+    if eng.is_ref:
+        raise BenchError(f"the reference {eng.label} failed during {what}: {first_line(e)}") from e
+    eng.res.update(status="failed", reason=f"{type(e).__name__} during {what}: {first_line(e)}")
+    ctx.log(f"[{eng.label}] failed: {eng.res['reason']}")
+
+
+def _timed_phase(engs: list[_Engine], ctx: _Context, what: str, make: Callable[[_Engine], tuple[Task, Callable[[], dict[str, Any]]]]) -> list[_Engine]:
+    """Time one stage for every engine (in rounds when several); returns the engines still alive."""
+    ctx.log(("[" + ", ".join(e.label for e in engs) + "] " if len(engs) > 1 else f"[{engs[0].label}] ") + f"stage: {what}")
+    made = [(eng, *make(eng)) for eng in engs]
+    cfg = ctx.cfg
+    repeat_interleaved([t for _, t, _ in made], warmup=cfg.warmup, min_iterations=cfg.min_iterations,
+                       min_seconds=cfg.min_seconds, device=cfg.device)
+    alive = []
+    for eng, task, finish in made:
+        if task.error is not None:
+            _fail(eng, ctx, f"stage {what}", task.error)
+            continue
+        eng.stages[what] = finish()
+        alive.append(eng)
+    return alive
+
+
+def _run_phases(engs: list[_Engine], ctx: _Context) -> None:
+    """End to end, then each stage of the fixed workload, then parity, for the given engines (all of them
+    in rounds when several are given)."""
+    cfg, data, loop, workload, ref = ctx.cfg, ctx.data, ctx.loop, ctx.workload, ctx.ref
+    alive: list[_Engine] = []
+    warm_n = 0
+    for eng in engs:
+        try:
+            warm_n = _e2e_warmup(eng, data, loop, cfg)
+            alive.append(eng)
+        except Exception as e:  # noqa: BLE001
+            _fail(eng, ctx, "end-to-end warm-up", e)
+    for r in range(max(1, cfg.repeats)):
+        still = []
+        for eng in alive:
+            ctx.log(f"[{eng.label}] end to end" + (f" (run {r + 1} of {cfg.repeats})" if cfg.repeats > 1 else ""))
+            try:
+                _e2e_once(eng, data, loop, cfg, PrefixHook(ctx.hook, eng.label) if ctx.hook else None)
+                still.append(eng)
+            except Exception as e:  # noqa: BLE001
+                _fail(eng, ctx, "end to end", e)
+        alive = still
+    for eng in alive:
+        eng.res["speed"] = {"end_to_end": _e2e_summary(eng, data, loop, cfg, warm_n)}
+        if eng.is_ref:
+            ref["triples"] = par.fixed_triples(eng.records)
+            ref["records"] = eng.records
+            ref["greedy"] = workload["generate"][: cfg.greedy_prompts]
+
+    if workload["generate"] and alive:
+        alive = _timed_phase(alive, ctx, "generate", lambda eng: _generate_task(eng, workload["generate"], loop, cfg))
     else:
-        tok_per_iter = float(np.mean([gen.count_tokens(x for c in t for x in c) for t in texts_holder[cfg.warmup:] or texts_holder]))
-        how = "count_tokens of the decoded texts"
-    seqs = len(prompts) * loop.k
-    out = {"items": len(prompts), "unit": "prompts", **s, "k": loop.k, "sequences_per_iteration": seqs,
-           "new_tokens_per_iteration": tok_per_iter, "tokens_counted_by": how,
-           "tokens_per_s": tok_per_iter / s["median_s"], "sequences_per_s": seqs / s["median_s"],
-           "prompts_per_s": len(prompts) / s["median_s"],
-           "call_latency": latency_stats(calls if calls else rep.seconds),
-           "latency_unit": "generate call (one prompt, K sequences)" if calls else "iteration"}
-    return out, rep.result
+        for eng in alive:
+            eng.stages["generate"] = {"items": 0}
+    for eng in alive:
+        if eng.is_ref:
+            workload["relation"], workload["evaluate"] = _pairs_from_candidates(workload["generate"], eng.cands, loop)
+
+    for stage in CLASSIFY_STAGES:
+        pairs = workload.get(stage) or []
+        if pairs and alive:
+            alive = _timed_phase(alive, ctx, stage, lambda eng: _classify_task(eng, pairs))
+            for eng in alive:
+                eng.logits[stage] = eng._last_logits  # type: ignore[attr-defined]
+        else:
+            for eng in alive:
+                eng.stages[stage] = {"items": 0}
+                eng.logits[stage] = np.zeros((0, len(LABELS)), dtype=np.float32)
+
+    for eng in alive:
+        ctx.log(f"[{eng.label}] parity")
+        try:
+            eng.res["parity"] = _parity(eng, loop, cfg, ref, ctx.meaningful)
+        except Exception as e:  # noqa: BLE001
+            _fail(eng, ctx, "parity", e)
+            continue
+        eng.res["speed"].update(stages=eng.stages, classifier_batch_latency=latency_stats(eng.batch_all))
+
+
+def _finish_engine(eng: _Engine, run_mem: dict[str, Any]) -> None:
+    if eng.res["status"] != "ok":
+        return
+    lm = eng.load_mem
+    eng.res["memory"] = {**run_mem, "rss_before_load_mib": lm.get("rss_before_load_mib"),
+                         "rss_after_load_mib": lm.get("rss_now_mib"), "peak_rss_load_mib": lm.get("peak_rss_mib"),
+                         "gpu_peak_allocated_load_mib": lm.get("gpu_peak_allocated_mib")}
+    eng.res["load_average_end"] = _loadavg()
+
+
+def _unload(engs: list[_Engine], device: str) -> None:
+    for eng in engs:
+        eng.clf = eng.gen = None
+    gc.collect()
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            torch.cuda.empty_cache()
+        except Exception:  # pragma: no cover
+            pass
 
 
 # -- the bench ------------------------------------------------------------------------------------------
@@ -418,13 +601,16 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
                      "so every engine generates the same number of tokens")
     meaningful = not cfg.random_weights
 
+    used_models = sorted({generator, classifier} | {m for sp in specs for m in (sp.classifier, sp.generator) if m})
+    fingerprints = {m: _fingerprint(m) for m in used_models}
     clf_opts, gen_opts = dict(cfg.classifier_opts), dict(cfg.generator_opts)
     items = workload_prompts(data.examples, loop, cfg.gen_prompts)
     workload: dict[str, Any] = {"classify_ph": [(ex.premise, ex.hypothesis) for ex in data.examples], "generate": items}
     ref: dict[str, Any] = {}
     engines: list[dict[str, Any]] = []
+    ctx = _Context(cfg, data, loop, workload, ref, hook, log, meaningful)
 
-    for i, spec in enumerate(specs):
+    def load(i: int, spec: EngineSpec) -> _Engine | None:
         is_ref = i == 0
         res: dict[str, Any] = {"label": spec.label, "engine": spec.engine, "precision": spec.precision,
                                "device": cfg.device, "reference": is_ref, "spec": spec.to_dict(),
@@ -450,32 +636,33 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
                 raise BenchError(f"the reference {spec.label} cannot load: {first_line(e)}") from None
             res.update(status="skipped", reason=first_line(e))
             log(f"[{spec.label}] skipped: {res['reason']}")
-            continue
+            return None
         res["load_s"] = time.perf_counter() - t0
         res["info"] = {"classifier": clf.info.to_dict(), "generator": gen.info.to_dict()}
-        load_mem = mem.read()
-        mem = PeakMemory(cfg.device).start()  # the run's own peak, without export / loading transients
-        try:
-            _measure_engine(res, clf, gen, data, loop, cfg, workload, ref, is_ref, hook, log, meaningful)
-            res["memory"] = {**mem.read(), "rss_before_load_mib": load_mem["rss_before_load_mib"],
-                             "rss_after_load_mib": load_mem["rss_now_mib"], "peak_rss_load_mib": load_mem["peak_rss_mib"],
-                             "gpu_peak_allocated_load_mib": load_mem["gpu_peak_allocated_mib"]}
-            res["load_average_end"] = _loadavg()
-        except Exception as e:  # noqa: BLE001
-            if is_ref:
-                raise BenchError(f"the reference {spec.label} failed: {first_line(e)}") from e
-            res.update(status="failed", reason=f"{type(e).__name__}: {first_line(e)}")
-            log(f"[{spec.label}] failed: {res['reason']}")
-        finally:
-            del clf, gen
-            gc.collect()
-            if cfg.device.startswith("cuda"):
-                try:
-                    import torch
+        eng = _Engine(res, clf, gen, is_ref)
+        eng.load_mem = mem.read()
+        return eng
 
-                    torch.cuda.empty_cache()
-                except Exception:  # pragma: no cover
-                    pass
+    if cfg.interleave:
+        loaded = [e for e in (load(i, sp) for i, sp in enumerate(specs)) if e is not None]
+        shared = PeakMemory(cfg.device).start()
+        _run_phases(loaded, ctx)
+        run_mem = shared.read()
+        run_mem["shared"] = True
+        run_mem["note"] = "engines ran interleaved: the run's peak RSS is that of all loaded engines together"
+        for eng in loaded:
+            _finish_engine(eng, run_mem)
+        _unload(loaded, cfg.device)
+    else:
+        for i, spec in enumerate(specs):
+            eng = load(i, spec)
+            if eng is None:
+                continue
+            mem = PeakMemory(cfg.device).start()  # the run's own peak, without export / loading transients
+            _run_phases([eng], ctx)
+            _finish_engine(eng, mem.read())
+            _unload([eng], cfg.device)
+        notes.append("engines ran one after another (use --interleave on a busy machine: load drifts then hit all engines alike)")
 
     _speedups(engines)
     for e in engines:
@@ -486,7 +673,13 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
             e["checks"] = {"applied": True, "failures": [f"engine failed: {e['reason']}"], "passed": False}
         else:
             e["checks"] = {"applied": False, "failures": [], "passed": None}
-    passed = all(e["checks"]["passed"] is not False for e in engines)
+    failures: list[str] = []
+    changed = [m for m in used_models if _fingerprint(m) != fingerprints[m]]
+    if changed:
+        failures.append("model files changed while the bench ran (" + ", ".join(changed) + "): the engines did not all "
+                        "measure the same model; run the bench again once the files stay put")
+        notes.append(failures[-1])
+    passed = not failures and all(e["checks"]["passed"] is not False for e in engines)
 
     data_out = {
         "schema": SCHEMA,
@@ -500,7 +693,8 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
                   "per_example": "sha256(loop seed, mode, example id)"},
         "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
                  "examples": len(data.examples), "skips": data.skips.to_dict()},
-        "models": {"generator": generator, "classifier": classifier, "random_weights": random_info or None},
+        "models": {"generator": generator, "classifier": classifier, "random_weights": random_info or None,
+                   "fingerprints": fingerprints, "changed_during_bench": changed},
         "workload": {
             "classify_ph_pairs": len(workload["classify_ph"]),
             "generate_prompts": len(items),
@@ -518,56 +712,10 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
         "min_agreement_pct": cfg.min_agreement,
         "notes": notes,
         "engines": engines,
+        "failures": failures,
         "passed": passed,
     }
     return BenchResult(data_out)
-
-
-def _measure_engine(res: dict[str, Any], clf: Any, gen: Any, data: LoadedData, loop: LoopConfig, cfg: BenchConfig,
-                    workload: dict[str, Any], ref: dict[str, Any], is_ref: bool, hook: ProgressHook | None,
-                    log: Callable[[str], None], meaningful: bool) -> None:
-    label = res["label"]
-    log(f"[{label}] end to end")
-    e2e, records = _measure_e2e(data, clf, gen, loop, cfg, PrefixHook(hook, label) if hook else None)
-    stages: dict[str, Any] = {}
-    log(f"[{label}] stage: generate")
-    stages["generate"], cands = _measure_generate(gen, workload["generate"], loop, cfg)
-    if is_ref:
-        workload["relation"], workload["evaluate"] = _pairs_from_candidates(workload["generate"], cands, loop)
-        ref["triples"] = par.fixed_triples(records)
-        ref["greedy"] = workload["generate"][: cfg.greedy_prompts]
-        ref["records"] = records
-    logits: dict[str, np.ndarray] = {}
-    batch_all: list[float] = []
-    for stage in CLASSIFY_STAGES:
-        log(f"[{label}] stage: {stage}")
-        stages[stage], logits[stage], bs = _measure_classify(clf, workload[stage], cfg)
-        batch_all += bs
-    res["speed"] = {"stages": stages, "end_to_end": e2e, "classifier_batch_latency": latency_stats(batch_all)}
-
-    # parity inputs (untimed)
-    log(f"[{label}] parity")
-    _clear(clf)
-    tp = par.triple_pairs(ref["triples"])
-    tri = clf.classify(tp) if tp else None
-    logits["fixed_triples"] = np.asarray(tri.logits, dtype=np.float32) if tri is not None else np.zeros((0, 3), np.float32)
-    verdicts = par.triple_verdicts(ref["triples"], tri.labels if tri is not None else [])
-    g = ref["greedy"]
-    greedy, greedy_unit = _greedy_ids(gen, [x["prompt"] for x in g], [x["seed"] for x in g], loop.decoding) if g else ([], "token ids")
-    if is_ref:
-        ref["logits"], ref["verdicts"], ref["greedy_ids"] = logits, verdicts, greedy
-
-    cls = {k: par.classifier_parity(ref["logits"][k], logits[k]) for k in logits}
-    cls["all"] = par.classifier_parity(np.concatenate([ref["logits"][k] for k in logits]), np.concatenate(list(logits.values())))
-    res["parity"] = {
-        "meaningful": meaningful,
-        "classifier": cls,
-        "fixed_triples": par.fixed_triple_parity(ref["triples"], ref["verdicts"], verdicts, cfg.n_boot, BOOT_SEED),
-        "end_to_end": par.end_to_end_parity(ref["records"], records, cfg.n_boot, BOOT_SEED),
-        "generator": {"greedy": {**par.token_agreement(ref["greedy_ids"], greedy), "unit": greedy_unit,
-                                 "max_new_tokens": loop.decoding.max_new_tokens},
-                      "sampled_candidates": par.sampled_identity(ref["records"], records)},
-    }
 
 
 def _speedups(engines: list[dict[str, Any]]) -> None:
@@ -580,21 +728,28 @@ def _speedups(engines: list[dict[str, Any]]) -> None:
             continue
         st = e["speed"]["stages"]
         per: dict[str, float | None] = {}
-        ref_total = eng_total = 0.0
+        per_best: dict[str, float | None] = {}
+        ref_total = eng_total = ref_best = eng_best = 0.0
         for k in STAGES:
             a, b = rs.get(k, {}), st.get(k, {})
             if a.get("items") and b.get("items"):
                 per[k] = a["median_s"] / b["median_s"]
+                per_best[k] = a["min_s"] / b["min_s"]
                 ref_total += a["median_s"]
                 eng_total += b["median_s"]
+                ref_best += a["min_s"]
+                eng_best += b["min_s"]
             else:
-                per[k] = None
+                per[k] = per_best[k] = None
         e2e_ref, e2e = ref["speed"]["end_to_end"], e["speed"]["end_to_end"]
         e["speed"]["workload_s"] = eng_total
         e["speed"]["speedup"] = {
             "workload": ref_total / eng_total if eng_total > 0 else None,
+            # best (minimum) iteration times: the least disturbed estimate on a busy machine
+            "workload_best": ref_best / eng_best if eng_best > 0 else None,
             "end_to_end": e2e_ref["median_wall_s"] / e2e["median_wall_s"] if e2e["median_wall_s"] > 0 else None,
             "stages": per,
+            "stages_best": per_best,
         }
         cls = [st[k] for k in CLASSIFY_STAGES if st.get(k, {}).get("items")]
         e["speed"]["summary"] = {

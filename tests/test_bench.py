@@ -1,0 +1,353 @@
+"""``breaknli-fast bench`` on tiny random-weight models: fields, self-parity, --strict, --compare, skips."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from breaknli_fast.bench import parity as par
+from breaknli_fast.bench.command import bench
+from breaknli_fast.bench.measure import Task, latency_stats, repeat, repeat_interleaved
+from breaknli_fast.bench.runner import BenchConfig, BenchResult, run_bench
+from breaknli_fast.bench.specs import BenchSpecError, parse_engines
+from breaknli_fast.engines.base import Decoding
+from breaknli_fast.pipeline.breaknli import LoopConfig
+
+runner = CliRunner()
+
+# Tiny run: wide sampling so the tiny T5 gives distinct candidates; seed 0 on the first 16
+# examples leaves a few evaluated examples in the contradictive mode (the fixed triples).
+COMMON = ["--limit", "16", "--seed", "0", "--k", "8", "--u", "4", "--s", "2", "--top-p", "1.0", "--top-k", "0",
+          "--max-new-tokens", "10", "--min-iterations", "2", "--min-seconds", "0", "--gen-prompts", "2",
+          "--greedy-prompts", "2"]
+
+
+def _app() -> typer.Typer:
+    from breaknli_fast.cli import app
+
+    if any(c.name == "bench" for c in app.registered_commands):
+        return app
+    local = typer.Typer(add_completion=False)
+    local.command("bench")(bench)
+    local.command("noop")(lambda: None)  # two commands keep the `bench` sub-command name
+    return local
+
+
+def _bench(tiny_t5, tiny_roberta, tiny_tsv, out: Path, engines: str, *extra: str):
+    args = ["bench", "-e", engines, "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), *COMMON, "--out", str(out), *extra]
+    return runner.invoke(_app(), args)
+
+
+@pytest.fixture(scope="module")
+def permuted(tiny_roberta, tmp_path_factory) -> str:
+    """A copy of the tiny classifier whose id2label is permuted: same logits, shuffled labels."""
+    d = tmp_path_factory.mktemp("perm") / "roberta-perm"
+    shutil.copytree(tiny_roberta, d)
+    cfg = json.loads((d / "config.json").read_text())
+    old = {int(k): v for k, v in cfg["id2label"].items()}
+    cfg["id2label"] = {str(k): old[(k + 1) % 3] for k in old}  # a derangement: every label changes
+    cfg["label2id"] = {v: int(k) for k, v in cfg["id2label"].items()}
+    (d / "config.json").write_text(json.dumps(cfg, indent=2))
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def same_run(tiny_t5, tiny_roberta, tiny_tsv, tmp_path_factory):
+    """Reference + an identical candidate + an engine that cannot load, with --strict."""
+    out = tmp_path_factory.mktemp("bench") / "same"
+    r = _bench(tiny_t5, tiny_roberta, tiny_tsv, out, "torch:fp32,torch:fp32:label=same,tensorrt:fp16", "--warmup", "1", "--strict")
+    return r, out
+
+
+@pytest.fixture(scope="module")
+def perm_run(tiny_t5, tiny_roberta, tiny_tsv, permuted, tmp_path_factory):
+    """Reference + the permuted classifier as the candidate, with --strict."""
+    out = tmp_path_factory.mktemp("bench") / "perm"
+    r = _bench(tiny_t5, tiny_roberta, tiny_tsv, out, f"torch:fp32:label=perm:classifier={permuted}", "--warmup", "0",
+               "--mode", "contradictive", "--interleave", "--strict")
+    return r, out
+
+
+def _contains(ci, x, eps=1e-9):
+    return ci is not None and ci[0] - eps <= x <= ci[1] + eps
+
+
+def test_identical_engine_passes_strict_with_every_field(same_run):
+    r, out = same_run
+    assert r.exit_code == 0, r.output
+    for name in ("bench.json", "bench.md", "bench.png"):
+        assert (out / name).exists() and (out / name).stat().st_size > 0, name
+    res = BenchResult.load(out)
+    d = res.data
+    assert d["schema"] == "breaknli-fast-bench/1" and d["passed"] is True
+    assert d["environment"]["packages"]["torch"] and d["command"].startswith("breaknli-fast bench")
+    assert "--engines" in d["command"] and "--strict" in d["command"] and "--one-direction" not in d["command"]
+    assert d["seeds"]["loop"] == 0 and d["config"]["loop"]["k"] == 8 and d["parity_meaningful"] is True
+    assert [e["label"] for e in d["engines"]] == ["torch:fp32", "same", "tensorrt:fp16"]
+    ref, same, trt = d["engines"]
+    assert ref["reference"] and d["reference"] == "torch:fp32"
+    wl = d["workload"]
+    assert wl["classify_ph_pairs"] == 16 and wl["generate_prompts"] == 2 and wl["relation_pairs"] > 0
+    assert sum(wl["fixed_triples"].values()) > 0, "the tiny run should evaluate some examples"
+
+    for e in (ref, same):
+        assert e["status"] == "ok" and e["checks"]["passed"] is True
+        sp = e["speed"]
+        for stage in ("classify_ph", "generate", "relation", "evaluate"):
+            st = sp["stages"][stage]
+            assert st["items"] > 0 and st["iterations"] >= 2 and st["warmup"] == 1 and st["median_s"] > 0
+            lat = st["call_latency" if stage == "generate" else "batch_latency"]
+            assert lat["n"] > 0 and lat["median_ms"] <= lat["p90_ms"] <= lat["p95_ms"] <= lat["p99_ms"] <= lat["max_ms"]
+        assert sp["stages"]["generate"]["tokens_per_s"] > 0 and sp["stages"]["classify_ph"]["pairs_per_s"] > 0
+        e2e = sp["end_to_end"]
+        assert e2e["examples"] == sum(f["processed"] for f in e2e["funnel"].values()) > 16
+        assert e2e["examples_per_s"] > 0 and e2e["warmup_runs"] == 1
+        assert set(e2e["stage_seconds"]) == {"classify_ph", "generate", "relation", "evaluate"}
+        for key in ("classifier_pairs_per_s", "generated_tokens_per_s", "examples_per_s", "classifier_batch_p95_ms",
+                    "generator_call_p95_ms"):
+            assert sp["summary"][key] > 0, key
+        assert set(sp["speedup"]["stages"]) == {"classify_ph", "generate", "relation", "evaluate"}
+        m = e["memory"]
+        assert m["peak_rss_load_mib"] >= m["rss_before_load_mib"] > 0 and m["peak_rss_mib"] > 0
+        assert m["gpu_peak_allocated_mib"] is None
+
+        p = e["parity"]
+        assert p["classifier"]["all"]["label_agreement_pct"] == 100.0
+        assert p["classifier"]["all"]["max_abs_logit_diff"] == 0.0
+        assert p["classifier"]["all"]["n"] == wl["classify_ph_pairs"] + wl["relation_pairs"] + wl["evaluate_pairs"] + \
+            p["classifier"]["fixed_triples"]["n"]
+        g = p["generator"]
+        assert g["greedy"]["token_agreement_pct"] == 100.0 and g["greedy"]["identical_sequences_pct"] == 100.0
+        assert g["sampled_candidates"]["identical_pct"] == 100.0
+        for block in ("fixed_triples", "end_to_end"):
+            assert p[block], block
+            for mode, table in p[block].items():
+                assert "overall" in table
+                for cell, entry in table.items():
+                    for k in ("inequality", "relaxed"):
+                        assert entry[k]["diff"] == 0.0 and _contains(entry[k]["ci"], 0.0), (block, mode, cell, k)
+        for mode, table in p["fixed_triples"].items():
+            for cell, entry in table.items():
+                rt = entry["rates"]
+                assert entry["examples_changed"] == 0
+                for k in ("inequality", "relaxed"):
+                    assert _contains(rt[k + "_ci"], rt[k])
+        for mode, table in e2e["metrics"].items():
+            for cell, rt in table.items():
+                if rt["n"]:
+                    assert _contains(rt["inequality_ci"], rt["inequality"]) and _contains(rt["relaxed_ci"], rt["relaxed"])
+
+    assert ref["speed"]["speedup"]["workload"] == 1.0 and ref["speed"]["speedup"]["end_to_end"] == 1.0
+    assert ref["speed"]["speedup"]["workload_best"] == 1.0
+    assert all(v == 1.0 for v in ref["speed"]["speedup"]["stages"].values())
+    assert same["speed"]["speedup"]["workload"] > 0
+    # the candidate ran the very same loop
+    assert same["speed"]["end_to_end"]["funnel"] == ref["speed"]["end_to_end"]["funnel"]
+
+    assert trt["status"] == "skipped" and trt["reason"] and "\n" not in trt["reason"]
+    assert trt["checks"]["passed"] is None
+
+    md = (out / "bench.md").read_text()
+    assert "| engine | precision | speed-up (workload)" in md and "tensorrt:fp16" in md and "skipped" in md
+    assert "PASS" in md and d["command"] in md
+    assert "tensorrt:fp16" in r.output and "skipped" in r.output
+
+
+def test_permuted_classifier_fails_strict(perm_run):
+    r, out = perm_run
+    assert r.exit_code == 1, r.output
+    assert "FAIL" in r.output and "label agreement" in r.output and "Traceback" not in r.output
+    d = json.loads((out / "bench.json").read_text())
+    assert d["passed"] is False
+    ref, perm = d["engines"]
+    assert ref["checks"]["passed"] is True and perm["checks"]["passed"] is False
+    assert perm["models"]["classifier"].endswith("roberta-perm")
+    assert perm["parity"]["classifier"]["all"]["label_agreement_pct"] == 0.0
+    assert perm["parity"]["classifier"]["all"]["max_abs_logit_diff"] > 0
+    assert any("label agreement" in f for f in perm["checks"]["failures"])
+    # same generator, same seed: greedy tokens agree even though the classifier differs
+    assert perm["parity"]["generator"]["greedy"]["token_agreement_pct"] == 100.0
+    assert "FAIL" in (out / "bench.md").read_text()
+    # --interleave: both engines loaded, timed in rounds, one shared run-time memory peak
+    assert d["config"]["interleave"] is True
+    assert ref["memory"]["shared"] is True and perm["memory"]["shared"] is True
+    for e in (ref, perm):
+        assert all(e["speed"]["stages"][k]["iterations"] >= 2 for k in ("classify_ph", "generate", "relation", "evaluate"))
+
+
+def test_compare_two_saved_benches(same_run, perm_run, tmp_path):
+    (_, a), (_, b) = same_run, perm_run
+    r = runner.invoke(_app(), ["bench", "--compare", str(a), str(b / "bench.json"), "--out", str(tmp_path / "cmp")])
+    assert r.exit_code == 0, r.output
+    cmp = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    rows = {x["engine"]: x for x in cmp["rows"]}
+    assert set(rows) == {"torch:fp32", "same", "tensorrt:fp16", "perm"}
+    m = rows["torch:fp32"]["metrics"]["clf pairs/s"]
+    assert m["a"] > 0 and m["b"] > 0 and m["ratio_b_over_a"] == pytest.approx(m["b"] / m["a"])
+    assert rows["same"]["status_b"] == "absent" and rows["perm"]["status_a"] == "absent"
+    assert rows["perm"]["metrics"]["label agreement %"]["b"] == 0.0
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| engine | metric | A | B | B / A |" in md
+    assert "torch:fp32" in r.output and "perm" in r.output
+    bad = runner.invoke(_app(), ["bench", "--compare", str(tmp_path), str(a)])
+    assert bad.exit_code == 2 and "no bench result" in bad.output
+
+
+def test_reference_is_first_and_labels_are_unique():
+    specs = parse_engines("ort:int8,torch:fp32,ort:int8,torch:bf16:label=b:clf.max_batch=8:classifier=/x")
+    assert [s.label for s in specs] == ["torch:fp32", "ort:int8", "ort:int8#2", "b"]
+    assert specs[3].classifier == "/x" and specs[3].opts == {"clf.max_batch": 8}
+    assert parse_engines("ort:fp16")[0].label == "torch:fp32"
+    # a torch:fp32 with another model is a candidate, not the reference
+    specs = parse_engines("torch:fp32:classifier=/y")
+    assert specs[0].is_plain_reference and specs[1].label == "torch:fp32#2"
+    for bad in ("torch", "torch:fp64", "torch:fp32:oops"):
+        with pytest.raises(BenchSpecError):
+            parse_engines(bad)
+
+
+def test_bad_engine_list_is_one_line_error(tmp_path):
+    r = runner.invoke(_app(), ["bench", "-e", "torch:fp99", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "unknown precision" in r.output and "Traceback" not in r.output
+
+
+def test_paired_ci_resamples_examples_jointly():
+    a, b = [1, 1, 0, 0, 1, 0], [0, 1, 0, 0, 1, 0]
+    d = par.paired_diff_ci(a, b)
+    assert d["diff"] == pytest.approx(100 / 6) and d["n"] == 6
+    assert d["ci"][0] >= 0.0  # every example's difference is >= 0, so every paired resample is too
+    assert d["ci"][0] <= d["diff"] <= d["ci"][1]
+    assert par.paired_diff_ci([], [])["diff"] is None
+    same = par.paired_diff_ci(a, a)
+    assert same["diff"] == 0.0 and same["ci"] == [0.0, 0.0]
+
+
+def test_tolerance_rule():
+    assert par.out_of_tolerance({"diff": 2.0, "ci": [0.5, 3.5]}, 1.0)
+    assert par.out_of_tolerance({"diff": -2.0, "ci": [-3.5, -0.5]}, 1.0)
+    assert not par.out_of_tolerance({"diff": 2.0, "ci": [-0.1, 3.5]}, 1.0)  # CI includes 0
+    assert not par.out_of_tolerance({"diff": 0.8, "ci": [0.1, 1.5]}, 1.0)  # within tolerance
+    assert not par.out_of_tolerance({"diff": None, "ci": None}, 1.0)
+    fails = par.check({"classifier": {"all": {"label_agreement_pct": 97.0}},
+                       "fixed_triples": {"contradictive": {"overall": {"inequality": {"diff": 3.0, "ci": [1.0, 5.0]},
+                                                                       "relaxed": {"diff": 0.0, "ci": [0.0, 0.0]}}}},
+                       "end_to_end": {}}, 1.0, 98.0)
+    assert len(fails) == 2 and "label agreement" in fails[0] and "contradictive overall inequality" in fails[1]
+
+
+def test_token_agreement_and_classifier_parity():
+    t = par.token_agreement([[1, 2, 3], [4, 5], [7, 8]], [[1, 2, 4], [4, 5], [7, 8, 9]])
+    assert t["positions"] == 3 + 2 + 3 and t["token_agreement_pct"] == pytest.approx(100 * 6 / 8)
+    assert t["identical_sequences_pct"] == pytest.approx(100 / 3)
+    x = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    y = np.array([[1.0, 0.5, 0.0], [3.0, 2.0, 0.0]])
+    c = par.classifier_parity(x, y)
+    assert c["label_agreement_pct"] == 50.0 and c["max_abs_logit_diff"] == 3.0
+
+
+def test_interleaved_rounds_and_failing_task():
+    order = []
+
+    def boom():
+        order.append("C")
+        raise RuntimeError("engine died")
+
+    tasks = [Task(lambda: order.append("A")), Task(lambda: order.append("B")), Task(boom)]
+    reps = repeat_interleaved(tasks, warmup=1, min_iterations=2, min_seconds=0.0)
+    assert order == ["A", "B", "C", "A", "B", "A", "B"]  # warm-up round, then measured rounds; C dropped
+    assert [len(r.seconds) for r in reps] == [2, 2, 0] and isinstance(tasks[2].error, RuntimeError)
+    with pytest.raises(RuntimeError):
+        repeat(boom, warmup=0, min_iterations=1, min_seconds=0.0)
+
+
+def test_repeat_honours_warmup_min_iterations_and_min_seconds():
+    calls = []
+    r = repeat(lambda: calls.append(1), warmup=2, min_iterations=3, min_seconds=0.0)
+    assert len(calls) == 5 and len(r.seconds) == 3 and r.warmup == 2
+    r = repeat(lambda: time.sleep(0.01), warmup=0, min_iterations=1, min_seconds=0.05)
+    assert sum(r.seconds) >= 0.05 and len(r.seconds) >= 2
+    s = latency_stats([0.001 * i for i in range(1, 101)])
+    assert s["n"] == 100 and s["median_ms"] == pytest.approx(50.5) and s["p99_ms"] == pytest.approx(99.01)
+    assert latency_stats([])["p95_ms"] is None
+
+
+# Public parameter counts of the checkpoints whose shapes are built in (Hugging Face model cards).
+EXPECTED_PARAMS = {"flan-t5-small": 76_961_152, "flan-t5-base": 247_577_856, "flan-t5-large": 783_150_080,
+                   "roberta-base": 124_647_939, "roberta-large": 355_362_819, "bart-large-mnli": 407_344_131}
+
+
+def test_builtin_shapes_have_the_real_sizes():
+    """Instantiated on the meta device: no memory, no weights, just the architecture."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, BartConfig, RobertaConfig, T5Config, T5ForConditionalGeneration
+
+    from breaknli_fast.bench.shapes import ID2LABEL, SHAPES, parse_random_weights
+
+    for name, expected in EXPECTED_PARAMS.items():
+        shape = dict(SHAPES[name])
+        fam = shape.pop("family")
+        with torch.device("meta"):
+            if fam == "t5":
+                m = T5ForConditionalGeneration(T5Config(**shape))
+            else:
+                cls = {"roberta": RobertaConfig, "bart": BartConfig}[fam]
+                m = AutoModelForSequenceClassification.from_config(cls(**shape, num_labels=3, id2label=ID2LABEL))
+        assert sum(p.numel() for p in m.parameters()) == expected, name
+    assert parse_random_weights("flan-t5-base,roberta-large-mnli") == {"generator": "flan-t5-base", "classifier": "roberta-large"}
+    assert parse_random_weights("flan-t5-small,classifier=flan-t5-large") == {"generator": "flan-t5-small", "classifier": "flan-t5-large"}
+    for bad in ("gpt-9", "generator=roberta-base", "roberta-base,deberta-base"):
+        with pytest.raises(BenchSpecError):
+            parse_random_weights(bad)
+
+
+def test_random_weights_bench_is_fixed_length_and_flags_parity(tiny_tsv, tmp_path, monkeypatch):
+    """The random-weight path end to end, on miniature shapes patched into the table."""
+    from breaknli_fast.bench import shapes
+
+    monkeypatch.setitem(shapes.SHAPES, "mini-t5-shape", {
+        "family": "t5", "d_model": 32, "d_ff": 64, "d_kv": 8, "num_heads": 4, "num_layers": 1, "num_decoder_layers": 1,
+        "vocab_size": 6000, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False})
+    monkeypatch.setitem(shapes.SHAPES, "mini-roberta-shape", {
+        "family": "roberta", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 64,
+        "vocab_size": 6000, "max_position_embeddings": 130, "type_vocab_size": 1})
+    loop = LoopConfig(k=4, u=2, s=1, decoding=Decoding(top_p=1.0, top_k=0, max_new_tokens=6), seed=0)
+    cfg = BenchConfig(engines="torch:fp32", dataset=str(tiny_tsv), limit=6, loop=loop, warmup=0, min_iterations=1,
+                      min_seconds=0.0, gen_prompts=2, greedy_prompts=2, cache_dir=str(tmp_path / "cache"),
+                      random_weights={"generator": "mini-t5-shape", "classifier": "mini-roberta-shape"})
+    res = run_bench(cfg)
+    d = res.data
+    assert d["parity_meaningful"] is False and any("NOT meaningful" in n for n in d["notes"])
+    assert d["config"]["loop"]["decoding"]["min_new_tokens"] == 6
+    info = d["models"]["random_weights"]
+    gen_dir = Path(info["generator"]["path"])
+    assert (gen_dir / ".complete").exists() and info["generator"]["tokenizer_size"] < 6000
+    assert d["engines"][0]["checks"] == {"applied": False, "failures": [], "passed": True}
+    g = d["engines"][0]["speed"]["stages"]["generate"]
+    # fixed length: 6 new tokens per sequence (a generated pad id would be dropped from the count)
+    assert 0.8 * 2 * 4 * 6 <= g["new_tokens_per_iteration"] <= 2 * 4 * 6
+    assert "not meaningful" in res.to_markdown()
+    # second build is served from the cache
+    assert shapes.build_random_model("mini-t5-shape", tmp_path / "cache", []) != gen_dir  # other texts, other folder
+    # the second run reuses the cached folders; a model whose files change mid-bench fails it
+    from breaknli_fast.bench import runner as bench_runner
+
+    calls = {"n": 0}
+    real = bench_runner._fingerprint
+
+    def drifting(model):
+        calls["n"] += 1
+        fp = real(model)
+        return {**fp, "drift": calls["n"]} if model == str(gen_dir) else fp
+
+    monkeypatch.setattr(bench_runner, "_fingerprint", drifting)
+    again = run_bench(cfg)
+    assert again.data["models"]["random_weights"]["generator"]["path"] == str(gen_dir)
+    assert again.data["models"]["changed_during_bench"] == [str(gen_dir)] and again.passed is False
+    assert any("changed while the bench ran" in f for f in again.data["failures"])
