@@ -7,12 +7,14 @@ measure the speed and memory of the real sizes where the checkpoints cannot be d
 The weights are random, so **parity figures of such a bench mean nothing** (random logits sit
 close together and any numeric change flips labels); only speed and memory do.
 
-Tokenizers: the real vocabularies cannot be shipped, so a small tokenizer is trained on the spot
-(on the bench's own texts plus a template corpus) with the real checkpoint's special-token layout;
-its ids stay below the model's vocabulary size, which keeps the real embedding and output sizes.
-Sequence lengths are therefore close to, not equal to, the real tokenizers' lengths. For T5
-generators the output rows of ids outside the small tokenizer are zeroed, so generated ids decode
-to text; every output row is still computed (same cost as the real model).
+Tokenizers: the real vocabularies are not available offline, so the shipped mini models' tokenizers
+are reused (``mini-t5``'s SentencePiece for T5 shapes, ``mini-nli``'s byte-level BPE for the
+encoders; both trained on SNLI, with the real checkpoints' special-token layout). Their ids stay
+below the model's vocabulary size, which keeps the real embedding and output sizes; SNLI sentences
+come out at lengths close to, not equal to, the real tokenizers'. Without the shipped models a
+small tokenizer is trained on the bench's own texts instead (sequences then run about twice as
+long). For T5 generators the output rows of ids outside the tokenizer are zeroed, so generated ids
+decode to text; every output row is still computed (same cost as the real model).
 """
 
 from __future__ import annotations
@@ -131,6 +133,43 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def shipped_tokenizer(family: str, vocab_size: int) -> Path | None:
+    """The shipped mini model whose tokenizer a random-weight model of ``family`` reuses, when it is
+    installed and its ids fit the model's vocabulary."""
+    from breaknli_fast.engines.models import assets_models_dir
+
+    path = assets_models_dir() / ("mini-t5" if family == "t5" else "mini-nli")
+    if not (path / "tokenizer_config.json").exists():
+        return None
+    try:
+        from transformers import AutoTokenizer
+
+        n = len(AutoTokenizer.from_pretrained(path))
+    except Exception:  # noqa: BLE001 - fall back to a trained tokenizer
+        return None
+    return path if n <= vocab_size else None
+
+
+def _tokenizer_hash(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    h = hashlib.sha256()
+    for f in sorted(path.iterdir()):
+        if f.is_file() and (f.name.startswith(("tokenizer", "special_tokens")) or f.suffix in (".model", ".txt")
+                            or f.name in ("vocab.json", "merges.txt")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _copy_tokenizer(src: Path, out: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(src)
+    tok.save_pretrained(out)
+    return tok
+
+
 def build_random_model(name: str, cache_dir: str | Path | None = None, texts: Iterable[str] = (), seed: int = 0,
                        log: Callable[[str], None] | None = None) -> Path:
     """Build (or reuse from the cache) a model folder with the real architecture of ``name`` and
@@ -140,8 +179,10 @@ def build_random_model(name: str, cache_dir: str | Path | None = None, texts: It
     name = shape_name(name)
     shape = dict(SHAPES[name])
     family = shape.pop("family")
+    shipped = shipped_tokenizer(family, int(shape["vocab_size"]))
     text_list = list(testing.corpus()) + sorted({t for t in texts if t})
-    key = _hash({"v": SHAPES_VERSION, "name": name, "shape": shape, "seed": seed, "texts": _hash(text_list)})
+    tok_key = {"shipped": str(shipped), "files": _tokenizer_hash(shipped)} if shipped else {"texts": _hash(text_list)}
+    key = _hash({"v": SHAPES_VERSION, "name": name, "shape": shape, "seed": seed, "tokenizer": tok_key})
     out = Path(cache_dir or default_cache_dir()) / f"{name}-{key}"
     done = out / ".complete"
     if done.exists():
@@ -155,7 +196,7 @@ def build_random_model(name: str, cache_dir: str | Path | None = None, texts: It
     if family == "t5":
         from transformers import T5Config, T5ForConditionalGeneration
 
-        tok = testing.train_spm_tokenizer(out, text_list, vocab_size=4000)
+        tok = _copy_tokenizer(shipped, out) if shipped else testing.train_spm_tokenizer(out, text_list, vocab_size=4000)
         cfg = T5Config(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **shape)
         cfg.architectures = ["T5ForConditionalGeneration"]
         model = T5ForConditionalGeneration(cfg)
@@ -164,7 +205,7 @@ def build_random_model(name: str, cache_dir: str | Path | None = None, texts: It
     else:
         from transformers import AutoModelForSequenceClassification, BartConfig, DebertaConfig, DebertaV2Config, RobertaConfig
 
-        tok = testing.train_bpe_tokenizer(out, text_list, vocab_size=4000)
+        tok = _copy_tokenizer(shipped, out) if shipped else testing.train_bpe_tokenizer(out, text_list, vocab_size=4000)
         common = dict(num_labels=3, id2label=dict(ID2LABEL), label2id={v: k for k, v in ID2LABEL.items()},
                       pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
         if family == "roberta":
@@ -186,6 +227,7 @@ def build_random_model(name: str, cache_dir: str | Path | None = None, texts: It
     model.save_pretrained(out, safe_serialization=True)
     (out / "random_weights.json").write_text(json.dumps(
         {"shape": name, "family": family, "architecture": shape, "seed": seed, "tokenizer_size": len(tok),
+         "tokenizer_source": str(shipped) if shipped else "trained on the bench's texts",
          "parameters": sum(p.numel() for p in model.parameters()),
          "note": "random weights: speed and memory only; parity figures are not meaningful"}, indent=2))
     done.write_text("ok\n")
