@@ -76,7 +76,7 @@ def model_fingerprint(name: str) -> dict[str, Any]:
         files = {}
         for f in sorted(p.iterdir()):
             if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".model", ".txt"):
-                files[f.name] = _sha256(f)
+                files[f.name] = file_sha256(f)
         out["path"] = str(p)
         out["files_sha256"] = files
     else:
@@ -84,7 +84,7 @@ def model_fingerprint(name: str) -> dict[str, Any]:
     return out
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -18,7 +18,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from breaknli_fast.data.labels import LABELS
 from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
 from breaknli_fast.engines.generation import HFGenerator
 from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
@@ -155,34 +154,19 @@ class OrtSeq2SeqClassifier(BatchedClassifier):
         return [len(x) for x in enc["input_ids"]]
 
     def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        import torch
-
-        from breaknli_fast.engines.torch_ref import parse_nli_answer
+        from breaknli_fast.engines.torch_ref import seq2seq_nli_logits
 
         enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length,
                              return_tensors="pt")
         enc = {k: v.to(self.model.device) for k, v in enc.items()}
-        with torch.inference_mode():
-            if self.method == "score":
-                dec = torch.full((len(pairs), 1), self.start_id, dtype=torch.long, device=self.model.device)
-                logits = self.model(**enc, decoder_input_ids=dec).logits[:, 0, :]
-                return logits[:, self.answer_ids].float().cpu().numpy()
-            seqs = self.model.generate(**enc, max_new_tokens=10, do_sample=False, num_beams=1)
-        texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=True)
-        out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
-        for i, t in enumerate(texts):
-            out[i, LABELS.index(parse_nli_answer(t))] = 1.0
-        return out
+        return seq2seq_nli_logits(self.model, self.tokenizer, enc, self.method, self.start_id, self.answer_ids,
+                                  self.model.device)
 
 
 def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> BatchedClassifier:
-    config = load_config(model)
-    kind = model_kind(config)
-    if kind == "seq-cls":
-        opts = {k: v for k, v in opts.items() if k not in ("prompt", "method")}
-        return OrtClassifier(model, precision, device, **opts)
-    opts = {k: v for k, v in opts.items() if k != "label_map"}
-    return OrtSeq2SeqClassifier(model, precision, device, **opts)
+    from breaknli_fast.engines.torch_ref import dispatch_classifier
+
+    return dispatch_classifier(model, precision, device, opts, OrtClassifier, OrtSeq2SeqClassifier)
 
 
 def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:

@@ -71,6 +71,34 @@ def parse_nli_answer(text: str) -> str:
     return "neutral"
 
 
+def seq2seq_nli_logits(model: Any, tokenizer: Any, enc: dict[str, Any], method: str, start_id: int,
+                       answer_ids: list[int], device: Any) -> np.ndarray:
+    """(n, 3) scores of a text-to-text NLI model (any model with HF forward / generate, torch or ORT):
+    ``score`` = first decoder step's logits of the answer tokens; ``generate`` = one-hot of the
+    greedy answer parsed by :func:`parse_nli_answer`."""
+    n = int(enc["input_ids"].shape[0])
+    with torch.inference_mode():
+        if method == "score":
+            dec = torch.full((n, 1), start_id, dtype=torch.long, device=device)
+            logits = model(**enc, decoder_input_ids=dec).logits[:, 0, :]
+            return logits[:, answer_ids].float().cpu().numpy()
+        seqs = model.generate(**enc, max_new_tokens=10, do_sample=False, num_beams=1)
+    texts = tokenizer.batch_decode(seqs, skip_special_tokens=True)
+    out = np.zeros((n, len(LABELS)), dtype=np.float32)
+    for i, t in enumerate(texts):
+        out[i, LABELS.index(parse_nli_answer(t))] = 1.0
+    return out
+
+
+def dispatch_classifier(model: str, precision: str, device: str, opts: dict[str, Any], seq_cls: Any, seq2seq: Any) -> Any:
+    """Build the engine's sequence-classifier or seq2seq-classifier class for ``model``, passing each
+    only the options it takes (``label_map`` / ``prompt`` + ``method``)."""
+    kind = model_kind(load_config(model))
+    if kind == "seq-cls":
+        return seq_cls(model, precision, device, **{k: v for k, v in opts.items() if k not in ("prompt", "method")})
+    return seq2seq(model, precision, device, **{k: v for k, v in opts.items() if k != "label_map"})
+
+
 class TorchClassifier(BatchedClassifier):
     """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
 
@@ -173,27 +201,11 @@ class TorchSeq2SeqClassifier(BatchedClassifier):
     def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
         enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
         enc = {k: v.to(self.device) for k, v in enc.items()}
-        with torch.inference_mode():
-            if self.method == "score":
-                dec = torch.full((len(pairs), 1), self.start_id, dtype=torch.long, device=self.device)
-                logits = self.model(**enc, decoder_input_ids=dec).logits[:, 0, :]
-                return logits[:, self.answer_ids].float().cpu().numpy()
-            seqs = self.model.generate(**enc, max_new_tokens=10, do_sample=False, num_beams=1)
-        texts = self.tokenizer.batch_decode(seqs, skip_special_tokens=True)
-        out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
-        for i, t in enumerate(texts):
-            out[i, LABELS.index(parse_nli_answer(t))] = 1.0
-        return out
+        return seq2seq_nli_logits(self.model, self.tokenizer, enc, self.method, self.start_id, self.answer_ids, self.device)
 
 
 def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> BatchedClassifier:
-    config = load_config(model)
-    kind = model_kind(config)
-    if kind == "seq-cls":
-        opts = {k: v for k, v in opts.items() if k not in ("prompt", "method")}
-        return TorchClassifier(model, precision, device, **opts)
-    opts = {k: v for k, v in opts.items() if k != "label_map"}
-    return TorchSeq2SeqClassifier(model, precision, device, **opts)
+    return dispatch_classifier(model, precision, device, opts, TorchClassifier, TorchSeq2SeqClassifier)
 
 
 def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:

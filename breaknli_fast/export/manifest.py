@@ -71,12 +71,7 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+from breaknli_fast.engines.models import file_sha256  # noqa: E402  (one file-hash helper for the package)
 
 
 def files_manifest(folder: Path) -> dict[str, dict[str, Any]]:
