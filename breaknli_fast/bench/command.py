@@ -73,7 +73,7 @@ def bench(
     u: int = typer.Option(10, "--u", min=1, help="Distinct candidates kept."),
     s: int = typer.Option(5, "--s", min=1, help="On-target candidates evaluated."),
     bidirectional: bool = typer.Option(True, "--bidirectional/--one-direction", help="Relation filter on (h,h') and (h',h), or (h,h') only."),
-    decoding: str = typer.Option("sampling", "--decoding", help="sampling or beam."),
+    decoding: str = typer.Option("sampling", "--decoding", help="sampling, beam or diverse-beam."),
     top_p: float = typer.Option(0.95, "--top-p"),
     top_k: int = typer.Option(50, "--top-k"),
     temperature: float = typer.Option(1.0, "--temperature"),

@@ -400,12 +400,15 @@ def _generate_task(eng: _Engine, items: list[dict[str, Any]], loop: LoopConfig, 
             how = "count_tokens of the decoded texts"
         eng.cands = rep.result
         seqs = len(prompts) * loop.k
+        calls_per_iter = (len(calls) / s["iterations"]) if calls else None
         return {"items": len(prompts), "unit": "prompts", **s, "k": loop.k, "sequences_per_iteration": seqs,
                 "new_tokens_per_iteration": tok_per_iter, "tokens_counted_by": how,
                 "tokens_per_s": tok_per_iter / s["median_s"], "sequences_per_s": seqs / s["median_s"],
                 "prompts_per_s": len(prompts) / s["median_s"],
+                "calls_per_iteration": calls_per_iter,
+                "prompts_per_call": (len(prompts) / calls_per_iter) if calls_per_iter else None,
                 "call_latency": latency_stats(calls if calls else rep.seconds),
-                "latency_unit": "generate call (one prompt, K sequences)" if calls else "iteration"}
+                "latency_unit": "generator call (a batch of prompts, K sequences each)" if calls else "iteration"}
 
     return task, finish
 

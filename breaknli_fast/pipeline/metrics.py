@@ -70,9 +70,9 @@ def breakdown(records: Iterable[dict[str, Any]], n_boot: int = N_BOOT, seed: int
 
 
 def diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
-    """Difference of two rates (percent, a - b) with a bootstrap CI; a and b are 0/1 indicators
-    over independent example sets (paired resampling is used when they have equal length and
-    ``paired`` semantics apply -- callers that pair examples pass aligned arrays)."""
+    """Difference of two rates (percent, a - b) with an unpaired bootstrap CI: a and b are 0/1
+    indicators over independent example sets, each resampled on its own. (Paired differences on the
+    same examples: ``breaknli_fast.bench.parity.paired_diff_ci``.)"""
     a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a_arr) == 0 or len(b_arr) == 0:
         return {"diff": None, "ci": None}
