@@ -21,6 +21,7 @@ import numpy as np
 from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
 from breaknli_fast.engines.generation import HFGenerator
 from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
+from breaknli_fast.engines.torch_ref import Seq2SeqNLIMixin
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -116,7 +117,7 @@ class OrtClassifier(BatchedClassifier):
         return self.raw_logits(pairs)[:, self.perm]
 
 
-class OrtSeq2SeqClassifier(BatchedClassifier):
+class OrtSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
     """Flan-T5 as the NLI model on ONNX Runtime: first-step logits over the answer words
     (``score``) or greedy generation parsed to a label (``generate``), as ``TorchSeq2SeqClassifier``."""
 
@@ -143,24 +144,10 @@ class OrtSeq2SeqClassifier(BatchedClassifier):
         self.max_length = max_length
         self.answer_ids = answer_token_ids(self.tokenizer)
         self.start_id = int(self.model.config.decoder_start_token_id or 0)
+        self.input_device = self.model.device
         self.info = EngineInfo("ort", "classifier", model, precision, device,
                                {**_details(self.exported, sess_details), "prompt": prompt, "method": method})
 
-    def prompts(self, pairs: Sequence[Pair]) -> list[str]:
-        return [self.template.format(premise=p, hypothesis=h) for p, h in pairs]
-
-    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        enc = self.tokenizer(self.prompts(pairs), truncation=True, max_length=self.max_length)
-        return [len(x) for x in enc["input_ids"]]
-
-    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        from breaknli_fast.engines.torch_ref import seq2seq_nli_logits
-
-        enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length,
-                             return_tensors="pt")
-        enc = {k: v.to(self.model.device) for k, v in enc.items()}
-        return seq2seq_nli_logits(self.model, self.tokenizer, enc, self.method, self.start_id, self.answer_ids,
-                                  self.model.device)
 
 
 def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> BatchedClassifier:

@@ -99,6 +99,26 @@ def dispatch_classifier(model: str, precision: str, device: str, opts: dict[str,
     return seq2seq(model, precision, device, **{k: v for k, v in opts.items() if k != "label_map"})
 
 
+class Seq2SeqNLIMixin:
+    """Prompting, token lengths and scoring of a text-to-text NLI classifier, shared by the torch and
+    ORT engines; a subclass sets ``tokenizer``, ``model``, ``template``, ``method``, ``max_length``,
+    ``start_id``, ``answer_ids`` and ``input_device`` (where the model's inputs go)."""
+
+    def prompts(self, pairs: Sequence[Pair]) -> list[str]:
+        return [self.template.format(premise=p, hypothesis=h) for p, h in pairs]
+
+    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        enc = self.tokenizer(self.prompts(pairs), truncation=True, max_length=self.max_length)
+        return [len(x) for x in enc["input_ids"]]
+
+    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
+        enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length,
+                             return_tensors="pt")
+        enc = {k: v.to(self.input_device) for k, v in enc.items()}
+        return seq2seq_nli_logits(self.model, self.tokenizer, enc, self.method, self.start_id, self.answer_ids,
+                                  self.input_device)
+
+
 class TorchClassifier(BatchedClassifier):
     """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
 
@@ -151,7 +171,7 @@ class TorchClassifier(BatchedClassifier):
         return self.raw_logits(pairs)[:, self.perm]
 
 
-class TorchSeq2SeqClassifier(BatchedClassifier):
+class TorchSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
     """Flan-T5 as the NLI model: a prompt, then the first decoder step's logits over the answer
     words' first tokens (``score``, default), or free greedy generation parsed to a label (``generate``)."""
 
@@ -183,6 +203,7 @@ class TorchSeq2SeqClassifier(BatchedClassifier):
         self.max_length = max_length
         self.answer_ids = answer_token_ids(self.tokenizer)
         self.start_id = int(self.model.config.decoder_start_token_id or 0)
+        self.input_device = self.device
         self.info = EngineInfo(
             "torch", "classifier", model, precision, device, {"kind": "seq2seq", "prompt": prompt, "method": method}
         )
@@ -191,17 +212,6 @@ class TorchSeq2SeqClassifier(BatchedClassifier):
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    def prompts(self, pairs: Sequence[Pair]) -> list[str]:
-        return [self.template.format(premise=p, hypothesis=h) for p, h in pairs]
-
-    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        enc = self.tokenizer(self.prompts(pairs), truncation=True, max_length=self.max_length)
-        return [len(x) for x in enc["input_ids"]]
-
-    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
-        enc = {k: v.to(self.device) for k, v in enc.items()}
-        return seq2seq_nli_logits(self.model, self.tokenizer, enc, self.method, self.start_id, self.answer_ids, self.device)
 
 
 def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> BatchedClassifier:
