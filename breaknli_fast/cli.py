@@ -153,6 +153,7 @@ def run(
     top_p: float = typer.Option(0.95, "--top-p"),
     top_k: int = typer.Option(50, "--top-k"),
     temperature: float = typer.Option(1.0, "--temperature"),
+    sampler: str = typer.Option("fast", "--sampler", help="Sampling draws: fast (top-k first, seeded per prompt) or transformers (token-identical to transformers' generate; slower)."),
     max_new_tokens: int = typer.Option(40, "--max-new-tokens"),
     num_beams: Optional[int] = typer.Option(None, "--num-beams", help="Beams for beam / diverse-beam decoding (default: K)."),
     num_beam_groups: Optional[int] = typer.Option(None, "--num-beam-groups", help="diverse-beam: groups (default: one beam per group)."),
@@ -183,7 +184,7 @@ def run(
             import torch
 
             torch.set_num_threads(threads)
-        dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature,
+        dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler,
                        max_new_tokens=max_new_tokens, num_beams=num_beams, num_beam_groups=num_beam_groups,
                        diversity_penalty=diversity_penalty)
         cfg = LoopConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional,

@@ -142,12 +142,19 @@ def test_unknown_engine_and_cuda_without_gpu(tiny_roberta):
         registry.load_classifier("torch", tiny_roberta, device="cuda")
 
 
-@pytest.mark.parametrize("decoding", [Decoding(max_new_tokens=12), Decoding(top_p=1.0, top_k=0, max_new_tokens=12),
-                                      Decoding(temperature=0.7, max_new_tokens=12, min_new_tokens=3)])
-def test_batched_sampling_equals_transformers_generate_per_prompt(tiny_t5, decoding):
-    """Prompts sampled together, each under its own generator, give exactly what transformers'
-    generate gives for each prompt alone under torch.manual_seed(seed)."""
+HF_DECODINGS = [Decoding(max_new_tokens=12, sampler="transformers"),
+                Decoding(top_p=1.0, top_k=0, max_new_tokens=12, sampler="transformers"),
+                Decoding(temperature=0.7, max_new_tokens=12, min_new_tokens=3, sampler="transformers")]
+
+
+@pytest.mark.parametrize("compact", [None, 0.0, 0.25])
+@pytest.mark.parametrize("decoding", HF_DECODINGS)
+def test_batched_sampling_equals_transformers_generate_per_prompt(tiny_t5, decoding, compact):
+    """With the ``transformers`` sampler, prompts sampled together, each under its own generator,
+    give exactly what transformers' generate gives for each prompt alone under
+    torch.manual_seed(seed) -- also when finished rows are dropped from the batch (compaction)."""
     gen = registry.load_generator("torch", tiny_t5)
+    gen.compact_share = compact
     prompts = ["A man is sleeping.", "Two dogs run in the park near the river today.", "A cat.", "The boy reads a book."]
     seeds = [5, 6, 7, 8]
     gen.prompt_batch = 8
@@ -158,3 +165,52 @@ def test_batched_sampling_equals_transformers_generate_per_prompt(tiny_t5, decod
     # a prompt's candidates do not depend on its batch neighbours
     gen.prompt_batch = 8
     assert gen.generate_ids(prompts[2:3], 5, decoding, seeds[2:3])[0] == batched[2]
+
+
+@pytest.mark.parametrize("decoding", [Decoding(max_new_tokens=12), Decoding(top_p=0.5, top_k=5, max_new_tokens=12),
+                                      Decoding(temperature=0.7, max_new_tokens=12, min_new_tokens=3)])
+def test_fast_sampler_is_seeded_per_prompt_and_compaction_free(tiny_t5, decoding):
+    """The fast sampler: the same candidates whatever the batch neighbours, the prompt batch size
+    and whether finished rows are dropped from the model batch; different seeds differ; eos is
+    never drawn before min_new_tokens."""
+    gen = registry.load_generator("torch", tiny_t5)
+    prompts = ["A man is sleeping.", "Two dogs run in the park near the river today.", "A cat.", "The boy reads a book."]
+    seeds = [5, 6, 7, 8]
+    gen.compact_share = None
+    ref = gen.generate_ids(prompts, 6, decoding, seeds)
+    for compact, batch in ((0.0, 8), (0.25, 3), (0.25, 1)):
+        gen.compact_share, gen.prompt_batch = compact, batch
+        assert gen.generate_ids(prompts, 6, decoding, seeds) == ref
+    assert gen.generate_ids(prompts[1:2], 6, decoding, [99])[0] != ref[1]
+    eos = gen.config.eos_token_id
+    if decoding.top_p > 0.9:  # really sampled (a tiny random model is peaked under top-p 0.5)
+        assert any(len({tuple(r) for r in rows}) > 1 for rows in ref)
+    for rows in ref:
+        for r in rows:
+            assert len(r) <= 12 and (eos not in r or r.index(eos) == len(r) - 1)
+            assert eos not in r[: decoding.min_new_tokens]
+
+
+def test_fast_sampler_keeps_the_transformers_top_k_top_p_support():
+    """The candidates the fast sampler can draw are exactly the tokens transformers' top-k and
+    top-p warpers keep, with the same renormalised probabilities."""
+    import torch
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    from breaknli_fast.engines.sampling import fast_candidates, fast_draw
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(16, 300, generator=g) * 3
+    for top_k, top_p in ((50, 0.95), (10, 0.5), (300, 0.9), (7, 1.0)):
+        d = Decoding(top_k=top_k, top_p=top_p)
+        idx, cdf = fast_candidates(scores, d)
+        hf = TopPLogitsWarper(top_p=top_p)(None, TopKLogitsWarper(top_k=top_k)(None, scores.clone())) if top_p < 1 \
+            else TopKLogitsWarper(top_k=top_k)(None, scores.clone())
+        hf_probs = torch.softmax(hf, dim=-1)
+        probs = torch.diff(cdf, dim=1, prepend=torch.zeros(16, 1))
+        ours = torch.zeros_like(hf_probs).scatter_(1, idx, probs / cdf[:, -1:])
+        assert torch.equal(ours > 0, hf_probs > 0)
+        assert torch.allclose(ours, hf_probs, atol=1e-5)
+        u = torch.rand(16, generator=g)
+        drawn = fast_draw(idx, cdf, u)
+        assert bool((hf_probs.gather(1, drawn[:, None]) > 0).all())

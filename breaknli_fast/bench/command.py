@@ -77,6 +77,7 @@ def bench(
     top_p: float = typer.Option(0.95, "--top-p"),
     top_k: int = typer.Option(50, "--top-k"),
     temperature: float = typer.Option(1.0, "--temperature"),
+    sampler: str = typer.Option("fast", "--sampler", help="Sampling draws: fast (top-k first, seeded per prompt) or transformers (token-identical to transformers' generate; slower)."),
     max_new_tokens: int = typer.Option(40, "--max-new-tokens"),
     fixed_length: bool = typer.Option(False, "--fixed-length", help="Generate exactly --max-new-tokens tokens (same work for every engine; on with --random-weights)."),
     random_weights: Optional[str] = typer.Option(None, "--random-weights",
@@ -127,7 +128,7 @@ def bench(
                 console.print(f"comparison written to [bold]{out}[/] (compare.json, compare.md)")
             return
         modes = ("contradictive", "entailed") if mode == "both" else (mode,)
-        dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, max_new_tokens=max_new_tokens)
+        dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler, max_new_tokens=max_new_tokens)
         loop = LoopConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional, decoding=dec, seed=seed,
                           prompts=dict(GEN_PROMPTS))
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)

@@ -68,12 +68,18 @@ class Decoding:
     num_beams: int | None = None  # beam / diverse-beam: defaults to n (the number of candidates)
     num_beam_groups: int | None = None  # diverse-beam: defaults to n
     diversity_penalty: float = 1.0
+    # sampling: "fast" (top-k first, inverse-CDF draw) or "transformers" (token-identical to
+    # transformers' generate under torch.manual_seed); see engines.sampling
+    sampler: str = "fast"
 
     STRATEGIES = ("sampling", "beam", "diverse-beam", "greedy")
+    SAMPLERS = ("fast", "transformers")
 
     def __post_init__(self) -> None:
         if self.strategy not in self.STRATEGIES:
             raise ValueError(f"unknown decoding strategy {self.strategy!r}; choose one of {', '.join(self.STRATEGIES)}")
+        if self.sampler not in self.SAMPLERS:
+            raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(self.SAMPLERS)}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,6 +1,7 @@
-"""Generation shared by every engine whose model offers Hugging Face's ``generate``
-(torch models, optimum's ORT seq2seq models): one seed per prompt, so candidates do not
-depend on batching, and a resumed or re-run example gets exactly the same candidates."""
+"""The generator shared by every engine: one seed per prompt, so candidates do not depend on
+batching, and a resumed or re-run example gets exactly the same candidates. Sampling is
+:mod:`breaknli_fast.engines.sampling` over the engine's stepper; beam and greedy decoding use
+Hugging Face's ``generate`` on the engine's model object."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from breaknli_fast.engines.base import Decoding, EngineInfo
+from breaknli_fast.engines.sampling import COMPACT_SHARE, TorchStepper, sample
 
 
 def diverse_beam_search(model: Any, enc: dict[str, torch.Tensor], n: int, decoding: Decoding, start_id: int,
@@ -121,66 +123,13 @@ _UNSUPPORTED_GEN_CONFIG = {
 }
 
 
-def batched_sampling_supported(model: Any) -> bool:
-    gc = getattr(model, "generation_config", None)
-    if gc is None:
+def batched_sampling_supported(generation_config: Any) -> bool:
+    """False when the model's generation config asks for logits processors that
+    :func:`breaknli_fast.engines.sampling.sample` does not apply (then sampling falls back to one
+    transformers ``generate`` call per prompt)."""
+    if generation_config is None:
         return True
-    return all(getattr(gc, k, None) in ok for k, ok in _UNSUPPORTED_GEN_CONFIG.items())
-
-
-def sample_batched(model: Any, enc: dict[str, torch.Tensor], n: int, decoding: Decoding, seeds: Sequence[int],
-                   start_id: int, eos_id: int, pad_id: int) -> list[list[list[int]]]:
-    """Sampling for several prompts in one batch, each prompt with its own random generator.
-
-    Reproduces transformers' sampling for one prompt under ``torch.manual_seed(seed)`` (the same
-    warpers in the same order -- min-new-tokens, temperature, top-k, top-p -- and one
-    ``multinomial`` draw per step over that prompt's ``n`` rows), while the model runs once per step
-    for all prompts with a KV cache. Results do not depend on which prompts share the batch, except
-    for float rounding differences from padding (which can flip a draw only at an exact tie)."""
-    from transformers.generation.logits_process import (LogitsProcessorList, MinNewTokensLengthLogitsProcessor,
-                                                         TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
-    from transformers.modeling_outputs import BaseModelOutput
-
-    device = enc["input_ids"].device
-    procs = LogitsProcessorList()
-    if decoding.min_new_tokens:
-        procs.append(MinNewTokensLengthLogitsProcessor(1, decoding.min_new_tokens, eos_id, device=device))
-    if decoding.temperature is not None and decoding.temperature != 1.0:
-        procs.append(TemperatureLogitsWarper(decoding.temperature))
-    if decoding.top_k:
-        procs.append(TopKLogitsWarper(top_k=decoding.top_k, min_tokens_to_keep=1))
-    if decoding.top_p is not None and decoding.top_p < 1.0:
-        procs.append(TopPLogitsWarper(top_p=decoding.top_p, min_tokens_to_keep=1))
-    b = enc["input_ids"].shape[0]
-    gen_device = device if device.type == "cuda" else torch.device("cpu")
-    gens = [torch.Generator(device=gen_device).manual_seed(int(sd)) for sd in seeds]
-    rows = b * n
-    with torch.inference_mode():
-        hidden = model.get_encoder()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])[0]
-        enc_out = BaseModelOutput(last_hidden_state=hidden.repeat_interleave(n, dim=0))
-        mask = enc["attention_mask"].repeat_interleave(n, dim=0)
-        seqs = torch.full((rows, 1), start_id, dtype=torch.long, device=device)
-        unfinished = torch.ones(rows, dtype=torch.bool, device=device)
-        past = None
-        for _ in range(decoding.max_new_tokens):
-            out = model(encoder_outputs=enc_out, attention_mask=mask, decoder_input_ids=seqs[:, -1:] if past is not None else seqs,
-                        past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            scores = procs(seqs, out.logits[:, -1, :].to(dtype=torch.float32))
-            probs = torch.softmax(scores, dim=-1)
-            nxt = torch.full((rows,), pad_id, dtype=torch.long, device=device)
-            for e in range(b):
-                sl = slice(e * n, (e + 1) * n)
-                if unfinished[sl].any():  # transformers stops drawing once all of a prompt's rows are done
-                    draw = torch.multinomial(probs[sl].to(gen_device), num_samples=1, generator=gens[e]).squeeze(1)
-                    nxt[sl] = draw.to(device)
-            nxt = torch.where(unfinished, nxt, torch.full_like(nxt, pad_id))
-            seqs = torch.cat([seqs, nxt[:, None]], dim=1)
-            unfinished &= nxt != eos_id
-            if not unfinished.any():
-                break
-    flat = [_cut(r[1:], eos_id, pad_id) for r in seqs.tolist()]
-    return [flat[e * n : (e + 1) * n] for e in range(b)]
+    return all(getattr(generation_config, k, None) in ok for k, ok in _UNSUPPORTED_GEN_CONFIG.items())
 
 
 def _cut(tokens: list[int], eos: int, pad: int) -> list[int]:
@@ -196,17 +145,44 @@ def _cut(tokens: list[int], eos: int, pad: int) -> list[int]:
 
 
 class HFGenerator:
-    """A :class:`~breaknli_fast.engines.base.Generator` over any model with HF ``generate``."""
+    """A :class:`~breaknli_fast.engines.base.Generator` over a seq2seq model.
+
+    Sampling (the default decoding) runs :func:`breaknli_fast.engines.sampling.sample` over the
+    engine's :class:`~breaknli_fast.engines.sampling.Stepper` (``stepper``; by default a
+    :class:`~breaknli_fast.engines.sampling.TorchStepper` over ``model``); beam and greedy go
+    through transformers' ``generate``, diverse beam through :func:`diverse_beam_search`.
+    ``model`` may be given as ``model_loader`` (a callable) instead, so an engine whose sampling
+    does not need the Hugging Face model object loads it only for beam/greedy decoding."""
 
     def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str = "cpu", max_input_length: int = 256,
-                 prompt_batch: int = 8):
-        self.model = model
+                 prompt_batch: int = 8, stepper: Any = None, model_loader: Any = None, config: Any = None,
+                 generation_config: Any = None, compact_share: float | None = COMPACT_SHARE):
+        if model is None and model_loader is None:
+            raise ValueError("HFGenerator needs a model or a model_loader")
+        self._model = model
+        self._model_loader = model_loader
+        self.config = config if config is not None else model.config
+        self.generation_config = (generation_config if generation_config is not None
+                                  else getattr(model, "generation_config", None))
+        self.stepper = stepper
+        self.compact_share = compact_share
         self.prompt_batch = max(1, int(prompt_batch))
         self.tokenizer = tokenizer
         self.info = info
         self.device = device
         self.max_input_length = max_input_length
         self.stats = GeneratorStats()
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            self._model = self._model_loader()
+        return self._model
+
+    def _stepper(self) -> Any:
+        if self.stepper is None:
+            self.stepper = TorchStepper(self.model)
+        return self.stepper
 
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
@@ -220,21 +196,24 @@ class HFGenerator:
         diverse beam runs per prompt."""
         if len(seeds) != len(prompts):
             raise ValueError("one seed per prompt is required")
-        cfg = self.model.config
+        cfg = self.config
         start, eos, pad = int(cfg.decoder_start_token_id or 0), int(cfg.eos_token_id), int(self.tokenizer.pad_token_id)
-        batched_sampling = decoding.strategy == "sampling" and self.prompt_batch > 1 and batched_sampling_supported(self.model)
+        batched_sampling = (decoding.strategy == "sampling" and batched_sampling_supported(self.generation_config)
+                            and (self.prompt_batch > 1 or decoding.sampler == "fast"))
         per_call = self.prompt_batch if (batched_sampling or decoding.strategy in ("beam", "greedy")) else 1
         out: list[list[list[int]]] = []
         for i in range(0, len(prompts), per_call):
             part, part_seeds = list(prompts[i : i + per_call]), list(seeds[i : i + per_call])
             enc = self.tokenizer(part, return_tensors="pt", padding=True, truncation=True, max_length=self.max_input_length)
-            enc = {k: v.to(self.device) for k, v in enc.items()}
             t0 = time.perf_counter()
             if decoding.strategy == "diverse-beam":
+                enc = {k: v.to(self.device) for k, v in enc.items()}
                 res = [diverse_beam_search(self.model, enc, n, decoding, start, eos, pad)]
             elif batched_sampling:
-                res = sample_batched(self.model, enc, n, decoding, part_seeds, start, eos, pad)
+                res = sample(self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, part_seeds,
+                             start, eos, pad, compact_share=self.compact_share)
             else:
+                enc = {k: v.to(self.device) for k, v in enc.items()}
                 torch.manual_seed(int(part_seeds[0]))
                 with torch.inference_mode():
                     seqs = self.model.generate(**enc, **decoding.hf_kwargs(n))

@@ -156,9 +156,79 @@ def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **
     return dispatch_classifier(model, precision, device, opts, OrtClassifier, OrtSeq2SeqClassifier)
 
 
+class OrtSeq2SeqStepper:
+    """The sampling stepper of the ort engine on the CPU: the exported encoder, decoder and
+    decoder-with-past graphs called directly (numpy in, numpy out), with the KV cache kept as the
+    arrays ONNX Runtime returns -- no torch model wrapper, no per-step conversions beyond the
+    logits of the last position."""
+
+    def __init__(self, folder: Any, device: str = "cpu", provider: str | None = None, threads: int | None = None):
+        from pathlib import Path
+
+        from breaknli_fast.export.runtime import make_session
+
+        folder = Path(folder)
+        self.encoder, details = make_session(folder / "encoder_model.onnx", device, provider, threads)
+        self.decoder, _ = make_session(folder / "decoder_model.onnx", device, provider, threads)
+        self.decoder_past, _ = make_session(folder / "decoder_with_past_model.onnx", device, provider, threads)
+        self.details = {**details, "decoder": "lean loop over encoder / decoder / decoder_with_past sessions"}
+        self._types = {i.name: _np_type(i.type) for s in (self.encoder, self.decoder, self.decoder_past)
+                       for i in s.get_inputs()}
+        self._dec_out = [o.name for o in self.decoder.get_outputs()]
+        self._past_out = [o.name for o in self.decoder_past.get_outputs()]
+
+    def start(self, input_ids: Any, attention_mask: Any, n: int) -> None:
+        ids = input_ids.numpy().astype(np.int64)
+        mask = attention_mask.numpy().astype(np.int64)
+        hidden = self.encoder.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        self.hidden = np.repeat(hidden.astype(self._types.get("encoder_hidden_states", hidden.dtype), copy=False), n, axis=0)
+        self.mask = np.repeat(mask, n, axis=0)
+        self.past: dict[str, np.ndarray] | None = None
+
+    def step(self, tokens: Any) -> Any:
+        import torch
+
+        ids = tokens.numpy().astype(np.int64)[:, None]
+        if self.past is None:
+            outs = self.decoder.run(None, {"input_ids": ids, "encoder_hidden_states": self.hidden,
+                                           "encoder_attention_mask": self.mask})
+            names = self._dec_out
+            self.past = {}
+            self.hidden = None  # the cross-attention keys/values replace it from here on
+        else:
+            outs = self.decoder_past.run(None, {"input_ids": ids, "encoder_attention_mask": self.mask, **self.past})
+            names = self._past_out
+        for name, value in zip(names[1:], outs[1:]):
+            self.past[name.replace("present.", "past_key_values.", 1)] = value
+        return torch.from_numpy(np.ascontiguousarray(outs[0][:, -1, :], dtype=np.float32))
+
+    def keep(self, positions: Any) -> None:
+        import torch
+
+        def rows(a: np.ndarray) -> np.ndarray:  # torch's index_select copies rows faster than numpy indexing
+            return torch.from_numpy(a).index_select(0, positions).numpy()
+
+        self.mask = rows(self.mask)
+        if self.hidden is not None:
+            self.hidden = rows(self.hidden)
+        if self.past:
+            self.past = {k: rows(v) for k, v in self.past.items()}
+
+
+def _np_type(onnx_type: str) -> Any:
+    return {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+            "tensor(int32)": np.int32}.get(onnx_type, np.float32)
+
+
 def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:
-    """Flan-T5 on ``ORTModelForSeq2SeqLM`` behind the shared :class:`HFGenerator` (same seeding, so
-    fp32 sampling gives the same tokens as the torch engine)."""
+    """Flan-T5 exported to ONNX behind the shared :class:`HFGenerator` (same seeding and the same
+    sampling code, so fp32 sampling gives the same tokens as the torch engine).
+
+    On the CPU, sampling runs :class:`OrtSeq2SeqStepper` (the sessions called directly); on CUDA,
+    optimum's ``ORTModelForSeq2SeqLM`` with IO binding. Beam and greedy decoding use optimum's
+    model (loaded on first use)."""
+    from transformers import AutoTokenizer, GenerationConfig
+
     from breaknli_fast.export.runtime import load_ort_seq2seq
 
     _check(precision, device)
@@ -173,14 +243,25 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     # judges the same cached export with the default tolerances.
     opts["tolerances"] = {"min_agreement": None, **(opts.get("tolerances") or {})}
     exported = _export(model, precision, device, opts)
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(exported.path))
-    m, sess_details = load_ort_seq2seq(exported.path, device=device, provider=provider, threads=threads)
-    gen_opts = {k: v for k, v in opts.items() if k == "max_input_length"}
+    folder = exported.path
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    gen_opts = {k: v for k, v in opts.items() if k in ("max_input_length", "prompt_batch")}
     if "max_length" in opts and "max_input_length" not in gen_opts:
         gen_opts["max_input_length"] = int(opts["max_length"])
+    try:
+        gen_config = GenerationConfig.from_pretrained(str(folder))
+    except (OSError, ValueError):
+        gen_config = None
+    if device == "cpu":
+        stepper = OrtSeq2SeqStepper(folder, device, provider, threads)
+        info = EngineInfo("ort", "generator", model, precision, device, _details(exported, stepper.details))
+
+        def loader() -> Any:
+            return load_ort_seq2seq(folder, device=device, provider=provider, threads=threads)[0]
+
+        return HFGenerator(None, tok, info, device="cpu", stepper=stepper, model_loader=loader, config=config,
+                           generation_config=gen_config, **gen_opts)
+    m, sess_details = load_ort_seq2seq(folder, device=device, provider=provider, threads=threads)
     info = EngineInfo("ort", "generator", model, precision, device, _details(exported, sess_details))
     hf_device = "cuda" if sess_details.get("io_binding") else "cpu"
     return HFGenerator(m, tok, info, device=hf_device, **gen_opts)
-

@@ -523,7 +523,7 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
               mlm_epochs: float | None = None, nli_epochs: float | None = None, t5_epochs: float | None = None,
               only: str | None = None, max_steps: int | None = None, sample_dir: str | Path | None = DATA_DIR,
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
-              nli_lr: float | None = None, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
+              nli_lr: float | None = None, nli_dropout: float | None = None, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
               t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True,
               t5_save_every: int | None = None) -> dict:
     """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5), then evaluate and write the cards.
@@ -554,7 +554,8 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
                                           progress=progress, epochs=mlm_epochs)
     if only in (None, "nli"):
         result["mini-nli"] = finetune_nli(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
-                                          init=nli_init, epochs=nli_epochs, lr=nli_lr)
+                                          init=nli_init, epochs=nli_epochs, lr=nli_lr,
+                                          dropout=nli_dropout)
     if only in (None, "tokenizers", "t5"):
         spm_tok = train_tokenizers(split, out_dir, which=("spm",), seed=seed)["spm"]
     if only in (None, "t5"):
@@ -590,6 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--nli-init", choices=["mlm", "nli"], default="mlm",
                     help="nli: continue from the saved mini-nli (a second round, with --only nli)")
     ap.add_argument("--nli-lr", type=float, default=None)
+    ap.add_argument("--nli-dropout", type=float, default=None, help="hidden and attention dropout of mini-nli")
     ap.add_argument("--t5-init", choices=["scratch", "t5"], default="scratch",
                     help="t5: continue from the saved mini-t5 (a further round, with --only t5)")
     ap.add_argument("--t5-nli-fraction", type=float, default=None, help="share of train pairs used as NLI examples")
@@ -611,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     res = train_all(args.data, args.out, seed=args.seed, threads=args.threads, mlm_epochs=args.mlm_epochs,
                     nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only, max_steps=args.max_steps,
                     sample_dir=args.sample_out or None, evaluate=not args.no_eval, n_gen=args.n_gen,
-                    progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr,
+                    progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr, nli_dropout=args.nli_dropout,
                     t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
                     t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
                     t5_save_every=args.t5_save_every)
