@@ -171,7 +171,7 @@ def run(
     token_budget: int = typer.Option(8192, "--token-budget", help="Classifier batch bound: batch size x longest sequence."),
     max_batch: int = typer.Option(64, "--max-batch", help="Classifier batch bound: pairs per batch."),
     chunk_size: int = typer.Option(16, "--chunk-size", min=1, help="Examples per resumable chunk."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads: torch's, and ONNX Runtime's intra-op threads (default: torch's choice; ort: physical cores)."),
 ) -> None:
     """Run the BreakNLI loop and write a run directory. Re-running the same command resumes."""
     from breaknli_fast.engines import registry
@@ -220,11 +220,12 @@ def run(
         }
         rd = RunDir(run_path)
         resuming = rd.prepare(config, identity, overwrite=overwrite)
+        engine_opts = {"threads": threads} if threads and engine == "ort" else {}
         with console.status("loading models"):
             clf = registry.load_classifier(engine, classifier, precision=precision, device=device, label_map=lm,
                                            max_length=max_length, token_budget=token_budget, max_batch=max_batch,
-                                           prompt=nli_prompt, method=nli_method)
-            gen = registry.load_generator(engine, generator, precision=precision, device=device)
+                                           prompt=nli_prompt, method=nli_method, **engine_opts)
+            gen = registry.load_generator(engine, generator, precision=precision, device=device, **engine_opts)
         config["engine"]["classifier_details"] = clf.info.to_dict()
         config["engine"]["generator_details"] = gen.info.to_dict()
         rd.prepare(config, identity)
