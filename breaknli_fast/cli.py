@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from breaknli_fast import cli_options as opts
 from breaknli_fast.data.labels import LABELS, SHORT, LabelMappingError, parse_label_map
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, load_examples
 from breaknli_fast.engines.base import Decoding
@@ -21,7 +21,7 @@ from breaknli_fast.engines.models import ModelLoadError, model_fingerprint
 from breaknli_fast.pipeline.breaknli import LoopConfig, ProgressHook, run_loop
 from breaknli_fast.pipeline.report import build_report, fmt_rate, to_markdown
 from breaknli_fast.pipeline.rundir import RunDir, RunDirError
-from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, GEN_PROMPTS, NLI_PROMPTS
+from breaknli_fast.prompts import GEN_PROMPTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="BreakNLI logical-triangle robustness test for NLI models, on fast engines.")
@@ -131,12 +131,11 @@ def print_summary(report: dict[str, Any], run_dir: Path | None) -> None:
 
 @app.command()
 def run(
-    generator: str = typer.Option("mini-t5", "--generator", "-g", help="Generator: hub id, local folder, or a shipped mini model."),
-    classifier: str = typer.Option("mini-nli", "--classifier", "-c", help="NLI model: sequence classifier or Flan-T5-style seq2seq."),
-    dataset: str = typer.Option(SAMPLE_NAME, "--dataset", "-d",
-                                help="'sample' (embedded SNLI sample), mnli[:mismatched], snli[:test], anli[:r1|r2|r3], or a .jsonl/.csv/.tsv file."),
-    split: Optional[str] = typer.Option(None, "--split", help="Split of a hub dataset (e.g. mismatched, test, r2)."),
-    mode: str = typer.Option("both", "--mode", help="contradictive, entailed or both."),
+    generator: str = opts.GENERATOR,
+    classifier: str = opts.CLASSIFIER,
+    dataset: str = opts.DATASET,
+    split: Optional[str] = opts.SPLIT,
+    mode: str = opts.MODE,
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
                                         help=f"Use the first N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
     seed: int = typer.Option(0, "--seed", help="One seed for the whole run (generation; bootstrap uses a fixed seed)."),
@@ -144,32 +143,32 @@ def run(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run directory that holds different settings."),
     engine: str = typer.Option("torch", "--engine", "-e", help="torch, ort or tensorrt."),
     precision: str = typer.Option("fp32", "--precision", "-p", help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda[:N]."),
-    k: int = typer.Option(20, "--k", min=1, help="Candidates generated per hypothesis."),
-    u: int = typer.Option(10, "--u", min=1, help="Distinct candidates kept (examples with fewer are dropped)."),
-    s: int = typer.Option(5, "--s", min=1, help="On-target candidates evaluated (examples with fewer are dropped)."),
-    bidirectional: bool = typer.Option(True, "--bidirectional/--one-direction", help="Relation filter on (h,h') and (h',h), or (h,h') only."),
-    decoding: str = typer.Option("sampling", "--decoding", help="sampling, beam or diverse-beam."),
-    top_p: float = typer.Option(0.95, "--top-p"),
-    top_k: int = typer.Option(50, "--top-k"),
-    temperature: float = typer.Option(1.0, "--temperature"),
-    sampler: str = typer.Option("fast", "--sampler", help="Sampling draws: fast (top-k first, seeded per prompt) or transformers (token-identical to transformers' generate; slower)."),
-    max_new_tokens: int = typer.Option(40, "--max-new-tokens"),
+    device: str = opts.DEVICE,
+    k: int = opts.K,
+    u: int = opts.U,
+    s: int = opts.S,
+    bidirectional: bool = opts.BIDIRECTIONAL,
+    decoding: str = opts.DECODING,
+    top_p: float = opts.TOP_P,
+    top_k: int = opts.TOP_K,
+    temperature: float = opts.TEMPERATURE,
+    sampler: str = opts.SAMPLER,
+    max_new_tokens: int = opts.MAX_NEW_TOKENS,
     num_beams: Optional[int] = typer.Option(None, "--num-beams", help="Beams for beam / diverse-beam decoding (default: K)."),
     num_beam_groups: Optional[int] = typer.Option(None, "--num-beam-groups", help="diverse-beam: groups (default: one beam per group)."),
     diversity_penalty: float = typer.Option(1.0, "--diversity-penalty", help="diverse-beam: Hamming diversity penalty."),
     contradict_prompt: str = typer.Option(GEN_PROMPTS["contradictive"], "--contradict-prompt", help="Prompt of the contradictive mode ({h} = hypothesis)."),
     entail_prompt: str = typer.Option(GEN_PROMPTS["entailed"], "--entail-prompt", help="Prompt of the entailed mode ({h} = hypothesis)."),
-    nli_prompt: str = typer.Option(DEFAULT_NLI_PROMPT, "--nli-prompt", help=f"Seq2seq classifier prompt: {', '.join(NLI_PROMPTS)}."),
-    nli_method: str = typer.Option("score", "--nli-method", help="Seq2seq classifier: score (first-step logits) or generate."),
-    label_map: Optional[str] = typer.Option(None, "--label-map", help="Model label names to canonical, e.g. LABEL_0=contradiction,LABEL_1=neutral,LABEL_2=entailment."),
+    nli_prompt: str = opts.NLI_PROMPT,
+    nli_method: str = opts.NLI_METHOD,
+    label_map: Optional[str] = opts.LABEL_MAP,
     premise_col: Optional[str] = typer.Option(None, "--premise-col"),
     hypothesis_col: Optional[str] = typer.Option(None, "--hypothesis-col"),
     label_col: Optional[str] = typer.Option(None, "--label-col"),
     id_col: Optional[str] = typer.Option(None, "--id-col"),
-    max_length: int = typer.Option(256, "--max-length", help="Truncate classifier inputs to this many tokens."),
-    token_budget: int = typer.Option(8192, "--token-budget", help="Classifier batch bound: batch size x longest sequence."),
-    max_batch: int = typer.Option(64, "--max-batch", help="Classifier batch bound: pairs per batch."),
+    max_length: int = opts.MAX_LENGTH,
+    token_budget: int = opts.TOKEN_BUDGET,
+    max_batch: int = opts.MAX_BATCH,
     chunk_size: int = typer.Option(16, "--chunk-size", min=1, help="Examples per resumable chunk."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads: torch's, and ONNX Runtime's intra-op threads (default: torch's choice; ort: physical cores)."),
 ) -> None:

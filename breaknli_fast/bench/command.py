@@ -14,8 +14,10 @@ from typing import Optional, Tuple
 
 import typer
 
+from breaknli_fast import cli_options as opts
+
 from breaknli_fast.data.loaders import SAMPLE_NAME
-from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, GEN_PROMPTS, NLI_PROMPTS
+from breaknli_fast.prompts import GEN_PROMPTS
 
 DEFAULT_ENGINES = "torch:fp32,ort:fp32,ort:int8"
 DEFAULT_SAMPLE_LIMIT = 32  # examples of the embedded sample when --limit is not given (several engines run)
@@ -55,11 +57,11 @@ def bench(
                                 help="Comma-separated ENGINE:PRECISION[:key=value...] (torch:fp32 is the reference, always "
                                      "measured first). Keys: label=NAME, classifier=PATH, generator=PATH; others go to the "
                                      "engine's loaders (clf.KEY / gen.KEY for one role)."),
-    generator: str = typer.Option("mini-t5", "--generator", "-g", help="Generator: hub id, local folder, or a shipped mini model."),
-    classifier: str = typer.Option("mini-nli", "--classifier", "-c", help="NLI model: sequence classifier or Flan-T5-style seq2seq."),
-    dataset: str = typer.Option(SAMPLE_NAME, "--dataset", "-d", help="'sample', mnli[:mismatched], snli[:test], anli[:r1|r2|r3] or a file."),
-    split: Optional[str] = typer.Option(None, "--split", help="Split of a hub dataset."),
-    mode: str = typer.Option("both", "--mode", help="contradictive, entailed or both."),
+    generator: str = opts.GENERATOR,
+    classifier: str = opts.CLASSIFIER,
+    dataset: str = opts.DATASET,
+    split: Optional[str] = opts.SPLIT,
+    mode: str = opts.MODE,
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
                                         help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported)."),
@@ -69,31 +71,31 @@ def bench(
     gen_prompts: int = typer.Option(8, "--gen-prompts", min=0, help="Prompts of the generate-stage workload (half per mode)."),
     greedy_prompts: int = typer.Option(16, "--greedy-prompts", min=0, help="Prompts of the greedy token-agreement check."),
     seed: int = typer.Option(0, "--seed", help="Loop seed (generation); the bootstrap uses a fixed seed."),
-    k: int = typer.Option(20, "--k", min=1, help="Candidates generated per hypothesis."),
-    u: int = typer.Option(10, "--u", min=1, help="Distinct candidates kept."),
-    s: int = typer.Option(5, "--s", min=1, help="On-target candidates evaluated."),
-    bidirectional: bool = typer.Option(True, "--bidirectional/--one-direction", help="Relation filter on (h,h') and (h',h), or (h,h') only."),
-    decoding: str = typer.Option("sampling", "--decoding", help="sampling, beam or diverse-beam."),
-    top_p: float = typer.Option(0.95, "--top-p"),
-    top_k: int = typer.Option(50, "--top-k"),
-    temperature: float = typer.Option(1.0, "--temperature"),
-    sampler: str = typer.Option("fast", "--sampler", help="Sampling draws: fast (top-k first, seeded per prompt) or transformers (token-identical to transformers' generate; slower)."),
-    max_new_tokens: int = typer.Option(40, "--max-new-tokens"),
+    k: int = opts.K,
+    u: int = opts.U,
+    s: int = opts.S,
+    bidirectional: bool = opts.BIDIRECTIONAL,
+    decoding: str = opts.DECODING,
+    top_p: float = opts.TOP_P,
+    top_k: int = opts.TOP_K,
+    temperature: float = opts.TEMPERATURE,
+    sampler: str = opts.SAMPLER,
+    max_new_tokens: int = opts.MAX_NEW_TOKENS,
     fixed_length: bool = typer.Option(False, "--fixed-length", help="Generate exactly --max-new-tokens tokens (same work for every engine; on with --random-weights)."),
     random_weights: Optional[str] = typer.Option(None, "--random-weights",
                                                  help="Real architectures with random weights, e.g. flan-t5-base,roberta-large "
                                                       "(T5 shapes = generator, others = classifier; classifier=flan-t5-large for a seq2seq NLI model). "
                                                       "Speed only: parity is not meaningful."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Folder of the random-weight models (default ~/.cache/breaknli_fast/random-weights)."),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda[:N]."),
+    device: str = opts.DEVICE,
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch, and intra-op threads passed to the other engines."),
     interleave: bool = typer.Option(False, "--interleave", help="Load every engine first, then time them in rounds (A B A B ...): fairer on a busy machine; needs the memory of all engines at once."),
-    nli_prompt: str = typer.Option(DEFAULT_NLI_PROMPT, "--nli-prompt", help=f"Seq2seq classifier prompt: {', '.join(NLI_PROMPTS)}."),
-    nli_method: str = typer.Option("score", "--nli-method", help="Seq2seq classifier: score or generate."),
-    label_map: Optional[str] = typer.Option(None, "--label-map", help="Model label names to canonical, e.g. LABEL_0=contradiction,..."),
-    max_length: int = typer.Option(256, "--max-length", help="Truncate classifier inputs to this many tokens."),
-    token_budget: int = typer.Option(8192, "--token-budget", help="Classifier batch bound: batch size x longest sequence."),
-    max_batch: int = typer.Option(64, "--max-batch", help="Classifier batch bound: pairs per batch."),
+    nli_prompt: str = opts.NLI_PROMPT,
+    nli_method: str = opts.NLI_METHOD,
+    label_map: Optional[str] = opts.LABEL_MAP,
+    max_length: int = opts.MAX_LENGTH,
+    token_budget: int = opts.TOKEN_BUDGET,
+    max_batch: int = opts.MAX_BATCH,
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when an engine is outside tolerance, below --min-agreement, or failed."),
     tolerance: float = typer.Option(1.0, "--tolerance", min=0.0, help="Breakage tolerance in percentage points (fails only when the 95 % CI also excludes 0)."),
     min_agreement: float = typer.Option(98.0, "--min-agreement", min=0.0, max=100.0, help="Minimum classifier label agreement with torch:fp32, percent."),

@@ -18,9 +18,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, LABELS, NEUTRAL
+from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, LABELS
 from breaknli_fast.data.normalize import normalize_text
-from breaknli_fast.mini.common import folder_size, hardware, log, make_progress, read_json, write_json
+from breaknli_fast.mini.common import folder_size, hardware, log, make_progress, write_json
 from breaknli_fast.mini.data import Pair, SnliSplit
 from breaknli_fast.prompts import GEN_PROMPTS, NLI_ANSWERS, NLI_PROMPTS
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
