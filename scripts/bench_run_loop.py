@@ -1,0 +1,102 @@
+"""Time the full loop as a user runs it: ``breaknli-fast run`` once per engine, in rounds.
+
+Each run is a fresh process writing a fresh run directory (exports are cached beforehand by a
+warm-up run per engine, not timed). Reported per engine: the loop's wall time from the run's
+``report.json`` (model loading excluded) and the process wall time (included), median over the
+rounds, with the per-stage seconds of the median run, and the speed-up over the first engine.
+
+    python scripts/bench_run_loop.py --engines torch:fp32,ort:fp32,ort:int8 --limit 200 --rounds 3 \\
+        --out runs/bench-loop
+
+Writes ``loop.json`` and ``loop.md`` in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def one_run(engine: str, precision: str, limit: int, out: Path, extra: list[str]) -> dict:
+    if out.exists():
+        shutil.rmtree(out)
+    cmd = [sys.executable, "-m", "breaknli_fast.cli", "run", "--limit", str(limit), "--engine", engine,
+           "--precision", precision, "--out", str(out), *extra]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{engine}:{precision} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    rep = json.loads((out / "report.json").read_text())
+    t = rep["throughput"]
+    return {"process_seconds": round(wall, 2), "loop_seconds": t["wall_seconds"], "stages": t["stage_seconds"],
+            "examples": t["examples_this_invocation"], "classifier_pairs": t["classifier_pairs"],
+            "generated_tokens": t["generated_tokens"], "overall": rep.get("overall") or rep.get("rates", {}).get("Overall")}
+
+
+def load_avg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--engines", default="torch:fp32,ort:fp32,ort:int8")
+    ap.add_argument("--limit", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("runs/bench-loop"))
+    ap.add_argument("extra", nargs="*", help="further arguments for breaknli-fast run (after --)")
+    args = ap.parse_args(argv)
+    specs = [tuple(s.split(":")) for s in args.engines.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    for eng, prec in specs:  # warm-up: exports, caches
+        one_run(eng, prec, 4, args.out / f"warm-{eng}-{prec}", args.extra)
+    runs: dict[str, list[dict]] = {f"{e}:{p}": [] for e, p in specs}
+    loads = []
+    for r in range(args.rounds):
+        for eng, prec in specs:
+            loads.append(load_avg())
+            res = one_run(eng, prec, args.limit, args.out / f"{eng}-{prec}-r{r}", args.extra)
+            runs[f"{eng}:{prec}"].append(res)
+            print(f"round {r + 1}/{args.rounds} {eng}:{prec}: loop {res['loop_seconds']:.2f} s, "
+                  f"process {res['process_seconds']:.2f} s", flush=True)
+    summary = {}
+    for name, rs in runs.items():
+        med = sorted(rs, key=lambda x: x["loop_seconds"])[len(rs) // 2]
+        summary[name] = {"loop_seconds_median": med["loop_seconds"],
+                         "loop_seconds_all": [x["loop_seconds"] for x in rs],
+                         "process_seconds_median": statistics.median(x["process_seconds"] for x in rs),
+                         "stages_of_median_run": med["stages"], "examples": med["examples"],
+                         "classifier_pairs": med["classifier_pairs"], "generated_tokens": med["generated_tokens"]}
+    ref = summary[next(iter(summary))]["loop_seconds_median"]
+    for s in summary.values():
+        s["speedup_loop"] = round(ref / s["loop_seconds_median"], 2)
+    result = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+              "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "limit": args.limit,
+              "rounds": args.rounds, "load_avg_1min": {"min": min(loads), "max": max(loads)},
+              "cpu_count": os.cpu_count(), "engines": summary, "runs": runs}
+    (args.out / "loop.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = ["| engine | loop s (median) | speed-up | process s | classify (p,h) s | generate s | relation s | evaluate s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, s in summary.items():
+        st = s["stages_of_median_run"]
+        lines.append(f"| {name} | {s['loop_seconds_median']:.2f} | {s['speedup_loop']:.2f}× | "
+                     f"{s['process_seconds_median']:.1f} | {st.get('classify_ph', 0):.2f} | {st.get('generate', 0):.2f} | "
+                     f"{st.get('relation', 0):.2f} | {st.get('evaluate', 0):.2f} |")
+    md = "\n".join(lines) + f"\n\n{args.limit} examples, {args.rounds} rounds, load {min(loads):.1f}–{max(loads):.1f}.\n"
+    (args.out / "loop.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
