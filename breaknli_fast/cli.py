@@ -283,7 +283,7 @@ def mini_train(ctx: typer.Context) -> None:
     """Train mini-mlm, mini-nli and mini-t5 from an SNLI file (`breaknli-fast mini train --help` for options)."""
     from breaknli_fast.mini.train import main as train_main
 
-    raise typer.Exit(train_main(list(ctx.args)) or 0)
+    raise typer.Exit(train_main(list(ctx.args), prog="breaknli-fast mini train") or 0)
 
 
 def main() -> None:  # pragma: no cover

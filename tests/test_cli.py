@@ -14,7 +14,18 @@ def test_help_lists_commands():
     for cmd in ("run", "env"):
         assert cmd in r.output
     r = runner.invoke(app, ["run", "--help"])
-    assert r.exit_code == 0 and "--generator" in r.output and "--limit" in r.output
+    assert r.exit_code == 0 and "--generator" in r.output and "--limit" in r.output and "--sampler" in r.output
+    for cmd in ("export", "bench"):
+        r = runner.invoke(app, [cmd, "--help"])
+        assert r.exit_code == 0 and "--help" in r.output
+
+
+def test_mini_train_help_names_the_command(capsys):
+    with pytest.raises(SystemExit) as e:
+        from breaknli_fast.mini.train import main
+
+        main(["--help"], prog="breaknli-fast mini train")
+    assert e.value.code == 0 and "usage: breaknli-fast mini train" in capsys.readouterr().out
 
 
 def test_env_json():

@@ -49,9 +49,13 @@ DEFAULTS: dict[str, Any] = {
     "t5": dict(d_model=192, d_kv=48, heads=4, d_ff=512, enc_layers=3, dec_layers=3, epochs=0.4, nli_fraction=0.5, gen_fraction=1.0, batch_size=64,
                lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
                save_every=400),
-    # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI
+    # a second NLI round continuing from the best mini-nli (fresh schedule, no dropout: the model underfits)
+    "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0)],
+    # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI,
+    # then mostly generation
     "t5_more_rounds": [dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
-                       dict(epochs=0.32, lr=5e-4, nli_fraction=1.0, gen_fraction=0.1, save_every=0)],
+                       dict(epochs=0.32, lr=5e-4, nli_fraction=1.0, gen_fraction=0.1, save_every=0),
+                       dict(epochs=0.7, lr=5e-4, nli_fraction=0.15, gen_fraction=1.0, save_every=0)],
 }
 
 
@@ -525,13 +529,14 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
               nli_lr: float | None = None, nli_dropout: float | None = None, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
               t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True,
-              t5_save_every: int | None = None) -> dict:
+              t5_save_every: int | None = None, nli_round2: bool = True) -> dict:
     """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5), then evaluate and write the cards.
 
     ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
     mini-t5 is trained in rounds: ``DEFAULTS["t5"]`` from scratch, then each of ``DEFAULTS["t5_more_rounds"]``
     (more NLI examples) continuing from the saved model of the round before; ``t5_round2=False`` stops after
-    round 1.
+    round 1. Likewise mini-nli: ``DEFAULTS["nli"]`` from mini-mlm, then ``DEFAULTS["nli_more_rounds"]``
+    continuing from the best mini-nli (``nli_round2=False`` skips them).
     ``max_steps`` caps every training stage (smoke tests)."""
     from breaknli_fast.mini.evaluate import evaluate_models
 
@@ -556,6 +561,10 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
         result["mini-nli"] = finetune_nli(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
                                           init=nli_init, epochs=nli_epochs, lr=nli_lr,
                                           dropout=nli_dropout)
+        if nli_init == "mlm" and nli_round2:
+            for extra in DEFAULTS["nli_more_rounds"]:
+                result["mini-nli"] = finetune_nli(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
+                                                  init="nli", **extra)
     if only in (None, "tokenizers", "t5"):
         spm_tok = train_tokenizers(split, out_dir, which=("spm",), seed=seed)["spm"]
     if only in (None, "t5"):
@@ -576,8 +585,8 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
     return result
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m breaknli_fast.mini.train", description=__doc__.split("\n")[0])
+def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, help="SNLI JSONL(.gz) with pairID, premise, hypothesis, label")
     ap.add_argument("--out", default=str(MODELS_DIR), help="models folder (default: the package's assets/models)")
     ap.add_argument("--sample-out", default=str(DATA_DIR),
@@ -600,6 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--t5-save-every", type=int, default=None, help="checkpoint every N steps (0: only at the end)")
     ap.add_argument("--no-t5-round2", action="store_true",
                     help="skip the further T5 rounds (continuations with more NLI examples) of a from-scratch run")
+    ap.add_argument("--no-nli-round2", action="store_true",
+                    help="skip the further mini-nli rounds (continuations from the best mini-nli) of a run from mini-mlm")
     ap.add_argument("--max-steps", type=int, default=None, help="cap every training stage (smoke test)")
     ap.add_argument("--n-gen", type=int, default=200, help="dev hypotheses per mode for the generator check")
     ap.add_argument("--no-eval", action="store_true")
@@ -607,8 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    args = (build_parser(prog) if prog else build_parser()).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     res = train_all(args.data, args.out, seed=args.seed, threads=args.threads, mlm_epochs=args.mlm_epochs,
                     nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only, max_steps=args.max_steps,
@@ -616,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr, nli_dropout=args.nli_dropout,
                     t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
                     t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
-                    t5_save_every=args.t5_save_every)
+                    t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2)
     log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
     return 0
 
