@@ -152,9 +152,8 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
     out: list[list[int]] = [[] for _ in range(rows)]
     if sampler == "fast":
         rngs = [np.random.Generator(np.random.PCG64(int(sd) & (2**63 - 1))) for sd in seeds]
-    else:
-        procs = None
-        gens = [torch.Generator().manual_seed(int(sd)) for sd in seeds]
+    else:  # generators on the logits' device, as torch.manual_seed seeds transformers' draws there
+        procs, gens = None, []
     for t in range(decoding.max_new_tokens):
         logits = stepper.step(last[active])
         act_unfinished = unfinished[active]
@@ -171,8 +170,9 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
         else:
             if procs is None:
                 procs = _hf_processors(decoding, eos_id, logits.device)
+                gens = [torch.Generator(device=logits.device).manual_seed(int(sd)) for sd in seeds]
             length_view = torch.zeros((logits.shape[0], t + 1), dtype=torch.long, device=logits.device)
-            probs = torch.softmax(procs(length_view, logits), dim=-1).cpu()
+            probs = torch.softmax(procs(length_view, logits), dim=-1)
             nxt = torch.full((logits.shape[0],), pad_id, dtype=torch.long)
             pos_of = {int(g): i for i, g in enumerate(active.tolist())}
             for e in live:
@@ -180,12 +180,12 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
                 if all(p is not None for p in here):
                     block = probs[here[0] : here[0] + n]
                 else:  # compacted rows: a placeholder distribution keeps the generator's stream
-                    block = torch.zeros((n, probs.shape[1]), dtype=probs.dtype)
+                    block = torch.zeros((n, probs.shape[1]), dtype=probs.dtype, device=probs.device)
                     block[:, pad_id] = 1.0
                     for j, p in enumerate(here):
                         if p is not None:
                             block[j] = probs[p]
-                draw = torch.multinomial(block, num_samples=1, generator=gens[e]).squeeze(1)
+                draw = torch.multinomial(block, num_samples=1, generator=gens[e]).squeeze(1).cpu()
                 for j, p in enumerate(here):
                     if p is not None:
                         nxt[p] = draw[j]
