@@ -196,6 +196,23 @@ def test_default_cache_dir_follows_env(models, tmp_path, monkeypatch):
     assert res.path.name.startswith("roberta-onnx-fp32-")
 
 
+@pytest.mark.parametrize("precision", ["int8", "int8-static"])
+def test_relative_cache_dir(models, tmp_path, monkeypatch, precision):
+    """A relative cache folder works for the quantizers too (they run inside a temporary directory)."""
+    monkeypatch.chdir(tmp_path)
+    device = "cuda" if precision == "int8-static" else "cpu"
+    if device == "cuda":  # the static QDQ graph is built the same way; only its validation needs the CUDA provider
+        from breaknli_fast.export import quantize as qz
+
+        fp32 = _export(models["roberta"], "fp32", Path("rel-cache"))
+        feeds = [{"input_ids": np.ones((1, 4), dtype=np.int64), "attention_mask": np.ones((1, 4), dtype=np.int64)}]
+        qz.int8_static_qdq(Path("rel-cache") / fp32.path.name / "model.onnx", Path("qdq.onnx"), feeds)
+        assert (tmp_path / "qdq.onnx").is_file()
+        return
+    res = _export(models["roberta"], "int8", Path("rel-cache"))
+    assert res.validation["passed"] and (tmp_path / "rel-cache").is_dir()
+
+
 def test_out_dir_and_failed_validation_leaves_nothing(models, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # quant_pre_process must not litter the working directory
     out = tmp_path / "out"

@@ -175,6 +175,7 @@ def preprocess(src: Path, workdir: Path) -> tuple[Path, str]:
     """``quant_pre_process`` into ``workdir`` (run from inside it); returns (graph to quantize, status)."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    src = Path(src).resolve()  # the pre-processor runs inside workdir
     out = workdir / ("pre-" + src.name)
     big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
     try:
@@ -188,6 +189,7 @@ def preprocess(src: Path, workdir: Path) -> tuple[Path, str]:
 def int8_dynamic(src: Path, dst: Path) -> dict[str, Any]:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    src, dst = Path(src).resolve(), Path(dst).resolve()  # the quantizer runs inside a temporary directory
     with tempfile.TemporaryDirectory() as tmp:
         pre, status = preprocess(src, Path(tmp))
         big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
@@ -220,6 +222,7 @@ def int8_static_qdq(src: Path, dst: Path, feeds: list[dict[str, Any]]) -> dict[s
 
     if not feeds:
         raise ExportError("static int8 quantization needs calibration pairs")
+    src, dst = Path(src).resolve(), Path(dst).resolve()  # the quantizer runs inside a temporary directory
     with tempfile.TemporaryDirectory() as tmp:
         pre, status = preprocess(src, Path(tmp))
         big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
