@@ -45,12 +45,14 @@ DEFAULTS: dict[str, Any] = {
     "spm_vocab": 6000,
     "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=1.0, batch_size=64,
                 block=64, lr=1e-3, warmup=0.06, weight_decay=0.01, mask_prob=0.15, dropout=0.1),
-    "nli": dict(epochs=2.0, eval_every_epochs=0.5, batch_size=64, lr=3e-4, warmup=0.06, weight_decay=0.01, max_length=128, dropout=0.1),
+    "nli": dict(epochs=2.0, eval_every_epochs=0.5, batch_size=64, lr=3e-4, warmup=0.06, weight_decay=0.01, max_length=128, dropout=0.1,
+                swap_contradictions=False),
     "t5": dict(d_model=192, d_kv=48, heads=4, d_ff=512, enc_layers=3, dec_layers=3, epochs=0.4, nli_fraction=0.5, gen_fraction=1.0, batch_size=64,
                lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
                save_every=400),
     # a second NLI round continuing from the best mini-nli (fresh schedule, no dropout: the model underfits)
-    "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0)],
+    "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0),
+                        dict(epochs=2.0, lr=1e-4, dropout=0.0, swap_contradictions=True)],
     # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI,
     # then mostly generation
     "t5_more_rounds": [dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
@@ -288,8 +290,14 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
         hidden_dropout_prob=cfg["dropout"], attention_probs_dropout_prob=cfg["dropout"], dtype=torch.float32,
     )
     model.config.problem_type = "single_label_classification"
-    train_enc = _encode_pairs(tok, split.train, cfg["max_length"])
-    train_y = torch.tensor([NLI_LABEL2ID[p.label] for p in split.train], dtype=torch.long)
+    train_pairs = list(split.train)
+    if cfg.get("swap_contradictions"):
+        # contradiction is symmetric: (hypothesis, premise) of a contradiction pair is one too; teaches the
+        # classifier to answer both directions of the loop's relation filter alike
+        train_pairs += [Pair(p.pair_id + "~swap", p.caption_id, p.hypothesis, p.premise, p.label)
+                        for p in split.train if p.label == CONTRADICTION]
+    train_enc = _encode_pairs(tok, train_pairs, cfg["max_length"])
+    train_y = torch.tensor([NLI_LABEL2ID[p.label] for p in train_pairs], dtype=torch.long)
     lengths = [len(x) for x in train_enc]
     bs = cfg["batch_size"]
     per_epoch = math.ceil(len(train_enc) / bs)
@@ -527,7 +535,7 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
               mlm_epochs: float | None = None, nli_epochs: float | None = None, t5_epochs: float | None = None,
               only: str | None = None, max_steps: int | None = None, sample_dir: str | Path | None = DATA_DIR,
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
-              nli_lr: float | None = None, nli_dropout: float | None = None, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
+              nli_lr: float | None = None, nli_dropout: float | None = None, nli_swap: bool = False, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
               t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True,
               t5_save_every: int | None = None, nli_round2: bool = True) -> dict:
     """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5), then evaluate and write the cards.
@@ -560,7 +568,7 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
     if only in (None, "nli"):
         result["mini-nli"] = finetune_nli(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
                                           init=nli_init, epochs=nli_epochs, lr=nli_lr,
-                                          dropout=nli_dropout)
+                                          dropout=nli_dropout, swap_contradictions=nli_swap or None)
         if nli_init == "mlm" and nli_round2:
             for extra in DEFAULTS["nli_more_rounds"]:
                 result["mini-nli"] = finetune_nli(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
@@ -601,6 +609,8 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
                     help="nli: continue from the saved mini-nli (a second round, with --only nli)")
     ap.add_argument("--nli-lr", type=float, default=None)
     ap.add_argument("--nli-dropout", type=float, default=None, help="hidden and attention dropout of mini-nli")
+    ap.add_argument("--nli-swap-contradictions", action="store_true",
+                    help="also train on (hypothesis, premise) of every contradiction pair")
     ap.add_argument("--t5-init", choices=["scratch", "t5"], default="scratch",
                     help="t5: continue from the saved mini-t5 (a further round, with --only t5)")
     ap.add_argument("--t5-nli-fraction", type=float, default=None, help="share of train pairs used as NLI examples")
@@ -625,6 +635,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                     nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only, max_steps=args.max_steps,
                     sample_dir=args.sample_out or None, evaluate=not args.no_eval, n_gen=args.n_gen,
                     progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr, nli_dropout=args.nli_dropout,
+                    nli_swap=args.nli_swap_contradictions,
                     t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
                     t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
                     t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2)
