@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
 console = Console()
 err_console = Console(stderr=True)
 
-DEFAULT_SAMPLE_LIMIT = 500  # examples of the embedded sample used when --limit is not given
+DEFAULT_SAMPLE_LIMIT = 1000  # examples of the embedded sample used when --limit is not given
 USER_ERRORS: tuple[type[BaseException], ...] = (DataError, ModelLoadError, RunDirError, LabelMappingError, ValueError)
 
 

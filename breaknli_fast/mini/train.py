@@ -51,8 +51,7 @@ DEFAULTS: dict[str, Any] = {
                lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
                save_every=400),
     # a second NLI round continuing from the best mini-nli (fresh schedule, no dropout: the model underfits)
-    "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0),
-                        dict(epochs=2.0, lr=1e-4, dropout=0.0, swap_contradictions=True)],
+    "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0)],
     # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI,
     # then mostly generation
     "t5_more_rounds": [dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
