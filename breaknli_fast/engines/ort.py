@@ -168,9 +168,9 @@ class OrtSeq2SeqStepper:
         from breaknli_fast.export.runtime import make_session
 
         folder = Path(folder)
-        self.encoder, details = make_session(folder / "encoder_model.onnx", device, provider, threads)
-        self.decoder, _ = make_session(folder / "decoder_model.onnx", device, provider, threads)
-        self.decoder_past, _ = make_session(folder / "decoder_with_past_model.onnx", device, provider, threads)
+        self.encoder, details = make_session(folder / "encoder_model.onnx", device, provider, threads, spin=False)
+        self.decoder, _ = make_session(folder / "decoder_model.onnx", device, provider, threads, spin=False)
+        self.decoder_past, _ = make_session(folder / "decoder_with_past_model.onnx", device, provider, threads, spin=False)
         self.details = {**details, "decoder": "lean loop over encoder / decoder / decoder_with_past sessions"}
         self._types = {i.name: _np_type(i.type) for s in (self.encoder, self.decoder, self.decoder_past)
                        for i in s.get_inputs()}
