@@ -110,7 +110,8 @@ def generators(ort_models, tiny_dir):
 
 
 @pytest.mark.parametrize("decoding,n", [(Decoding(strategy="greedy"), 1), (Decoding(), 20),
-                                        (Decoding(sampler="transformers"), 20), (Decoding(strategy="beam"), 4)])
+                                        (Decoding(sampler="transformers"), 20), (Decoding(strategy="beam"), 4),
+                                        (Decoding(strategy="diverse-beam", max_new_tokens=12), 4)])
 def test_ort_fp32_generator_identical_to_torch(generators, decoding, n):
     torch_gen, ort_gen = generators
     seeds = [derive_seed(7, "gen", i) for i in range(len(PROMPTS))]
