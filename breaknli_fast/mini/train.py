@@ -81,6 +81,19 @@ def _adamw(model: torch.nn.Module, lr: float, weight_decay: float, betas=(0.9, 0
                               {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, eps=1e-6)
 
 
+def _train_step(model: torch.nn.Module, loss: torch.Tensor, opt: torch.optim.Optimizer, sched: Any,
+                run_loss: float, step: int) -> float:
+    """Backward, clip the gradient norm at 1, optimizer and schedule step; returns the running
+    (exponentially smoothed) loss after ``step`` steps."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    value = loss.item()
+    return value if step == 1 else 0.98 * run_loss + 0.02 * value
+
+
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     n = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
@@ -213,13 +226,8 @@ def pretrain_mlm(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, 
                 ids = blocks[perm[b * bs:(b + 1) * bs]]
                 inputs, labels = _mask_tokens(ids, tok, cfg["mask_prob"], len(tok), gen)
                 loss = _mlm_loss(model, inputs, labels)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
                 step += 1
-                run_loss = loss.item() if step == 1 else 0.98 * run_loss + 0.02 * loss.item()
+                run_loss = _train_step(model, loss, opt, sched, run_loss, step)
                 bar.update(task, advance=1, info=f"loss {run_loss:.3f}")
                 if step % 100 == 0 or step == total:
                     losses.append((step, round(run_loss, 4)))
@@ -323,13 +331,8 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
                     break
                 ids, mask = _pad([train_enc[i] for i in idx], tok.pad_token_id)
                 loss = model(input_ids=ids, attention_mask=mask, labels=train_y[idx]).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
                 step += 1
-                run_loss = loss.item() if step == 1 else 0.98 * run_loss + 0.02 * loss.item()
+                run_loss = _train_step(model, loss, opt, sched, run_loss, step)
                 bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f} best {max(best, 0):.3f}")
                 if step % 100 == 0:
                     log.info("mini-nli epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
@@ -508,13 +511,8 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
                 labels, lmask = _pad([tgt[i] for i in idx], tok.pad_token_id)
                 labels[lmask == 0] = -100
                 loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
                 step += 1
-                run_loss = loss.item() if step == 1 else 0.98 * run_loss + 0.02 * loss.item()
+                run_loss = _train_step(model, loss, opt, sched, run_loss, step)
                 bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f}")
                 if step % 100 == 0 or step == total:
                     losses.append((step, round(run_loss, 4)))
