@@ -186,19 +186,27 @@ def preprocess(src: Path, workdir: Path) -> tuple[Path, str]:
         return src, f"skipped: {first_line(e)}"
 
 
-def int8_dynamic(src: Path, dst: Path) -> dict[str, Any]:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    src, dst = Path(src).resolve(), Path(dst).resolve()  # the quantizer runs inside a temporary directory
+def _quantize(src: Path, dst: Path, what: str, run: Any) -> str:
+    """Pre-process ``src`` and call ``run(pre, dst, external_data)`` inside a temporary directory
+    (the quantizers write side files into the working directory); returns the pre-processing status."""
+    src, dst = Path(src).resolve(), Path(dst).resolve()  # the quantizer runs inside the temporary directory
     with tempfile.TemporaryDirectory() as tmp:
         pre, status = preprocess(src, Path(tmp))
         big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
         try:
             with quiet(), _in_dir(Path(tmp)):
-                quantize_dynamic(str(pre), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=QUANTIZED_OPS,
-                                 per_channel=False, reduce_range=False, use_external_data_format=big)
+                run(str(pre), str(dst), big)
         except Exception as e:
-            raise ExportError(f"int8 dynamic quantization of {src.name} failed: {first_line(e)}") from e
+            raise ExportError(f"{what} of {src.name} failed: {first_line(e)}") from e
+    return status
+
+
+def int8_dynamic(src: Path, dst: Path) -> dict[str, Any]:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    status = _quantize(src, dst, "int8 dynamic quantization", lambda pre, out, big: quantize_dynamic(
+        pre, out, weight_type=QuantType.QInt8, op_types_to_quantize=QUANTIZED_OPS, per_channel=False,
+        reduce_range=False, use_external_data_format=big))
     return {"scheme": "dynamic", "weight_type": "QInt8", "activations": "QUInt8 (dynamic, per batch)",
             "ops": QUANTIZED_OPS, "pre_process": status}
 
@@ -222,18 +230,10 @@ def int8_static_qdq(src: Path, dst: Path, feeds: list[dict[str, Any]]) -> dict[s
 
     if not feeds:
         raise ExportError("static int8 quantization needs calibration pairs")
-    src, dst = Path(src).resolve(), Path(dst).resolve()  # the quantizer runs inside a temporary directory
-    with tempfile.TemporaryDirectory() as tmp:
-        pre, status = preprocess(src, Path(tmp))
-        big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
-        try:
-            with quiet(), _in_dir(Path(tmp)):
-                quantize_static(str(pre), str(dst), _Reader(feeds), quant_format=QuantFormat.QDQ,
-                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True,
-                                op_types_to_quantize=QUANTIZED_OPS, calibrate_method=CalibrationMethod.MinMax,
-                                use_external_data_format=big,
-                                extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
-        except Exception as e:
-            raise ExportError(f"int8 static (QDQ) quantization of {src.name} failed: {first_line(e)}") from e
+    status = _quantize(src, dst, "int8 static (QDQ) quantization", lambda pre, out, big: quantize_static(
+        pre, out, _Reader(feeds), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=QUANTIZED_OPS,
+        calibrate_method=CalibrationMethod.MinMax, use_external_data_format=big,
+        extra_options={"ActivationSymmetric": True, "WeightSymmetric": True}))
     return {"scheme": "static-qdq", "weight_type": "QInt8 symmetric per-channel", "activations": "QInt8 symmetric",
             "calibration": "MinMax", "calibration_batches": len(feeds), "ops": QUANTIZED_OPS, "pre_process": status}
