@@ -122,6 +122,7 @@ def test_ort_fp32_generator_identical_to_torch(generators, decoding, n):
     if decoding.strategy == "sampling":
         assert len({tuple(r) for r in b[0]}) > 1  # really sampled
     assert ort_gen.info.engine == "ort" and ort_gen.info.role == "generator"
+    assert ort_gen.info.details["intra_op_spinning"] is False  # sessions of per-token runs do not spin
     assert ort_gen.count_tokens(["a b c"]) == torch_gen.count_tokens(["a b c"])
 
 
