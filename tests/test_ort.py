@@ -126,6 +126,24 @@ def test_ort_fp32_generator_identical_to_torch(generators, decoding, n):
     assert ort_gen.count_tokens(["a b c"]) == torch_gen.count_tokens(["a b c"])
 
 
+def test_optimum_model_stepper_matches_the_lean_stepper(generators):
+    """The sampling path the ort engine takes on CUDA (TorchStepper over optimum's
+    ORTModelForSeq2SeqLM, its KV cache compacted with select_cache), run here on the CPU: the same
+    candidates as the lean CPU stepper and the torch engine."""
+    from breaknli_fast.engines.sampling import TorchStepper, sample
+
+    torch_gen, ort_gen = generators
+    d = Decoding(max_new_tokens=16)
+    seeds = [derive_seed(3, "gen", i) for i in range(len(PROMPTS))]
+    ref = ort_gen.generate_ids(PROMPTS, 12, d, seeds)
+    enc = ort_gen.tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    cfg = ort_gen.config
+    got = sample(TorchStepper(ort_gen.model), enc["input_ids"], enc["attention_mask"], 12, d, seeds,
+                 int(cfg.decoder_start_token_id or 0), int(cfg.eos_token_id), int(ort_gen.tokenizer.pad_token_id),
+                 compact_share=0.0)
+    assert got == ref == torch_gen.generate_ids(PROMPTS, 12, d, seeds)
+
+
 def test_ort_int8_generator_greedy_agreement(ort_models, tiny_dir):
     seeds = [0] * len(PROMPTS)
     ref = registry.load_generator("torch", ort_models["t5"]).generate_ids(PROMPTS, 1, Decoding(strategy="greedy"), seeds)
