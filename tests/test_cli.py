@@ -72,6 +72,10 @@ def test_tiny_run_writes_the_whole_run_directory(tmp_path, tiny_t5, tiny_roberta
     (["--decoding", "nucleus"], "unknown decoding strategy"),
     (["--k", "3", "--u", "5"], "K >= U >= S"),
     (["--label-map", "LABEL_0=maybe"], "--label-map"),
+    (["--temperature", "0"], "--temperature must be > 0"),
+    (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["--sampler", "gumbel"], "unknown sampler"),
+    (["--max-new-tokens", "0"], "max_new_tokens"),
 ])
 def test_bad_input_is_one_line_error(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, args, match):
     base = {"-g": tiny_t5, "-c": tiny_roberta, "-d": str(tiny_tsv)}
