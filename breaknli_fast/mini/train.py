@@ -43,7 +43,7 @@ INFO_FILE = "train_info.json"
 DEFAULTS: dict[str, Any] = {
     "bpe_vocab": 8000,
     "spm_vocab": 6000,
-    "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=1.0, batch_size=64,
+    "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=3.0, batch_size=64,
                 block=64, lr=1e-3, warmup=0.06, weight_decay=0.01, mask_prob=0.15, dropout=0.1),
     "nli": dict(epochs=2.0, eval_every_epochs=0.5, batch_size=64, lr=3e-4, warmup=0.06, weight_decay=0.01, max_length=128, dropout=0.1,
                 swap_contradictions=False),
@@ -51,7 +51,7 @@ DEFAULTS: dict[str, Any] = {
                lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
                save_every=400),
     # a second NLI round continuing from the best mini-nli (fresh schedule, no dropout: the model underfits)
-    "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0)],
+    "nli_more_rounds": [dict(epochs=1.5, lr=2e-4, dropout=0.0)],
     # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI,
     # then mostly generation
     "t5_more_rounds": [dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
