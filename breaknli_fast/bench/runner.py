@@ -336,7 +336,7 @@ def _e2e_summary(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchCon
             "metrics": breakdown(eng.records, cfg.n_boot, BOOT_SEED)}
 
 
-def _classify_task(eng: _Engine, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], dict[str, Any]]]:
+def _classify_task(eng: _Engine, stage: str, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], dict[str, Any]]]:
     clf = eng.clf
     st = getattr(clf, "stats", None)
     batch_s: list[float] = []
@@ -355,7 +355,7 @@ def _classify_task(eng: _Engine, pairs: list[tuple[str, str]]) -> tuple[Task, Ca
         rep = task.rep
         s = rep.summary()
         eng.batch_all.extend(batch_s)
-        eng._last_logits = np.asarray(rep.result.logits, dtype=np.float32)  # type: ignore[attr-defined]
+        eng.logits[stage] = np.asarray(rep.result.logits, dtype=np.float32)
         return {"items": len(pairs), "unit": "pairs", **s, "pairs_per_s": len(pairs) / s["median_s"],
                 "batches_per_iteration": (len(batch_s) // s["iterations"]) if batch_s else None,
                 "batch_latency": latency_stats(batch_s if batch_s else rep.seconds),
@@ -517,9 +517,7 @@ def _run_phases(engs: list[_Engine], ctx: _Context) -> None:
     for stage in CLASSIFY_STAGES:
         pairs = workload.get(stage) or []
         if pairs and alive:
-            alive = _timed_phase(alive, ctx, stage, lambda eng: _classify_task(eng, pairs))
-            for eng in alive:
-                eng.logits[stage] = eng._last_logits  # type: ignore[attr-defined]
+            alive = _timed_phase(alive, ctx, stage, lambda eng: _classify_task(eng, stage, pairs))
         else:
             for eng in alive:
                 eng.stages[stage] = {"items": 0}
