@@ -172,8 +172,9 @@ class OrtSeq2SeqStepper:
         self.decoder, _ = make_session(folder / "decoder_model.onnx", device, provider, threads, spin=False)
         self.decoder_past, _ = make_session(folder / "decoder_with_past_model.onnx", device, provider, threads, spin=False)
         self.details = {**details, "decoder": "lean loop over encoder / decoder / decoder_with_past sessions"}
-        self._types = {i.name: _np_type(i.type) for s in (self.encoder, self.decoder, self.decoder_past)
-                       for i in s.get_inputs()}
+        # dtype the decoder expects for the encoder output (fp16 graphs may take fp16)
+        self._hidden_dtype = next((np.float16 if i.type == "tensor(float16)" else np.float32)
+                                  for i in self.decoder.get_inputs() if i.name == "encoder_hidden_states")
         self._dec_out = [o.name for o in self.decoder.get_outputs()]
         self._past_out = [o.name for o in self.decoder_past.get_outputs()]
 
@@ -181,7 +182,7 @@ class OrtSeq2SeqStepper:
         ids = input_ids.numpy().astype(np.int64)
         mask = attention_mask.numpy().astype(np.int64)
         hidden = self.encoder.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-        self.hidden = np.repeat(hidden.astype(self._types.get("encoder_hidden_states", hidden.dtype), copy=False), n, axis=0)
+        self.hidden = np.repeat(hidden.astype(self._hidden_dtype, copy=False), n, axis=0)
         self.mask = np.repeat(mask, n, axis=0)
         self.past: dict[str, np.ndarray] | None = None
 
@@ -213,11 +214,6 @@ class OrtSeq2SeqStepper:
             self.hidden = rows(self.hidden)
         if self.past:
             self.past = {k: rows(v) for k, v in self.past.items()}
-
-
-def _np_type(onnx_type: str) -> Any:
-    return {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-            "tensor(int32)": np.int32}.get(onnx_type, np.float32)
 
 
 def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:

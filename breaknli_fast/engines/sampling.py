@@ -29,7 +29,6 @@ import torch
 
 from breaknli_fast.engines.base import Decoding
 
-SAMPLERS = ("fast", "transformers")
 # drop finished rows from the model batch once they are at least this share of it
 COMPACT_SHARE = 0.25
 
@@ -140,9 +139,9 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
 
     ``compact_share``: drop finished rows from the model batch once they make up this share of
     it (``None``: never, finished rows are fed padding as transformers does)."""
-    sampler = getattr(decoding, "sampler", "fast")
-    if sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    sampler = decoding.sampler
+    if sampler not in Decoding.SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(Decoding.SAMPLERS)}")
     b = int(input_ids.shape[0])
     rows = b * n
     stepper.start(input_ids, attention_mask, n)

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from breaknli_fast.engines.models import file_sha256
+
 MANIFEST = "manifest.json"
 # Bump when the layout or the export recipe changes: older exports are then rebuilt.
 SCHEMA = 1
@@ -69,9 +71,6 @@ def library_versions() -> dict[str, str | None]:
             except PackageNotFoundError:
                 continue
     return out
-
-
-from breaknli_fast.engines.models import file_sha256  # noqa: E402  (one file-hash helper for the package)
 
 
 def files_manifest(folder: Path) -> dict[str, dict[str, Any]]:
