@@ -39,7 +39,8 @@ def one_run(engine: str, precision: str, limit: int, out: Path, extra: list[str]
     t = rep["throughput"]
     return {"process_seconds": round(wall, 2), "loop_seconds": t["wall_seconds"], "stages": t["stage_seconds"],
             "examples": t["examples_this_invocation"], "classifier_pairs": t["classifier_pairs"],
-            "generated_tokens": t["generated_tokens"], "overall": rep.get("overall") or rep.get("rates", {}).get("Overall")}
+            "generated_tokens": t["generated_tokens"],
+            "overall_inequality": {mode: m["overall"].get("inequality") for mode, m in rep["metrics"].items()}}
 
 
 def load_avg() -> float:
