@@ -93,11 +93,34 @@ def test_manifest_contents(models, cache):
 def test_t5_fp32_export_validates_greedy_identical(models, cache):
     res = _export(models["t5"], "fp32", cache)
     v = res.validation
-    assert sorted(res.graphs) == ["decoder_model.onnx", "decoder_with_past_model.onnx", "encoder_model.onnx"]
+    assert sorted(res.graphs) == ["decoder_model.onnx", "decoder_with_past_model.onnx", "encoder_model.onnx",
+                                  "step_decoder_model.onnx", "step_encoder_model.onnx"]
     assert not (res.path / "decoder_model_merged.onnx").exists()
     assert v["max_abs_logit"] < 1e-3 and v["agreement"] == 100.0
     assert v["generation"]["token_agreement"] == 100.0
     assert v["generation"]["identical_sequences"] == v["generation"]["prompts"]
+    # the ort engine's sampling graphs, validated alike (batched, padded NLI prompts; greedy generation)
+    step = v["step_graphs"]
+    assert step["max_abs_top_logit"] < 1e-3 and step["top_ids_identical"] == 100.0 and step["nonfinite"] == 0
+    assert step["token_agreement"] == 100.0 and step["identical_sequences"] == step["prompts"] > 0
+    assert res.manifest["key"]["step_graphs"] == res.manifest["step_graphs"]["version"]
+    names = [i["name"] for i in res.manifest["graphs"]["step_decoder_model.onnx"]["inputs"]]
+    assert names[:2] == ["input_ids", "cross_bias"] and names[-1] == "top_k"
+
+
+def test_t5_step_graphs_failing_validation_fails_the_export(models, cache, monkeypatch):
+    """The step graphs are judged like the decoder graphs: a wrong step graph stops the export."""
+    from breaknli_fast.export import validate as val
+
+    real = val._validate_step_graphs
+
+    def broken(*a, **kw):
+        figs = real(*a, **kw)
+        return {**figs, "token_agreement": 50.0}
+
+    monkeypatch.setattr(val, "_validate_step_graphs", broken)
+    with pytest.raises(ExportValidationError, match="step graphs: greedy token agreement"):
+        _export(models["t5"], "fp32", cache, force=True)
 
 
 def test_t5_fp16_keeps_wo_and_residual_stream_fp32(models, cache):
@@ -132,6 +155,8 @@ def test_t5_int8_export(models, cache):
     res = _export(models["t5"], "int8", cache, tolerances=LOOSE_T5)
     assert res.validation["passed"] and res.validation["nonfinite"] == 0
     assert res.manifest["quantization"]["scheme"] == "dynamic"
+    assert set(res.manifest["quantization"]["graphs"]) >= {"step_encoder_model.onnx", "step_decoder_model.onnx"}
+    assert res.validation["step_graphs"]["nonfinite"] == 0
 
 
 def test_static_qdq_int8_for_gpu_runs_on_cpu(models, cache):

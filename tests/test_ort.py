@@ -144,6 +144,42 @@ def test_optimum_model_stepper_matches_the_lean_stepper(generators):
     assert got == ref == torch_gen.generate_ids(PROMPTS, 12, d, seeds)
 
 
+@pytest.mark.parametrize("decoding", [Decoding(max_new_tokens=16), Decoding(max_new_tokens=16, min_new_tokens=5),
+                                      Decoding(max_new_tokens=16, top_k=7, top_p=0.8, temperature=0.7)])
+def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
+    """On the CPU the fast sampler with top-k runs the export's step graphs (per-prompt cross
+    attention, top-k in the graph): the same candidates as the torch engine, with compaction, with
+    eos held back by min_new_tokens (the graph's top k + 1 without eos) and with temperature."""
+    from breaknli_fast.engines.sampling import sample
+
+    torch_gen, ort_gen = generators
+    stepper = ort_gen.stepper
+    assert stepper.supports_topk
+    seeds = [derive_seed(5, "gen", i) for i in range(len(PROMPTS))]
+    ref = torch_gen.generate_ids(PROMPTS, 10, decoding, seeds)
+    assert ort_gen.generate_ids(PROMPTS, 10, decoding, seeds) == ref
+    assert stepper._mode == "topk"
+    if decoding.min_new_tokens:
+        assert all(len(r) >= decoding.min_new_tokens for rows in ref for r in rows)
+    enc = ort_gen.tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    cfg = ort_gen.config
+    args = (enc["input_ids"], enc["attention_mask"], 10, decoding, seeds, int(cfg.decoder_start_token_id or 0),
+            int(cfg.eos_token_id), int(ort_gen.tokenizer.pad_token_id))
+    assert sample(stepper, *args, compact_share=None) == ref  # no compaction: the same draws
+    assert sample(stepper, *args, compact_share=0.0) == ref  # compaction at every finished row
+    # the transformers sampler and top-k 0 take optimum's decoder graphs through step()
+    d = Decoding(max_new_tokens=12, top_k=0)
+    assert ort_gen.generate_ids(PROMPTS, 6, d, seeds) == torch_gen.generate_ids(PROMPTS, 6, d, seeds)
+    assert stepper._mode == "logits"
+
+
+def test_fp16_export_has_no_step_graphs_and_still_samples(ort_models, tiny_dir):
+    gen = registry.load_generator("ort", ort_models["t5"], precision="fp16", **_opts(tiny_dir, tolerances=LOOSE_T5))
+    assert not gen.stepper.supports_topk
+    out = gen.generate_ids(PROMPTS, 4, Decoding(max_new_tokens=8), [1, 2])
+    assert [len(rows) for rows in out] == [4, 4] and gen.stepper._mode == "logits"
+
+
 def test_ort_int8_generator_greedy_agreement(ort_models, tiny_dir):
     seeds = [0] * len(PROMPTS)
     ref = registry.load_generator("torch", ort_models["t5"]).generate_ids(PROMPTS, 1, Decoding(strategy="greedy"), seeds)

@@ -63,7 +63,8 @@ def _details(exported: Any, session: dict[str, Any]) -> dict[str, Any]:
         "export_reused": exported.reused,
         "variant": m.get("variant"),
         "opset": m.get("opset"),
-        "validation": {k: v.get(k) for k in ("n", "max_abs_logit", "agreement", "generation", "passed") if k in v},
+        "validation": {k: v.get(k) for k in ("n", "max_abs_logit", "agreement", "generation", "step_graphs", "passed")
+                       if k in v},
         **session,
     }
 
@@ -157,51 +158,112 @@ def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **
 
 
 class OrtSeq2SeqStepper:
-    """The sampling stepper of the ort engine on the CPU: the exported encoder, decoder and
-    decoder-with-past graphs called directly (numpy in, numpy out), with the KV cache kept as the
-    arrays ONNX Runtime returns -- no torch model wrapper, no per-step conversions beyond the
-    logits of the last position."""
+    """The sampling stepper of the ort engine on the CPU: exported graphs called directly (numpy in,
+    numpy out), the KV cache kept as the arrays ONNX Runtime returns.
+
+    Two ways to step, chosen by the first call after :meth:`start`:
+
+    * :meth:`step_topk` (the ``fast`` sampler with top-k, when the export has the step graphs of
+      :mod:`breaknli_fast.export.t5_step`): cross-attention keys / values once per prompt, and
+      only the top ``k`` logits per row leave the session;
+    * :meth:`step`: optimum's encoder / decoder / decoder-with-past graphs, full-vocabulary
+      logits (the ``transformers`` sampler, top-k 0, exports without the step graphs)."""
 
     def __init__(self, folder: Any, device: str = "cpu", provider: str | None = None, threads: int | None = None):
         from pathlib import Path
 
-        from breaknli_fast.export.runtime import make_session
+        from breaknli_fast.export.runtime import session_options
+        from breaknli_fast.export.t5_step import STEP_FILES
 
-        folder = Path(folder)
-        self.encoder, details = make_session(folder / "encoder_model.onnx", device, provider, threads, spin=False)
-        self.decoder, _ = make_session(folder / "decoder_model.onnx", device, provider, threads, spin=False)
-        self.decoder_past, _ = make_session(folder / "decoder_with_past_model.onnx", device, provider, threads, spin=False)
-        self.details = {**details, "decoder": "lean loop over encoder / decoder / decoder_with_past sessions"}
-        # dtype the decoder expects for the encoder output (fp16 graphs may take fp16)
-        self._hidden_dtype = next((np.float16 if i.type == "tensor(float16)" else np.float32)
-                                  for i in self.decoder.get_inputs() if i.name == "encoder_hidden_states")
-        self._dec_out = [o.name for o in self.decoder.get_outputs()]
-        self._past_out = [o.name for o in self.decoder_past.get_outputs()]
+        self.folder = Path(folder)
+        self._session_args = (device, provider, threads)
+        self._sessions: dict[str, Any] = {}
+        self.supports_topk = all((self.folder / f).is_file() for f in STEP_FILES)
+        _, details = session_options(threads, spin=False)
+        self.details = {**details, "decoder": ("step graphs (per-prompt cross-attention, top-k in the graph) for fast "
+                                               "top-k sampling; optimum's decoder graphs otherwise"
+                                               if self.supports_topk else
+                                               "lean loop over encoder / decoder / decoder_with_past sessions")}
+        import json
+
+        self.vocab_size = int(json.loads((self.folder / "config.json").read_text())["vocab_size"])
+        self._mode: str | None = None
+
+    def _session(self, name: str) -> Any:
+        if name not in self._sessions:
+            from breaknli_fast.export.runtime import make_session
+
+            device, provider, threads = self._session_args
+            self._sessions[name] = make_session(self.folder / name, device, provider, threads, spin=False)[0]
+        return self._sessions[name]
 
     def start(self, input_ids: Any, attention_mask: Any, n: int) -> None:
-        ids = input_ids.numpy().astype(np.int64)
-        mask = attention_mask.numpy().astype(np.int64)
-        hidden = self.encoder.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-        self.hidden = np.repeat(hidden.astype(self._hidden_dtype, copy=False), n, axis=0)
-        self.mask = np.repeat(mask, n, axis=0)
+        self._ids = input_ids.numpy().astype(np.int64)
+        self._mask = attention_mask.numpy().astype(np.int64)
+        self._n = n
+        self._mode = None
         self.past: dict[str, np.ndarray] | None = None
 
+    # -- full logits over optimum's graphs
     def step(self, tokens: Any) -> Any:
         import torch
 
+        if self._mode is None:
+            self._mode = "logits"
+            enc = self._session("encoder_model.onnx")
+            dec = self._session("decoder_model.onnx")
+            hidden_dtype = next((np.float16 if i.type == "tensor(float16)" else np.float32)
+                                for i in dec.get_inputs() if i.name == "encoder_hidden_states")
+            hidden = enc.run(None, {"input_ids": self._ids, "attention_mask": self._mask})[0]
+            self.hidden = np.repeat(hidden.astype(hidden_dtype, copy=False), self._n, axis=0)
+            self.mask = np.repeat(self._mask, self._n, axis=0)
+        elif self._mode != "logits":
+            raise RuntimeError("step() after step_topk() on the same batch")
         ids = tokens.numpy().astype(np.int64)[:, None]
         if self.past is None:
-            outs = self.decoder.run(None, {"input_ids": ids, "encoder_hidden_states": self.hidden,
-                                           "encoder_attention_mask": self.mask})
-            names = self._dec_out
+            dec = self._session("decoder_model.onnx")
+            outs = dec.run(None, {"input_ids": ids, "encoder_hidden_states": self.hidden,
+                                  "encoder_attention_mask": self.mask})
+            names = [o.name for o in dec.get_outputs()]
             self.past = {}
             self.hidden = None  # the cross-attention keys/values replace it from here on
         else:
-            outs = self.decoder_past.run(None, {"input_ids": ids, "encoder_attention_mask": self.mask, **self.past})
-            names = self._past_out
+            dec = self._session("decoder_with_past_model.onnx")
+            outs = dec.run(None, {"input_ids": ids, "encoder_attention_mask": self.mask, **self.past})
+            names = [o.name for o in dec.get_outputs()]
         for name, value in zip(names[1:], outs[1:]):
             self.past[name.replace("present.", "past_key_values.", 1)] = value
         return torch.from_numpy(np.ascontiguousarray(outs[0][:, -1, :], dtype=np.float32))
+
+    # -- top-k over the step graphs
+    def step_topk(self, tokens: Any, k: int) -> tuple[Any, Any]:
+        """Feed one token per live row; the ``k`` largest logits per row (descending) and their token ids."""
+        import torch
+
+        from breaknli_fast.export.t5_step import STEP_DECODER, STEP_ENCODER
+
+        dec = self._session(STEP_DECODER)
+        if self._mode is None:
+            self._mode = "topk"
+            enc = self._session(STEP_ENCODER)
+            self.cross = dict(zip([o.name for o in enc.get_outputs()],
+                                  enc.run(None, {"input_ids": self._ids, "attention_mask": self._mask})))
+            b, length = self._ids.shape
+            n = self._n
+            # row r of prompt e sees only prompt e's real tokens; float32 min as transformers masks
+            floor = np.finfo(np.float32).min
+            self.bias = np.full((b * n, b * length), floor, dtype=np.float32)
+            for e in range(b):
+                self.bias[e * n:(e + 1) * n, e * length:(e + 1) * length] = np.where(self._mask[e] == 1, 0.0, floor)
+            self._past_names = [i.name for i in dec.get_inputs() if i.name.startswith("past_")]
+            heads, d_kv = (int(x) for x in self.cross[next(iter(self.cross))].shape[::2])
+            self.past = {p: np.zeros((b * n, heads, 0, d_kv), dtype=np.float32) for p in self._past_names}
+        elif self._mode != "topk":
+            raise RuntimeError("step_topk() after step() on the same batch")
+        outs = dec.run(None, {"input_ids": tokens.numpy().astype(np.int64)[:, None], "cross_bias": self.bias,
+                              **self.cross, **self.past, "top_k": np.array([k], dtype=np.int64)})
+        self.past = dict(zip(self._past_names, outs[2:]))
+        return torch.from_numpy(outs[0]), torch.from_numpy(outs[1])
 
     def keep(self, positions: Any) -> None:
         import torch
@@ -209,9 +271,12 @@ class OrtSeq2SeqStepper:
         def rows(a: np.ndarray) -> np.ndarray:  # torch's index_select copies rows faster than numpy indexing
             return torch.from_numpy(a).index_select(0, positions).numpy()
 
-        self.mask = rows(self.mask)
-        if self.hidden is not None:
-            self.hidden = rows(self.hidden)
+        if self._mode == "topk":
+            self.bias = rows(self.bias)  # the per-prompt cross keys / values stay as they are
+        else:
+            self.mask = rows(self.mask)
+            if self.hidden is not None:
+                self.hidden = rows(self.hidden)
         if self.past:
             self.past = {k: rows(v) for k, v in self.past.items()}
 

@@ -10,9 +10,10 @@ model batch (and their KV cache) instead of being fed padding until the longest 
 
 Two samplers (``Decoding.sampler``):
 
-* ``fast`` (default): top-k by ``torch.topk`` and top-p over those k values, then one
-  uniform number per row (numpy PCG64 seeded per prompt) drawn through the inverse CDF.
-  Same distribution as transformers' sampling, O(k) work per row after the top-k.
+* ``fast`` (default): top-k by ``torch.topk`` (or by the stepper's own ``step_topk``) and
+  top-p over those k values, then one uniform number per row (numpy PCG64 seeded per prompt)
+  drawn through the inverse CDF. Same distribution as transformers' sampling, O(k) work per
+  row after the top-k.
 * ``transformers``: exactly what ``model.generate(do_sample=True)`` gives for one prompt
   under ``torch.manual_seed(seed)`` (transformers' own warpers, one ``multinomial`` draw over
   the prompt's ``n`` rows per step; finished rows get a placeholder distribution, which does
@@ -44,6 +45,11 @@ class Stepper(Protocol):
 
     def keep(self, positions: torch.Tensor) -> None:
         """Keep only these rows (positions in the current batch, ascending) in the cache."""
+
+    # Optional (the ort engine's CPU stepper): a stepper with ``supports_topk = True`` and
+    # ``vocab_size`` also has ``step_topk(tokens, k) -> (values, ids)``, the ``k`` largest logits
+    # per row in descending order; the ``fast`` sampler with top-k then calls it instead of
+    # ``step`` for the whole batch (the first call after ``start`` decides).
 
 
 class TorchStepper:
@@ -93,11 +99,18 @@ def fast_candidates(scores: torch.Tensor, decoding: Decoding) -> tuple[torch.Ten
     after temperature, top-k and top-p -- the semantics of transformers' warpers: top-p removes
     the tokens whose ascending cumulative probability is at most ``1 - top_p``, keeping at
     least the most likely one."""
-    if decoding.temperature is not None and decoding.temperature != 1.0:
-        scores = scores / decoding.temperature
     vocab = scores.shape[-1]
     k = decoding.top_k if decoding.top_k and decoding.top_k < vocab else vocab
     vals, idx = torch.topk(scores, k, dim=-1)
+    return warp_top(vals, idx, decoding)
+
+
+def warp_top(vals: torch.Tensor, idx: torch.Tensor, decoding: Decoding) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fast_candidates` from the top-k logits ``vals`` (descending) and their ids: temperature
+    (applied after the top-k: dividing by T > 0 changes no order, and the kept values are the same
+    numbers), softmax, top-p."""
+    if decoding.temperature is not None and decoding.temperature != 1.0:
+        vals = vals / decoding.temperature
     probs = torch.softmax(vals, dim=-1)
     if decoding.top_p is not None and decoding.top_p < 1.0:
         ascending = probs.flip(-1).cumsum(-1)
@@ -153,15 +166,31 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
         rngs = [np.random.Generator(np.random.PCG64(int(sd) & (2**63 - 1))) for sd in seeds]
     else:  # generators on the logits' device, as torch.manual_seed seeds transformers' draws there
         procs, gens = None, []
+    # the stepper's own top-k (``step_topk``), when it has one: only (rows, k) values leave the model
+    k = decoding.top_k
+    k_eos = k + 1 if decoding.min_new_tokens else k  # one more, to drop eos while it is not allowed yet
+    use_topk = (sampler == "fast" and k > 0 and getattr(stepper, "supports_topk", False)
+                and k_eos <= getattr(stepper, "vocab_size", 0))
     for t in range(decoding.max_new_tokens):
-        logits = stepper.step(last[active])
+        if use_topk:
+            no_eos = bool(decoding.min_new_tokens) and t < decoding.min_new_tokens
+            vals, idx = stepper.step_topk(last[active], k_eos if no_eos else k)
+            if no_eos:  # the top k without eos: drop eos where it is among the k + 1, else the last
+                drop = idx == eos_id
+                drop[~drop.any(1), -1] = True
+                vals, idx = vals[~drop].view(-1, k), idx[~drop].view(-1, k)
+        else:
+            logits = stepper.step(last[active])
         act_unfinished = unfinished[active]
         live = [e for e in range(b) if bool(unfinished[e * n : (e + 1) * n].any())]
         if sampler == "fast":
-            if decoding.min_new_tokens and t < decoding.min_new_tokens:
-                logits = logits.clone()
-                logits[:, eos_id] = float("-inf")
-            idx, cdf = fast_candidates(logits, decoding)
+            if use_topk:
+                idx, cdf = warp_top(vals, idx, decoding)
+            else:
+                if decoding.min_new_tokens and t < decoding.min_new_tokens:
+                    logits = logits.clone()
+                    logits[:, eos_id] = float("-inf")
+                idx, cdf = fast_candidates(logits, decoding)
             u = np.zeros(rows)
             for e in live:  # every live prompt draws n numbers per step, finished rows included
                 u[e * n : (e + 1) * n] = rngs[e].random(n)

@@ -104,6 +104,11 @@ def _variant(kind: str, format: str, precision: str, device: str) -> str:
     return "int8-qdq"
 
 
+def _with_step_graphs(kind: str, precision: str) -> bool:
+    """Text-to-text exports in fp32 / int8 also get the ort engine's sampling graphs (``export.t5_step``)."""
+    return kind == "seq2seq" and precision in ("fp32", "int8")
+
+
 def _pairs_digest(pairs: Sequence[Pair]) -> str:
     return hashlib.sha256(json.dumps(list(pairs)).encode()).hexdigest()[:16]
 
@@ -195,6 +200,10 @@ def export_model(
         "source_id": resolved,
         "libraries": mf.library_versions(),
     }
+    if _with_step_graphs(kind, precision):
+        from breaknli_fast.export.t5_step import STEP_GRAPHS_VERSION
+
+        key["step_graphs"] = STEP_GRAPHS_VERSION
     if variant == "int8-qdq":
         key["calibration"] = {"pairs": len(calib), "sha256": _pairs_digest(calib)}
     if format == "tensorrt":  # an engine is specific to the GPU model and the TensorRT version
@@ -303,6 +312,12 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
     else:
         info = ox.export_seq2seq(src, out)
         graphs = list(ox.SEQ2SEQ_FILES)
+        if _with_step_graphs(kind, precision):
+            from breaknli_fast.export import t5_step
+
+            info["step_graphs"] = t5_step.export_step_graphs(src, out)
+            info["graphs"].update(info["step_graphs"].pop("graphs"))
+            graphs += list(t5_step.STEP_FILES)
     say(f"  fp32 ONNX ({info['exporter']}, opset {info['opset']}) in {time.perf_counter() - t0:.1f}s")
     if not direct:
         _copy_side_files(fp32_dir, stage)

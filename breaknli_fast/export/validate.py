@@ -6,12 +6,15 @@ order: max |Δ logit|, mean |Δ logit|, label (argmax) agreement %, non-finite o
 Text-to-text models: the first decoder step's logits over the whole vocabulary for NLI prompts
 built from the pairs (max |Δ|, and the agreement of the seq2seq classifier's label, i.e. the argmax
 over the answer words' first tokens), plus greedy generation on up to 8 generator prompts:
-token agreement % (position by position) and identical sequences, and non-finite scores.
+token agreement % (position by position) and identical sequences, and non-finite scores. Where the
+export has the ort engine's sampling step graphs (``export.t5_step``), the same for them: the first
+step's top-k logits on the NLI prompts (batched, padded) and greedy generation through them.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -61,6 +64,17 @@ def check(figures: Mapping[str, Any], tol: Mapping[str, Any]) -> list[str]:
     v = figures.get("nonfinite", 0)
     if tol.get("max_nonfinite") is not None and v > tol["max_nonfinite"]:
         out.append(f"{v} non-finite outputs (NaN/inf)")
+    step = figures.get("step_graphs") or {}
+    if step:  # the ort engine's sampling graphs, judged like the decoder graphs
+        v = step.get("max_abs_top_logit")
+        if tol.get("max_abs_logit") is not None and (v is None or not math.isfinite(v) or v > tol["max_abs_logit"]):
+            out.append(f"step graphs: max|Δ top logit| {v:.3g} > {tol['max_abs_logit']:.3g}")
+        v = step.get("token_agreement")
+        if tol.get("min_token_agreement") is not None and v is not None and v < tol["min_token_agreement"]:
+            out.append(f"step graphs: greedy token agreement {v:.2f}% < {tol['min_token_agreement']:.2f}%")
+        v = step.get("nonfinite", 0)
+        if tol.get("max_nonfinite") is not None and v > tol["max_nonfinite"]:
+            out.append(f"step graphs: {v} non-finite outputs (NaN/inf)")
     return out
 
 
@@ -164,4 +178,54 @@ def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: 
     figs["nonfinite"] += bad
     figs["generation"] = {"prompts": len(prompts), "max_new_tokens": GEN_MAX_NEW_TOKENS, "token_agreement": agree,
                           "identical_sequences": identical}
+    from breaknli_fast.export.t5_step import STEP_FILES
+
+    if device == "cpu" and all((Path(folder) / f).is_file() for f in STEP_FILES):
+        figs["step_graphs"] = _validate_step_graphs(folder, tok, ref_model, pairs, template, prompts, ref_rows,
+                                                    start, max_length)
     return figs
+
+
+def _validate_step_graphs(folder: Any, tok: Any, ref_model: Any, pairs: Sequence[Pair], template: str,
+                          prompts: list[str], ref_rows: list[list[int]], start: int, max_length: int) -> dict[str, Any]:
+    """The sampling step graphs (``export.t5_step``) against the PyTorch model: the first step's top-k
+    logits and ids on the NLI prompts, batched with padding (max |Δ|, share of identical ids), and
+    greedy generation through ``step_topk(k=1)`` on the generator prompts."""
+    import torch
+
+    from breaknli_fast.engines.ort import OrtSeq2SeqStepper
+
+    stepper = OrtSeq2SeqStepper(folder, "cpu")
+    k = min(50, stepper.vocab_size)
+    eos = int(ref_model.config.eos_token_id)
+    diffs, same, total, bad = [], 0, 0, 0
+    with torch.inference_mode():
+        for i in range(0, len(pairs), BATCH):
+            chunk = pairs[i:i + BATCH]
+            enc = tok([template.format(premise=p, hypothesis=h) for p, h in chunk], padding=True, truncation=True,
+                      max_length=max_length, return_tensors="pt")
+            first = torch.full((len(chunk),), start, dtype=torch.long)
+            ref_vals, ref_ids = torch.topk(ref_model(**enc, decoder_input_ids=first[:, None]).logits[:, 0, :].float(), k)
+            stepper.start(enc["input_ids"], enc["attention_mask"], 1)
+            vals, ids = stepper.step_topk(first, k)
+            bad += int((~torch.isfinite(vals)).sum())
+            diffs.append(float((vals.double() - ref_vals.double()).abs().max()))
+            same += int((ids == ref_ids).sum())
+            total += ids.numel()
+        rows = []
+        for prompt in prompts:
+            enc = tok([prompt], return_tensors="pt", truncation=True, max_length=max_length)
+            stepper.start(enc["input_ids"], enc["attention_mask"], 1)
+            last, row = torch.tensor([start]), []
+            for _ in range(GEN_MAX_NEW_TOKENS):
+                vals, ids = stepper.step_topk(last, 1)
+                bad += int(torch.isnan(vals).sum() + torch.isposinf(vals).sum())
+                row.append(int(ids[0, 0]))
+                if row[-1] == eos:
+                    break
+                last = ids[:, 0]
+            rows.append(row)
+    agree, identical = _token_agreement(ref_rows, rows)
+    return {"max_abs_top_logit": max(diffs) if diffs else 0.0, "top_ids_identical": 100.0 * same / max(total, 1),
+            "k": k, "nonfinite": bad, "token_agreement": agree, "identical_sequences": identical,
+            "prompts": len(prompts)}

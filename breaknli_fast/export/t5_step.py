@@ -1,0 +1,175 @@
+"""The ort engine's own sampling graphs for T5-family generators (CPU, fp32 and int8).
+
+optimum's decoder graphs serve ``n`` candidates per prompt as ``n`` independent rows: the
+encoder output is repeated ``n`` times, every row projects and keeps its own cross-attention
+keys and values (``n`` identical copies per prompt, computed at the first step and copied again
+whenever finished rows are dropped), and every step returns the logits over the whole
+vocabulary, of which sampling keeps the top ``k``. Two graphs written beside them remove that
+work without changing the model's arithmetic:
+
+* ``step_encoder_model.onnx`` (``input_ids``, ``attention_mask`` → ``cross_{k,v}_{i}``): the
+  encoder and every decoder layer's cross-attention key / value projections, once per *prompt*,
+  laid out ``(heads, prompts x length, d_kv)``.
+* ``step_decoder_model.onnx`` (``input_ids (rows, 1)``, ``cross_bias (rows, prompts x length)``,
+  the cross keys / values, ``past_{k,v}_{i} (rows, heads, t, d_kv)``, ``top_k`` → ``top_values``,
+  ``top_ids (rows, k)``, ``present_{k,v}_{i}``): one decoder step for every row. Cross-attention
+  scores each row against the keys of all prompts in one matrix product and adds
+  ``cross_bias`` -- 0 on the row's own prompt's real tokens, the float32 minimum elsewhere
+  (transformers' own mask value), so the softmax gives every other position exactly zero
+  weight, as if the row had its own copy. The relative position bias of self-attention is
+  computed from the cache length (``t = 0`` at the first step: empty past arrays). The graph
+  ends in ``TopK`` with ``k`` an input, so only ``(rows, k)`` values leave the session.
+
+Everything else is transformers' T5 code (the same modules and weights), traced with
+``torch.onnx.export``. fp16 is not built (the fp16 recipe keeps named T5 nodes in fp32, which
+these graphs do not name alike); the engine then uses optimum's graphs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+STEP_ENCODER = "step_encoder_model.onnx"
+STEP_DECODER = "step_decoder_model.onnx"
+STEP_FILES = (STEP_ENCODER, STEP_DECODER)
+# bump when the graphs' inputs, outputs or arithmetic change (part of the export cache key)
+STEP_GRAPHS_VERSION = 1
+STEP_OPSET = 17
+
+
+def names(n_layers: int) -> dict[str, list[str]]:
+    return {
+        "cross": [f"cross_{kv}_{i}" for i in range(n_layers) for kv in "kv"],
+        "past": [f"past_{kv}_{i}" for i in range(n_layers) for kv in "kv"],
+        "present": [f"present_{kv}_{i}" for i in range(n_layers) for kv in "kv"],
+    }
+
+
+def _modules() -> tuple[Any, Any]:
+    import torch
+    from torch import nn
+
+    class StepEncoder(nn.Module):
+        def __init__(self, model: Any):
+            super().__init__()
+            self.encoder = model.get_encoder()
+            self.blocks = model.decoder.block
+            self.heads, self.d_kv = model.config.num_heads, model.config.d_kv
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            h = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
+            b, length = input_ids.shape[0], input_ids.shape[1]
+            outs = []
+            for blk in self.blocks:
+                att = blk.layer[1].EncDecAttention
+                for proj in (att.k, att.v):
+                    kv = proj(h).view(b, length, self.heads, self.d_kv).permute(2, 0, 1, 3)
+                    outs.append(kv.reshape(self.heads, b * length, self.d_kv))
+            return tuple(outs)
+
+    class StepDecoder(nn.Module):
+        def __init__(self, model: Any, k: int):
+            super().__init__()
+            self.m = model
+            self.heads, self.d_kv, self.k = model.config.num_heads, model.config.d_kv, k
+            self.tied = bool(model.config.tie_word_embeddings)
+            self.scale = model.config.d_model ** -0.5
+
+        def forward(self, input_ids: Any, cross_bias: Any, *kv: Any) -> Any:
+            dec = self.m.decoder
+            n = len(dec.block)
+            cross, past = kv[: 2 * n], kv[2 * n:]
+            r, hd = input_ids.shape[0], self.heads * self.d_kv
+            x = dec.embed_tokens(input_ids)  # (r, 1, d_model)
+            t = past[0].shape[2]
+            rel_att = dec.block[0].layer[0].SelfAttention
+            rel = torch.arange(t + 1, dtype=torch.long) - t  # memory position - query position
+            bucket = rel_att._relative_position_bucket(rel, bidirectional=False,
+                                                       num_buckets=rel_att.relative_attention_num_buckets,
+                                                       max_distance=rel_att.relative_attention_max_distance)
+            pos_bias = rel_att.relative_attention_bias(bucket).permute(1, 0).reshape(1, self.heads, 1, -1)
+            presents = []
+            for i, blk in enumerate(dec.block):
+                layer = blk.layer[0]
+                att = layer.SelfAttention
+                hs = layer.layer_norm(x)
+                q = att.q(hs).view(r, 1, self.heads, self.d_kv).transpose(1, 2)
+                key = torch.cat([past[2 * i], att.k(hs).view(r, 1, self.heads, self.d_kv).transpose(1, 2)], dim=2)
+                val = torch.cat([past[2 * i + 1], att.v(hs).view(r, 1, self.heads, self.d_kv).transpose(1, 2)], dim=2)
+                presents += [key, val]
+                w = torch.softmax((torch.matmul(q, key.transpose(3, 2)) + pos_bias).float(), dim=-1)
+                x = x + att.o(torch.matmul(w, val).transpose(1, 2).reshape(r, 1, hd))
+                layer = blk.layer[1]
+                att = layer.EncDecAttention
+                q = att.q(layer.layer_norm(x)).view(r, self.heads, self.d_kv).transpose(0, 1)  # (heads, r, d_kv)
+                w = torch.softmax((torch.matmul(q, cross[2 * i].transpose(1, 2)) + cross_bias).float(), dim=-1)
+                x = x + att.o(torch.matmul(w, cross[2 * i + 1]).transpose(0, 1).reshape(r, 1, hd))
+                x = blk.layer[2](x)  # feed-forward with its residual
+            x = dec.final_layer_norm(x)
+            if self.tied:
+                x = x * self.scale
+            logits = self.m.lm_head(x)[:, 0, :]
+            values, ids = torch.topk(logits, self.k, dim=-1)
+            return (values, ids, *presents)
+
+    return StepEncoder, StepDecoder
+
+
+def export_step_graphs(src_path: str, out_dir: Path) -> dict[str, Any]:
+    """Write :data:`STEP_FILES` (fp32) for the T5-family model at ``src_path`` into ``out_dir``."""
+    import onnx
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    from breaknli_fast.export.errors import ExportError, first_line
+    from breaknli_fast.export.onnx import graph_io, quiet, save_onnx
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(src_path, dtype=torch.float32).eval()
+    cfg = model.config
+    n_layers, heads, d_kv = len(model.decoder.block), cfg.num_heads, cfg.d_kv
+    nm = names(n_layers)
+    StepEncoder, StepDecoder = _modules()
+    k = min(8, cfg.vocab_size)
+    rows, t, bl = 6, 3, 14
+    try:
+        with quiet(), torch.inference_mode(False), torch.no_grad():
+            ids = torch.full((2, 7), 5, dtype=torch.long)
+            torch.onnx.export(StepEncoder(model).eval(), (ids, torch.ones_like(ids)), str(out_dir / STEP_ENCODER),
+                              input_names=["input_ids", "attention_mask"], output_names=nm["cross"],
+                              dynamic_axes={"input_ids": {0: "prompts", 1: "length"},
+                                            "attention_mask": {0: "prompts", 1: "length"},
+                                            **{x: {1: "prompts_x_length"} for x in nm["cross"]}},
+                              opset_version=STEP_OPSET, do_constant_folding=True, dynamo=False)
+            args = (torch.zeros(rows, 1, dtype=torch.long), torch.zeros(rows, bl),
+                    *[torch.zeros(heads, bl, d_kv) for _ in nm["cross"]],
+                    *[torch.zeros(rows, heads, t, d_kv) for _ in nm["past"]])
+            axes = {"input_ids": {0: "rows"}, "cross_bias": {0: "rows", 1: "prompts_x_length"},
+                    "top_values": {0: "rows", 1: "k"}, "top_ids": {0: "rows", 1: "k"},
+                    **{x: {1: "prompts_x_length"} for x in nm["cross"]},
+                    **{x: {0: "rows", 2: "past_length"} for x in nm["past"]},
+                    **{x: {0: "rows", 2: "past_length_plus_1"} for x in nm["present"]}}
+            torch.onnx.export(StepDecoder(model, k).eval(), args, str(out_dir / STEP_DECODER),
+                              input_names=["input_ids", "cross_bias", *nm["cross"], *nm["past"]],
+                              output_names=["top_values", "top_ids", *nm["present"]], dynamic_axes=axes,
+                              opset_version=STEP_OPSET, do_constant_folding=True, dynamo=False)
+    except Exception as e:
+        raise ExportError(f"{cfg.model_type}: exporting the sampling step graphs failed: {first_line(e)}") from e
+    # k becomes an input: the traced TopK reads a constant
+    g = onnx.load(str(out_dir / STEP_DECODER))
+    topk = [node for node in g.graph.node if node.op_type == "TopK"]
+    if len(topk) != 1:
+        raise ExportError(f"{cfg.model_type}: expected one TopK node in the step decoder, found {len(topk)}")
+    old_k = topk[0].input[1]
+    topk[0].input[1] = "top_k"
+    g.graph.input.append(onnx.helper.make_tensor_value_info("top_k", onnx.TensorProto.INT64, [1]))
+    if not any(old_k in node.input for node in g.graph.node):  # drop the constant nobody reads now
+        keep = [node for node in g.graph.node if old_k not in node.output]
+        del g.graph.node[:]
+        g.graph.node.extend(keep)
+        inits = [i for i in g.graph.initializer if i.name != old_k]
+        del g.graph.initializer[:]
+        g.graph.initializer.extend(inits)
+    save_onnx(g, out_dir / STEP_DECODER)
+    return {"version": STEP_GRAPHS_VERSION, "opset": STEP_OPSET, "layers": n_layers,
+            "graphs": {f: graph_io(out_dir / f) for f in STEP_FILES}}
