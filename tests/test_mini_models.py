@@ -143,3 +143,39 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
     a, b, c = train(tmp_path / "a", 0), train(tmp_path / "b", 0), train(tmp_path / "c", 1)
     assert a == b
     assert a != c
+
+
+def test_bi_entailed_paraphrase_examples(tmp_path):
+    """The paraphrase round's data: SNLI paraphrase examples and mini-t5's own rephrasings, kept only
+    when the saved mini-nli labels them entailment in both directions; at most ``per_hypothesis``
+    self-generated ones per hypothesis, never the hypothesis itself; the same for the same seed; and a
+    T5 round that uses them records the counts."""
+    import shutil
+
+    from breaknli_fast.mini.data import SnliSplit, load_split
+    from breaknli_fast.mini.evaluate import NliClassifier
+    from breaknli_fast.mini.train import bi_entailed_examples, train_t5
+    from breaknli_fast.prompts import ENTAIL_PROMPT
+
+    pairs = load_split(sample_path()).dev
+    split = SnliSplit(pairs[:300], pairs[300:320], 300, 0, 0)
+    for m in ("mini-nli", "mini-t5"):
+        shutil.copytree(assets_models_dir() / m, tmp_path / m)
+    kw = dict(seed=0, hypotheses=12, k=8, per_hypothesis=2, progress=False)
+    ex, stats = bi_entailed_examples(split, tmp_path, **kw)
+    assert (ex, stats) == bi_entailed_examples(split, tmp_path, **kw)
+    assert stats["kept_human"] + stats["kept_self"] == len(ex) > 0 and stats["self_hypotheses"] == 12
+    prefix = ENTAIL_PROMPT.format(h="")
+    src = [x[len(prefix):] for _, x, _ in ex]
+    tgt = [y for _, _, y in ex]
+    clf = NliClassifier(tmp_path / "mini-nli")
+    assert set(clf.predict(list(zip(src, tgt)))) == {"entailment"}
+    assert set(clf.predict(list(zip(tgt, src)))) == {"entailment"}
+    self_part = list(zip(src, tgt))[stats["kept_human"]:]
+    assert all(s != t for s, t in self_part)
+    assert all(sum(1 for s, _ in self_part if s == h) <= 2 for h, _ in self_part)
+    info = train_t5(split, tmp_path, seed=0, max_steps=2, progress=False, init="t5", save_every=0,
+                    bi_entailed=dict(hypotheses=4, k=6))
+    counts = info["rounds"][-1]["hyperparameters"]["bi_entailed_counts"]
+    assert counts["self_hypotheses"] == 4 and info["rounds"][-1]["examples_by_task"].get("entail_both_ways", 0) == \
+        counts["kept_human"] + counts["kept_self"]

@@ -51,12 +51,16 @@ DEFAULTS: dict[str, Any] = {
                lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
                save_every=400),
     # a second NLI round continuing from the best mini-nli (fresh schedule, no dropout: the model underfits)
-    "nli_more_rounds": [dict(epochs=1.5, lr=2e-4, dropout=0.0)],
+    "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0)],
     # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI,
     # then mostly generation
     "t5_more_rounds": [dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
                        dict(epochs=0.32, lr=5e-4, nli_fraction=1.0, gen_fraction=0.1, save_every=0),
-                       dict(epochs=0.7, lr=5e-4, nli_fraction=0.15, gen_fraction=1.0, save_every=0)],
+                       dict(epochs=0.7, lr=5e-4, nli_fraction=0.15, gen_fraction=1.0, save_every=0),
+                       # paraphrases that mini-nli accepts both ways (SNLI's and mini-t5's own), with a little
+                       # of everything else
+                       dict(epochs=1.0, lr=3e-4, nli_fraction=0.1, gen_fraction=0.05, save_every=0,
+                            bi_entailed=dict(human=True, hypotheses=4000, k=20, per_hypothesis=3))],
 }
 
 
@@ -416,6 +420,74 @@ def t5_examples(pairs: Sequence[Pair], seed: int = 0, nli_fraction: float = 1.0,
     return out
 
 
+def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, human: bool = True,
+                         hypotheses: int = 0, k: int = 20, per_hypothesis: int = 3,
+                         progress: bool = True) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
+    """Paraphrase examples that the saved ``mini-nli`` labels entailment in *both* directions (the entailed
+    mode's relation filter), from the training split only:
+
+    * ``human``: the SNLI paraphrase examples of :func:`t5_examples` (premise -> entailed hypothesis,
+      entailed hypothesis -> another of the same premise) whose source and target pass;
+    * ``hypotheses`` > 0: self-generated -- the saved ``mini-t5`` samples ``k`` rephrasings of that many
+      training hypotheses (the entailed prompt, the loop's default decoding, one seed per hypothesis), and
+      up to ``per_hypothesis`` distinct candidates that pass (and differ from the hypothesis) are kept.
+
+    Returns ``("entail_both_ways", prompt, target)`` triples and counts."""
+    from breaknli_fast.data.normalize import normalize_text
+    from breaknli_fast.engines.base import Decoding, derive_seed
+    from breaknli_fast.engines.registry import load_generator
+    from breaknli_fast.mini.evaluate import NliClassifier
+
+    out_dir = Path(out_dir)
+    clf = NliClassifier(out_dir / "mini-nli")
+    cands: list[tuple[str, str]] = []
+    stats: dict[str, Any] = {}
+    if human:
+        prefix = ENTAIL_PROMPT.format(h="")
+        cands += [(x[len(prefix):], y) for t, x, y in t5_examples(split.train, seed) if t == "entail"]
+        stats["human_candidates"] = len(cands)
+    n_human = len(cands)
+    if hypotheses:
+        hyps = sorted({normalize_text(p.hypothesis) for p in split.train})
+        random.Random(seed + 13).shuffle(hyps)
+        hyps = hyps[:hypotheses]
+        gen = load_generator("torch", str(out_dir / "mini-t5"))
+        t0 = time.perf_counter()
+        with make_progress(progress) as bar:
+            task = bar.add_task("self-paraphrases", total=len(hyps), info="")
+            for b in range(0, len(hyps), 64):
+                part = hyps[b:b + 64]
+                outs = gen.generate([ENTAIL_PROMPT.format(h=h) for h in part], k, Decoding(),
+                                    [derive_seed(seed, "self-paraphrase", h) for h in part])
+                for h, cs in zip(part, outs):
+                    seen: list[str] = []
+                    for c in (normalize_text(c) for c in cs):
+                        if c and c != h and c not in seen:
+                            seen.append(c)
+                    cands += [(h, c) for c in seen]
+                bar.update(task, advance=len(part))
+        stats.update(self_hypotheses=len(hyps), self_candidates=len(cands) - n_human,
+                     self_generation_seconds=round(time.perf_counter() - t0, 1))
+    forward = clf.predict(cands)
+    backward = clf.predict([(y, x) for x, y in cands])
+    out: list[tuple[str, str, str]] = []
+    per: dict[str, int] = defaultdict(int)
+    kept_human = 0
+    for i, ((x, y), f, b) in enumerate(zip(cands, forward, backward)):
+        if f != ENTAILMENT or b != ENTAILMENT:
+            continue
+        if i >= n_human:
+            if per[x] >= per_hypothesis:
+                continue
+            per[x] += 1
+        else:
+            kept_human += 1
+        out.append(("entail_both_ways", ENTAIL_PROMPT.format(h=x), y))
+    stats.update(kept_human=kept_human, kept_self=len(out) - kept_human)
+    log.info("bi-entailed paraphrase examples: %s", stats)
+    return out, stats
+
+
 def _bucket_batches(lengths: Sequence[int], batch_size: int, gen: torch.Generator, bucket: int = 50) -> list[list[int]]:
     """Random batches of similar length: shuffle, sort within windows of ``bucket`` batches, shuffle the batches."""
     perm = torch.randperm(len(lengths), generator=gen).tolist()
@@ -445,6 +517,12 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
         | {"init": "scratch"}] if previous else []))
     seed_everything(seed + len(rounds))
     examples = t5_examples(split.train, seed + len(rounds), cfg["nli_fraction"], cfg.get("gen_fraction", 1.0))
+    if cfg.get("bi_entailed"):  # paraphrases that mini-nli accepts both ways (needs the saved mini-nli)
+        extra, cfg["bi_entailed_counts"] = bi_entailed_examples(split, out_dir, seed=seed, progress=progress,
+                                                                 **cfg["bi_entailed"])
+        examples = examples + extra
+        random.Random(seed + len(rounds)).shuffle(examples)
+        seed_everything(seed + len(rounds))
     counts: dict[str, int] = defaultdict(int)
     for t, _, _ in examples:
         counts[t] += 1
@@ -534,7 +612,7 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
               nli_lr: float | None = None, nli_dropout: float | None = None, nli_swap: bool = False, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
               t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True,
-              t5_save_every: int | None = None, nli_round2: bool = True) -> dict:
+              t5_save_every: int | None = None, nli_round2: bool = True, t5_bi_entailed: dict | None = None) -> dict:
     """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5), then evaluate and write the cards.
 
     ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
@@ -575,7 +653,8 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
     if only in (None, "t5"):
         result["mini-t5"] = train_t5(split, out_dir, tok=spm_tok, seed=seed, max_steps=max_steps, progress=progress,
                                      init=t5_init, epochs=t5_epochs, nli_fraction=t5_nli_fraction,
-                                     gen_fraction=t5_gen_fraction, lr=t5_lr, save_every=t5_save_every)
+                                     gen_fraction=t5_gen_fraction, lr=t5_lr, save_every=t5_save_every,
+                                     bi_entailed=t5_bi_entailed)
         if t5_init == "scratch" and t5_round2:
             for extra in DEFAULTS["t5_more_rounds"]:
                 result["mini-t5"] = train_t5(split, out_dir, tok=spm_tok, seed=seed, max_steps=max_steps,
@@ -614,6 +693,10 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
     ap.add_argument("--t5-gen-fraction", type=float, default=None, help="share of the generation examples kept")
     ap.add_argument("--t5-lr", type=float, default=None)
     ap.add_argument("--t5-save-every", type=int, default=None, help="checkpoint every N steps (0: only at the end)")
+    ap.add_argument("--t5-bi-entailed-human", action="store_true",
+                    help="add the SNLI paraphrase examples that mini-nli labels entailment both ways (needs mini-nli)")
+    ap.add_argument("--t5-self-paraphrases", type=int, default=0, metavar="N",
+                    help="add mini-t5's own rephrasings of N training hypotheses that mini-nli labels entailment both ways")
     ap.add_argument("--no-t5-round2", action="store_true",
                     help="skip the further T5 rounds (continuations with more NLI examples) of a from-scratch run")
     ap.add_argument("--no-nli-round2", action="store_true",
@@ -635,7 +718,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                     nli_swap=args.nli_swap_contradictions,
                     t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
                     t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
-                    t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2)
+                    t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2,
+                    t5_bi_entailed=(dict(human=args.t5_bi_entailed_human, hypotheses=args.t5_self_paraphrases)
+                                    if args.t5_bi_entailed_human or args.t5_self_paraphrases else None))
     log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
     return 0
 
