@@ -7,6 +7,10 @@ rounds (all variants, then all again), median reported. Variants: the ``fast`` a
 each engine's candidates equal those of the first engine under the same variant.
 
     python scripts/bench_generation.py --engines torch:fp32,ort:fp32,ort:int8 --prompts 32 --k 20
+
+An engine may carry loader options, ``ENGINE:PRECISION:key=value...`` (``true`` / ``false`` become
+booleans), e.g. ``ort:int8:step_graphs=false`` samples through optimum's decoder graphs instead of the
+export's step graphs, ``validate=false`` skips the export's validation (random weights).
 """
 
 from __future__ import annotations
@@ -50,8 +54,10 @@ def main(argv: list[str] | None = None) -> None:
     seeds = list(range(len(prompts)))
     engines = {}
     for spec in args.engines.split(","):
-        eng, prec = spec.split(":")
+        eng, prec, *extra = spec.split(":")
         kw = {"threads": args.threads} if args.threads and eng != "torch" else {}
+        for k, v in (x.split("=", 1) for x in extra):  # e.g. ort:int8:step_graphs=false:validate=false
+            kw[k] = {"true": True, "false": False}.get(v.lower(), v)
         engines[spec] = load_generator(eng, args.generator, prec, "cpu", **kw)
     variants = [v.strip() for v in args.variants.split(",")]
     times: dict[tuple[str, str], list[float]] = {}

@@ -173,6 +173,17 @@ def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
     assert stepper._mode == "logits"
 
 
+def test_step_graphs_can_be_switched_off(generators, ort_models, tiny_dir):
+    torch_gen, _ = generators
+    gen = registry.load_generator("ort", ort_models["t5"], precision="fp32", step_graphs="false", **_opts(tiny_dir))
+    assert not gen.stepper.supports_topk and "switched off" in gen.info.details["decoder"]
+    d = Decoding(max_new_tokens=12)
+    assert gen.generate_ids(PROMPTS, 5, d, [8, 9]) == torch_gen.generate_ids(PROMPTS, 5, d, [8, 9])
+    assert gen.stepper._mode == "logits"
+    with pytest.raises(ModelLoadError, match="true or false"):
+        registry.load_generator("ort", ort_models["t5"], precision="fp32", step_graphs="maybe", **_opts(tiny_dir))
+
+
 def test_fp16_export_has_no_step_graphs_and_still_samples(ort_models, tiny_dir):
     gen = registry.load_generator("ort", ort_models["t5"], precision="fp16", **_opts(tiny_dir, tolerances=LOOSE_T5))
     assert not gen.stepper.supports_topk

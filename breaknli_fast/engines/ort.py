@@ -281,12 +281,22 @@ class OrtSeq2SeqStepper:
             self.past = {k: rows(v) for k, v in self.past.items()}
 
 
+def _flag(v: Any) -> bool:
+    """A boolean option that may come from the command line as text (``step_graphs=false``)."""
+    if isinstance(v, str):
+        if v.lower() not in ("1", "0", "true", "false", "yes", "no"):
+            raise ModelLoadError(f"expected true or false, not {v!r}")
+        return v.lower() in ("1", "true", "yes")
+    return bool(v)
+
+
 def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:
     """Flan-T5 exported to ONNX behind the shared :class:`HFGenerator` (same seeding and the same
     sampling code, so fp32 sampling gives the same tokens as the torch engine).
 
-    On the CPU, sampling runs :class:`OrtSeq2SeqStepper` (the sessions called directly); on CUDA,
-    optimum's ``ORTModelForSeq2SeqLM`` with IO binding. Beam and greedy decoding use optimum's
+    On the CPU, sampling runs :class:`OrtSeq2SeqStepper` (the sessions called directly; the export's
+    step graphs for the fast sampler unless ``step_graphs=False``); on CUDA, optimum's
+    ``ORTModelForSeq2SeqLM`` with IO binding. Beam and greedy decoding use optimum's
     model (loaded on first use)."""
     from transformers import AutoTokenizer, GenerationConfig
 
@@ -298,6 +308,7 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
         raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
     provider = opts.pop("provider", None)
     threads = opts.pop("threads", None)
+    step_graphs = _flag(opts.pop("step_graphs", True))
     # In the generator role, the export is judged on what generation uses: greedy token agreement and
     # non-finite outputs. The NLI-scoring label agreement is reported but does not gate here (a model
     # that is weak as a classifier has near-tied answer scores that int8 flips); the classifier role
@@ -315,6 +326,9 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
         gen_config = None
     if device == "cpu":
         stepper = OrtSeq2SeqStepper(folder, device, provider, threads)
+        if not step_graphs:  # sample through optimum's decoder graphs (for comparisons)
+            stepper.supports_topk = False
+            stepper.details["decoder"] = "optimum's decoder graphs (step graphs switched off)"
         info = EngineInfo("ort", "generator", model, precision, device, _details(exported, stepper.details))
 
         def loader() -> Any:
