@@ -104,9 +104,12 @@ def _variant(kind: str, format: str, precision: str, device: str) -> str:
     return "int8-qdq"
 
 
-def _with_step_graphs(kind: str, precision: str) -> bool:
-    """Text-to-text exports in fp32 / int8 also get the ort engine's sampling graphs (``export.t5_step``)."""
-    return kind == "seq2seq" and precision in ("fp32", "int8")
+def _with_step_graphs(kind: str, precision: str, family: str) -> bool:
+    """T5 / mT5 exports in fp32 / int8 also get the ort engine's sampling graphs (``export.t5_step``; not
+    umT5, whose every layer has its own relative position bias)."""
+    from breaknli_fast.export.t5_step import STEP_FAMILIES
+
+    return kind == "seq2seq" and precision in ("fp32", "int8") and family in STEP_FAMILIES
 
 
 def _pairs_digest(pairs: Sequence[Pair]) -> str:
@@ -200,7 +203,7 @@ def export_model(
         "source_id": resolved,
         "libraries": mf.library_versions(),
     }
-    if _with_step_graphs(kind, precision):
+    if _with_step_graphs(kind, precision, family):
         from breaknli_fast.export.t5_step import STEP_GRAPHS_VERSION
 
         key["step_graphs"] = STEP_GRAPHS_VERSION
@@ -312,7 +315,7 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
     else:
         info = ox.export_seq2seq(src, out)
         graphs = list(ox.SEQ2SEQ_FILES)
-        if _with_step_graphs(kind, precision):
+        if _with_step_graphs(kind, precision, info["family"]):
             from breaknli_fast.export import t5_step
 
             info["step_graphs"] = t5_step.export_step_graphs(src, out)

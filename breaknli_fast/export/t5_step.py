@@ -22,7 +22,8 @@ work without changing the model's arithmetic:
 
 Everything else is transformers' T5 code (the same modules and weights), traced with
 ``torch.onnx.export``. fp16 is not built (the fp16 recipe keeps named T5 nodes in fp32, which
-these graphs do not name alike); the engine then uses optimum's graphs.
+these graphs do not name alike); nor for umT5 (:data:`STEP_FAMILIES`); the engine then uses optimum's
+graphs.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ STEP_FILES = (STEP_ENCODER, STEP_DECODER)
 # bump when the graphs' inputs, outputs or arithmetic change (part of the export cache key)
 STEP_GRAPHS_VERSION = 1
 STEP_OPSET = 17
+# the decoder's relative position bias lives in its first layer and is shared (T5 v1.0 / v1.1, Flan-T5,
+# mT5); umT5 gives every layer its own, which these graphs do not model
+STEP_FAMILIES = ("t5", "mt5")
 
 
 def names(n_layers: int) -> dict[str, list[str]]:
