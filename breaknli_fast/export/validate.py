@@ -49,32 +49,26 @@ def tolerances_for(kind: str, precision: str, overrides: Mapping[str, Any] | Non
 
 
 def check(figures: Mapping[str, Any], tol: Mapping[str, Any]) -> list[str]:
-    """Failed checks, one short phrase each (empty: passed)."""
+    """Failed checks, one short phrase each (empty: passed). The step graphs of a text-to-text export
+    (``figures["step_graphs"]``) are judged like its decoder graphs."""
     out = []
-    v = figures.get("max_abs_logit")
-    if tol.get("max_abs_logit") is not None and (v is None or not math.isfinite(v) or v > tol["max_abs_logit"]):
-        out.append(f"max|Δlogit| {v:.3g} > {tol['max_abs_logit']:.3g}" if v is not None else "max|Δlogit| missing")
-    v = figures.get("agreement")
-    if tol.get("min_agreement") is not None and v is not None and v < tol["min_agreement"]:
-        out.append(f"label agreement {v:.2f}% < {tol['min_agreement']:.2f}%")
-    gen = figures.get("generation") or {}
-    v = gen.get("token_agreement")
-    if tol.get("min_token_agreement") is not None and v is not None and v < tol["min_token_agreement"]:
-        out.append(f"greedy token agreement {v:.2f}% < {tol['min_token_agreement']:.2f}%")
-    v = figures.get("nonfinite", 0)
-    if tol.get("max_nonfinite") is not None and v > tol["max_nonfinite"]:
-        out.append(f"{v} non-finite outputs (NaN/inf)")
+    judged = [("", figures, "max_abs_logit", "max|Δlogit|", (figures.get("generation") or {}).get("token_agreement"))]
     step = figures.get("step_graphs") or {}
-    if step:  # the ort engine's sampling graphs, judged like the decoder graphs
-        v = step.get("max_abs_top_logit")
-        if tol.get("max_abs_logit") is not None and (v is None or not math.isfinite(v) or v > tol["max_abs_logit"]):
-            out.append(f"step graphs: max|Δ top logit| {v:.3g} > {tol['max_abs_logit']:.3g}")
-        v = step.get("token_agreement")
-        if tol.get("min_token_agreement") is not None and v is not None and v < tol["min_token_agreement"]:
-            out.append(f"step graphs: greedy token agreement {v:.2f}% < {tol['min_token_agreement']:.2f}%")
-        v = step.get("nonfinite", 0)
-        if tol.get("max_nonfinite") is not None and v > tol["max_nonfinite"]:
-            out.append(f"step graphs: {v} non-finite outputs (NaN/inf)")
+    if step:
+        judged.append(("step graphs: ", step, "max_abs_top_logit", "max|Δ top logit|", step.get("token_agreement")))
+    for prefix, figs, key, name, tokens in judged:
+        v, limit = figs.get(key), tol.get("max_abs_logit")
+        if limit is not None and (v is None or not math.isfinite(v) or v > limit):
+            out.append(prefix + (f"{name} {v:.3g} > {limit:.3g}" if v is not None else f"{name} missing"))
+        v, limit = (figs.get("agreement") if figs is figures else None), tol.get("min_agreement")
+        if limit is not None and v is not None and v < limit:
+            out.append(f"label agreement {v:.2f}% < {limit:.2f}%")
+        limit = tol.get("min_token_agreement")
+        if limit is not None and tokens is not None and tokens < limit:
+            out.append(f"{prefix}greedy token agreement {tokens:.2f}% < {limit:.2f}%")
+        v, limit = figs.get("nonfinite", 0), tol.get("max_nonfinite")
+        if limit is not None and v > limit:
+            out.append(f"{prefix}{v} non-finite outputs (NaN/inf)")
     return out
 
 
