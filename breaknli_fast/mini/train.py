@@ -327,29 +327,23 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
         log.info("mini-nli: continuing from the saved model (dev accuracy %.4f)", best)
     with make_progress(progress) as bar:
         task = bar.add_task("mini-nli", total=total, info="")
-        epoch = 0
-        while step < total:
-            epoch += 1
-            for idx in _bucket_batches(lengths, bs, gen):
-                if step >= total:
-                    break
-                ids, mask = _pad([train_enc[i] for i in idx], tok.pad_token_id)
-                loss = model(input_ids=ids, attention_mask=mask, labels=train_y[idx]).loss
-                step += 1
-                run_loss = _train_step(model, loss, opt, sched, run_loss, step)
-                bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f} best {max(best, 0):.3f}")
-                if step % 100 == 0:
-                    log.info("mini-nli epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
-                             time.perf_counter() - t0)
-                if step % eval_every == 0 or step == total:
-                    acc = nli_accuracy(model, tok, split.dev, cfg["max_length"])
-                    history.append({"epoch": round(step / per_epoch, 2), "step": step, "loss": round(run_loss, 4),
-                                    "dev_accuracy": round(acc, 4), "seconds": round(time.perf_counter() - t0, 1)})
-                    log.info("mini-nli epoch %.2f: dev accuracy %.4f (loss %.4f)", step / per_epoch, acc, run_loss)
-                    if acc > best:
-                        best = acc
-                        save_fp16(model, out, tok)
-                        log.info("mini-nli: saved the new best to %s", out)
+        for epoch, step, idx in _training_batches(lengths, bs, gen, total):
+            ids, mask = _pad([train_enc[i] for i in idx], tok.pad_token_id)
+            loss = model(input_ids=ids, attention_mask=mask, labels=train_y[idx]).loss
+            run_loss = _train_step(model, loss, opt, sched, run_loss, step)
+            bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f} best {max(best, 0):.3f}")
+            if step % 100 == 0:
+                log.info("mini-nli epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
+                         time.perf_counter() - t0)
+            if step % eval_every == 0 or step == total:
+                acc = nli_accuracy(model, tok, split.dev, cfg["max_length"])
+                history.append({"epoch": round(step / per_epoch, 2), "step": step, "loss": round(run_loss, 4),
+                                "dev_accuracy": round(acc, 4), "seconds": round(time.perf_counter() - t0, 1)})
+                log.info("mini-nli epoch %.2f: dev accuracy %.4f (loss %.4f)", step / per_epoch, acc, run_loss)
+                if acc > best:
+                    best = acc
+                    save_fp16(model, out, tok)
+                    log.info("mini-nli: saved the new best to %s", out)
     secs = time.perf_counter() - t0
     # accuracy after the fp16 round trip, loaded from the saved folder in fp32
     reloaded = RobertaForSequenceClassification.from_pretrained(out)
@@ -500,6 +494,20 @@ def _bucket_batches(lengths: Sequence[int], batch_size: int, gen: torch.Generato
     return [batches[i] for i in order]
 
 
+def _training_batches(lengths: Sequence[int], batch_size: int, gen: torch.Generator, total: int):
+    """``(epoch, step, indices)`` of every training step, 1-based: length-bucketed random batches
+    (:func:`_bucket_batches`, drawn afresh from ``gen`` at the start of each epoch), epoch after epoch,
+    until ``total`` steps."""
+    step, epoch = 0, 0
+    while step < total:
+        epoch += 1
+        for idx in _bucket_batches(lengths, batch_size, gen):
+            if step >= total:
+                return
+            step += 1
+            yield epoch, step, idx
+
+
 def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed: int = 0,
              max_steps: int | None = None, progress: bool = True, init: str = "scratch", **hp: Any) -> dict:
     """Instruction-tune ``mini-t5`` (T5ForConditionalGeneration, T5 v1.1 / Flan-T5 architecture) from scratch.
@@ -579,25 +587,19 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
 
     with make_progress(progress) as bar:
         task = bar.add_task("mini-t5", total=total, info="")
-        epoch = 0
-        while step < total:
-            epoch += 1
-            for idx in _bucket_batches(lengths, bs, gen):
-                if step >= total:
-                    break
-                ids, mask = _pad([src[i] for i in idx], tok.pad_token_id)
-                labels, lmask = _pad([tgt[i] for i in idx], tok.pad_token_id)
-                labels[lmask == 0] = -100
-                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-                step += 1
-                run_loss = _train_step(model, loss, opt, sched, run_loss, step)
-                bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f}")
-                if step % 100 == 0 or step == total:
-                    losses.append((step, round(run_loss, 4)))
-                    log.info("mini-t5 epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
-                             time.perf_counter() - t0)
-                if cfg["save_every"] and step % cfg["save_every"] == 0 and step < total:
-                    checkpoint()
+        for epoch, step, idx in _training_batches(lengths, bs, gen, total):
+            ids, mask = _pad([src[i] for i in idx], tok.pad_token_id)
+            labels, lmask = _pad([tgt[i] for i in idx], tok.pad_token_id)
+            labels[lmask == 0] = -100
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            run_loss = _train_step(model, loss, opt, sched, run_loss, step)
+            bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f}")
+            if step % 100 == 0 or step == total:
+                losses.append((step, round(run_loss, 4)))
+                log.info("mini-t5 epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
+                         time.perf_counter() - t0)
+            if cfg["save_every"] and step % cfg["save_every"] == 0 and step < total:
+                checkpoint()
     checkpoint(final=True)
     info = read_json(out / INFO_FILE)
     log.info("mini-t5 done (%.1f min)", info["train_seconds"] / 60)
