@@ -169,7 +169,8 @@ class OrtSeq2SeqStepper:
     * :meth:`step`: optimum's encoder / decoder / decoder-with-past graphs, full-vocabulary
       logits (the ``transformers`` sampler, top-k 0, exports without the step graphs)."""
 
-    def __init__(self, folder: Any, device: str = "cpu", provider: str | None = None, threads: int | None = None):
+    def __init__(self, folder: Any, device: str = "cpu", provider: str | None = None, threads: int | None = None,
+                 step_graphs: bool = True):
         from pathlib import Path
 
         from breaknli_fast.export.runtime import session_options
@@ -178,16 +179,23 @@ class OrtSeq2SeqStepper:
         self.folder = Path(folder)
         self._session_args = (device, provider, threads)
         self._sessions: dict[str, Any] = {}
-        self.supports_topk = all((self.folder / f).is_file() for f in STEP_FILES)
+        have = all((self.folder / f).is_file() for f in STEP_FILES)
+        self.supports_topk = step_graphs and have
         _, details = session_options(threads, spin=False)
         self.details = {**details, "decoder": ("step graphs (per-prompt cross-attention, top-k in the graph) for fast "
                                                "top-k sampling; optimum's decoder graphs otherwise"
                                                if self.supports_topk else
+                                               "optimum's decoder graphs (step graphs switched off)" if have else
                                                "lean loop over encoder / decoder / decoder_with_past sessions")}
         import json
 
         self.vocab_size = int(json.loads((self.folder / "config.json").read_text())["vocab_size"])
         self._mode: str | None = None
+        # open the sessions of the default path now (a broken graph fails at load, not mid-run); the others
+        # open on first use
+        for name in (STEP_FILES if self.supports_topk else ("encoder_model.onnx", "decoder_model.onnx",
+                                                            "decoder_with_past_model.onnx")):
+            self.details["providers"] = self._session(name).get_providers()
 
     def _session(self, name: str) -> Any:
         if name not in self._sessions:
@@ -325,10 +333,7 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     except (OSError, ValueError):
         gen_config = None
     if device == "cpu":
-        stepper = OrtSeq2SeqStepper(folder, device, provider, threads)
-        if not step_graphs:  # sample through optimum's decoder graphs (for comparisons)
-            stepper.supports_topk = False
-            stepper.details["decoder"] = "optimum's decoder graphs (step graphs switched off)"
+        stepper = OrtSeq2SeqStepper(folder, device, provider, threads, step_graphs=step_graphs)
         info = EngineInfo("ort", "generator", model, precision, device, _details(exported, stepper.details))
 
         def loader() -> Any:
