@@ -106,6 +106,14 @@ def test_t5_fp32_export_validates_greedy_identical(models, cache):
     assert res.manifest["key"]["step_graphs"] == res.manifest["step_graphs"]["version"]
     names = [i["name"] for i in res.manifest["graphs"]["step_decoder_model.onnx"]["inputs"]]
     assert names[:2] == ["input_ids", "cross_bias"] and names[-1] == "top_k"
+    from rich.console import Console
+
+    from breaknli_fast.export.command import validation_table
+
+    console = Console(record=True, width=200)
+    console.print(validation_table(res))
+    text = console.export_text()
+    assert f"step graphs: greedy token agreement ({step['prompts']} prompts)" in text and "step graphs: max |Δ top-" in text
 
 
 def test_t5_step_graphs_failing_validation_fails_the_export(models, cache, monkeypatch):

@@ -42,6 +42,17 @@ def validation_table(result: Any) -> Any:
                   else "report only")
         t.add_row("identical greedy sequences", f"{gen.get('identical_sequences')}/{gen.get('prompts')}", "report only")
     t.add_row("non-finite outputs", _fmt(v.get("nonfinite")), f"≤ {_fmt(tol.get('max_nonfinite'))}")
+    step = v.get("step_graphs")
+    if step:  # the ort engine's sampling graphs, judged with the same tolerances
+        lim = tol.get("max_abs_logit")
+        t.add_row(f"step graphs: max |Δ top-{step.get('k')} logit|", _fmt(step.get("max_abs_top_logit")),
+                  f"≤ {_fmt(lim)}" if lim is not None else "report only")
+        t.add_row(f"step graphs: top-{step.get('k')} ids identical", _fmt(step.get("top_ids_identical"), pct=True),
+                  "report only")
+        lim = tol.get("min_token_agreement")
+        t.add_row(f"step graphs: greedy token agreement ({step.get('prompts')} prompts)",
+                  _fmt(step.get("token_agreement"), pct=True), f"≥ {_fmt(lim, pct=True)}" if lim is not None else "report only")
+        t.add_row("step graphs: non-finite outputs", _fmt(step.get("nonfinite")), f"≤ {_fmt(tol.get('max_nonfinite'))}")
     t.add_row("result", "[green]passed[/]" if v.get("passed") else "[red]failed[/]", "")
     return t
 
