@@ -173,6 +173,27 @@ def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
     assert stepper._mode == "logits"
 
 
+def test_large_prompt_batches_use_the_decoder_graphs(generators):
+    """Beyond STEP_MAX_PROMPTS prompts per batch the stepper samples through optimum's graphs (the
+    step decoder's all-prompts cross-attention would cost more there); same candidates either way."""
+    from breaknli_fast.engines.ort import STEP_MAX_PROMPTS
+
+    torch_gen, ort_gen = generators
+    prompts = [f"{p} ({i})" for i in range(STEP_MAX_PROMPTS // 2 + 1) for p in PROMPTS]
+    seeds = [derive_seed(2, i) for i in range(len(prompts))]
+    d = Decoding(max_new_tokens=6)
+    ref = torch_gen.generate_ids(prompts, 3, d, seeds)
+    old = ort_gen.prompt_batch
+    try:
+        ort_gen.prompt_batch = len(prompts)
+        assert ort_gen.generate_ids(prompts, 3, d, seeds) == ref and ort_gen.stepper._mode == "logits"
+        ort_gen.prompt_batch = STEP_MAX_PROMPTS
+        part = ort_gen.generate_ids(prompts[:STEP_MAX_PROMPTS], 3, d, seeds[:STEP_MAX_PROMPTS])
+        assert part == ref[:STEP_MAX_PROMPTS] and ort_gen.stepper._mode == "topk"
+    finally:
+        ort_gen.prompt_batch = old
+
+
 def test_step_graphs_can_be_switched_off(generators, ort_models, tiny_dir):
     torch_gen, _ = generators
     gen = registry.load_generator("ort", ort_models["t5"], precision="fp32", step_graphs="false", **_opts(tiny_dir))

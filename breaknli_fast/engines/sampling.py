@@ -46,10 +46,10 @@ class Stepper(Protocol):
     def keep(self, positions: torch.Tensor) -> None:
         """Keep only these rows (positions in the current batch, ascending) in the cache."""
 
-    # Optional (the ort engine's CPU stepper): a stepper with ``supports_topk = True`` and
-    # ``vocab_size`` also has ``step_topk(tokens, k) -> (values, ids)``, the ``k`` largest logits
-    # per row in descending order; the ``fast`` sampler with top-k then calls it instead of
-    # ``step`` for the whole batch (the first call after ``start`` decides).
+    # Optional (the ort engine's CPU stepper): a stepper whose ``supports_topk`` is true after
+    # ``start`` and that has ``vocab_size`` also has ``step_topk(tokens, k) -> (values, ids)``, the
+    # ``k`` largest logits per row in descending order; the ``fast`` sampler with top-k then calls it
+    # instead of ``step`` for the whole batch (the first call after ``start`` decides).
 
 
 class TorchStepper:
