@@ -14,6 +14,7 @@ Session options: graph optimisation ALL, intra-op threads = physical cores (over
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -183,6 +184,7 @@ class OrtSeq2SeqStepper:
         self.folder = Path(folder)
         self._session_args = (device, provider, threads)
         self._sessions: dict[str, Any] = {}
+        self._outputs: dict[str, list[str]] = {}
         have = all((self.folder / f).is_file() for f in STEP_FILES)
         self.has_step_graphs = step_graphs and have
         self._ids: np.ndarray | None = None
@@ -192,8 +194,6 @@ class OrtSeq2SeqStepper:
                                                if self.has_step_graphs else
                                                "optimum's decoder graphs (step graphs switched off)" if have else
                                                "lean loop over encoder / decoder / decoder_with_past sessions")}
-        import json
-
         self.vocab_size = int(json.loads((self.folder / "config.json").read_text())["vocab_size"])
         self._mode: str | None = None
         # open the sessions of the default path now (a broken graph fails at load, not mid-run); the others
@@ -216,7 +216,9 @@ class OrtSeq2SeqStepper:
             from breaknli_fast.export.runtime import make_session
 
             device, provider, threads = self._session_args
-            self._sessions[name] = make_session(self.folder / name, device, provider, threads, spin=False)[0]
+            sess = make_session(self.folder / name, device, provider, threads, spin=False)[0]
+            self._sessions[name] = sess
+            self._outputs[name] = [o.name for o in sess.get_outputs()]
         return self._sessions[name]
 
     def start(self, input_ids: Any, attention_mask: Any, n: int) -> None:
@@ -243,16 +245,15 @@ class OrtSeq2SeqStepper:
             raise RuntimeError("step() after step_topk() on the same batch")
         ids = tokens.numpy().astype(np.int64)[:, None]
         if self.past is None:
-            dec = self._session("decoder_model.onnx")
-            outs = dec.run(None, {"input_ids": ids, "encoder_hidden_states": self.hidden,
-                                  "encoder_attention_mask": self.mask})
-            names = [o.name for o in dec.get_outputs()]
+            outs = self._session("decoder_model.onnx").run(None, {"input_ids": ids, "encoder_hidden_states": self.hidden,
+                                                                  "encoder_attention_mask": self.mask})
+            names = self._outputs["decoder_model.onnx"]
             self.past = {}
             self.hidden = None  # the cross-attention keys/values replace it from here on
         else:
-            dec = self._session("decoder_with_past_model.onnx")
-            outs = dec.run(None, {"input_ids": ids, "encoder_attention_mask": self.mask, **self.past})
-            names = [o.name for o in dec.get_outputs()]
+            outs = self._session("decoder_with_past_model.onnx").run(
+                None, {"input_ids": ids, "encoder_attention_mask": self.mask, **self.past})
+            names = self._outputs["decoder_with_past_model.onnx"]
         for name, value in zip(names[1:], outs[1:]):
             self.past[name.replace("present.", "past_key_values.", 1)] = value
         return torch.from_numpy(np.ascontiguousarray(outs[0][:, -1, :], dtype=np.float32))
@@ -268,7 +269,7 @@ class OrtSeq2SeqStepper:
         if self._mode is None:
             self._mode = "topk"
             enc = self._session(STEP_ENCODER)
-            self.cross = dict(zip([o.name for o in enc.get_outputs()],
+            self.cross = dict(zip(self._outputs[STEP_ENCODER],
                                   enc.run(None, {"input_ids": self._ids, "attention_mask": self._mask})))
             b, length = self._ids.shape
             n = self._n
