@@ -22,6 +22,7 @@ from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, LABELS
 from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.mini.common import folder_size, hardware, log, make_progress, write_json
 from breaknli_fast.mini.data import Pair, SnliSplit
+from breaknli_fast.pipeline.breaknli import dedup_candidates
 from breaknli_fast.prompts import GEN_PROMPTS, NLI_ANSWERS, NLI_PROMPTS
 
 EVAL_FILE = "eval_results.json"
@@ -123,11 +124,7 @@ def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence
     per_example: list[list[str]] = []
     for e, cs in zip(chosen, outs):
         h = e["hypothesis"]
-        seen: list[str] = []
-        for c in cs:
-            c = normalize_text(c)
-            if c and c != h and c not in seen:
-                seen.append(c)
+        seen = dedup_candidates(h, cs, len(cs))[0]  # the loop's own step 4, all distinct kept
         per_example.append(seen)
         distinct_pairs.extend((h, c) for c in seen)
     dist_pred = clf.predict(distinct_pairs)

@@ -431,6 +431,7 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
     from breaknli_fast.engines.base import Decoding, derive_seed
     from breaknli_fast.engines.registry import load_generator
     from breaknli_fast.mini.evaluate import NliClassifier
+    from breaknli_fast.pipeline.breaknli import dedup_candidates
 
     out_dir = Path(out_dir)
     clf = NliClassifier(out_dir / "mini-nli")
@@ -454,11 +455,7 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
                 outs = gen.generate([ENTAIL_PROMPT.format(h=h) for h in part], k, Decoding(),
                                     [derive_seed(seed, "self-paraphrase", h) for h in part])
                 for h, cs in zip(part, outs):
-                    seen: list[str] = []
-                    for c in (normalize_text(c) for c in cs):
-                        if c and c != h and c not in seen:
-                            seen.append(c)
-                    cands += [(h, c) for c in seen]
+                    cands += [(h, c) for c in dedup_candidates(h, cs, len(cs))[0]]
                 bar.update(task, advance=len(part))
         stats.update(self_hypotheses=len(hyps), self_candidates=len(cands) - n_human,
                      self_generation_seconds=round(time.perf_counter() - t0, 1))
