@@ -8,8 +8,8 @@ each engine's candidates equal those of the first engine under the same variant.
 
     python scripts/bench_generation.py --engines torch:fp32,ort:fp32,ort:int8 --prompts 32 --k 20
 
-An engine may carry loader options, ``ENGINE:PRECISION:key=value...`` (``true`` / ``false`` become
-booleans), e.g. ``ort:int8:step_graphs=false`` samples through optimum's decoder graphs instead of the
+Engines are written as for ``breaknli-fast bench`` (``ENGINE:PRECISION[:key=value...]``; numbers and
+``true`` / ``false`` are converted, ``generator=`` overrides ``--generator``), e.g. ``ort:int8:step_graphs=false`` samples through optimum's decoder graphs instead of the
 export's step graphs, ``validate=false`` skips the export's validation (random weights).
 """
 
@@ -30,6 +30,7 @@ VARIANTS = {  # name: (sampler, compact_share)
 
 
 def main(argv: list[str] | None = None) -> None:
+    from breaknli_fast.bench.specs import parse_engine
     from breaknli_fast.data.loaders import load_examples
     from breaknli_fast.engines.base import Decoding
     from breaknli_fast.engines.registry import load_generator
@@ -53,12 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     prompts = [CONTRADICT_PROMPT.format(h=e.hypothesis) for e in exs]
     seeds = list(range(len(prompts)))
     engines = {}
-    for spec in args.engines.split(","):
-        eng, prec, *extra = spec.split(":")
-        kw = {"threads": args.threads} if args.threads and eng != "torch" else {}
-        for k, v in (x.split("=", 1) for x in extra):  # e.g. ort:int8:step_graphs=false:validate=false
-            kw[k] = {"true": True, "false": False}.get(v.lower(), v)
-        engines[spec] = load_generator(eng, args.generator, prec, "cpu", **kw)
+    for text in args.engines.split(","):
+        spec = parse_engine(text)  # the bench's own ENGINE:PRECISION[:key=value...] syntax
+        kw = {"threads": args.threads} if args.threads and spec.engine != "torch" else {}
+        engines[text] = load_generator(spec.engine, spec.generator or args.generator, spec.precision, "cpu",
+                                       **kw, **spec.opts)
     variants = [v.strip() for v in args.variants.split(",")]
     times: dict[tuple[str, str], list[float]] = {}
     tokens: dict[tuple[str, str], int] = {}
