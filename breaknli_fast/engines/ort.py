@@ -178,29 +178,28 @@ class OrtSeq2SeqStepper:
                  step_graphs: bool = True):
         from pathlib import Path
 
-        from breaknli_fast.export.runtime import session_options
         from breaknli_fast.export.t5_step import STEP_FILES
 
         self.folder = Path(folder)
         self._session_args = (device, provider, threads)
         self._sessions: dict[str, Any] = {}
         self._outputs: dict[str, list[str]] = {}
+        self._session_details: dict[str, Any] = {}  # session options and providers (the same for every graph)
         have = all((self.folder / f).is_file() for f in STEP_FILES)
         self.has_step_graphs = step_graphs and have
         self._ids: np.ndarray | None = None
-        _, details = session_options(threads, spin=False)
-        self.details = {**details, "decoder": ("step graphs (per-prompt cross-attention, top-k in the graph) for fast "
-                                               "top-k sampling; optimum's decoder graphs otherwise"
-                                               if self.has_step_graphs else
-                                               "optimum's decoder graphs (step graphs switched off)" if have else
-                                               "lean loop over encoder / decoder / decoder_with_past sessions")}
         self.vocab_size = int(json.loads((self.folder / "config.json").read_text())["vocab_size"])
         self._mode: str | None = None
         # open the sessions of the default path now (a broken graph fails at load, not mid-run); the others
         # open on first use
         for name in (STEP_FILES if self.has_step_graphs else ("encoder_model.onnx", "decoder_model.onnx",
                                                             "decoder_with_past_model.onnx")):
-            self.details["providers"] = self._session(name).get_providers()
+            self._session(name)
+        self.details = {**self._session_details,
+                        "decoder": ("step graphs (per-prompt cross-attention, top-k in the graph) for fast "
+                                    "top-k sampling; optimum's decoder graphs otherwise" if self.has_step_graphs else
+                                    "optimum's decoder graphs (step graphs switched off)" if have else
+                                    "lean loop over encoder / decoder / decoder_with_past sessions")}
 
     @property
     def supports_topk(self) -> bool:
@@ -216,7 +215,7 @@ class OrtSeq2SeqStepper:
             from breaknli_fast.export.runtime import make_session
 
             device, provider, threads = self._session_args
-            sess = make_session(self.folder / name, device, provider, threads, spin=False)[0]
+            sess, self._session_details = make_session(self.folder / name, device, provider, threads, spin=False)
             self._sessions[name] = sess
             self._outputs[name] = [o.name for o in sess.get_outputs()]
         return self._sessions[name]
