@@ -175,23 +175,24 @@ def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: 
     from breaknli_fast.export.t5_step import STEP_FILES
 
     if device == "cpu" and all((Path(folder) / f).is_file() for f in STEP_FILES):
-        figs["step_graphs"] = _validate_step_graphs(folder, tok, ref_model, pairs, template, prompts, ref_rows,
-                                                    start, max_length)
+        figs["step_graphs"] = _validate_step_graphs(folder, tok, ref, pairs, template, prompts, ref_rows, start,
+                                                    int(ref_model.config.eos_token_id), max_length)
     return figs
 
 
-def _validate_step_graphs(folder: Any, tok: Any, ref_model: Any, pairs: Sequence[Pair], template: str,
-                          prompts: list[str], ref_rows: list[list[int]], start: int, max_length: int) -> dict[str, Any]:
+def _validate_step_graphs(folder: Any, tok: Any, ref: np.ndarray, pairs: Sequence[Pair], template: str,
+                          prompts: list[str], ref_rows: list[list[int]], start: int, eos: int,
+                          max_length: int) -> dict[str, Any]:
     """The sampling step graphs (``export.t5_step``) against the PyTorch model: the first step's top-k
-    logits and ids on the NLI prompts, batched with padding (max |Δ|, share of identical ids), and
-    greedy generation through ``step_topk(k=1)`` on the generator prompts."""
+    logits and ids on the NLI prompts, batched with padding as for ``ref`` (the PyTorch first-step
+    logits of :func:`validate_seq2seq`; max |Δ|, share of identical ids), and greedy generation
+    through ``step_topk(k=1)`` on the generator prompts against ``ref_rows``."""
     import torch
 
     from breaknli_fast.engines.ort import OrtSeq2SeqStepper
 
     stepper = OrtSeq2SeqStepper(folder, "cpu")
     k = min(50, stepper.vocab_size)
-    eos = int(ref_model.config.eos_token_id)
     diffs, same, total, bad = [], 0, 0, 0
     with torch.inference_mode():
         for i in range(0, len(pairs), BATCH):
@@ -199,7 +200,7 @@ def _validate_step_graphs(folder: Any, tok: Any, ref_model: Any, pairs: Sequence
             enc = tok([template.format(premise=p, hypothesis=h) for p, h in chunk], padding=True, truncation=True,
                       max_length=max_length, return_tensors="pt")
             first = torch.full((len(chunk),), start, dtype=torch.long)
-            ref_vals, ref_ids = torch.topk(ref_model(**enc, decoder_input_ids=first[:, None]).logits[:, 0, :].float(), k)
+            ref_vals, ref_ids = torch.topk(torch.from_numpy(ref[i:i + BATCH]), k)
             stepper.start(enc["input_ids"], enc["attention_mask"], 1)
             vals, ids = stepper.step_topk(first, k)
             bad += int((~torch.isfinite(vals)).sum())
