@@ -129,12 +129,18 @@ def _names_used(nodes: Any) -> set[str]:
     return used
 
 
+def _past_inline_limit(src: Path) -> bool:
+    """Whether a graph with its external-data files is too big for one protobuf (then it is processed
+    through files, with external data)."""
+    return sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
+
+
 def _load_for_conversion(src: Path) -> tuple[Any, bool]:
     """Load a graph with shape information. Graphs past protobuf's 2 GB are shape-inferred through a
     file written beside the source (so the relative paths of their external weights still resolve)."""
     import onnx
 
-    big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
+    big = _past_inline_limit(src)
     if not big:
         return onnx.load(str(src)), False
     inferred = src.parent / f".inferred-{src.name}"
@@ -177,7 +183,7 @@ def preprocess(src: Path, workdir: Path) -> tuple[Path, str]:
 
     src = Path(src).resolve()  # the pre-processor runs inside workdir
     out = workdir / ("pre-" + src.name)
-    big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
+    big = _past_inline_limit(src)
     try:
         with quiet(), _in_dir(workdir):
             quant_pre_process(str(src), str(out), skip_symbolic_shape=True, save_as_external_data=big)
@@ -192,7 +198,7 @@ def _quantize(src: Path, dst: Path, what: str, run: Any) -> str:
     src, dst = Path(src).resolve(), Path(dst).resolve()  # the quantizer runs inside the temporary directory
     with tempfile.TemporaryDirectory() as tmp:
         pre, status = preprocess(src, Path(tmp))
-        big = sum(f.stat().st_size for f in src.parent.glob(src.name + "*")) > INLINE_LIMIT
+        big = _past_inline_limit(src)
         try:
             with quiet(), _in_dir(Path(tmp)):
                 run(str(pre), str(dst), big)
