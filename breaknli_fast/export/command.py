@@ -20,6 +20,11 @@ def _fmt(v: Any, pct: bool = False) -> str:
     return str(v)
 
 
+def _bound(sign: str, limit: Any, pct: bool = False) -> str:
+    """The tolerance cell of a check: ``≤ 0.001``, ``≥ 90.00 %``, or ``report only`` without a limit."""
+    return f"{sign} {_fmt(limit, pct=pct)}" if limit is not None else "report only"
+
+
 def validation_table(result: Any) -> Any:
     """A rich table of an export's validation figures against their tolerances."""
     from rich.table import Table
@@ -30,28 +35,23 @@ def validation_table(result: Any) -> Any:
     t.add_column("check")
     t.add_column("value", justify="right")
     t.add_column("tolerance", justify="right")
-    t.add_row("max |Δ logit|", _fmt(v.get("max_abs_logit")),
-              f"≤ {_fmt(tol.get('max_abs_logit'))}" if tol.get("max_abs_logit") is not None else "report only")
+    t.add_row("max |Δ logit|", _fmt(v.get("max_abs_logit")), _bound("≤", tol.get("max_abs_logit")))
     t.add_row("mean |Δ logit|", _fmt(v.get("mean_abs_logit")), "report only")
-    t.add_row("label agreement", _fmt(v.get("agreement"), pct=True),
-              f"≥ {_fmt(tol.get('min_agreement'), pct=True)}" if tol.get("min_agreement") is not None else "report only")
+    t.add_row("label agreement", _fmt(v.get("agreement"), pct=True), _bound("≥", tol.get("min_agreement"), pct=True))
     gen = v.get("generation")
     if gen:
         t.add_row(f"greedy token agreement ({gen.get('prompts')} prompts)", _fmt(gen.get("token_agreement"), pct=True),
-                  f"≥ {_fmt(tol.get('min_token_agreement'), pct=True)}" if tol.get("min_token_agreement") is not None
-                  else "report only")
+                  _bound("≥", tol.get("min_token_agreement"), pct=True))
         t.add_row("identical greedy sequences", f"{gen.get('identical_sequences')}/{gen.get('prompts')}", "report only")
     t.add_row("non-finite outputs", _fmt(v.get("nonfinite")), f"≤ {_fmt(tol.get('max_nonfinite'))}")
     step = v.get("step_graphs")
     if step:  # the ort engine's sampling graphs, judged with the same tolerances
-        lim = tol.get("max_abs_logit")
         t.add_row(f"step graphs: max |Δ top-{step.get('k')} logit|", _fmt(step.get("max_abs_top_logit")),
-                  f"≤ {_fmt(lim)}" if lim is not None else "report only")
+                  _bound("≤", tol.get("max_abs_logit")))
         t.add_row(f"step graphs: top-{step.get('k')} ids identical", _fmt(step.get("top_ids_identical"), pct=True),
                   "report only")
-        lim = tol.get("min_token_agreement")
         t.add_row(f"step graphs: greedy token agreement ({step.get('prompts')} prompts)",
-                  _fmt(step.get("token_agreement"), pct=True), f"≥ {_fmt(lim, pct=True)}" if lim is not None else "report only")
+                  _fmt(step.get("token_agreement"), pct=True), _bound("≥", tol.get("min_token_agreement"), pct=True))
         t.add_row("step graphs: non-finite outputs", _fmt(step.get("nonfinite")), f"≤ {_fmt(tol.get('max_nonfinite'))}")
     t.add_row("result", "[green]passed[/]" if v.get("passed") else "[red]failed[/]", "")
     return t
