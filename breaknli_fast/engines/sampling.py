@@ -179,14 +179,13 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
                 drop = idx == eos_id
                 drop[~drop.any(1), -1] = True
                 vals, idx = vals[~drop].view(-1, k), idx[~drop].view(-1, k)
+            idx, cdf = warp_top(vals, idx, decoding)
         else:
             logits = stepper.step(last[active])
         act_unfinished = unfinished[active]
         live = [e for e in range(b) if bool(unfinished[e * n : (e + 1) * n].any())]
         if sampler == "fast":
-            if use_topk:
-                idx, cdf = warp_top(vals, idx, decoding)
-            else:
+            if not use_topk:
                 if decoding.min_new_tokens and t < decoding.min_new_tokens:
                     logits = logits.clone()
                     logits[:, eos_id] = float("-inf")
