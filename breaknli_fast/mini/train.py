@@ -527,7 +527,7 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
                                                                  **cfg["bi_entailed"])
         examples = examples + extra
         random.Random(seed + len(rounds)).shuffle(examples)
-        seed_everything(seed + len(rounds))
+        seed_everything(seed + len(rounds))  # loading and running the models above drew from the global RNGs
     counts: dict[str, int] = defaultdict(int)
     for t, _, _ in examples:
         counts[t] += 1
