@@ -44,12 +44,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads and ORT intra-op threads")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--prompt-batch", type=int, default=None, help="prompts per generator batch (default: the engine's, 8)")
+    ap.add_argument("--step-max-prompts", type=int, default=None,
+                    help="largest batch (in prompts) the ort engine's step graphs serve (default: "
+                         "breaknli_fast.engines.ort.STEP_MAX_PROMPTS); for measuring where that limit belongs")
     ap.add_argument("--out", type=Path, default=None, help="write generation.json here")
     args = ap.parse_args(argv)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.step_max_prompts:
+        import breaknli_fast.engines.ort as ort_engine
+
+        ort_engine.STEP_MAX_PROMPTS = args.step_max_prompts
     exs = load_examples("sample", limit=args.prompts).examples
     prompts = [CONTRADICT_PROMPT.format(h=e.hypothesis) for e in exs]
     seeds = list(range(len(prompts)))
@@ -59,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
         kw = {"threads": args.threads} if args.threads and spec.engine != "torch" else {}
         engines[text] = load_generator(spec.engine, spec.generator or args.generator, spec.precision, "cpu",
                                        **kw, **spec.opts)
+        if args.prompt_batch:
+            engines[text].prompt_batch = args.prompt_batch
     variants = [v.strip() for v in args.variants.split(",")]
     times: dict[tuple[str, str], list[float]] = {}
     tokens: dict[tuple[str, str], int] = {}
@@ -91,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         print(f"| {r['engine']} | {r['variant']} | {r['median_s']:.3f} | {r['tokens']} | {r['tokens_per_s']:.0f} | "
               f"{r['speedup_vs_first_fast']:.2f}× | {'yes' if r['same_candidates_as_first_engine'] else 'no'} |")
-    print(f"\n{len(prompts)} prompts × K={args.k}, {args.repeats} repeats, threads {args.threads or 'default'}")
+    print(f"\n{len(prompts)} prompts × K={args.k}, {args.repeats} repeats, threads {args.threads or 'default'}, "
+          f"prompt batch {args.prompt_batch or 'default'}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "generation.json").write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows},

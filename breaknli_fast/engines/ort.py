@@ -206,8 +206,8 @@ class OrtSeq2SeqStepper:
         """Whether :meth:`step_topk` serves the current batch: the export has the step graphs (and they are
         not switched off) and the batch has at most :data:`STEP_MAX_PROMPTS` prompts -- every row's
         cross-attention scores the keys of all prompts of the batch, which outgrows the per-row copies of
-        optimum's graphs beyond that (mini-t5, int8, one thread, 64 prompts x 20: 0.77 / 1.05 / 1.62 /
-        3.17 s at 8 / 16 / 32 / 64 prompts per batch against 0.99 / 1.03 / 1.34 / 2.13 s)."""
+        optimum's graphs beyond that (mini-t5, int8, one thread, 64 prompts x 20: 0.81 / 1.04 / 1.49 /
+        2.99 s at 8 / 16 / 32 / 64 prompts per batch against 0.95 / 1.05 / 1.03 / 1.40 s; BENCHMARKS.md)."""
         return self.has_step_graphs and (self._ids is None or self._ids.shape[0] <= STEP_MAX_PROMPTS)
 
     def _session(self, name: str) -> Any:
