@@ -8,6 +8,9 @@ rounds, with the per-stage seconds of the median run, and the speed-up over the 
     python scripts/bench_run_loop.py --engines torch:fp32,ort:fp32,ort:int8 --limit 200 --rounds 3 \\
         --out runs/bench-loop
 
+An engine may carry options of ``breaknli-fast run`` for itself only, as ``key=value`` after the
+precision: ``torch:fp32:workers=2`` runs ``--engine torch --precision fp32 --workers 2``.
+
 Writes ``loop.json`` and ``loop.md`` in ``--out``.
 """
 
@@ -25,16 +28,28 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 
-def one_run(engine: str, precision: str, limit: int, out: Path, extra: list[str]) -> dict:
+def run_args(spec: str) -> list[str]:
+    """``ENGINE:PRECISION[:key=value...]`` -> arguments of ``breaknli-fast run``."""
+    engine, precision, *opts = spec.split(":")
+    args = ["--engine", engine, "--precision", precision]
+    for kv in opts:
+        if "=" not in kv:
+            raise SystemExit(f"engine {spec!r}: option {kv!r} must be key=value")
+        key, val = kv.split("=", 1)
+        args += [f"--{key.replace('_', '-')}", val]
+    return args
+
+
+def one_run(spec: str, limit: int, out: Path, extra: list[str]) -> dict:
     if out.exists():
         shutil.rmtree(out)
-    cmd = [sys.executable, "-m", "breaknli_fast.cli", "run", "--limit", str(limit), "--engine", engine,
-           "--precision", precision, "--out", str(out), *extra]
+    cmd = [sys.executable, "-m", "breaknli_fast.cli", "run", "--limit", str(limit), *run_args(spec), "--out", str(out),
+           *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"{engine}:{precision} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+        raise SystemExit(f"{spec} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
     rep = json.loads((out / "report.json").read_text())
     t = rep["throughput"]
     return {"process_seconds": round(wall, 2), "loop_seconds": t["wall_seconds"], "stages": t["stage_seconds"],
@@ -58,18 +73,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/bench-loop"))
     ap.add_argument("extra", nargs="*", help="further arguments for breaknli-fast run (after --)")
     args = ap.parse_args(argv)
-    specs = [tuple(s.split(":")) for s in args.engines.split(",")]
+    specs = [s.strip() for s in args.engines.split(",") if s.strip()]
+    for spec in specs:
+        run_args(spec)  # malformed specs stop here, before any run
     args.out.mkdir(parents=True, exist_ok=True)
-    for eng, prec in specs:  # warm-up: exports, caches
-        one_run(eng, prec, 4, args.out / f"warm-{eng}-{prec}", args.extra)
-    runs: dict[str, list[dict]] = {f"{e}:{p}": [] for e, p in specs}
+
+    def folder(spec: str, tag: str) -> Path:
+        return args.out / f"{spec.replace(':', '-').replace('=', '')}-{tag}"
+
+    for spec in specs:  # warm-up: exports, caches
+        one_run(spec, 4, folder(spec, "warm"), args.extra)
+    runs: dict[str, list[dict]] = {spec: [] for spec in specs}
     loads = []
     for r in range(args.rounds):
-        for eng, prec in specs:
+        for spec in specs:
             loads.append(load_avg())
-            res = one_run(eng, prec, args.limit, args.out / f"{eng}-{prec}-r{r}", args.extra)
-            runs[f"{eng}:{prec}"].append(res)
-            print(f"round {r + 1}/{args.rounds} {eng}:{prec}: loop {res['loop_seconds']:.2f} s, "
+            res = one_run(spec, args.limit, folder(spec, f"r{r}"), args.extra)
+            runs[spec].append(res)
+            print(f"round {r + 1}/{args.rounds} {spec}: loop {res['loop_seconds']:.2f} s, "
                   f"process {res['process_seconds']:.2f} s", flush=True)
     summary = {}
     for name, rs in runs.items():

@@ -99,4 +99,5 @@ def test_flan_t5_style_classifier_runs(tmp_path, tiny_t5, tiny_tsv):
                             "--top-p", "1.0", "--top-k", "0", "--max-new-tokens", "8"])
     assert r.exit_code == 0, r.output
     cfg = json.loads((tmp_path / "t5c" / "config.json").read_text())
-    assert cfg["engine"]["classifier_details"]["details"] == {"kind": "seq2seq", "prompt": "conclude", "method": "score"}
+    details = cfg["engine"]["classifier_details"]["details"]
+    assert {k: details[k] for k in ("kind", "prompt", "method", "workers")} == {"kind": "seq2seq", "prompt": "conclude", "method": "score", "workers": 1}

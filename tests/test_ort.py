@@ -60,6 +60,17 @@ def test_ort_fp32_classifier_matches_torch(ort_models, tiny_dir, family):
     assert clf.info.engine == "ort" and d["providers"] == ["CPUExecutionProvider"]
     assert d["graph_optimization"] == "all" and d["intra_op_threads"] >= 1
     assert d["validation"]["passed"] and d["export_dir"]
+    # each call is tokenized once; every batch is padded from those tokens exactly as the tokenizer pads
+    from breaknli_fast.export.runtime import classifier_feeds
+
+    batch = PAIRS[3:11]
+    want = classifier_feeds(clf.tokenizer, batch, clf.inputs, 128)
+    got = clf._feeds(clf._tokenize(PAIRS), range(3, 11))
+    assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    want_pt = ref.tokenizer([p for p, _ in batch], [h for _, h in batch], padding=True, truncation=True,
+                            max_length=128, return_tensors="pt")
+    got_pt = ref._feeds(ref._tokenize(PAIRS), range(3, 11))
+    assert sorted(got_pt) == sorted(want_pt) and all((got_pt[k] == want_pt[k]).all() for k in want_pt)
 
 
 @pytest.mark.parametrize("family", ["roberta", "deberta-v2"])
@@ -104,7 +115,8 @@ def generators(ort_models, tiny_dir):
     mp = pytest.MonkeyPatch()
     mp.setenv("BREAKNLI_FAST_CACHE", str(tiny_dir / "cache-root"))
     torch_gen = registry.load_generator("torch", ort_models["t5"])
-    ort_gen = registry.load_generator("ort", ort_models["t5"], precision="fp32", max_input_length=256, **_opts(tiny_dir))
+    ort_gen = registry.load_generator("ort", ort_models["t5"], precision="fp32", max_input_length=256, workers=1,
+                                     **_opts(tiny_dir))
     yield torch_gen, ort_gen
     mp.undo()
 
@@ -260,3 +272,58 @@ def test_bad_precision_and_device(ort_models):
         registry.load_classifier("ort", ort_models["roberta"], device="tpu")
     with pytest.raises(ModelLoadError, match="cannot generate"):
         registry.load_generator("ort", ort_models["roberta"])
+
+
+def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
+    """Batches on two worker threads (one intra-op thread each) give exactly what one worker gives,
+    for the int8 graphs too (the batches are the same), for both engines: classifier logits, and
+    sampled candidates over several prompt batches with compaction (each worker steps its own fork
+    of the stepper over the shared sessions)."""
+    opts = _opts(tiny_dir)
+    loop_opts = dict(max_length=128, token_budget=300, max_batch=8)
+    pairs = PAIRS + [(h, p) for p, h in PAIRS]
+    prompts = [f"Generate a statement that contradicts the following statement: {h}" for _, h in PAIRS[:7]]
+    seeds = [derive_seed(9, "w", i) for i in range(len(prompts))]
+    d = Decoding(max_new_tokens=12)
+    for engine, precision in (("ort", "int8"), ("torch", "fp32")):
+        extra = opts if engine == "ort" else {}
+        one = registry.load_classifier(engine, ort_models["roberta"], precision=precision, threads=2, workers=1,
+                                       **loop_opts, **extra)
+        two = registry.load_classifier(engine, ort_models["roberta"], precision=precision, threads=2, workers=2,
+                                       **loop_opts, **extra)
+        assert (one.workers.n, two.workers.n) == (1, 2) and two.info.details["workers"] == 2
+        a, b = one.classify(pairs), two.classify(pairs)
+        assert two.stats.batches == one.stats.batches > 2
+        np.testing.assert_array_equal(a.logits, b.logits)
+        g1 = registry.load_generator(engine, ort_models["t5"], precision=precision, threads=2, workers=1,
+                                     prompt_batch=2, **extra)
+        g2 = registry.load_generator(engine, ort_models["t5"], precision=precision, threads=2, workers=2,
+                                     prompt_batch=2, **extra)
+        assert g2.info.details["workers"] == 2
+        ref = g1.generate_ids(prompts, 6, d, seeds)
+        assert g2.generate_ids(prompts, 6, d, seeds) == ref
+        assert g2.generate_ids(prompts, 6, d, seeds) == ref  # the forks again, their state reset
+        assert len({tuple(r) for r in ref[0]}) > 1
+        assert g2.stats.prompts == 2 * len(prompts) and len(g2.stats.call_seconds) == 8  # 2 + 2 + 2 + 1, twice
+
+
+def test_workers_split_and_batches():
+    from breaknli_fast.engines.base import split_threads
+    from breaknli_fast.engines.generation import HFGenerator
+
+    assert split_threads(2, None) == split_threads(2, "auto") == (2, 1)
+    assert split_threads(1, "auto") == (1, 1) and split_threads(8, "auto") == (2, 4)
+    assert split_threads(4, 8) == (4, 1) and split_threads(6, 4) == (4, 1) and split_threads(4, "1") == (1, 4)
+    with pytest.raises(ValueError, match="workers"):
+        split_threads(2, "many")
+    with pytest.raises(ValueError, match=">= 1"):
+        split_threads(2, 0)
+    assert HFGenerator._batches(11, 8) == [(0, 6), (6, 11)]
+    assert HFGenerator._batches(16, 8) == [(0, 8), (8, 16)]
+    assert HFGenerator._batches(3, 1) == [(0, 1), (1, 2), (2, 3)]
+    assert HFGenerator._batches(0, 8) == []
+
+
+def test_workers_bad_value_is_one_line(ort_models, tiny_dir):
+    with pytest.raises(ModelLoadError, match="workers must be"):
+        registry.load_classifier("ort", ort_models["roberta"], precision="fp32", workers="lots", **_opts(tiny_dir))

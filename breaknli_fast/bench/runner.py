@@ -622,7 +622,7 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
         res["load_average_start"] = _loadavg()
         mem = PeakMemory(cfg.device).start()
         c_extra, g_extra = _split_opts(spec.opts)
-        if cfg.threads and spec.engine != "torch":  # torch's threads are process-wide (set above)
+        if cfg.threads:  # torch's threads are process-wide: its loaders set them again (split by workers)
             c_extra.setdefault("threads", cfg.threads)
             g_extra.setdefault("threads", cfg.threads)
         t0 = time.perf_counter()

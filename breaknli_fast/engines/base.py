@@ -14,15 +14,21 @@ Two roles:
 
 Batching by token budget with length bucketing, and de-duplication of repeated pairs,
 live here, once, in :class:`BatchedClassifier`: a backend implements only
-``_token_lengths`` and ``_logits`` for one already-formed batch.
+``_token_lengths`` and ``_logits`` for one already-formed batch -- or ``_tokenize`` / ``_feeds`` /
+``_run`` (tokenize each call once on the calling thread, pad each batch from those tokens, run the
+model on a worker thread), which lets ``workers > 1`` run batches side by side on the CPU
+(:class:`Workers`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -174,6 +180,92 @@ def plan_batches(lengths: Sequence[int], token_budget: int, max_batch: int) -> l
     return batches
 
 
+class Workers:
+    """Worker threads for data parallelism on the CPU: ``n`` batches run side by side, each on its own
+    thread with its own intra-op thread(s). ONNX Runtime (and torch) release the GIL while they compute,
+    and on small models one batch per core beats spreading every operator over the cores (mini models,
+    2 cores: BENCHMARKS.md). ``n <= 1`` runs everything on the calling thread. The threads start on
+    first use and are daemon threads of one executor per engine."""
+
+    def __init__(self, n: int = 1) -> None:
+        self.n = max(1, int(n))
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        if self.n <= 1:
+            fut: Future = Future()
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # re-raised by result(), as the executor would
+                fut.set_exception(e)
+            return fut
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.n, thread_name_prefix="breaknli-worker")
+        return self._pool.submit(fn, *args)
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``[fn(x) for x in items]``, in order, the calls spread over the workers."""
+        if self.n <= 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        return [f.result() for f in [self.submit(fn, x) for x in items]]
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def split_threads(threads: int, workers: int | str | None) -> tuple[int, int]:
+    """(workers, intra-op threads per worker) for ``threads`` CPU threads. ``workers`` ``None`` or
+    ``"auto"``: two workers when there are at least two threads (the best split measured on the
+    mini models, 2 cores), else one; a number is capped at ``threads``."""
+    threads = max(1, int(threads))
+    if workers is None or workers == "auto":
+        w = 2 if threads >= 2 else 1
+    else:
+        try:
+            w = int(workers)
+        except (TypeError, ValueError):
+            raise ValueError(f"workers must be a number or 'auto', not {workers!r}") from None
+        if w < 1:
+            raise ValueError(f"workers must be >= 1, not {w}")
+        w = min(w, threads)
+    return w, max(1, threads // w)
+
+
+def pad_values(tokenizer: Any) -> dict[str, int]:
+    """What a Hugging Face tokenizer pads each of its outputs with (for :func:`pad_tokens`)."""
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        raise ValueError("the tokenizer has no padding token")
+    return {"input_ids": int(pad_id), "attention_mask": 0, "token_type_ids": int(getattr(tokenizer, "pad_token_type_id", 0)),
+            "special_tokens_mask": 1}
+
+
+def pad_tokens(tokens: Mapping[str, Sequence[Sequence[int]]], rows: Iterable[int], values: Mapping[str, int],
+               side: str = "right") -> dict[str, np.ndarray]:
+    """Rows of an unpadded tokenizer output (lists of ids per pair), padded to their longest as the
+    tokenizer's own ``padding=True`` pads them: int64 arrays, one per output, padding on ``side``."""
+    rows = list(rows)
+    width = max((len(tokens["input_ids"][r]) for r in rows), default=0)
+    out: dict[str, np.ndarray] = {}
+    for key, seqs in tokens.items():
+        if key not in values:
+            raise ValueError(f"no padding value for the tokenizer output {key!r}")
+        arr = np.full((len(rows), width), values[key], dtype=np.int64)
+        for i, r in enumerate(rows):
+            seq = seqs[r]
+            if seq:
+                if side == "left":
+                    arr[i, width - len(seq):] = seq
+                else:
+                    arr[i, :len(seq)] = seq
+        out[key] = arr
+    return out
+
+
 @dataclass
 class ClassifierStats:
     """Counters kept by :class:`BatchedClassifier` (for throughput and latency figures)."""
@@ -181,7 +273,7 @@ class ClassifierStats:
     pairs_requested: int = 0
     pairs_computed: int = 0  # after de-duplication
     batches: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # summed over batches (with workers, more than the wall time)
     batch_seconds: list[float] = field(default_factory=list)
 
     def reset(self) -> None:
@@ -193,29 +285,55 @@ class ClassifierStats:
 class BatchedClassifier:
     """Shared machinery of every classifier engine: de-duplication and token-budget batching.
 
-    Subclasses implement ``_token_lengths(pairs)`` (token count of each encoded pair, as the
-    engine will see it) and ``_logits(pairs)`` (an (n, 3) float array, columns = LABELS, for
-    one batch). Identical pairs are computed once per engine instance (a cache keyed by the
-    exact texts), so a pair that comes back in another stage or mode is not recomputed.
+    Subclasses implement either ``_token_lengths(pairs)`` (token count of each encoded pair, as
+    the engine will see it) and ``_logits(pairs)`` (an (n, 3) float array, columns = LABELS, for
+    one batch), or three parts: ``_tokenize(pairs)`` (one unpadded tokenizer pass over all the pairs
+    of a call, which also gives the lengths; on the calling thread, as Hugging Face tokenizers are
+    not safe to share between threads), ``_feeds(tokens, rows)`` (the padded inputs of one batch,
+    built from those tokens without tokenizing again) and ``_run(feeds)`` (the model; thread-safe).
+    Engines with the parts run batches on ``workers`` threads side by side (the next batch's inputs
+    are built while the workers compute); results do not depend on the number of workers, since
+    every batch is formed as without them. Identical pairs are computed
+    once per engine instance (a cache keyed by the exact texts), so a pair that comes back in
+    another stage or mode is not recomputed.
     """
 
     info: EngineInfo
 
-    def __init__(self, token_budget: int = 8192, max_batch: int = 64, cache: bool = True) -> None:
+    def __init__(self, token_budget: int = 8192, max_batch: int = 64, cache: bool = True, workers: int = 1) -> None:
         self.token_budget = int(token_budget)
         self.max_batch = int(max_batch)
         self._cache: dict[Pair, np.ndarray] | None = {} if cache else None
         self.stats = ClassifierStats()
+        self.workers = Workers(workers if self.parallel_capable else 1)
 
-    # -- to implement -------------------------------------------------------------------
+    # -- to implement: _token_lengths + _logits, or _tokenize + _feeds + _run ------------------
     def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        raise NotImplementedError
+        return [len(x) for x in self._tokenize(pairs)["input_ids"]]
 
     def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
+        return self._run(self._encode(pairs))
+
+    def _tokenize(self, pairs: Sequence[Pair]) -> Mapping[str, Sequence[Sequence[int]]]:
         raise NotImplementedError
+
+    def _feeds(self, tokens: Mapping[str, Sequence[Sequence[int]]], rows: Sequence[int]) -> Any:
+        raise NotImplementedError
+
+    def _run(self, feeds: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def _encode(self, pairs: Sequence[Pair]) -> Any:
+        """The padded inputs of these pairs as one batch (``_tokenize`` then ``_feeds``)."""
+        return self._feeds(self._tokenize(pairs), range(len(pairs)))
 
     def _synchronize(self) -> None:
         """Wait for queued device work (GPU engines override); called before a timer stops."""
+
+    @property
+    def parallel_capable(self) -> bool:
+        """True when the engine has the parts ``_tokenize`` / ``_feeds`` / ``_run`` (batches may run on workers)."""
+        return type(self)._run is not BatchedClassifier._run
 
     # -- shared -------------------------------------------------------------------------
     def clear_cache(self) -> None:
@@ -242,19 +360,41 @@ class BatchedClassifier:
                     self._cache[pr] = row
         return Predictions(out)
 
+    def _timed_run(self, feeds: Any, encode_seconds: float) -> tuple[np.ndarray, float]:
+        t0 = time.perf_counter()
+        logits = np.asarray(self._run(feeds), dtype=np.float32)
+        self._synchronize()
+        return logits, encode_seconds + time.perf_counter() - t0
+
     def _run_batched(self, pairs: list[Pair]) -> np.ndarray:
-        lengths = self._token_lengths(pairs)
+        tokens = self._tokenize(pairs) if self.parallel_capable else None  # one tokenizer pass for the call
+        lengths = [len(x) for x in tokens["input_ids"]] if tokens is not None else self._token_lengths(pairs)
         res = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
-        for idx in plan_batches(lengths, self.token_budget, self.max_batch):
-            t0 = time.perf_counter()
-            logits = np.asarray(self._logits([pairs[i] for i in idx]), dtype=np.float32)
-            self._synchronize()
-            dt = time.perf_counter() - t0
+        pending: deque[tuple[list[int], Future]] = deque()
+
+        def collect(idx: list[int], logits: np.ndarray, dt: float) -> None:
             if logits.shape != (len(idx), len(LABELS)):
                 raise RuntimeError(f"engine returned logits of shape {logits.shape}, expected {(len(idx), len(LABELS))}")
             res[idx] = logits
             self.stats.batches += 1
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
+
+        for idx in plan_batches(lengths, self.token_budget, self.max_batch):
+            batch = [pairs[i] for i in idx]
+            t0 = time.perf_counter()
+            if not self.parallel_capable:
+                logits = np.asarray(self._logits(batch), dtype=np.float32)
+                self._synchronize()
+                collect(idx, logits, time.perf_counter() - t0)
+                continue
+            feeds = self._feeds(tokens, idx)  # on this thread, while the workers compute
+            pending.append((idx, self.workers.submit(self._timed_run, feeds, time.perf_counter() - t0)))
+            while len(pending) > 2 * self.workers.n:  # bound what waits in memory
+                idx0, fut = pending.popleft()
+                collect(idx0, *fut.result())
+        while pending:
+            idx0, fut = pending.popleft()
+            collect(idx0, *fut.result())
         self.stats.pairs_computed += len(pairs)
         return res

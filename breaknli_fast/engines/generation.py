@@ -5,13 +5,15 @@ Hugging Face's ``generate`` on the engine's model object."""
 
 from __future__ import annotations
 
+import math
+import queue
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from breaknli_fast.engines.base import Decoding, EngineInfo
+from breaknli_fast.engines.base import Decoding, EngineInfo, Workers
 from breaknli_fast.engines.sampling import COMPACT_SHARE, TorchStepper, sample
 
 
@@ -152,11 +154,17 @@ class HFGenerator:
     :class:`~breaknli_fast.engines.sampling.TorchStepper` over ``model``); beam and greedy go
     through transformers' ``generate``, diverse beam through :func:`diverse_beam_search`.
     ``model`` may be given as ``model_loader`` (a callable) instead, so an engine whose sampling
-    does not need the Hugging Face model object loads it only for beam/greedy decoding."""
+    does not need the Hugging Face model object loads it only for beam/greedy decoding.
+
+    ``workers > 1`` (CPU): sampling batches run side by side on worker threads, each on its own copy
+    of the stepper (``stepper.fork()``: the same model or sessions, its own cache). The batches are
+    the same with or without workers, so the candidates are too. ``torch_threads``: torch's
+    process-wide intra-op threads, set before each call (the torch engine)."""
 
     def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str = "cpu", max_input_length: int = 256,
                  prompt_batch: int = 8, stepper: Any = None, model_loader: Any = None, config: Any = None,
-                 generation_config: Any = None, compact_share: float | None = COMPACT_SHARE):
+                 generation_config: Any = None, compact_share: float | None = COMPACT_SHARE, workers: int = 1,
+                 torch_threads: int | None = None):
         if model is None and model_loader is None:
             raise ValueError("HFGenerator needs a model or a model_loader")
         self._model = model
@@ -172,6 +180,9 @@ class HFGenerator:
         self.device = device
         self.max_input_length = max_input_length
         self.stats = GeneratorStats()
+        self.workers = Workers(workers)
+        self.torch_threads = torch_threads  # the torch engine's intra-op threads, set before each call
+        self._steppers: queue.SimpleQueue | None = None  # one stepper per worker, taken and given back per batch
 
     @property
     def model(self) -> Any:
@@ -188,6 +199,32 @@ class HFGenerator:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
 
+    def _parallel(self) -> bool:
+        return self.workers.n > 1 and hasattr(self._stepper(), "fork")
+
+    def _sample_on_worker(self, enc: Any, n: int, decoding: Decoding, seeds: list[int], ids: tuple[int, int, int]) -> Any:
+        if self._steppers is None:
+            raise RuntimeError("no stepper pool")  # set up by generate_ids before the first submit
+        st = self._steppers.get()
+        try:
+            t0 = time.perf_counter()
+            res = sample(st, enc["input_ids"], enc["attention_mask"], n, decoding, seeds, *ids,
+                         compact_share=self.compact_share)
+            return res, time.perf_counter() - t0
+        finally:
+            self._steppers.put(st)
+
+    @staticmethod
+    def _batches(count: int, per_call: int) -> list[tuple[int, int]]:
+        """(start, end) of each prompt batch: ``ceil(count / per_call)`` batches of sizes as equal as
+        possible (11 prompts at 8 per batch: 6 + 5, not 8 + 3, so that workers share the work evenly).
+        The split does not depend on the number of workers, so neither do the candidates."""
+        nb = math.ceil(count / per_call)
+        if not nb:
+            return []
+        bounds = [round(j * count / nb) for j in range(nb + 1)]
+        return [(bounds[j], bounds[j + 1]) for j in range(nb)]
+
     def generate_ids(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[list[int]]]:
         """Generated token ids (without the decoder start token and padding), ``n`` per prompt.
 
@@ -196,14 +233,36 @@ class HFGenerator:
         diverse beam runs per prompt."""
         if len(seeds) != len(prompts):
             raise ValueError("one seed per prompt is required")
+        if self.torch_threads:
+            from breaknli_fast.engines.torch_ref import use_torch_threads
+
+            use_torch_threads(self.torch_threads)
         cfg = self.config
         start, eos, pad = int(cfg.decoder_start_token_id or 0), int(cfg.eos_token_id), int(self.tokenizer.pad_token_id)
         batched_sampling = (decoding.strategy == "sampling" and batched_sampling_supported(self.generation_config)
                             and (self.prompt_batch > 1 or decoding.sampler == "fast"))
         per_call = self.prompt_batch if (batched_sampling or decoding.strategy in ("beam", "greedy")) else 1
+        parallel = batched_sampling and self._parallel()
         out: list[list[list[int]]] = []
-        for i in range(0, len(prompts), per_call):
-            part, part_seeds = list(prompts[i : i + per_call]), list(seeds[i : i + per_call])
+        if parallel:
+            if self._steppers is None:
+                self._steppers = queue.SimpleQueue()
+                first = self._stepper()
+                for st in [first] + [first.fork() for _ in range(self.workers.n - 1)]:
+                    self._steppers.put(st)
+            futures = []
+            for i, j in self._batches(len(prompts), per_call):
+                enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
+                                     max_length=self.max_input_length)
+                futures.append((j - i, self.workers.submit(self._sample_on_worker, enc, n, decoding,
+                                                           list(seeds[i:j]), (start, eos, pad))))
+            for count, fut in futures:
+                res, dt = fut.result()
+                self._count(res, count, dt)
+                out.extend(res)
+            return out
+        for i, j in self._batches(len(prompts), per_call):
+            part, part_seeds = list(prompts[i:j]), list(seeds[i:j])
             enc = self.tokenizer(part, return_tensors="pt", padding=True, truncation=True, max_length=self.max_input_length)
             t0 = time.perf_counter()
             if decoding.strategy == "diverse-beam":
@@ -220,15 +279,17 @@ class HFGenerator:
                 flat = [_cut(row[1:].tolist(), eos, pad) for row in seqs.detach().cpu()]
                 res = [flat[j * n : (j + 1) * n] for j in range(len(part))]
             self._synchronize()
-            dt = time.perf_counter() - t0
-            for rows in res:
-                self.stats.new_tokens += sum(len(r) for r in rows)
-                self.stats.sequences += len(rows)
-            self.stats.prompts += len(part)
-            self.stats.seconds += dt
-            self.stats.call_seconds.append(dt)
+            self._count(res, len(part), time.perf_counter() - t0)
             out.extend(res)
         return out
+
+    def _count(self, res: list[list[list[int]]], prompts: int, dt: float) -> None:
+        for rows in res:
+            self.stats.new_tokens += sum(len(r) for r in rows)
+            self.stats.sequences += len(rows)
+        self.stats.prompts += prompts
+        self.stats.seconds += dt
+        self.stats.call_seconds.append(dt)
 
     def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
         ids = self.generate_ids(prompts, n, decoding, seeds)

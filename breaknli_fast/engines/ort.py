@@ -14,12 +14,14 @@ Session options: graph optimisation ALL, intra-op threads = physical cores (over
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
+from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair, pad_values
 from breaknli_fast.engines.generation import HFGenerator
 from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
 from breaknli_fast.engines.torch_ref import Seq2SeqNLIMixin
@@ -54,6 +56,21 @@ def _export(model: str, precision: str, device: str, opts: dict[str, Any]) -> An
                         max_length=int(opts.get("max_length", 256)), **kw)
 
 
+def cpu_workers(device: str, threads: int | None, workers: int | str | None) -> tuple[int, int | None]:
+    """(workers, intra-op threads per session) for the ``threads`` CPU threads the user gave (default:
+    physical cores), split as :func:`~breaknli_fast.engines.base.split_threads` does; on CUDA one
+    worker and the threads unchanged."""
+    from breaknli_fast.engines.base import split_threads
+    from breaknli_fast.export.runtime import physical_cores
+
+    if device != "cpu":
+        return 1, threads
+    try:
+        return split_threads(int(threads) if threads else physical_cores(), workers)
+    except ValueError as e:
+        raise ModelLoadError(str(e)) from None
+
+
 def _details(exported: Any, session: dict[str, Any]) -> dict[str, Any]:
     m = exported.manifest
     v = m.get("validation") or {}
@@ -75,36 +92,44 @@ class OrtClassifier(BatchedClassifier):
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", label_map: Mapping[str, str] | None = None,
                  max_length: int = 256, token_budget: int = 8192, max_batch: int = 64, provider: str | None = None,
-                 threads: int | None = None, **export_opts: Any):
+                 threads: int | None = None, workers: int | str | None = None, **export_opts: Any):
         from transformers import AutoConfig, AutoTokenizer
 
         from breaknli_fast.engines.torch_ref import label_permutation
         from breaknli_fast.export.runtime import make_session
 
-        super().__init__(token_budget=token_budget, max_batch=max_batch)
         _check(precision, device)
+        n_workers, threads = cpu_workers(device, threads, workers)
+        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers)
         self.max_length = max_length
         self.exported = _export(model, precision, device, {**export_opts, "max_length": max_length})
         folder = self.exported.path
         self.perm = label_permutation(AutoConfig.from_pretrained(str(folder)), label_map)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        self._pad_values = pad_values(self.tokenizer)
         self.session, sess_details = make_session(folder / "model.onnx", device=device, provider=provider, threads=threads,
                                                   fp16=precision == "fp16")
         self.inputs = self.session.get_inputs()
         self.device = device
         self.use_io_binding = device != "cpu"
         self.info = EngineInfo("ort", "classifier", model, precision, device,
-                               {**_details(self.exported, sess_details), "io_binding": self.use_io_binding})
+                               {**_details(self.exported, sess_details), "io_binding": self.use_io_binding,
+                                "workers": self.workers.n})
 
-    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        enc = self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
-        return [len(x) for x in enc["input_ids"]]
+    def _tokenize(self, pairs: Sequence[Pair]) -> Any:
+        return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
+
+    def _feeds(self, tokens: Any, rows: Sequence[int]) -> dict[str, np.ndarray]:
+        from breaknli_fast.engines.base import pad_tokens
+        from breaknli_fast.export.runtime import graph_feeds
+
+        return graph_feeds(pad_tokens(tokens, rows, self._pad_values, self.tokenizer.padding_side), self.inputs)
 
     def raw_logits(self, pairs: Sequence[Pair]) -> np.ndarray:
         """Logits in the model's own output order."""
-        from breaknli_fast.export.runtime import classifier_feeds
+        return self._raw_run(self._encode(pairs))
 
-        feeds = classifier_feeds(self.tokenizer, pairs, self.inputs, self.max_length)
+    def _raw_run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         if not self.use_io_binding:
             return np.asarray(self.session.run(["logits"], feeds)[0], dtype=np.float32)
         binding = self.session.io_binding()
@@ -115,8 +140,8 @@ class OrtClassifier(BatchedClassifier):
         self.session.run_with_iobinding(binding)
         return np.asarray(binding.copy_outputs_to_cpu()[0], dtype=np.float32)
 
-    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        return self.raw_logits(pairs)[:, self.perm]
+    def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return self._raw_run(feeds)[:, self.perm]
 
 
 class OrtSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
@@ -125,7 +150,8 @@ class OrtSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", prompt: str = DEFAULT_NLI_PROMPT,
                  method: str = "score", max_length: int = 256, token_budget: int = 8192, max_batch: int = 64,
-                 provider: str | None = None, threads: int | None = None, **export_opts: Any):
+                 provider: str | None = None, threads: int | None = None, workers: int | str | None = None,
+                 **export_opts: Any):
         from transformers import AutoTokenizer
 
         from breaknli_fast.engines.torch_ref import answer_token_ids
@@ -148,7 +174,8 @@ class OrtSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
         self.start_id = int(self.model.config.decoder_start_token_id or 0)
         self.input_device = self.model.device
         self.info = EngineInfo("ort", "classifier", model, precision, device,
-                               {**_details(self.exported, sess_details), "prompt": prompt, "method": method})
+                               {**_details(self.exported, sess_details), "prompt": prompt, "method": method,
+                                "workers": 1})  # optimum's model object runs one batch at a time
 
 
 
@@ -182,6 +209,7 @@ class OrtSeq2SeqStepper:
 
         self.folder = Path(folder)
         self._session_args = (device, provider, threads)
+        self._lock = threading.Lock()  # sessions open lazily; forks share them
         self._sessions: dict[str, Any] = {}
         self._outputs: dict[str, list[str]] = {}
         self._session_details: dict[str, Any] = {}  # session options and providers (the same for every graph)
@@ -211,14 +239,23 @@ class OrtSeq2SeqStepper:
         return self.has_step_graphs and (self._ids is None or self._ids.shape[0] <= STEP_MAX_PROMPTS)
 
     def _session(self, name: str) -> Any:
-        if name not in self._sessions:
-            from breaknli_fast.export.runtime import make_session
+        with self._lock:
+            if name not in self._sessions:
+                from breaknli_fast.export.runtime import make_session
 
-            device, provider, threads = self._session_args
-            sess, self._session_details = make_session(self.folder / name, device, provider, threads, spin=False)
-            self._sessions[name] = sess
-            self._outputs[name] = [o.name for o in sess.get_outputs()]
-        return self._sessions[name]
+                device, provider, threads = self._session_args
+                sess, details = make_session(self.folder / name, device, provider, threads, spin=False)
+                self._session_details.update(details)
+                self._outputs[name] = [o.name for o in sess.get_outputs()]
+                self._sessions[name] = sess
+            return self._sessions[name]
+
+    def fork(self) -> "OrtSeq2SeqStepper":
+        """Another stepper over the same sessions (ONNX Runtime runs a session from several threads) with
+        its own batch state, for a worker thread."""
+        other = copy.copy(self)  # shares the session, output-name and detail dicts and the lock
+        other._ids, other._mode, other.past = None, None, None
+        return other
 
     def start(self, input_ids: Any, attention_mask: Any, n: int) -> None:
         self._ids = input_ids.numpy().astype(np.int64)
@@ -329,7 +366,7 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     if model_kind(config) != "seq2seq":
         raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
     provider = opts.pop("provider", None)
-    threads = opts.pop("threads", None)
+    n_workers, threads = cpu_workers(device, opts.pop("threads", None), opts.pop("workers", None))
     step_graphs = _flag(opts.pop("step_graphs", True))
     # In the generator role, the export is judged on what generation uses: greedy token agreement and
     # non-finite outputs. The NLI-scoring label agreement is reported but does not gate here (a model
@@ -348,13 +385,14 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
         gen_config = None
     if device == "cpu":
         stepper = OrtSeq2SeqStepper(folder, device, provider, threads, step_graphs=step_graphs)
-        info = EngineInfo("ort", "generator", model, precision, device, _details(exported, stepper.details))
+        info = EngineInfo("ort", "generator", model, precision, device,
+                          {**_details(exported, stepper.details), "workers": n_workers})
 
         def loader() -> Any:
             return load_ort_seq2seq(folder, device=device, provider=provider, threads=threads)[0]
 
         return HFGenerator(None, tok, info, device="cpu", stepper=stepper, model_loader=loader, config=config,
-                           generation_config=gen_config, **gen_opts)
+                           generation_config=gen_config, workers=n_workers, **gen_opts)
     m, sess_details = load_ort_seq2seq(folder, device=device, provider=provider, threads=threads)
     info = EngineInfo("ort", "generator", model, precision, device, _details(exported, sess_details))
     hf_device = "cuda" if sess_details.get("io_binding") else "cpu"

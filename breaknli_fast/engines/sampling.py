@@ -77,6 +77,10 @@ class TorchStepper:
         self.past = out.past_key_values
         return out.logits[:, -1, :].to(dtype=torch.float32)
 
+    def fork(self) -> "TorchStepper":
+        """Another stepper over the same model (its own batch state), for a worker thread."""
+        return TorchStepper(self.model)
+
     def keep(self, positions: torch.Tensor) -> None:
         pos = positions.to(self.hidden.device)
         self.hidden = self.hidden.index_select(0, pos)

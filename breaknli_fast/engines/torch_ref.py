@@ -8,10 +8,12 @@ import numpy as np
 import torch
 
 from breaknli_fast.data.labels import LABELS, map_id2label
-from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
+from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair, pad_tokens, pad_values
 from breaknli_fast.engines.generation import HFGenerator
 from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind, resolve_model
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_ANSWERS, NLI_PROMPTS
+
+_DEFAULT_THREADS = torch.get_num_threads()  # before anything here changes it
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -131,10 +133,13 @@ class TorchClassifier(BatchedClassifier):
         max_length: int = 256,
         token_budget: int = 8192,
         max_batch: int = 64,
+        threads: int | None = None,
+        workers: int | str | None = None,
     ):
         from transformers import AutoModelForSequenceClassification
 
-        super().__init__(token_budget=token_budget, max_batch=max_batch)
+        n_workers, self.torch_threads = torch_workers(device, threads, workers)
+        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers)
         self.device = _check_device(device)
         path = resolve_model(model)
         config = load_config(model)
@@ -142,10 +147,17 @@ class TorchClassifier(BatchedClassifier):
             raise ModelLoadError(f"{model!r} is not a sequence classifier")
         self.perm = label_permutation(config, label_map)
         self.tokenizer = load_tokenizer(path)
+        self._pad_values = pad_values(self.tokenizer)
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=_dtype(precision))
         self.model.to(self.device).eval()
         self.max_length = max_length
-        self.info = EngineInfo("torch", "classifier", model, precision, device, {"kind": "seq-cls", "family": config.model_type})
+        self.info = EngineInfo("torch", "classifier", model, precision, device,
+                               {"kind": "seq-cls", "family": config.model_type, "workers": self.workers.n,
+                                "torch_threads": self.torch_threads})
+
+    def classify(self, pairs: Sequence[Pair]) -> Any:
+        use_torch_threads(self.torch_threads)
+        return super().classify(pairs)
 
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
@@ -156,19 +168,24 @@ class TorchClassifier(BatchedClassifier):
             [p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length, **kw
         )
 
-    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        return [len(x) for x in self.encode(pairs)["input_ids"]]
-
     def raw_logits(self, pairs: Sequence[Pair]) -> np.ndarray:
         """Logits in the model's own output order (for export validation)."""
-        enc = self.encode(pairs, padding=True, return_tensors="pt")
-        enc = {k: v.to(self.device) for k, v in enc.items()}
+        return self._raw_run(self._encode(pairs))
+
+    def _tokenize(self, pairs: Sequence[Pair]) -> Any:
+        return self.encode(pairs)
+
+    def _feeds(self, tokens: Any, rows: Sequence[int]) -> dict[str, torch.Tensor]:
+        padded = pad_tokens(tokens, rows, self._pad_values, self.tokenizer.padding_side)
+        return {k: torch.from_numpy(v).to(self.device) for k, v in padded.items()}
+
+    def _raw_run(self, enc: dict[str, torch.Tensor]) -> np.ndarray:
         with torch.inference_mode():
             logits = self.model(**enc).logits
         return logits.float().cpu().numpy()
 
-    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        return self.raw_logits(pairs)[:, self.perm]
+    def _run(self, enc: dict[str, torch.Tensor]) -> np.ndarray:
+        return self._raw_run(enc)[:, self.perm]
 
 
 class TorchSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
@@ -185,9 +202,13 @@ class TorchSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
         max_length: int = 256,
         token_budget: int = 8192,
         max_batch: int = 64,
+        threads: int | None = None,
+        workers: int | str | None = None,
     ):
         from transformers import AutoModelForSeq2SeqLM
 
+        # batches run one at a time here (``workers`` is accepted and ignored), on all the threads
+        self.torch_threads = torch_workers(device, threads, None)[1]
         super().__init__(token_budget=token_budget, max_batch=max_batch)
         if prompt not in NLI_PROMPTS:
             raise ModelLoadError(f"unknown NLI prompt {prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
@@ -205,8 +226,13 @@ class TorchSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
         self.start_id = int(self.model.config.decoder_start_token_id or 0)
         self.input_device = self.device
         self.info = EngineInfo(
-            "torch", "classifier", model, precision, device, {"kind": "seq2seq", "prompt": prompt, "method": method}
+            "torch", "classifier", model, precision, device,
+            {"kind": "seq2seq", "prompt": prompt, "method": method, "workers": 1, "torch_threads": self.torch_threads},
         )
+
+    def classify(self, pairs: Sequence[Pair]) -> Any:
+        use_torch_threads(self.torch_threads)
+        return super().classify(pairs)
 
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
@@ -218,14 +244,44 @@ def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **
     return dispatch_classifier(model, precision, device, opts, TorchClassifier, TorchSeq2SeqClassifier)
 
 
+def use_torch_threads(n: int) -> None:
+    """Set torch's process-wide intra-op threads to ``n`` (each torch engine calls it before its work, so
+    engines with different splits can live in one process, as in an interleaved bench)."""
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+def torch_workers(device: str, threads: int | None, workers: int | str | None) -> tuple[int, int]:
+    """(worker threads, torch intra-op threads) of the torch engine; the threads are set now and again
+    before every call (:func:`use_torch_threads`).
+
+    ``threads``: CPU threads in all (default: torch's own count when this module was imported).
+    ``workers``: 1 unless asked (``None``): the reference runs its batches one after another on all
+    the threads; a number or ``auto`` splits the threads as
+    :func:`~breaknli_fast.engines.base.split_threads` does. On CUDA: one worker."""
+    from breaknli_fast.engines.base import split_threads
+
+    total = int(threads) if threads else _DEFAULT_THREADS
+    w, intra = 1, total
+    if device == "cpu" and workers is not None:
+        try:
+            w, intra = split_threads(total, workers)
+        except ValueError as e:
+            raise ModelLoadError(str(e)) from None
+    use_torch_threads(intra)
+    return w, intra
+
+
 def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:
     from transformers import AutoModelForSeq2SeqLM
 
     _check_device(device)
+    opts["workers"], intra = torch_workers(device, opts.pop("threads", None), opts.pop("workers", None))
     config = load_config(model)
     if model_kind(config) != "seq2seq":
         raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
     path = resolve_model(model)
     tok = load_tokenizer(path)
     m = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=_dtype(precision)).to(device).eval()
-    return HFGenerator(m, tok, EngineInfo("torch", "generator", model, precision, device, {}), device=device, **opts)
+    info = EngineInfo("torch", "generator", model, precision, device, {"workers": opts["workers"], "torch_threads": intra})
+    return HFGenerator(m, tok, info, device=device, torch_threads=intra, **opts)

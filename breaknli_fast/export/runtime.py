@@ -203,15 +203,21 @@ def classifier_feeds(tokenizer: Any, pairs: Any, inputs: Any, max_length: int) -
     """Numpy feeds for a classifier graph: the tokenizer's encoding of the pairs (padded to the
     longest), restricted to the graph's inputs; a ``token_type_ids`` input the tokenizer does not
     produce is fed zeros."""
-    import numpy as np
-
     enc = tokenizer([p for p, _ in pairs], [h for _, h in pairs], padding=True, truncation=True,
                     max_length=max_length, return_tensors="np")
+    return graph_feeds(enc, inputs)
+
+
+def graph_feeds(enc: Any, inputs: Any) -> dict[str, Any]:
+    """A padded encoding (arrays) restricted to a graph's inputs, as int64; a ``token_type_ids`` input
+    the tokenizer does not produce is fed zeros."""
+    import numpy as np
+
     feeds = {}
     for meta in inputs:
         name = meta.name
         if name in enc:
-            feeds[name] = enc[name].astype(np.int64)
+            feeds[name] = np.asarray(enc[name]).astype(np.int64, copy=False)
         elif name == "token_type_ids":
             feeds[name] = np.zeros_like(enc["input_ids"], dtype=np.int64)
         else:
