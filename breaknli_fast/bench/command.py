@@ -88,7 +88,7 @@ def bench(
                                                       "Speed only: parity is not meaningful."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Folder of the random-weight models (default ~/.cache/breaknli_fast/random-weights)."),
     device: str = opts.DEVICE,
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for torch, and intra-op threads passed to the other engines."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads in all, passed to every engine (which splits them into workers: ort:int8:workers=1 sets an engine's workers)."),
     interleave: bool = typer.Option(False, "--interleave", help="Load every engine first, then time them in rounds (A B A B ...): fairer on a busy machine; needs the memory of all engines at once."),
     nli_prompt: str = opts.NLI_PROMPT,
     nli_method: str = opts.NLI_METHOD,

@@ -185,7 +185,9 @@ class Workers:
     thread with its own intra-op thread(s). ONNX Runtime (and torch) release the GIL while they compute,
     and on small models one batch per core beats spreading every operator over the cores (mini models,
     2 cores: BENCHMARKS.md). ``n <= 1`` runs everything on the calling thread. The threads start on
-    first use and are daemon threads of one executor per engine."""
+    first use; the engines call :meth:`shutdown` at the end of each call, because idle threads that
+    have run torch operators slow torch's own OpenMP parallelism in the process (a torch generator
+    ran 2x slower while an ort generator's idle workers lived, as fast again once they ended)."""
 
     def __init__(self, n: int = 1) -> None:
         self.n = max(1, int(n))
@@ -393,8 +395,11 @@ class BatchedClassifier:
             while len(pending) > 2 * self.workers.n:  # bound what waits in memory
                 idx0, fut = pending.popleft()
                 collect(idx0, *fut.result())
-        while pending:
-            idx0, fut = pending.popleft()
-            collect(idx0, *fut.result())
+        try:
+            while pending:
+                idx0, fut = pending.popleft()
+                collect(idx0, *fut.result())
+        finally:
+            self.workers.shutdown()
         self.stats.pairs_computed += len(pairs)
         return res

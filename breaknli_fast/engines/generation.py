@@ -256,10 +256,13 @@ class HFGenerator:
                                      max_length=self.max_input_length)
                 futures.append((j - i, self.workers.submit(self._sample_on_worker, enc, n, decoding,
                                                            list(seeds[i:j]), (start, eos, pad))))
-            for count, fut in futures:
-                res, dt = fut.result()
-                self._count(res, count, dt)
-                out.extend(res)
+            try:
+                for count, fut in futures:
+                    res, dt = fut.result()
+                    self._count(res, count, dt)
+                    out.extend(res)
+            finally:
+                self.workers.shutdown()  # see Workers: idle worker threads slow torch elsewhere
             return out
         for i, j in self._batches(len(prompts), per_call):
             part, part_seeds = list(prompts[i:j]), list(seeds[i:j])
