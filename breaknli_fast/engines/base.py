@@ -23,7 +23,6 @@ model on a worker thread), which lets ``workers > 1`` run batches side by side o
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -192,7 +191,6 @@ class Workers:
     def __init__(self, n: int = 1) -> None:
         self.n = max(1, int(n))
         self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         if self.n <= 1:
@@ -202,16 +200,9 @@ class Workers:
             except BaseException as e:  # re-raised by result(), as the executor would
                 fut.set_exception(e)
             return fut
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.n, thread_name_prefix="breaknli-worker")
+        if self._pool is None:  # submit and shutdown are called by the engine's calling thread only
+            self._pool = ThreadPoolExecutor(self.n, thread_name_prefix="breaknli-worker")
         return self._pool.submit(fn, *args)
-
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        """``[fn(x) for x in items]``, in order, the calls spread over the workers."""
-        if self.n <= 1 or len(items) <= 1:
-            return [fn(x) for x in items]
-        return [f.result() for f in [self.submit(fn, x) for x in items]]
 
     def shutdown(self) -> None:
         if self._pool is not None:
@@ -382,24 +373,26 @@ class BatchedClassifier:
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
 
-        for idx in plan_batches(lengths, self.token_budget, self.max_batch):
-            batch = [pairs[i] for i in idx]
-            t0 = time.perf_counter()
-            if not self.parallel_capable:
-                logits = np.asarray(self._logits(batch), dtype=np.float32)
+        batches = plan_batches(lengths, self.token_budget, self.max_batch)
+        if not self.parallel_capable:
+            for idx in batches:
+                t0 = time.perf_counter()
+                logits = np.asarray(self._logits([pairs[i] for i in idx]), dtype=np.float32)
                 self._synchronize()
                 collect(idx, logits, time.perf_counter() - t0)
-                continue
-            feeds = self._feeds(tokens, idx)  # on this thread, while the workers compute
-            pending.append((idx, self.workers.submit(self._timed_run, feeds, time.perf_counter() - t0)))
-            while len(pending) > 2 * self.workers.n:  # bound what waits in memory
-                idx0, fut = pending.popleft()
-                collect(idx0, *fut.result())
-        try:
-            while pending:
-                idx0, fut = pending.popleft()
-                collect(idx0, *fut.result())
-        finally:
-            self.workers.shutdown()
+        else:
+            try:
+                for idx in batches:
+                    t0 = time.perf_counter()
+                    feeds = self._feeds(tokens, idx)  # on this thread, while the workers compute
+                    pending.append((idx, self.workers.submit(self._timed_run, feeds, time.perf_counter() - t0)))
+                    while len(pending) > 2 * self.workers.n:  # bound what waits in memory
+                        idx0, fut = pending.popleft()
+                        collect(idx0, *fut.result())
+                while pending:
+                    idx0, fut = pending.popleft()
+                    collect(idx0, *fut.result())
+            finally:
+                self.workers.shutdown()
         self.stats.pairs_computed += len(pairs)
         return res

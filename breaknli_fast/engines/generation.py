@@ -203,9 +203,7 @@ class HFGenerator:
         return self.workers.n > 1 and hasattr(self._stepper(), "fork")
 
     def _sample_on_worker(self, enc: Any, n: int, decoding: Decoding, seeds: list[int], ids: tuple[int, int, int]) -> Any:
-        if self._steppers is None:
-            raise RuntimeError("no stepper pool")  # set up by generate_ids before the first submit
-        st = self._steppers.get()
+        st = self._steppers.get()  # the pool is filled by generate_ids before the first submit
         try:
             t0 = time.perf_counter()
             res = sample(st, enc["input_ids"], enc["attention_mask"], n, decoding, seeds, *ids,

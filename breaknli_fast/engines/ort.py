@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair, pad_values
+from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair, pad_tokens, pad_values
 from breaknli_fast.engines.generation import HFGenerator
 from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
 from breaknli_fast.engines.torch_ref import Seq2SeqNLIMixin
@@ -120,7 +120,6 @@ class OrtClassifier(BatchedClassifier):
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
 
     def _feeds(self, tokens: Any, rows: Sequence[int]) -> dict[str, np.ndarray]:
-        from breaknli_fast.engines.base import pad_tokens
         from breaknli_fast.export.runtime import graph_feeds
 
         return graph_feeds(pad_tokens(tokens, rows, self._pad_values, self.tokenizer.padding_side), self.inputs)

@@ -121,7 +121,18 @@ class Seq2SeqNLIMixin:
                                   self.input_device)
 
 
-class TorchClassifier(BatchedClassifier):
+class TorchThreadsMixin:
+    """Sets torch's process-wide threads to this engine's ``torch_threads`` before each classify call
+    (:func:`use_torch_threads`)."""
+
+    torch_threads: int
+
+    def classify(self, pairs: Sequence[Pair]) -> Any:
+        use_torch_threads(self.torch_threads)
+        return super().classify(pairs)  # type: ignore[misc]
+
+
+class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
     """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
 
     def __init__(
@@ -155,10 +166,6 @@ class TorchClassifier(BatchedClassifier):
                                {"kind": "seq-cls", "family": config.model_type, "workers": self.workers.n,
                                 "torch_threads": self.torch_threads})
 
-    def classify(self, pairs: Sequence[Pair]) -> Any:
-        use_torch_threads(self.torch_threads)
-        return super().classify(pairs)
-
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -188,7 +195,7 @@ class TorchClassifier(BatchedClassifier):
         return self._raw_run(enc)[:, self.perm]
 
 
-class TorchSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
+class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifier):
     """Flan-T5 as the NLI model: a prompt, then the first decoder step's logits over the answer
     words' first tokens (``score``, default), or free greedy generation parsed to a label (``generate``)."""
 
@@ -229,10 +236,6 @@ class TorchSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
             "torch", "classifier", model, precision, device,
             {"kind": "seq2seq", "prompt": prompt, "method": method, "workers": 1, "torch_threads": self.torch_threads},
         )
-
-    def classify(self, pairs: Sequence[Pair]) -> Any:
-        use_torch_threads(self.torch_threads)
-        return super().classify(pairs)
 
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
