@@ -161,21 +161,45 @@ def test_bi_entailed_paraphrase_examples(tmp_path):
     split = SnliSplit(pairs[:300], pairs[300:320], 300, 0, 0)
     for m in ("mini-nli", "mini-t5"):
         shutil.copytree(assets_models_dir() / m, tmp_path / m)
-    kw = dict(seed=0, hypotheses=12, k=8, per_hypothesis=2, progress=False)
+    kw = dict(seed=0, hypotheses=12, k=8, per_hypothesis=2, rules=60, progress=False)
     ex, stats = bi_entailed_examples(split, tmp_path, **kw)
-    assert (ex, stats) == bi_entailed_examples(split, tmp_path, **kw)
-    assert stats["kept_human"] + stats["kept_self"] == len(ex) > 0 and stats["self_hypotheses"] == 12
+    ex2, stats2 = bi_entailed_examples(split, tmp_path, **kw)
+    timing = "self_generation_seconds"
+    assert (ex, {**stats, timing: 0}) == (ex2, {**stats2, timing: 0})
+    assert stats["kept_human"] + stats["kept_self"] + stats["kept_rules"] == len(ex) > 0
+    assert stats["self_hypotheses"] == 12 and stats["rule_hypotheses"] == 60 and stats["kept_rules"] > 0
     prefix = ENTAIL_PROMPT.format(h="")
     src = [x[len(prefix):] for _, x, _ in ex]
     tgt = [y for _, _, y in ex]
     clf = NliClassifier(tmp_path / "mini-nli")
     assert set(clf.predict(list(zip(src, tgt)))) == {"entailment"}
     assert set(clf.predict(list(zip(tgt, src)))) == {"entailment"}
-    self_part = list(zip(src, tgt))[stats["kept_human"]:]
-    assert all(s != t for s, t in self_part)
+    self_part = list(zip(src, tgt))[stats["kept_human"]:stats["kept_human"] + stats["kept_self"]]
+    rule_part = list(zip(src, tgt))[stats["kept_human"] + stats["kept_self"]:]
+    assert all(s != t for s, t in self_part + rule_part)
+    assert not {s for s, _ in self_part} & {s for s, _ in rule_part}  # rules rewrite other hypotheses
     assert all(sum(1 for s, _ in self_part if s == h) <= 2 for h, _ in self_part)
     info = train_t5(split, tmp_path, seed=0, max_steps=2, progress=False, init="t5", save_every=0,
                     bi_entailed=dict(hypotheses=4, k=6))
     counts = info["rounds"][-1]["hyperparameters"]["bi_entailed_counts"]
     assert counts["self_hypotheses"] == 4 and info["rounds"][-1]["examples_by_task"].get("entail_both_ways", 0) == \
         counts["kept_human"] + counts["kept_self"]
+
+
+def test_rule_paraphrases():
+    """The rule-based rewrites: one edit each (synonym, progressive / simple present, existential), both
+    directions, never the input; several edits combined deterministically for a seeded generator."""
+    import random
+
+    from breaknli_fast.mini.paraphrase_rules import rule_paraphrases, single_edits
+
+    assert single_edits("A man is sleeping.") == ["A guy is sleeping.", "A man sleeps.", "There is a man sleeping."]
+    assert single_edits("There are people camping.") == ["People are camping."]
+    assert "A cat is sleeping on a chair." in single_edits("A cat sleeps on a chair.")
+    assert "The shops are closed." not in single_edits("The shops are closed.")
+    assert single_edits("Water is nearby.") == []
+    for h in ("The kids are playing outside near the street.", "Two dogs are playing with a stick inside."):
+        a = rule_paraphrases(h, random.Random(5), n=3)
+        assert a == rule_paraphrases(h, random.Random(5), n=3)
+        assert 0 < len(a) == len(set(a)) <= 3 and h not in a
+    assert rule_paraphrases("They are at an airshow.", random.Random(0)) == []

@@ -415,8 +415,8 @@ def t5_examples(pairs: Sequence[Pair], seed: int = 0, nli_fraction: float = 1.0,
 
 
 def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, human: bool = True,
-                         hypotheses: int = 0, k: int = 20, per_hypothesis: int = 3,
-                         progress: bool = True) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
+                         hypotheses: int = 0, k: int = 20, per_hypothesis: int = 3, rules: int = 0,
+                         rules_per_hypothesis: int = 2, progress: bool = True) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
     """Paraphrase examples that the saved ``mini-nli`` labels entailment in *both* directions (the entailed
     mode's relation filter), from the training split only:
 
@@ -424,7 +424,10 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
       entailed hypothesis -> another of the same premise) whose source and target pass;
     * ``hypotheses`` > 0: self-generated -- the saved ``mini-t5`` samples ``k`` rephrasings of that many
       training hypotheses (the entailed prompt, the loop's default decoding, one seed per hypothesis), and
-      up to ``per_hypothesis`` distinct candidates that pass (and differ from the hypothesis) are kept.
+      up to ``per_hypothesis`` distinct candidates that pass (and differ from the hypothesis) are kept;
+    * ``rules`` > 0: rule-based rewrites (:mod:`breaknli_fast.mini.paraphrase_rules`: synonyms, "is sleeping" /
+      "sleeps", "There is a man sleeping") of that many other training hypotheses, ``rules_per_hypothesis``
+      candidates each; the ones that pass are kept.
 
     Returns ``("entail_both_ways", prompt, target)`` triples and counts."""
     from breaknli_fast.data.normalize import normalize_text
@@ -459,22 +462,34 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
                 bar.update(task, advance=len(part))
         stats.update(self_hypotheses=len(hyps), self_candidates=len(cands) - n_human,
                      self_generation_seconds=round(time.perf_counter() - t0, 1))
+    n_before_rules = len(cands)
+    if rules:
+        from breaknli_fast.mini.paraphrase_rules import rule_paraphrases
+
+        hyps = sorted({normalize_text(p.hypothesis) for p in split.train})
+        random.Random(seed + 13).shuffle(hyps)
+        hyps = hyps[hypotheses:hypotheses + rules]  # not the ones rephrased by mini-t5 above
+        rng = random.Random(seed + 17)
+        for h in hyps:
+            cands += [(h, c) for c in rule_paraphrases(h, rng, rules_per_hypothesis)]
+        stats.update(rule_hypotheses=len(hyps), rule_candidates=len(cands) - n_before_rules)
     forward = clf.predict(cands)
     backward = clf.predict([(y, x) for x, y in cands])
     out: list[tuple[str, str, str]] = []
     per: dict[str, int] = defaultdict(int)
-    kept_human = 0
+    kept = {"human": 0, "self": 0, "rules": 0}
     for i, ((x, y), f, b) in enumerate(zip(cands, forward, backward)):
         if f != ENTAILMENT or b != ENTAILMENT:
             continue
-        if i >= n_human:
+        if n_human <= i < n_before_rules:
             if per[x] >= per_hypothesis:
                 continue
             per[x] += 1
-        else:
-            kept_human += 1
+        kept["human" if i < n_human else "self" if i < n_before_rules else "rules"] += 1
         out.append(("entail_both_ways", ENTAIL_PROMPT.format(h=x), y))
-    stats.update(kept_human=kept_human, kept_self=len(out) - kept_human)
+    stats.update(kept_human=kept["human"], kept_self=kept["self"])
+    if rules:
+        stats["kept_rules"] = kept["rules"]
     log.info("bi-entailed paraphrase examples: %s", stats)
     return out, stats
 
@@ -696,6 +711,9 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
                     help="add the SNLI paraphrase examples that mini-nli labels entailment both ways (needs mini-nli)")
     ap.add_argument("--t5-self-paraphrases", type=int, default=0, metavar="N",
                     help="add mini-t5's own rephrasings of N training hypotheses that mini-nli labels entailment both ways")
+    ap.add_argument("--t5-rule-paraphrases", type=int, default=0, metavar="N",
+                    help="add rule-based rewrites (synonyms, tense, 'there is') of N training hypotheses that "
+                         "mini-nli labels entailment both ways")
     ap.add_argument("--no-t5-round2", action="store_true",
                     help="skip the further T5 rounds (continuations with more NLI examples) of a from-scratch run")
     ap.add_argument("--no-nli-round2", action="store_true",
@@ -718,8 +736,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                     t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
                     t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
                     t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2,
-                    t5_bi_entailed=(dict(human=args.t5_bi_entailed_human, hypotheses=args.t5_self_paraphrases)
-                                    if args.t5_bi_entailed_human or args.t5_self_paraphrases else None))
+                    t5_bi_entailed=(dict(human=args.t5_bi_entailed_human, hypotheses=args.t5_self_paraphrases,
+                                         rules=args.t5_rule_paraphrases)
+                                    if args.t5_bi_entailed_human or args.t5_self_paraphrases
+                                    or args.t5_rule_paraphrases else None))
     log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
     return 0
 
