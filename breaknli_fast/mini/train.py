@@ -43,7 +43,7 @@ INFO_FILE = "train_info.json"
 DEFAULTS: dict[str, Any] = {
     "bpe_vocab": 8000,
     "spm_vocab": 6000,
-    "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=3.0, batch_size=64,
+    "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=10.0, batch_size=64,
                 block=64, lr=1e-3, warmup=0.06, weight_decay=0.01, mask_prob=0.15, dropout=0.1),
     "nli": dict(epochs=2.0, eval_every_epochs=0.5, batch_size=64, lr=3e-4, warmup=0.06, weight_decay=0.01, max_length=128, dropout=0.1,
                 swap_contradictions=False),
