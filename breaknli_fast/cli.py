@@ -168,7 +168,7 @@ def run(
     id_col: Optional[str] = typer.Option(None, "--id-col"),
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
-    max_batch: int = opts.MAX_BATCH,
+    max_batch: Optional[int] = opts.MAX_BATCH,
     chunk_size: int = typer.Option(16, "--chunk-size", min=1, help="Examples per resumable chunk."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads in all (default: torch's choice; ort: physical cores)."),
     workers: Optional[str] = typer.Option(None, "--workers", help="CPU batches run side by side, each on threads/workers threads: a number or 'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. Results do not change with it."),
@@ -228,6 +228,7 @@ def run(
                                            max_length=max_length, token_budget=token_budget, max_batch=max_batch,
                                            prompt=nli_prompt, method=nli_method, **engine_opts)
             gen = registry.load_generator(engine, generator, precision=precision, device=device, **engine_opts)
+        config["engine"]["max_batch"] = getattr(clf, "max_batch", max_batch)  # the engine's default when not given
         config["engine"]["classifier_details"] = clf.info.to_dict()
         config["engine"]["generator_details"] = gen.info.to_dict()
         rd.prepare(config, identity)

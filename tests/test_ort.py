@@ -274,6 +274,22 @@ def test_bad_precision_and_device(ort_models):
         registry.load_generator("ort", ort_models["roberta"])
 
 
+def test_classifier_batch_size_defaults(ort_models, tiny_dir):
+    """Without max_batch the ort classifier on the CPU batches 16 pairs (smaller batches ran faster
+    there), the torch reference 64; an explicit max_batch wins; the value is in the engine's details."""
+    opts = _opts(tiny_dir)
+    pairs = PAIRS + [(h, p) for p, h in PAIRS]
+    ort = registry.load_classifier("ort", ort_models["roberta"], precision="fp32", workers=1, **opts)
+    assert ort.max_batch == 16 and ort.info.details["max_batch"] == 16
+    ref = registry.load_classifier("torch", ort_models["roberta"], precision="fp32")
+    assert ref.max_batch == 64
+    big = registry.load_classifier("ort", ort_models["roberta"], precision="fp32", workers=1, max_batch=40, **opts)
+    assert big.max_batch == 40
+    a, b = ort.classify(pairs * 3), big.classify(pairs * 3)
+    assert ort.stats.batches > big.stats.batches
+    np.testing.assert_allclose(a.logits, b.logits, atol=1e-5)
+
+
 def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
     """Batches on two worker threads (one intra-op thread each) give exactly what one worker gives,
     for the int8 graphs too (the batches are the same), for both engines: classifier logits, and

@@ -95,7 +95,7 @@ def bench(
     label_map: Optional[str] = opts.LABEL_MAP,
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
-    max_batch: int = opts.MAX_BATCH,
+    max_batch: Optional[int] = opts.MAX_BATCH,
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when an engine is outside tolerance, below --min-agreement, or failed."),
     tolerance: float = typer.Option(1.0, "--tolerance", min=0.0, help="Breakage tolerance in percentage points (fails only when the 95 % CI also excludes 0)."),
     min_agreement: float = typer.Option(98.0, "--min-agreement", min=0.0, max=100.0, help="Minimum classifier label agreement with torch:fp32, percent."),

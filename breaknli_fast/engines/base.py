@@ -158,6 +158,9 @@ class Generator(Protocol):
         ...
 
 
+DEFAULT_MAX_BATCH = 64  # pairs per classifier batch unless the engine or the user says otherwise
+
+
 def plan_batches(lengths: Sequence[int], token_budget: int, max_batch: int) -> list[list[int]]:
     """Group item indices into batches: sorted by length (longest first, so memory peaks early),
     each batch bounded by ``max_batch`` items and ``len(batch) * longest <= token_budget``
@@ -293,9 +296,10 @@ class BatchedClassifier:
 
     info: EngineInfo
 
-    def __init__(self, token_budget: int = 8192, max_batch: int = 64, cache: bool = True, workers: int = 1) -> None:
+    def __init__(self, token_budget: int = 8192, max_batch: int | None = None, cache: bool = True,
+                 workers: int = 1) -> None:
         self.token_budget = int(token_budget)
-        self.max_batch = int(max_batch)
+        self.max_batch = int(max_batch) if max_batch is not None else DEFAULT_MAX_BATCH
         self._cache: dict[Pair, np.ndarray] | None = {} if cache else None
         self.stats = ClassifierStats()
         self.workers = Workers(workers if self.parallel_capable else 1)

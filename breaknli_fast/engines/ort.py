@@ -87,12 +87,19 @@ def _details(exported: Any, session: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Pairs per classifier batch on the CPU provider. Smaller batches were faster on the CPU: the full loop on the
+# mini models (BENCHMARKS.md, fifth session) took 4.46 s at 64 pairs, 4.20 s at 32, 3.96 s at 16, 3.92 s at 8
+# (ort:int8, 2 workers); 16 keeps the number of calls moderate. Other providers keep DEFAULT_MAX_BATCH.
+CPU_MAX_BATCH = 16
+
+
 class OrtClassifier(BatchedClassifier):
     """A sequence classifier graph (``model.onnx``, output ``logits``) on ONNX Runtime."""
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", label_map: Mapping[str, str] | None = None,
-                 max_length: int = 256, token_budget: int = 8192, max_batch: int = 64, provider: str | None = None,
-                 threads: int | None = None, workers: int | str | None = None, **export_opts: Any):
+                 max_length: int = 256, token_budget: int = 8192, max_batch: int | None = None,
+                 provider: str | None = None, threads: int | None = None, workers: int | str | None = None,
+                 **export_opts: Any):
         from transformers import AutoConfig, AutoTokenizer
 
         from breaknli_fast.engines.torch_ref import label_permutation
@@ -100,6 +107,8 @@ class OrtClassifier(BatchedClassifier):
 
         _check(precision, device)
         n_workers, threads = cpu_workers(device, threads, workers)
+        if max_batch is None and device == "cpu":
+            max_batch = CPU_MAX_BATCH
         super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers)
         self.max_length = max_length
         self.exported = _export(model, precision, device, {**export_opts, "max_length": max_length})
@@ -114,7 +123,7 @@ class OrtClassifier(BatchedClassifier):
         self.use_io_binding = device != "cpu"
         self.info = EngineInfo("ort", "classifier", model, precision, device,
                                {**_details(self.exported, sess_details), "io_binding": self.use_io_binding,
-                                "workers": self.workers.n})
+                                "workers": self.workers.n, "max_batch": self.max_batch})
 
     def _tokenize(self, pairs: Sequence[Pair]) -> Any:
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
@@ -148,7 +157,7 @@ class OrtSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
     (``score``) or greedy generation parsed to a label (``generate``), as ``TorchSeq2SeqClassifier``."""
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", prompt: str = DEFAULT_NLI_PROMPT,
-                 method: str = "score", max_length: int = 256, token_budget: int = 8192, max_batch: int = 64,
+                 method: str = "score", max_length: int = 256, token_budget: int = 8192, max_batch: int | None = None,
                  provider: str | None = None, threads: int | None = None, workers: int | str | None = None,
                  **export_opts: Any):
         from transformers import AutoTokenizer

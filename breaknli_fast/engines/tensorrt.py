@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
+from breaknli_fast.engines.base import DEFAULT_MAX_BATCH, BatchedClassifier, EngineInfo, Pair
 from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
 from breaknli_fast.engines.registry import EngineUnavailable
 
@@ -31,7 +31,7 @@ class TrtClassifier(BatchedClassifier):
     """A sequence classifier as a serialized TensorRT engine (built and validated by ``export_model``)."""
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cuda", label_map: Mapping[str, str] | None = None,
-                 max_length: int = 256, token_budget: int = 8192, max_batch: int = 64, **export_opts: Any):
+                 max_length: int = 256, token_budget: int = 8192, max_batch: int | None = None, **export_opts: Any):
         from transformers import AutoConfig, AutoTokenizer
 
         from breaknli_fast.engines.torch_ref import label_permutation
@@ -43,6 +43,7 @@ class TrtClassifier(BatchedClassifier):
         if not device.startswith("cuda"):
             raise ModelLoadError("the tensorrt engine runs on --device cuda only")
         require_tensorrt()
+        max_batch = DEFAULT_MAX_BATCH if max_batch is None else max_batch
         kw = {k: export_opts.pop(k) for k in list(export_opts) if k in EXPORT_OPTS}
         kw.setdefault("progress", False)
         self.exported = export_model(model, format="tensorrt", precision=precision, device=device,

@@ -143,7 +143,7 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         label_map: Mapping[str, str] | None = None,
         max_length: int = 256,
         token_budget: int = 8192,
-        max_batch: int = 64,
+        max_batch: int | None = None,
         threads: int | None = None,
         workers: int | str | None = None,
     ):
@@ -208,7 +208,7 @@ class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifi
         method: str = "score",
         max_length: int = 256,
         token_budget: int = 8192,
-        max_batch: int = 64,
+        max_batch: int | None = None,
         threads: int | None = None,
         workers: int | str | None = None,
     ):
