@@ -101,4 +101,4 @@ def test_flan_t5_style_classifier_runs(tmp_path, tiny_t5, tiny_tsv):
     cfg = json.loads((tmp_path / "t5c" / "config.json").read_text())
     details = cfg["engine"]["classifier_details"]["details"]
     assert {k: details[k] for k in ("kind", "prompt", "method", "workers")} == {"kind": "seq2seq", "prompt": "conclude", "method": "score", "workers": 1}
-    assert cfg["engine"]["max_batch"] == 64  # no --max-batch: the torch engine's default, recorded
+    assert cfg["engine"]["max_batch"] == 64  # no --max-batch: the seq2seq classifier's default, recorded

@@ -132,6 +132,11 @@ class TorchThreadsMixin:
         return super().classify(pairs)  # type: ignore[misc]
 
 
+# Pairs per classifier batch on the CPU: 32 ran the mini-model loop about 6 % faster than 64 in two
+# measurements (BENCHMARKS.md, fifth session: 10.27 / 10.86 s and 10.08 / 10.66 s; 16: 10.59 s).
+CPU_MAX_BATCH = 32
+
+
 class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
     """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
 
@@ -150,6 +155,8 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         from transformers import AutoModelForSequenceClassification
 
         n_workers, self.torch_threads = torch_workers(device, threads, workers)
+        if max_batch is None and device == "cpu":
+            max_batch = CPU_MAX_BATCH
         super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers)
         self.device = _check_device(device)
         path = resolve_model(model)
@@ -164,7 +171,7 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         self.max_length = max_length
         self.info = EngineInfo("torch", "classifier", model, precision, device,
                                {"kind": "seq-cls", "family": config.model_type, "workers": self.workers.n,
-                                "torch_threads": self.torch_threads})
+                                "torch_threads": self.torch_threads, "max_batch": self.max_batch})
 
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
