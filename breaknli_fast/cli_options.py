@@ -30,4 +30,4 @@ NLI_METHOD = typer.Option("score", "--nli-method", help="Seq2seq classifier: sco
 LABEL_MAP = typer.Option(None, "--label-map", help="Model label names to canonical, e.g. LABEL_0=contradiction,LABEL_1=neutral,LABEL_2=entailment.")
 MAX_LENGTH = typer.Option(256, "--max-length", help="Truncate classifier inputs to this many tokens.")
 TOKEN_BUDGET = typer.Option(8192, "--token-budget", help="Classifier batch bound: batch size x longest sequence.")
-MAX_BATCH = typer.Option(None, "--max-batch", help="Classifier batch bound: pairs per batch [default: the engine's: on the CPU 16 for ort, 32 for torch sequence classifiers; else 64].", show_default=False)
+MAX_BATCH = typer.Option(None, "--max-batch", help="Classifier batch bound: pairs per batch (default: the engine's: on the CPU 16 for ort, 32 for torch sequence classifiers; else 64).", show_default=False)
