@@ -87,14 +87,13 @@ def _details(exported: Any, session: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Pairs per classifier batch on the CPU provider. Smaller batches were faster on the CPU: the full loop on the
-# mini models (BENCHMARKS.md, fifth session) took 4.46 s at 64 pairs, 4.20 s at 32, 3.96 s at 16, 3.92 s at 8
-# (ort:int8, 2 workers); 16 keeps the number of calls moderate. Other providers keep DEFAULT_MAX_BATCH.
-CPU_MAX_BATCH = 16
-
-
 class OrtClassifier(BatchedClassifier):
     """A sequence classifier graph (``model.onnx``, output ``logits``) on ONNX Runtime."""
+
+    # Smaller batches were faster on the CPU: the full loop on the mini models (BENCHMARKS.md, fifth session)
+    # took 4.46 s at 64 pairs, 4.20 s at 32, 3.96 s at 16, 3.92 s at 8 (ort:int8, 2 workers); 16 keeps the
+    # number of calls moderate. Other providers keep DEFAULT_MAX_BATCH.
+    cpu_max_batch = 16
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", label_map: Mapping[str, str] | None = None,
                  max_length: int = 256, token_budget: int = 8192, max_batch: int | None = None,
@@ -107,9 +106,7 @@ class OrtClassifier(BatchedClassifier):
 
         _check(precision, device)
         n_workers, threads = cpu_workers(device, threads, workers)
-        if max_batch is None and device == "cpu":
-            max_batch = CPU_MAX_BATCH
-        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers)
+        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers, device=device)
         self.max_length = max_length
         self.exported = _export(model, precision, device, {**export_opts, "max_length": max_length})
         folder = self.exported.path

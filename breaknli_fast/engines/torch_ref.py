@@ -132,13 +132,12 @@ class TorchThreadsMixin:
         return super().classify(pairs)  # type: ignore[misc]
 
 
-# Pairs per classifier batch on the CPU: 32 ran the mini-model loop about 6 % faster than 64 in two
-# measurements (BENCHMARKS.md, fifth session: 10.27 / 10.86 s and 10.08 / 10.66 s; 16: 10.59 s).
-CPU_MAX_BATCH = 32
-
-
 class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
     """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
+
+    # 32 pairs ran the mini-model loop about 6 % faster on the CPU than 64 in two measurements
+    # (BENCHMARKS.md, fifth session: 10.27 / 10.86 s and 10.08 / 10.66 s; 16: 10.59 s)
+    cpu_max_batch = 32
 
     def __init__(
         self,
@@ -155,9 +154,7 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         from transformers import AutoModelForSequenceClassification
 
         n_workers, self.torch_threads = torch_workers(device, threads, workers)
-        if max_batch is None and device == "cpu":
-            max_batch = CPU_MAX_BATCH
-        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers)
+        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers, device=device)
         self.device = _check_device(device)
         path = resolve_model(model)
         config = load_config(model)
