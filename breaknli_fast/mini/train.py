@@ -445,10 +445,11 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
         cands += [(x[len(prefix):], y) for t, x, y in t5_examples(split.train, seed) if t == "entail"]
         stats["human_candidates"] = len(cands)
     n_human = len(cands)
+    # the training hypotheses in a seeded order: mini-t5 rephrases the first ``hypotheses``, the rules the next ``rules``
+    order = sorted({normalize_text(p.hypothesis) for p in split.train}) if hypotheses or rules else []
+    random.Random(seed + 13).shuffle(order)
     if hypotheses:
-        hyps = sorted({normalize_text(p.hypothesis) for p in split.train})
-        random.Random(seed + 13).shuffle(hyps)
-        hyps = hyps[:hypotheses]
+        hyps = order[:hypotheses]
         gen = load_generator("torch", str(out_dir / "mini-t5"))
         t0 = time.perf_counter()
         with make_progress(progress) as bar:
@@ -466,9 +467,7 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
     if rules:
         from breaknli_fast.mini.paraphrase_rules import rule_paraphrases
 
-        hyps = sorted({normalize_text(p.hypothesis) for p in split.train})
-        random.Random(seed + 13).shuffle(hyps)
-        hyps = hyps[hypotheses:hypotheses + rules]  # not the ones rephrased by mini-t5 above
+        hyps = order[hypotheses:hypotheses + rules]  # not the ones rephrased by mini-t5 above
         rng = random.Random(seed + 17)
         for h in hyps:
             cands += [(h, c) for c in rule_paraphrases(h, rng, rules_per_hypothesis)]
