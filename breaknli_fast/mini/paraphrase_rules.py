@@ -53,6 +53,8 @@ _VERBS = {
 }
 _THIRD = {third: ing for ing, (third, _) in _VERBS.items()}
 
+_SYNONYM_RE = re.compile(r"\b(" + "|".join(sorted((re.escape(k) for k in _SYNONYMS), key=len, reverse=True)) + r")\b",
+                         re.IGNORECASE)
 _PROGRESSIVE = re.compile(r"\b(is|are) (\w+ing)\b", re.IGNORECASE)
 _THIRD_RE = re.compile(r"\b(" + "|".join(sorted(_THIRD, key=len, reverse=True)) + r")\b")
 _DETS = "a|an|one|two|three|four|some|several|many"
@@ -67,8 +69,7 @@ def _case_like(src: str, word: str) -> str:
 
 def _synonym_edits(s: str) -> list[str]:
     out = []
-    for m in re.finditer(r"\b(" + "|".join(sorted((re.escape(k) for k in _SYNONYMS), key=len, reverse=True))
-                         + r")\b", s, re.IGNORECASE):
+    for m in _SYNONYM_RE.finditer(s):
         for alt in _SYNONYMS[m.group(1).lower()]:
             out.append(s[:m.start()] + _case_like(m.group(1), alt) + s[m.end():])
     return out
