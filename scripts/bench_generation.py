@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     engines = {}
     for text in args.engines.split(","):
         spec = parse_engine(text)  # the bench's own ENGINE:PRECISION[:key=value...] syntax
-        kw = {"threads": args.threads} if args.threads and spec.engine != "torch" else {}
+        kw = {"threads": args.threads} if args.threads else {}  # every engine's loader takes them (torch's too)
         engines[text] = load_generator(spec.engine, spec.generator or args.generator, spec.precision, "cpu",
                                        **kw, **spec.opts)
         if args.prompt_batch:
