@@ -203,3 +203,62 @@ def test_rule_paraphrases():
         assert a == rule_paraphrases(h, random.Random(5), n=3)
         assert 0 < len(a) == len(set(a)) <= 3 and h not in a
     assert rule_paraphrases("They are at an airshow.", random.Random(0)) == []
+
+
+def _tiny_split():
+    from breaknli_fast.mini.data import SnliSplit, load_split
+
+    pairs = load_split(sample_path()).dev  # the sample is held-out data: split it again for these checks only
+    return SnliSplit(pairs[:128], pairs[128:192], 192, 0, 0)
+
+
+def test_mlm_continuation_round_grows_a_layer_and_records_rounds(tmp_path):
+    """A further masked-LM round (``--mlm-init mlm --mlm-add-layers 1``) continues from the saved mini-mlm with
+    one more encoder layer, a copy of its top layer, and records both rounds; mini-nli then loads the deeper
+    model."""
+    import shutil
+
+    import torch
+    from transformers import RobertaForMaskedLM
+
+    from breaknli_fast.mini.common import read_json
+    from breaknli_fast.mini.train import finetune_nli, grow_layers, pretrain_mlm
+
+    src = assets_models_dir() / "mini-mlm"
+    before = RobertaForMaskedLM.from_pretrained(src).eval()
+    grown = grow_layers(RobertaForMaskedLM.from_pretrained(src).eval(), 1)
+    n = before.config.num_hidden_layers
+    assert grown.config.num_hidden_layers == n + 1 and len(grown.roberta.encoder.layer) == n + 1
+    top, new = before.roberta.encoder.layer[-1].state_dict(), grown.roberta.encoder.layer[-1].state_dict()
+    assert all(torch.equal(top[k], new[k]) for k in top)
+    ids = torch.tensor([[0, 100, 200, 300, 2]])
+    assert grown(input_ids=ids).logits.shape == before(input_ids=ids).logits.shape
+
+    shutil.copytree(src, tmp_path / "mini-mlm")
+    rounds_before = len(read_json(src / "train_info.json").get("rounds") or [None])
+    split = _tiny_split()
+    info = pretrain_mlm(split, tmp_path, seed=0, max_steps=2, progress=False, init="mlm", add_layers=1)
+    assert info["hyperparameters"]["layers"] == n + 1 and len(info["rounds"]) == rounds_before + 1
+    assert info["rounds"][-1]["add_layers"] == 1 and info["rounds"][-1]["steps"] == 2
+    saved = RobertaForMaskedLM.from_pretrained(tmp_path / "mini-mlm")
+    assert saved.config.num_hidden_layers == n + 1
+    nli = finetune_nli(split, tmp_path, seed=0, max_steps=2, progress=False, ema=0.9)
+    assert "dev_accuracy_ema" in nli["history"][-1]
+    assert read_json(tmp_path / "mini-nli" / "config.json")["num_hidden_layers"] == n + 1
+
+
+def test_weight_average():
+    import torch
+
+    from breaknli_fast.mini.train import WeightAverage
+
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    avg = WeightAverage(model, 0.75)
+    with torch.no_grad():
+        model.weight.fill_(5.0)
+    avg.update(model)  # 0.75 * 1 + 0.25 * 5
+    with avg.swapped_in(model):
+        assert torch.allclose(model.weight, torch.full((2, 2), 2.0))
+    assert torch.allclose(model.weight, torch.full((2, 2), 5.0))  # the live weights come back

@@ -16,6 +16,7 @@ Held-out (dev) pairs are never trained on: see :mod:`breaknli_fast.mini.data` fo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import random
@@ -46,10 +47,12 @@ DEFAULTS: dict[str, Any] = {
     "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=10.0, batch_size=64,
                 block=64, lr=1e-3, warmup=0.06, weight_decay=0.01, mask_prob=0.15, dropout=0.1),
     "nli": dict(epochs=2.0, eval_every_epochs=0.5, batch_size=64, lr=3e-4, warmup=0.06, weight_decay=0.01, max_length=128, dropout=0.1,
-                swap_contradictions=False),
+                swap_contradictions=False, ema=0.0),
     "t5": dict(d_model=192, d_kv=48, heads=4, d_ff=512, enc_layers=3, dec_layers=3, epochs=0.4, nli_fraction=0.5, gen_fraction=1.0, batch_size=64,
                lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
                save_every=400),
+    # further masked-LM rounds (each continues from the saved mini-mlm, fresh schedule)
+    "mlm_more_rounds": [],
     # a second NLI round continuing from the best mini-nli (fresh schedule, no dropout: the model underfits)
     "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0)],
     # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI,
@@ -96,6 +99,31 @@ def _train_step(model: torch.nn.Module, loss: torch.Tensor, opt: torch.optim.Opt
     opt.zero_grad(set_to_none=True)
     value = loss.item()
     return value if step == 1 else 0.98 * run_loss + 0.02 * value
+
+
+class WeightAverage:
+    """Exponential moving average of a model's floating-point parameters (``decay`` per step), which can be
+    swapped into the model for an evaluation or a save and swapped back out."""
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        self.decay = float(decay)
+        self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module) -> None:
+        for k, v in model.state_dict().items():
+            if k in self.shadow:
+                self.shadow[k].mul_(self.decay).add_(v.detach(), alpha=1.0 - self.decay)
+
+    @contextlib.contextmanager
+    def swapped_in(self, model: torch.nn.Module):
+        state = model.state_dict()
+        live = {k: state[k].detach().clone() for k in self.shadow}
+        model.load_state_dict(self.shadow, strict=False)
+        try:
+            yield model
+        finally:
+            model.load_state_dict(live, strict=False)
 
 
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,25 +218,55 @@ def _mlm_loss(model: Any, inputs: torch.Tensor, labels: torch.Tensor) -> torch.T
     return torch.nn.functional.cross_entropy(logits, labels[sel])
 
 
+def grow_layers(model: Any, n: int) -> Any:
+    """Append ``n`` encoder layers to a RoBERTa model, each a copy of its current top layer (progressive
+    stacking); the config's ``num_hidden_layers`` follows."""
+    import copy
+
+    layers = model.roberta.encoder.layer
+    for _ in range(n):
+        layers.append(copy.deepcopy(layers[-1]))
+    model.config.num_hidden_layers = len(layers)
+    for i, layer in enumerate(layers):  # keep the layer indices transformers gives its modules consistent
+        for mod in layer.modules():
+            if hasattr(mod, "layer_idx"):
+                mod.layer_idx = i
+    return model
+
+
 def pretrain_mlm(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed: int = 0,
-                 max_steps: int | None = None, progress: bool = True, **hp: Any) -> dict:
-    """Pre-train ``mini-mlm`` (RobertaForMaskedLM) on packed blocks of the unique SNLI train sentences."""
+                 max_steps: int | None = None, progress: bool = True, init: str = "scratch", add_layers: int = 0,
+                 **hp: Any) -> dict:
+    """Pre-train ``mini-mlm`` (RobertaForMaskedLM) on packed blocks of the unique SNLI train sentences.
+
+    ``init="mlm"`` continues from the saved ``mini-mlm`` instead (a further round with a fresh schedule),
+    after appending ``add_layers`` copies of its top layer; the rounds are recorded in ``train_info.json``."""
     from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
 
     cfg = {**DEFAULTS["mlm"], **{k: v for k, v in hp.items() if v is not None}}
     out = Path(out_dir) / "mini-mlm"
     tok = tok or RobertaTokenizerFast.from_pretrained(out)
-    seed_everything(seed)
+    previous = read_json(out / INFO_FILE, {}) if init == "mlm" else {}
+    if init == "mlm" and not previous:
+        raise FileNotFoundError(f"no saved mini-mlm to continue from in {out}")
+    seed_everything(seed + len(previous.get("rounds", [previous] if previous else [])))
     sentences = unique_train_sentences(split)
     blocks = _mlm_blocks(tok, sentences, cfg["block"])
-    config = RobertaConfig(
-        vocab_size=len(tok), hidden_size=cfg["hidden"], num_hidden_layers=cfg["layers"],
-        num_attention_heads=cfg["heads"], intermediate_size=cfg["intermediate"],
-        max_position_embeddings=cfg["max_positions"], type_vocab_size=1, pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, layer_norm_eps=1e-5,
-        hidden_dropout_prob=cfg["dropout"], attention_probs_dropout_prob=cfg["dropout"],
-    )
-    model = RobertaForMaskedLM(config)
+    if init == "mlm":
+        model = RobertaForMaskedLM.from_pretrained(out, dtype=torch.float32, hidden_dropout_prob=cfg["dropout"],
+                                                   attention_probs_dropout_prob=cfg["dropout"])
+        grow_layers(model, add_layers)
+        cfg.update(hidden=model.config.hidden_size, layers=model.config.num_hidden_layers,
+                   heads=model.config.num_attention_heads, intermediate=model.config.intermediate_size)
+    else:
+        config = RobertaConfig(
+            vocab_size=len(tok), hidden_size=cfg["hidden"], num_hidden_layers=cfg["layers"],
+            num_attention_heads=cfg["heads"], intermediate_size=cfg["intermediate"],
+            max_position_embeddings=cfg["max_positions"], type_vocab_size=1, pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, layer_norm_eps=1e-5,
+            hidden_dropout_prob=cfg["dropout"], attention_probs_dropout_prob=cfg["dropout"],
+        )
+        model = RobertaForMaskedLM(config)
     model.train()
     bs = cfg["batch_size"]
     per_epoch = math.ceil(len(blocks) / bs)
@@ -239,10 +297,20 @@ def pretrain_mlm(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, 
     secs = time.perf_counter() - t0
     model.eval()
     save_fp16(model, out, tok)
+    this_round = {"init": "mini-mlm" if init == "mlm" else "scratch", "add_layers": add_layers,
+                  "hyperparameters": cfg, "steps": total, "epochs": round(total / per_epoch, 3),
+                  "train_seconds": round(secs, 1), "loss_curve": losses, "final_loss": round(run_loss, 4)}
+    rounds = (previous.get("rounds") or [{"init": "scratch", "add_layers": 0, "epochs": previous.get("epochs_done")}
+                                         | {k: previous.get(k) for k in ("hyperparameters", "steps", "train_seconds",
+                                                                         "loss_curve", "final_loss")}]
+              if previous else [])
+    rounds.append(this_round)
     info = {
         "name": "mini-mlm", "architecture": "RobertaForMaskedLM", "params": n_params(model), "seed": seed,
-        "hyperparameters": cfg, "steps": total, "epochs_done": total / per_epoch, "train_sentences": len(sentences),
-        "train_blocks": len(blocks), "train_seconds": round(secs, 1), "loss_curve": losses,
+        "hyperparameters": cfg, "rounds": rounds, "steps": sum(r["steps"] or 0 for r in rounds),
+        "epochs_done": sum(r["epochs"] or 0 for r in rounds), "train_sentences": len(sentences),
+        "train_blocks": len(blocks), "train_seconds": round(sum(r["train_seconds"] or 0 for r in rounds), 1),
+        "loss_curve": [[i + 1, s, l] for i, r in enumerate(rounds) for s, l in (r["loss_curve"] or [])],
         "final_loss": round(run_loss, 4), "hardware": hardware(), "data": split.summary(),
     }
     write_json(out / INFO_FILE, info)
@@ -325,25 +393,40 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
     if init == "nli":  # only replace the saved model when the continuation beats it
         best = nli_accuracy(model, tok, split.dev, cfg["max_length"])
         log.info("mini-nli: continuing from the saved model (dev accuracy %.4f)", best)
+    ema = WeightAverage(model, cfg["ema"]) if cfg.get("ema") else None
     with make_progress(progress) as bar:
         task = bar.add_task("mini-nli", total=total, info="")
         for epoch, step, idx in _training_batches(lengths, bs, gen, total):
             ids, mask = _pad([train_enc[i] for i in idx], tok.pad_token_id)
             loss = model(input_ids=ids, attention_mask=mask, labels=train_y[idx]).loss
             run_loss = _train_step(model, loss, opt, sched, run_loss, step)
+            if ema is not None:
+                ema.update(model)
             bar.update(task, advance=1, info=f"ep {epoch} loss {run_loss:.3f} best {max(best, 0):.3f}")
             if step % 100 == 0:
                 log.info("mini-nli epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
                          time.perf_counter() - t0)
             if step % eval_every == 0 or step == total:
                 acc = nli_accuracy(model, tok, split.dev, cfg["max_length"])
-                history.append({"epoch": round(step / per_epoch, 2), "step": step, "loss": round(run_loss, 4),
-                                "dev_accuracy": round(acc, 4), "seconds": round(time.perf_counter() - t0, 1)})
+                point = {"epoch": round(step / per_epoch, 2), "step": step, "loss": round(run_loss, 4),
+                         "dev_accuracy": round(acc, 4)}
                 log.info("mini-nli epoch %.2f: dev accuracy %.4f (loss %.4f)", step / per_epoch, acc, run_loss)
                 if acc > best:
                     best = acc
                     save_fp16(model, out, tok)
                     log.info("mini-nli: saved the new best to %s", out)
+                if ema is not None:  # the averaged weights are a second candidate, judged the same way
+                    with ema.swapped_in(model):
+                        acc_ema = nli_accuracy(model, tok, split.dev, cfg["max_length"])
+                        point["dev_accuracy_ema"] = round(acc_ema, 4)
+                        log.info("mini-nli epoch %.2f: dev accuracy of the weight average %.4f", step / per_epoch,
+                                 acc_ema)
+                        if acc_ema > best:
+                            best = acc_ema
+                            save_fp16(model, out, tok)
+                            point["saved"] = "ema"
+                            log.info("mini-nli: saved the weight average as the new best to %s", out)
+                history.append(point | {"seconds": round(time.perf_counter() - t0, 1)})
     secs = time.perf_counter() - t0
     # accuracy after the fp16 round trip, loaded from the saved folder in fp32
     reloaded = RobertaForSequenceClassification.from_pretrained(out)
@@ -621,7 +704,8 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
 
 def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int = 0, threads: int | None = None,
               mlm_epochs: float | None = None, nli_epochs: float | None = None, t5_epochs: float | None = None,
-              only: str | None = None, max_steps: int | None = None, sample_dir: str | Path | None = DATA_DIR,
+              only: str | None = None, mlm_init: str = "scratch", mlm_add_layers: int = 0,
+              nli_ema: float | None = None, max_steps: int | None = None, sample_dir: str | Path | None = DATA_DIR,
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
               nli_lr: float | None = None, nli_dropout: float | None = None, nli_swap: bool = False, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
               t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True,
@@ -648,19 +732,24 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
     if sample_dir is not None and only in (None, "sample"):
         result["sample"] = str(write_sample(data_path, sample_dir))
         log.info("sample written to %s", result["sample"])
-    if only in (None, "tokenizers", "mlm"):
+    if only in (None, "tokenizers", "mlm") and mlm_init == "scratch":
         toks = train_tokenizers(split, out_dir, which=("bpe",), seed=seed)
     if only in (None, "mlm"):
-        result["mini-mlm"] = pretrain_mlm(split, out_dir, tok=toks["bpe"], seed=seed, max_steps=max_steps,
-                                          progress=progress, epochs=mlm_epochs)
+        result["mini-mlm"] = pretrain_mlm(split, out_dir, tok=toks["bpe"] if mlm_init == "scratch" else None,
+                                          seed=seed, max_steps=max_steps, progress=progress, init=mlm_init,
+                                          add_layers=mlm_add_layers, epochs=mlm_epochs)
+        if mlm_init == "scratch":
+            for extra in DEFAULTS["mlm_more_rounds"]:
+                result["mini-mlm"] = pretrain_mlm(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
+                                                  init="mlm", **extra)
     if only in (None, "nli"):
         result["mini-nli"] = finetune_nli(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
                                           init=nli_init, epochs=nli_epochs, lr=nli_lr,
-                                          dropout=nli_dropout, swap_contradictions=nli_swap or None)
+                                          dropout=nli_dropout, swap_contradictions=nli_swap or None, ema=nli_ema)
         if nli_init == "mlm" and nli_round2:
             for extra in DEFAULTS["nli_more_rounds"]:
                 result["mini-nli"] = finetune_nli(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
-                                                  init="nli", **extra)
+                                                  init="nli", **({"ema": nli_ema} | extra))
     if only in (None, "tokenizers", "t5"):
         spm_tok = train_tokenizers(split, out_dir, which=("spm",), seed=seed)["spm"]
     if only in (None, "t5"):
@@ -694,6 +783,13 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
     ap.add_argument("--mlm-epochs", type=float, default=None)
     ap.add_argument("--nli-epochs", type=float, default=None)
     ap.add_argument("--t5-epochs", type=float, default=None)
+    ap.add_argument("--mlm-init", choices=["scratch", "mlm"], default="scratch",
+                    help="mlm: continue from the saved mini-mlm (a further round, with --only mlm)")
+    ap.add_argument("--mlm-add-layers", type=int, default=0, metavar="N",
+                    help="with --mlm-init mlm: first append N copies of mini-mlm's top layer")
+    ap.add_argument("--nli-ema", type=float, default=None, metavar="DECAY",
+                    help="also evaluate an exponential moving average of mini-nli's weights (e.g. 0.999); "
+                         "the better of the two is kept")
     ap.add_argument("--nli-init", choices=["mlm", "nli"], default="mlm",
                     help="nli: continue from the saved mini-nli (a second round, with --only nli)")
     ap.add_argument("--nli-lr", type=float, default=None)
@@ -728,7 +824,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = (build_parser(prog) if prog else build_parser()).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     res = train_all(args.data, args.out, seed=args.seed, threads=args.threads, mlm_epochs=args.mlm_epochs,
-                    nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only, max_steps=args.max_steps,
+                    nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only,
+                    mlm_init=args.mlm_init, mlm_add_layers=args.mlm_add_layers, nli_ema=args.nli_ema, max_steps=args.max_steps,
                     sample_dir=args.sample_out or None, evaluate=not args.no_eval, n_gen=args.n_gen,
                     progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr, nli_dropout=args.nli_dropout,
                     nli_swap=args.nli_swap_contradictions,
