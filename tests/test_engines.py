@@ -142,6 +142,13 @@ def test_unknown_engine_and_cuda_without_gpu(tiny_roberta):
         registry.load_classifier("torch", tiny_roberta, device="cuda")
 
 
+def test_torch_workers_bad_value_is_one_line(tiny_roberta, tiny_t5):
+    with pytest.raises(ModelLoadError, match="workers must be"):
+        registry.load_classifier("torch", tiny_roberta, workers="lots")
+    with pytest.raises(ModelLoadError, match=">= 1"):
+        registry.load_generator("torch", tiny_t5, workers=0)
+
+
 HF_DECODINGS = [Decoding(max_new_tokens=12, sampler="transformers"),
                 Decoding(top_p=1.0, top_k=0, max_new_tokens=12, sampler="transformers"),
                 Decoding(temperature=0.7, max_new_tokens=12, min_new_tokens=3, sampler="transformers")]

@@ -213,10 +213,12 @@ class Workers:
             self._pool = None
 
 
-def split_threads(threads: int, workers: int | str | None) -> tuple[int, int]:
+def split_threads(threads: int, workers: int | str | None,
+                  error: type[Exception] = ValueError) -> tuple[int, int]:
     """(workers, intra-op threads per worker) for ``threads`` CPU threads. ``workers`` ``None`` or
     ``"auto"``: two workers when there are at least two threads (the best split measured on the
-    mini models, 2 cores), else one; a number is capped at ``threads``."""
+    mini models, 2 cores), else one; a number is capped at ``threads``. A bad ``workers`` raises
+    ``error`` (the engines pass their ModelLoadError)."""
     threads = max(1, int(threads))
     if workers is None or workers == "auto":
         w = 2 if threads >= 2 else 1
@@ -224,9 +226,9 @@ def split_threads(threads: int, workers: int | str | None) -> tuple[int, int]:
         try:
             w = int(workers)
         except (TypeError, ValueError):
-            raise ValueError(f"workers must be a number or 'auto', not {workers!r}") from None
+            raise error(f"workers must be a number or 'auto', not {workers!r}") from None
         if w < 1:
-            raise ValueError(f"workers must be >= 1, not {w}")
+            raise error(f"workers must be >= 1, not {w}")
         w = min(w, threads)
     return w, max(1, threads // w)
 

@@ -65,10 +65,7 @@ def cpu_workers(device: str, threads: int | None, workers: int | str | None) -> 
 
     if device != "cpu":
         return 1, threads
-    try:
-        return split_threads(int(threads) if threads else physical_cores(), workers)
-    except ValueError as e:
-        raise ModelLoadError(str(e)) from None
+    return split_threads(int(threads) if threads else physical_cores(), workers, error=ModelLoadError)
 
 
 def _details(exported: Any, session: dict[str, Any]) -> dict[str, Any]:

@@ -271,10 +271,7 @@ def torch_workers(device: str, threads: int | None, workers: int | str | None) -
     total = int(threads) if threads else _DEFAULT_THREADS
     w, intra = 1, total
     if device == "cpu" and workers is not None:
-        try:
-            w, intra = split_threads(total, workers)
-        except ValueError as e:
-            raise ModelLoadError(str(e)) from None
+        w, intra = split_threads(total, workers, error=ModelLoadError)
     use_torch_threads(intra)
     return w, intra
 
