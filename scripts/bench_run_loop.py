@@ -29,14 +29,19 @@ from pathlib import Path
 
 
 def run_args(spec: str) -> list[str]:
-    """``ENGINE:PRECISION[:key=value...]`` -> arguments of ``breaknli-fast run``."""
-    engine, precision, *opts = spec.split(":")
-    args = ["--engine", engine, "--precision", precision]
-    for kv in opts:
-        if "=" not in kv:
-            raise SystemExit(f"engine {spec!r}: option {kv!r} must be key=value")
-        key, val = kv.split("=", 1)
-        args += [f"--{key.replace('_', '-')}", val]
+    """``ENGINE:PRECISION[:key=value...]`` -> arguments of ``breaknli-fast run``; checked as ``breaknli-fast
+    bench --engines`` checks its entries (``label=`` names nothing for ``run`` and is left out)."""
+    from breaknli_fast.bench.specs import BenchSpecError, parse_engine
+
+    try:
+        parsed = parse_engine(spec)
+    except BenchSpecError as e:
+        raise SystemExit(str(e)) from None
+    args = ["--engine", parsed.engine, "--precision", parsed.precision]
+    for kv in spec.split(":")[2:]:  # the values as written, for the command line
+        key, val = (x.strip() for x in kv.split("=", 1))
+        if key != "label":
+            args += [f"--{key.replace('_', '-')}", val]
     return args
 
 
