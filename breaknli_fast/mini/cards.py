@@ -45,6 +45,19 @@ def _hp(info: dict) -> str:
     return "\n".join(f"| {k} | {v} |" for k, v in sorted(info.get("hyperparameters", {}).items()))
 
 
+def _mlm_rounds(info: dict) -> str:
+    rounds = info.get("rounds") or []
+    if len(rounds) < 2:
+        return ""
+    return "Training rounds: " + "; ".join(
+        f"round {i + 1} from {r.get('init')}"
+        + (f" with {r['add_layers']} more layer{'s' if r['add_layers'] > 1 else ''} (copies of the top one)"
+           if r.get("add_layers") else "")
+        + f": {float(r.get('epochs') or 0):.2f} epochs, lr {(r.get('hyperparameters') or {}).get('lr')}, "
+        f"{(r.get('train_seconds') or 0) / 60:.1f} min, final loss {r.get('final_loss')}"
+        for i, r in enumerate(rounds)) + ".\n\n"
+
+
 def _card(name: str, info: dict, ev: dict, size: int) -> str:
     head = f"# {name}\n\nPart of breaknli-fast: a small model trained from scratch on CPU so that " \
            "`breaknli-fast run` works offline. It is a stand-in for the real checkpoints, *not* a substitute: its " \
@@ -62,11 +75,14 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
                 "`RobertaTokenizerFast`. Pre-trained with masked language modelling (15 % of tokens; 80/10/10) on "
                 f"packed blocks of the {info.get('train_sentences', 0):,} unique train sentences (premises and "
                 f"hypotheses, file order). Final MLM loss {info.get('final_loss')}.\n\n"
+                + _mlm_rounds(info) +
                 "Use: initialisation of `mini-nli`; not an NLI model itself.\n\n")
         return head + body + common + LICENSE
     if name == "mini-nli":
         e = ev.get("mini-nli", {})
-        hist = "\n".join(f"| {h.get('round', 1)} | {h['epoch']} | {h['step']} | {h['loss']} | {_pct(h['dev_accuracy'])} |"
+        hist = "\n".join(f"| {h.get('round', 1)} | {h['epoch']} | {h['step']} | {h['loss']} | {_pct(h['dev_accuracy'])} | "
+                         f"{_pct(h['dev_accuracy_ema']) if 'dev_accuracy_ema' in h else '-'}"
+                         f"{' (saved)' if h.get('saved') == 'ema' else ''} |"
                          for h in info.get("history", []))
         rounds = info.get("rounds") or []
         if len(rounds) > 1:
@@ -81,7 +97,8 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
                 f"**{_pct(e.get('dev_accuracy', info.get('dev_accuracy')))}** on {ev.get('dev_pairs', info.get('dev_pairs'))} pairs "
                 f"(per label: " + ", ".join(f"{k} {_pct(v)}" for k, v in e.get("per_label_accuracy", {}).items()) +
                 f")\n- best epoch in fp32: {_pct(info.get('best_dev_accuracy_fp32'))}\n\n"
-                f"| round | epoch | step | train loss | dev accuracy (fp32) |\n|---|---|---|---|---|\n{hist}\n\n")
+                f"| round | epoch | step | train loss | dev accuracy (fp32) | weight average (`--nli-ema`) |\n"
+                f"|---|---|---|---|---|---|\n{hist}\n\n")
         return head + body + common + LICENSE
     e = ev.get("mini-t5", {})
     gen = ""
