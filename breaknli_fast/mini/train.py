@@ -47,12 +47,13 @@ DEFAULTS: dict[str, Any] = {
     "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=10.0, batch_size=64,
                 block=64, lr=1e-3, warmup=0.06, weight_decay=0.01, mask_prob=0.15, dropout=0.1),
     "nli": dict(epochs=2.0, eval_every_epochs=0.5, batch_size=64, lr=3e-4, warmup=0.06, weight_decay=0.01, max_length=128, dropout=0.1,
-                swap_contradictions=False, ema=0.0),
+                swap_contradictions=False, ema=0.999),
     "t5": dict(d_model=192, d_kv=48, heads=4, d_ff=512, enc_layers=3, dec_layers=3, epochs=0.4, nli_fraction=0.5, gen_fraction=1.0, batch_size=64,
                lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
                save_every=400),
-    # further masked-LM rounds (each continues from the saved mini-mlm, fresh schedule)
-    "mlm_more_rounds": [],
+    # further masked-LM rounds (each continues from the saved mini-mlm, fresh schedule): one more layer, a copy of
+    # the top one, and as many epochs again (the loss was still falling fast at the end of round 1)
+    "mlm_more_rounds": [dict(epochs=10.0, add_layers=1)],
     # a second NLI round continuing from the best mini-nli (fresh schedule, no dropout: the model underfits)
     "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0)],
     # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI,
@@ -704,7 +705,7 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
 
 def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int = 0, threads: int | None = None,
               mlm_epochs: float | None = None, nli_epochs: float | None = None, t5_epochs: float | None = None,
-              only: str | None = None, mlm_init: str = "scratch", mlm_add_layers: int = 0,
+              only: str | None = None, mlm_init: str = "scratch", mlm_add_layers: int = 0, mlm_round2: bool = True,
               nli_ema: float | None = None, max_steps: int | None = None, sample_dir: str | Path | None = DATA_DIR,
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
               nli_lr: float | None = None, nli_dropout: float | None = None, nli_swap: bool = False, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
@@ -716,7 +717,8 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
     mini-t5 is trained in rounds: ``DEFAULTS["t5"]`` from scratch, then each of ``DEFAULTS["t5_more_rounds"]``
     (more NLI examples) continuing from the saved model of the round before; ``t5_round2=False`` stops after
     round 1. Likewise mini-nli: ``DEFAULTS["nli"]`` from mini-mlm, then ``DEFAULTS["nli_more_rounds"]``
-    continuing from the best mini-nli (``nli_round2=False`` skips them).
+    continuing from the best mini-nli (``nli_round2=False`` skips them), and mini-mlm: ``DEFAULTS["mlm"]`` from
+    scratch, then ``DEFAULTS["mlm_more_rounds"]`` (one more layer, more epochs; ``mlm_round2=False`` skips them).
     ``max_steps`` caps every training stage (smoke tests)."""
     from breaknli_fast.mini.evaluate import evaluate_models
 
@@ -738,7 +740,7 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
         result["mini-mlm"] = pretrain_mlm(split, out_dir, tok=toks["bpe"] if mlm_init == "scratch" else None,
                                           seed=seed, max_steps=max_steps, progress=progress, init=mlm_init,
                                           add_layers=mlm_add_layers, epochs=mlm_epochs)
-        if mlm_init == "scratch":
+        if mlm_init == "scratch" and mlm_round2:
             for extra in DEFAULTS["mlm_more_rounds"]:
                 result["mini-mlm"] = pretrain_mlm(split, out_dir, seed=seed, max_steps=max_steps, progress=progress,
                                                   init="mlm", **extra)
@@ -788,8 +790,8 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
     ap.add_argument("--mlm-add-layers", type=int, default=0, metavar="N",
                     help="with --mlm-init mlm: first append N copies of mini-mlm's top layer")
     ap.add_argument("--nli-ema", type=float, default=None, metavar="DECAY",
-                    help="also evaluate an exponential moving average of mini-nli's weights (e.g. 0.999); "
-                         "the better of the two is kept")
+                    help="decay of the moving average of mini-nli's weights that is judged on dev beside the "
+                         "weights themselves, the better kept (default 0.999; 0 turns it off)")
     ap.add_argument("--nli-init", choices=["mlm", "nli"], default="mlm",
                     help="nli: continue from the saved mini-nli (a second round, with --only nli)")
     ap.add_argument("--nli-lr", type=float, default=None)
@@ -811,6 +813,8 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
                          "mini-nli labels entailment both ways")
     ap.add_argument("--no-t5-round2", action="store_true",
                     help="skip the further T5 rounds (continuations with more NLI examples) of a from-scratch run")
+    ap.add_argument("--no-mlm-round2", action="store_true",
+                    help="skip the further mini-mlm rounds (continuations from the saved mini-mlm) of a run from scratch")
     ap.add_argument("--no-nli-round2", action="store_true",
                     help="skip the further mini-nli rounds (continuations from the best mini-nli) of a run from mini-mlm")
     ap.add_argument("--max-steps", type=int, default=None, help="cap every training stage (smoke test)")
@@ -825,7 +829,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     res = train_all(args.data, args.out, seed=args.seed, threads=args.threads, mlm_epochs=args.mlm_epochs,
                     nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only,
-                    mlm_init=args.mlm_init, mlm_add_layers=args.mlm_add_layers, nli_ema=args.nli_ema, max_steps=args.max_steps,
+                    mlm_init=args.mlm_init, mlm_add_layers=args.mlm_add_layers, nli_ema=args.nli_ema,
+                    mlm_round2=not args.no_mlm_round2, max_steps=args.max_steps,
                     sample_dir=args.sample_out or None, evaluate=not args.no_eval, n_gen=args.n_gen,
                     progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr, nli_dropout=args.nli_dropout,
                     nli_swap=args.nli_swap_contradictions,
