@@ -299,12 +299,18 @@ class BatchedClassifier:
     info: EngineInfo
     cpu_max_batch: int | None = None  # the engine's pairs per batch on the CPU when ``max_batch`` is not given
 
+    @classmethod
+    def resolve_max_batch(cls, max_batch: int | None, device: str | None) -> int:
+        """Pairs per batch: ``max_batch`` when given, else the engine's CPU choice on the CPU, else
+        ``DEFAULT_MAX_BATCH``."""
+        if max_batch is None:
+            max_batch = cls.cpu_max_batch if device == "cpu" and cls.cpu_max_batch else DEFAULT_MAX_BATCH
+        return int(max_batch)
+
     def __init__(self, token_budget: int = 8192, max_batch: int | None = None, cache: bool = True,
                  workers: int = 1, device: str | None = None) -> None:
         self.token_budget = int(token_budget)
-        if max_batch is None:
-            max_batch = self.cpu_max_batch if device == "cpu" and self.cpu_max_batch else DEFAULT_MAX_BATCH
-        self.max_batch = int(max_batch)
+        self.max_batch = self.resolve_max_batch(max_batch, device)
         self._cache: dict[Pair, np.ndarray] | None = {} if cache else None
         self.stats = ClassifierStats()
         self.workers = Workers(workers if self.parallel_capable else 1)

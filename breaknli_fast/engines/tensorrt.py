@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from breaknli_fast.engines.base import DEFAULT_MAX_BATCH, BatchedClassifier, EngineInfo, Pair
+from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
 from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
 from breaknli_fast.engines.registry import EngineUnavailable
 
@@ -43,7 +43,7 @@ class TrtClassifier(BatchedClassifier):
         if not device.startswith("cuda"):
             raise ModelLoadError("the tensorrt engine runs on --device cuda only")
         require_tensorrt()
-        max_batch = DEFAULT_MAX_BATCH if max_batch is None else max_batch
+        max_batch = self.resolve_max_batch(max_batch, device)  # needed by the engine build, before __init__
         kw = {k: export_opts.pop(k) for k in list(export_opts) if k in EXPORT_OPTS}
         kw.setdefault("progress", False)
         self.exported = export_model(model, format="tensorrt", precision=precision, device=device,
