@@ -154,6 +154,22 @@ def unique_train_sentences(split: SnliSplit) -> list[str]:
     return out
 
 
+def _earlier_rounds(previous: dict, keys: Sequence[str], **first: Any) -> list[dict]:
+    """The training rounds recorded in a model's saved ``train_info.json`` (``previous``; empty when the
+    model starts from elsewhere): its ``rounds``, or, for an info written before rounds were recorded, one
+    round made of its ``keys`` and ``first``."""
+    if not previous:
+        return []
+    return list(previous.get("rounds") or [{k: previous.get(k) for k in keys} | first])
+
+
+def _round_totals(rounds: Sequence[dict], epochs_key: str = "epochs") -> dict[str, Any]:
+    """Steps, epochs and training seconds summed over ``rounds``, as ``train_info.json`` records them."""
+    return {"steps": sum(r["steps"] or 0 for r in rounds),
+            "epochs_done": round(sum(r[epochs_key] or 0 for r in rounds), 3),
+            "train_seconds": round(sum(r["train_seconds"] or 0 for r in rounds), 1)}
+
+
 def _info(out_dir: Path, name: str) -> dict:
     return read_json(out_dir / name / INFO_FILE, {}) or {}
 
@@ -250,7 +266,9 @@ def pretrain_mlm(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, 
     previous = read_json(out / INFO_FILE, {}) if init == "mlm" else {}
     if init == "mlm" and not previous:
         raise FileNotFoundError(f"no saved mini-mlm to continue from in {out}")
-    seed_everything(seed + len(previous.get("rounds", [previous] if previous else [])))
+    rounds = _earlier_rounds(previous, ("hyperparameters", "steps", "train_seconds", "loss_curve", "final_loss"),
+                             init="scratch", add_layers=0, epochs=previous.get("epochs_done"))
+    seed_everything(seed + len(rounds))
     sentences = unique_train_sentences(split)
     blocks = _mlm_blocks(tok, sentences, cfg["block"])
     if init == "mlm":
@@ -301,16 +319,11 @@ def pretrain_mlm(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, 
     this_round = {"init": "mini-mlm" if init == "mlm" else "scratch", "add_layers": add_layers,
                   "hyperparameters": cfg, "steps": total, "epochs": round(total / per_epoch, 3),
                   "train_seconds": round(secs, 1), "loss_curve": losses, "final_loss": round(run_loss, 4)}
-    rounds = (previous.get("rounds") or [{"init": "scratch", "add_layers": 0, "epochs": previous.get("epochs_done")}
-                                         | {k: previous.get(k) for k in ("hyperparameters", "steps", "train_seconds",
-                                                                         "loss_curve", "final_loss")}]
-              if previous else [])
     rounds.append(this_round)
     info = {
         "name": "mini-mlm", "architecture": "RobertaForMaskedLM", "params": n_params(model), "seed": seed,
-        "hyperparameters": cfg, "rounds": rounds, "steps": sum(r["steps"] or 0 for r in rounds),
-        "epochs_done": sum(r["epochs"] or 0 for r in rounds), "train_sentences": len(sentences),
-        "train_blocks": len(blocks), "train_seconds": round(sum(r["train_seconds"] or 0 for r in rounds), 1),
+        "hyperparameters": cfg, "rounds": rounds, **_round_totals(rounds), "train_sentences": len(sentences),
+        "train_blocks": len(blocks),
         "loss_curve": [[i + 1, s, l] for i, r in enumerate(rounds) for s, l in (r["loss_curve"] or [])],
         "final_loss": round(run_loss, 4), "hardware": hardware(), "data": split.summary(),
     }
@@ -435,19 +448,16 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
     this_round = {"init": "mini-nli" if init == "nli" else "mini-mlm", "hyperparameters": cfg, "steps": total,
                   "epochs": round(total / per_epoch, 3), "history": history, "train_seconds": round(secs, 1),
                   "best_dev_accuracy_fp32": round(best, 4)}
-    rounds = (previous.get("rounds") or [{k: previous.get(k) for k in ("hyperparameters", "steps", "history",
-                                                                        "train_seconds", "best_dev_accuracy_fp32")}
-                                          | {"init": "mini-mlm", "epochs": previous.get("epochs_done")}]
-              if init == "nli" and previous else [])
+    rounds = _earlier_rounds(previous, ("hyperparameters", "steps", "history", "train_seconds", "best_dev_accuracy_fp32"),
+                             init="mini-mlm", epochs=previous.get("epochs_done"))
     rounds.append(this_round)
     info = {
         "name": "mini-nli", "architecture": "RobertaForSequenceClassification", "init": "mini-mlm",
         "rounds": rounds, "params": n_params(model), "seed": seed, "hyperparameters": cfg,
-        "steps": sum(r["steps"] or 0 for r in rounds),
-        "epochs_done": sum(r["epochs"] or 0 for r in rounds), "train_pairs": len(train_enc), "dev_pairs": len(split.dev),
+        **_round_totals(rounds), "train_pairs": len(train_enc), "dev_pairs": len(split.dev),
         "history": [h | {"round": i + 1} for i, r in enumerate(rounds) for h in (r["history"] or [])],
         "best_dev_accuracy_fp32": round(best, 4), "dev_accuracy": round(acc16, 4),
-        "train_seconds": round(sum(r["train_seconds"] or 0 for r in rounds), 1), "hardware": hardware(), "data": split.summary(),
+        "hardware": hardware(), "data": split.summary(),
         "id2label": NLI_ID2LABEL,
     }
     write_json(out / INFO_FILE, info)
@@ -615,9 +625,8 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
     out = Path(out_dir) / "mini-t5"
     tok = tok or T5TokenizerFast.from_pretrained(out)
     previous = read_json(out / INFO_FILE, {}) if init == "t5" else {}
-    rounds = list(previous.get("rounds") or ([{k: previous.get(k) for k in (
-        "hyperparameters", "steps", "epochs_done", "examples_by_task", "train_seconds", "final_loss")}
-        | {"init": "scratch"}] if previous else []))
+    rounds = _earlier_rounds(previous, ("hyperparameters", "steps", "epochs_done", "examples_by_task",
+                                        "train_seconds", "final_loss"), init="scratch")
     seed_everything(seed + len(rounds))
     examples = t5_examples(split.train, seed + len(rounds), cfg["nli_fraction"], cfg.get("gen_fraction", 1.0))
     if cfg.get("bi_entailed"):  # paraphrases that mini-nli accepts both ways (needs the saved mini-nli)
@@ -670,10 +679,8 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
         write_json(out / INFO_FILE, {
             "name": "mini-t5", "architecture": "T5ForConditionalGeneration (T5 v1.1 / Flan-T5: gated-gelu, untied)",
             "params": n_params(model), "seed": seed, "hyperparameters": cfg,
-            "steps": sum(r["steps"] or 0 for r in all_rounds), "planned_steps": total,
-            "epochs_done": round(sum(r["epochs_done"] or 0 for r in all_rounds), 3), "examples": len(src),
+            **_round_totals(all_rounds, "epochs_done"), "planned_steps": total, "examples": len(src),
             "examples_by_task": dict(counts), "rounds": all_rounds if len(all_rounds) > 1 else [],
-            "train_seconds": round(sum(r["train_seconds"] or 0 for r in all_rounds), 1),
             "loss_curve": losses, "final_loss": round(run_loss, 4), "complete": final, "hardware": hardware(),
             "data": split.summary(),
         })
