@@ -118,6 +118,15 @@ def test_default_run_on_a_few_examples(tmp_path):
     assert rep["funnel"]["valid"] == 6
 
 
+def _sample_split(n_train: int, n_dev: int):
+    """A train / dev split of the embedded sample's first pairs, for the training checks (the sample is
+    held-out data: split again for these checks only)."""
+    from breaknli_fast.mini.data import SnliSplit, load_split
+
+    pairs = load_split(sample_path()).dev
+    return SnliSplit(pairs[:n_train], pairs[n_train:n_train + n_dev], n_train + n_dev, 0, 0)
+
+
 def test_training_is_deterministic_for_a_seed(tmp_path):
     """The training command's claim of reproducibility, in small: the NLI fine-tuning and the T5
     instruction tuning, run twice with the same seed on the same pairs (a few steps each, from the
@@ -126,12 +135,9 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
 
     from transformers import T5TokenizerFast
 
-    from breaknli_fast.mini.data import SnliSplit, load_split
     from breaknli_fast.mini.train import finetune_nli, train_t5
 
-    rows = load_split(sample_path())
-    pairs = rows.dev  # the sample is held-out data: split it again for this check only
-    split = SnliSplit(pairs[:192], pairs[192:256], 256, 0, 0)
+    split = _sample_split(192, 64)
     tok = T5TokenizerFast.from_pretrained(str(assets_models_dir() / "mini-t5"))
 
     def train(folder: Path, seed: int) -> bytes:
@@ -152,13 +158,11 @@ def test_bi_entailed_paraphrase_examples(tmp_path):
     T5 round that uses them records the counts."""
     import shutil
 
-    from breaknli_fast.mini.data import SnliSplit, load_split
     from breaknli_fast.mini.evaluate import NliClassifier
     from breaknli_fast.mini.train import bi_entailed_examples, train_t5
     from breaknli_fast.prompts import ENTAIL_PROMPT
 
-    pairs = load_split(sample_path()).dev
-    split = SnliSplit(pairs[:300], pairs[300:320], 300, 0, 0)
+    split = _sample_split(300, 20)
     for m in ("mini-nli", "mini-t5"):
         shutil.copytree(assets_models_dir() / m, tmp_path / m)
     kw = dict(seed=0, hypotheses=12, k=8, per_hypothesis=2, rules=60, progress=False)
@@ -205,13 +209,6 @@ def test_rule_paraphrases():
     assert rule_paraphrases("They are at an airshow.", random.Random(0)) == []
 
 
-def _tiny_split():
-    from breaknli_fast.mini.data import SnliSplit, load_split
-
-    pairs = load_split(sample_path()).dev  # the sample is held-out data: split it again for these checks only
-    return SnliSplit(pairs[:128], pairs[128:192], 192, 0, 0)
-
-
 def test_mlm_continuation_round_grows_a_layer_and_records_rounds(tmp_path):
     """A further masked-LM round (``--mlm-init mlm --mlm-add-layers 1``) continues from the saved mini-mlm with
     one more encoder layer, a copy of its top layer, and records both rounds; mini-nli then loads the deeper
@@ -236,7 +233,7 @@ def test_mlm_continuation_round_grows_a_layer_and_records_rounds(tmp_path):
 
     shutil.copytree(src, tmp_path / "mini-mlm")
     rounds_before = len(read_json(src / "train_info.json").get("rounds") or [None])
-    split = _tiny_split()
+    split = _sample_split(128, 64)
     info = pretrain_mlm(split, tmp_path, seed=0, max_steps=2, progress=False, init="mlm", add_layers=1)
     assert info["hyperparameters"]["layers"] == n + 1 and len(info["rounds"]) == rounds_before + 1
     assert info["rounds"][-1]["add_layers"] == 1 and info["rounds"][-1]["steps"] == 2
