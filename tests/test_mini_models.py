@@ -33,6 +33,14 @@ def test_shipped_model_files_and_card(name):
         assert word in card, f"{name} card lacks {word!r}"
     cfg = json.loads((d / "config.json").read_text())
     assert cfg.get("torch_dtype", cfg.get("dtype")) == "float32"  # stored fp16, loaded fp32
+    if name == "mini-t5":  # the card says what every task of every training round was
+        info = json.loads((d / "train_info.json").read_text())
+        tasks = {t for r in info.get("rounds") or [info] for t in r.get("examples_by_task") or {}}
+        described = {"contradict": "contradiction prompt", "entail": "paraphrase prompt", "nli": "NLI (`infer`",
+                     "entail_both_ways": "`entail_both_ways` -", "denoise": "`denoise` -"}
+        assert tasks <= set(described), tasks - set(described)
+        for t in tasks:
+            assert described[t] in card, f"mini-t5 card does not describe its task {t!r}"
 
 
 def test_assets_fit_the_size_cap():
@@ -207,6 +215,34 @@ def test_rule_paraphrases():
         assert a == rule_paraphrases(h, random.Random(5), n=3)
         assert 0 < len(a) == len(set(a)) <= 3 and h not in a
     assert rule_paraphrases("They are at an airshow.", random.Random(0)) == []
+
+
+def test_denoise_examples_hide_words_and_restore_the_sentence():
+    """The reconstruction task (``--t5-denoise N``): the input hides one or two spans of the sentence's words
+    behind the mask (at least one word, never all, the final punctuation kept), the target is the sentence
+    itself; hypotheses come before premises; the same for the same seed."""
+    import random
+
+    from breaknli_fast.mini.train import DENOISE_MASK, DENOISE_PROMPT, corrupt_sentence, denoise_examples
+
+    rng = random.Random(0)
+    for s in ("A man is sleeping on a couch.", "Two children are playing soccer in a park.", "Dogs run.", "Hi."):
+        for _ in range(20):
+            c = corrupt_sentence(s, rng)
+            assert DENOISE_MASK in c and c.endswith(".") and 1 <= c.count(DENOISE_MASK) <= 2
+            kept = [w for w in c.split() if DENOISE_MASK not in w]
+            assert kept == [w for w in s.split() if w in kept]  # the visible words, in order, unchanged
+            assert len(kept) < len(s.split())
+            if len(s.split()) > 1:
+                assert kept  # never everything hidden
+    split = _sample_split(50, 5)
+    ex = denoise_examples(split, 60, seed=3)
+    assert ex == denoise_examples(split, 60, seed=3) != denoise_examples(split, 60, seed=4)
+    hyps = {p.hypothesis.strip() for p in split.train}
+    assert len(ex) == 60 and all(t == "denoise" for t, _, _ in ex)
+    assert {y for _, _, y in ex[:len(hyps)]} == hyps  # every hypothesis before any premise
+    prefix = DENOISE_PROMPT.format(h="")
+    assert all(x.startswith(prefix) and DENOISE_MASK in x and x[len(prefix):] != y for _, x, y in ex)
 
 
 def test_mlm_continuation_round_grows_a_layer_and_records_rounds(tmp_path):

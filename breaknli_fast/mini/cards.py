@@ -127,7 +127,7 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
             "entailment hypothesis <-> contradiction hypothesis of the same premise; paraphrase prompt - premise -> "
             "entailment hypothesis, entailment hypothesis -> another entailment hypothesis of the same premise; "
             "NLI (`infer` prompt) -> `yes` / `no` / `it is not possible to tell` (for a random `nli_fraction` of the "
-            "pairs). Training covered `epochs` of this mix in random, length-bucketed batches. "
+            "pairs). " + _extra_tasks(info) + "Training covered `epochs` of this mix in random, length-bucketed batches. "
             f"Examples per task: {tasks}; max 96 input / 48 target tokens. Final loss {info.get('final_loss')}"
             + ("" if info.get("complete", True) else " (**training incomplete: checkpoint**)") + ".\n\n"
             "## Results (after the fp16 round trip, loaded in fp32)\n\n"
@@ -142,12 +142,29 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
     return head + body + common + LICENSE
 
 
+def _extra_tasks(info: dict) -> str:
+    """What the tasks of the later rounds are, for those that the model's rounds used."""
+    used = set(info.get("examples_by_task") or {})
+    for r in info.get("rounds") or []:
+        used |= set(r.get("examples_by_task") or {})
+    out = ""
+    if "entail_both_ways" in used:
+        out += ("`entail_both_ways` - paraphrase prompt -> a rewrite that the saved mini-nli labels entailment in both "
+                "directions (SNLI's paraphrase examples, mini-t5's own rephrasings and, where the round asked for them, "
+                "rule-based rewrites: synonyms, 'is sleeping' / 'sleeps', 'There is a man sleeping'). ")
+    if "denoise" in used:
+        out += ("`denoise` - `Fill in the missing words: ` + a training sentence with one or two spans of its words "
+                "replaced by `___` -> the whole sentence (text infilling, which teaches the decoder to copy its input). ")
+    return out
+
+
 def _t5_limits(e: dict) -> str:
     notes = ["## Limitations\n",
              "- Trained from scratch on about 100k SNLI pairs for a fraction of an epoch of the task mix on a shared "
              "CPU: outputs are SNLI-style sentences that usually keep the subject of the input and change the rest. "
-             "They are rarely true paraphrases; the paraphrase prompt mostly yields another plausible caption "
-             "hypothesis, and the model conditions only weakly on which of the two prompts it got. The 'on target' shares above are judged by mini-nli, itself a weak classifier, and say "
+             "Under the paraphrase prompt it now mostly copies the input with small edits (synonyms, 'is drinking' / "
+             "'drinks', 'There is a guy drinking'), but often also drops or changes a content word, so only a minority "
+             "of its outputs are entailed in both directions (see the entailed row above). The 'on target' shares above are judged by mini-nli, itself a weak classifier, and say "
              "as much about the judge as about the generator."]
     acc, dist = e.get("dev_nli_accuracy"), e.get("dev_pred_counts") or {}
     if acc is not None and acc < 0.45:

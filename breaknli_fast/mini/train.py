@@ -41,6 +41,8 @@ NLI_ID2LABEL = {0: CONTRADICTION, 1: NEUTRAL, 2: ENTAILMENT}
 NLI_LABEL2ID = {v: k for k, v in NLI_ID2LABEL.items()}
 INFO_FILE = "train_info.json"
 
+T5_PARAPHRASE_ROUNDS = 3  # rounds 5, 6 and 7 of mini-t5
+
 DEFAULTS: dict[str, Any] = {
     "bpe_vocab": 8000,
     "spm_vocab": 6000,
@@ -61,10 +63,12 @@ DEFAULTS: dict[str, Any] = {
     "t5_more_rounds": [dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
                        dict(epochs=0.32, lr=5e-4, nli_fraction=1.0, gen_fraction=0.1, save_every=0),
                        dict(epochs=0.7, lr=5e-4, nli_fraction=0.15, gen_fraction=1.0, save_every=0),
-                       # paraphrases that mini-nli accepts both ways (SNLI's and mini-t5's own), with a little
-                       # of everything else
-                       dict(epochs=1.0, lr=3e-4, nli_fraction=0.1, gen_fraction=0.05, save_every=0,
-                            bi_entailed=dict(human=True, hypotheses=4000, k=20, per_hypothesis=3))],
+                       # paraphrases that mini-nli accepts both ways (SNLI's, mini-t5's own and rule-based rewrites)
+                       # and text infilling (copying), with a little of everything else; the same round again from
+                       # its result (whose own rephrasings are closer copies)
+                       *[dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=60000,
+                              bi_entailed=dict(human=True, hypotheses=4000, k=20, per_hypothesis=3, rules=60000))
+                         for _ in range(T5_PARAPHRASE_ROUNDS)]],
 }
 
 
@@ -508,6 +512,47 @@ def t5_examples(pairs: Sequence[Pair], seed: int = 0, nli_fraction: float = 1.0,
     return out
 
 
+DENOISE_PROMPT = "Fill in the missing words: {h}"
+DENOISE_MASK = "___"
+
+
+def corrupt_sentence(sentence: str, rng: random.Random, rate: float = 0.3) -> str:
+    """``sentence`` with about ``rate`` of its words hidden in one or two spans, each replaced by ``DENOISE_MASK``
+    (at least one word hidden; the final punctuation is kept)."""
+    words = sentence.split()
+    n = len(words)
+    k = max(1, min(n - 1, round(rate * n))) if n > 1 else 1
+    spans = 2 if k >= 2 and rng.random() < 0.5 else 1
+    lens = [k] if spans == 1 else [k // 2, k - k // 2]
+    hidden: set[int] = set()
+    for ln in lens:
+        start = rng.randrange(0, max(1, n - ln + 1))
+        hidden.update(range(start, min(n, start + ln)))
+    out: list[str] = []
+    for i, w in enumerate(words):
+        if i in hidden:
+            if not out or out[-1] != DENOISE_MASK:
+                out.append(DENOISE_MASK)
+            if i == n - 1 and w[-1:] in ".?!":
+                out[-1] += w[-1]
+        else:
+            out.append(w)
+    return " ".join(out)
+
+
+def denoise_examples(split: SnliSplit, n: int, seed: int = 0) -> list[tuple[str, str, str]]:
+    """``n`` reconstruction examples (BART-style text infilling): a training sentence with a span or two of its
+    words hidden -> the whole sentence. mini-t5 was instruction-tuned from random weights, with nothing like the
+    span-corruption pre-training Flan-T5 starts from; this teaches its decoder to copy its input, which a
+    paraphrase needs. Hypotheses first (the loop rephrases hypotheses), then premises, each list in a seeded order."""
+    hyps = sorted({p.hypothesis.strip() for p in split.train})
+    prems = sorted({p.premise.strip() for p in split.train} - set(hyps))
+    rng = random.Random(seed + 19)
+    rng.shuffle(hyps)
+    rng.shuffle(prems)
+    return [("denoise", DENOISE_PROMPT.format(h=corrupt_sentence(s, rng)), s) for s in (hyps + prems)[:n]]
+
+
 def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, human: bool = True,
                          hypotheses: int = 0, k: int = 20, per_hypothesis: int = 3, rules: int = 0,
                          rules_per_hypothesis: int = 2, progress: bool = True) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
@@ -635,6 +680,9 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
         examples = examples + extra
         random.Random(seed + len(rounds)).shuffle(examples)
         seed_everything(seed + len(rounds))  # loading and running the models above drew from the global RNGs
+    if cfg.get("denoise"):
+        examples = examples + denoise_examples(split, cfg["denoise"], seed=seed + len(rounds))
+        random.Random(seed + len(rounds) + 1).shuffle(examples)
     counts: dict[str, int] = defaultdict(int)
     for t, _, _ in examples:
         counts[t] += 1
@@ -717,7 +765,8 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
               nli_lr: float | None = None, nli_dropout: float | None = None, nli_swap: bool = False, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
               t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True,
-              t5_save_every: int | None = None, nli_round2: bool = True, t5_bi_entailed: dict | None = None) -> dict:
+              t5_save_every: int | None = None, nli_round2: bool = True, t5_bi_entailed: dict | None = None,
+              t5_denoise: int | None = None) -> dict:
     """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5), then evaluate and write the cards.
 
     ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
@@ -765,7 +814,7 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
         result["mini-t5"] = train_t5(split, out_dir, tok=spm_tok, seed=seed, max_steps=max_steps, progress=progress,
                                      init=t5_init, epochs=t5_epochs, nli_fraction=t5_nli_fraction,
                                      gen_fraction=t5_gen_fraction, lr=t5_lr, save_every=t5_save_every,
-                                     bi_entailed=t5_bi_entailed)
+                                     bi_entailed=t5_bi_entailed, denoise=t5_denoise)
         if t5_init == "scratch" and t5_round2:
             for extra in DEFAULTS["t5_more_rounds"]:
                 result["mini-t5"] = train_t5(split, out_dir, tok=spm_tok, seed=seed, max_steps=max_steps,
@@ -818,6 +867,8 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
     ap.add_argument("--t5-rule-paraphrases", type=int, default=0, metavar="N",
                     help="add rule-based rewrites (synonyms, tense, 'there is') of N training hypotheses that "
                          "mini-nli labels entailment both ways")
+    ap.add_argument("--t5-denoise", type=int, default=None, metavar="N",
+                    help="add N reconstruction examples (a training sentence with words hidden -> the sentence)")
     ap.add_argument("--no-t5-round2", action="store_true",
                     help="skip the further T5 rounds (continuations with more NLI examples) of a from-scratch run")
     ap.add_argument("--no-mlm-round2", action="store_true",
@@ -843,7 +894,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                     nli_swap=args.nli_swap_contradictions,
                     t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
                     t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
-                    t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2,
+                    t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2, t5_denoise=args.t5_denoise,
                     t5_bi_entailed=(dict(human=args.t5_bi_entailed_human, hypotheses=args.t5_self_paraphrases,
                                          rules=args.t5_rule_paraphrases)
                                     if args.t5_bi_entailed_human or args.t5_self_paraphrases
