@@ -527,7 +527,7 @@ def corrupt_sentence(sentence: str, rng: random.Random, rate: float = 0.3) -> st
     hidden: set[int] = set()
     for ln in lens:
         start = rng.randrange(0, max(1, n - ln + 1))
-        hidden.update(range(start, min(n, start + ln)))
+        hidden.update(range(start, start + ln))  # start <= n - ln
     out: list[str] = []
     for i, w in enumerate(words):
         if i in hidden:
@@ -771,7 +771,8 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
 
     ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
     mini-t5 is trained in rounds: ``DEFAULTS["t5"]`` from scratch, then each of ``DEFAULTS["t5_more_rounds"]``
-    (more NLI examples) continuing from the saved model of the round before; ``t5_round2=False`` stops after
+    (more NLI, then the generation tasks, then three paraphrase rounds with text infilling) continuing from the
+    saved model of the round before; ``t5_round2=False`` stops after
     round 1. Likewise mini-nli: ``DEFAULTS["nli"]`` from mini-mlm, then ``DEFAULTS["nli_more_rounds"]``
     continuing from the best mini-nli (``nli_round2=False`` skips them), and mini-mlm: ``DEFAULTS["mlm"]`` from
     scratch, then ``DEFAULTS["mlm_more_rounds"]`` (one more layer, more epochs; ``mlm_round2=False`` skips them).
@@ -870,7 +871,7 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
     ap.add_argument("--t5-denoise", type=int, default=None, metavar="N",
                     help="add N reconstruction examples (a training sentence with words hidden -> the sentence)")
     ap.add_argument("--no-t5-round2", action="store_true",
-                    help="skip the further T5 rounds (continuations with more NLI examples) of a from-scratch run")
+                    help="skip the further T5 rounds (continuations: more NLI, generation, paraphrases) of a from-scratch run")
     ap.add_argument("--no-mlm-round2", action="store_true",
                     help="skip the further mini-mlm rounds (continuations from the saved mini-mlm) of a run from scratch")
     ap.add_argument("--no-nli-round2", action="store_true",
