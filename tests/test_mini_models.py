@@ -198,6 +198,39 @@ def test_bi_entailed_paraphrase_examples(tmp_path):
         counts["kept_human"] + counts["kept_self"]
 
 
+def test_generator_check_accounts_for_every_checked_example():
+    """The generator check of the model cards: every checked example either survives or stops at one of
+    the two filters, overall and in each hypothesis-length bucket; the buckets add up to the totals; and the
+    per-candidate counts are those of the first U distinct candidates of the examples that reach the filter."""
+    import torch
+    from transformers import T5ForConditionalGeneration, T5TokenizerFast
+
+    from breaknli_fast.mini.evaluate import LENGTH_BUCKETS, NliClassifier, generator_check, length_bucket, load_sample
+
+    assert [length_bucket(h) for h in ("A man sleeps.", "A man is sleeping on a red couch.",
+                                       "A man in a blue shirt is sleeping on a red couch.")] == list(LENGTH_BUCKETS)
+    path = assets_models_dir() / "mini-t5"
+    t5 = T5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
+    tok = T5TokenizerFast.from_pretrained(path)
+    clf = NliClassifier(assets_models_dir() / "mini-nli")
+    examples = load_sample(sample_path())[:200]
+    r = generator_check(t5, tok, clf, examples, "entailed", n=12, k=20, progress=False)
+    assert r["checked"] == 12
+    assert r["survivors"] + r["too_few_unique"] + r["too_few_on_target"] == r["checked"]
+    buckets = r["by_hypothesis_length"]
+    assert set(buckets) <= set(LENGTH_BUCKETS) and buckets
+    for key in ("checked", "survivors", "too_few_unique", "too_few_on_target"):
+        assert sum(b[key] for b in buckets.values()) == r[key]
+    for b in buckets.values():
+        assert b["survivors"] + b["too_few_unique"] + b["too_few_on_target"] == b["checked"]
+        assert b["candidates_checked"] == 10 * (b["checked"] - b["too_few_unique"])
+        assert 5 * b["survivors"] <= b["candidates_passed"] <= b["candidates_checked"]
+    reached = sum(b["candidates_checked"] for b in buckets.values())
+    if reached:
+        assert sum(b["candidates_passed"] for b in buckets.values()) / reached == \
+            pytest.approx(r["both_directions_share_target_first10"], abs=1e-4)
+
+
 def test_rule_paraphrases():
     """The rule-based rewrites: one edit each (synonym, progressive / simple present, existential), both
     directions, never the input; several edits combined deterministically for a seeded generator."""

@@ -138,8 +138,24 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
             "U = 10 distinct, S = 5 on target in both directions):\n\n"
             "| mode | target | examples | (h, h') on target, all outputs | distinct outputs | mean distinct | "
             "too few unique | too few on target | survive |\n|---|---|---|---|---|---|---|---|---|\n" + gen + "\n"
-            + _t5_limits(e) + "\n")
+            + _by_length(e) + _t5_limits(e) + "\n")
     return head + body + common + LICENSE
+
+
+def _by_length(e: dict) -> str:
+    """The generator check broken down by the length of h (where the evaluation recorded it)."""
+    rows = ""
+    for mode in ("contradictive", "entailed"):
+        for bucket, b in ((e.get(mode) or {}).get("by_hypothesis_length") or {}).items():
+            share = b["candidates_passed"] / b["candidates_checked"] if b["candidates_checked"] else None
+            rows += (f"| {mode} | {bucket} | {b['checked']} | {b['too_few_unique']} | {b['too_few_on_target']} | "
+                     f"{b['survivors']} | {_pct(share)} |\n")
+    if not rows:
+        return ""
+    return ("By the length of h (the same examples; the last column is the share of the first U distinct candidates "
+            "on target in both directions, over the examples that reach the relation filter):\n\n"
+            "| mode | h | examples | too few unique | too few on target | survive | candidates on target |\n"
+            "|---|---|---|---|---|---|---|\n" + rows + "\n")
 
 
 def _extra_tasks(info: dict) -> str:

@@ -100,6 +100,15 @@ def generate(model: Any, tok: Any, prompts: Sequence[str], k: int, seed: int, ba
     return out
 
 
+LENGTH_BUCKETS = ("1-6 words", "7-9 words", "10+ words")
+
+
+def length_bucket(hypothesis: str) -> str:
+    """The hypothesis-length bucket of :func:`generator_check`'s breakdown (words split on whitespace)."""
+    n = len(hypothesis.split())
+    return LENGTH_BUCKETS[0] if n <= 6 else LENGTH_BUCKETS[1] if n <= 9 else LENGTH_BUCKETS[2]
+
+
 def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence[dict], mode: str, n: int = 200,
                     k: int = 20, unique: int = 10, keep: int = 5, seed: int = 0, progress: bool = True) -> dict:
     """The BreakNLI loop up to the relation filter, on the first ``n`` selected and correctly classified examples."""
@@ -138,16 +147,25 @@ def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence
                 bw.append((c, e["hypothesis"]))
     fwp, bwp = clf.predict(fw) if fw else [], clf.predict(bw) if bw else []
     j = 0
-    for seen in per_example:
+    by_length: dict[str, dict[str, int]] = {}
+    for e, seen in zip(chosen, per_example):
+        b = by_length.setdefault(length_bucket(e["hypothesis"]), dict(
+            checked=0, too_few_unique=0, too_few_on_target=0, survivors=0, candidates_checked=0, candidates_passed=0))
+        b["checked"] += 1
         if len(seen) < unique:
             too_few_unique += 1
+            b["too_few_unique"] += 1
             continue
         passed = sum(1 for i in range(unique) if fwp[j + i] == target and bwp[j + i] == target)
         j += unique
+        b["candidates_checked"] += unique
+        b["candidates_passed"] += passed
         if passed >= keep:
             survivors += 1
+            b["survivors"] += 1
         else:
             too_few_target += 1
+            b["too_few_on_target"] += 1
     examples_out = [{"hypothesis": e["hypothesis"], "candidates": cs[:5]} for e, cs in zip(chosen[:3], per_example)]
     return {
         "mode": mode, "target": target, "selected": len(sel), "correct": len(correct), "checked": len(chosen),
@@ -160,6 +178,7 @@ def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence
         "forward_share_target_first10": round(float(np.mean([p == target for p in fwp])), 4) if fwp else None,
         "both_directions_share_target_first10": round(float(np.mean(
             [a == target and b == target for a, b in zip(fwp, bwp)])), 4) if fwp else None,
+        "by_hypothesis_length": {k: by_length[k] for k in LENGTH_BUCKETS if k in by_length},
         "generation_seconds": round(gen_secs, 1), "examples": examples_out,
     }
 
