@@ -128,7 +128,6 @@ def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence
     flat_pred = clf.predict(flat)
     share_all = float(np.mean([p == target for p in flat_pred]))
     # filters
-    survivors = too_few_unique = too_few_target = 0
     distinct_pairs: list[tuple[str, str]] = []
     per_example: list[list[str]] = []
     for e, cs in zip(chosen, outs):
@@ -153,7 +152,6 @@ def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence
             checked=0, too_few_unique=0, too_few_on_target=0, survivors=0, candidates_checked=0, candidates_passed=0))
         b["checked"] += 1
         if len(seen) < unique:
-            too_few_unique += 1
             b["too_few_unique"] += 1
             continue
         passed = sum(1 for i in range(unique) if fwp[j + i] == target and bwp[j + i] == target)
@@ -161,11 +159,11 @@ def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence
         b["candidates_checked"] += unique
         b["candidates_passed"] += passed
         if passed >= keep:
-            survivors += 1
             b["survivors"] += 1
         else:
-            too_few_target += 1
             b["too_few_on_target"] += 1
+    too_few_unique, too_few_target, survivors = (sum(b[key] for b in by_length.values())
+                                                 for key in ("too_few_unique", "too_few_on_target", "survivors"))
     examples_out = [{"hypothesis": e["hypothesis"], "candidates": cs[:5]} for e, cs in zip(chosen[:3], per_example)]
     return {
         "mode": mode, "target": target, "selected": len(sel), "correct": len(correct), "checked": len(chosen),
