@@ -43,6 +43,31 @@ def test_shipped_model_files_and_card(name):
             assert described[t] in card, f"mini-t5 card does not describe its task {t!r}"
 
 
+def test_shipped_mini_t5_went_through_the_documented_recipe():
+    """Every round recorded in the shipped mini-t5's train_info.json used the hyperparameters of the matching round
+    of the recipe (``DEFAULTS["t5"]``, then ``DEFAULTS["t5_more_rounds"]``), defaults filled in, so the documented
+    command describes the shipped model. ``save_every`` (checkpoint files only) is left out."""
+    import inspect
+
+    from breaknli_fast.mini.train import DEFAULTS, bi_entailed_examples
+
+    info = json.loads((assets_models_dir() / "mini-t5" / "train_info.json").read_text())
+    recipe = [DEFAULTS["t5"]] + [{**DEFAULTS["t5"], **r} for r in DEFAULTS["t5_more_rounds"]]
+    assert len(info["rounds"]) == len(recipe)
+    bi_defaults = {k: p.default for k, p in inspect.signature(bi_entailed_examples).parameters.items()
+                   if p.default is not inspect.Parameter.empty and k not in ("seed", "progress")}
+
+    def norm(hp):
+        hp = {k: v for k, v in hp.items() if k not in ("save_every", "bi_entailed_counts")}
+        hp.setdefault("gen_fraction", 1.0)
+        if hp.get("bi_entailed"):
+            hp["bi_entailed"] = {**bi_defaults, **hp["bi_entailed"]}
+        return hp
+
+    for n, (r, want) in enumerate(zip(info["rounds"], recipe), 1):
+        assert norm(r["hyperparameters"]) == norm(want), f"round {n}"
+
+
 def test_assets_fit_the_size_cap():
     total = sum(f.stat().st_size for f in assets_models_dir().rglob("*") if f.is_file())
     assert total <= 40 * 1024 * 1024, f"{total / 2**20:.1f} MiB"
@@ -167,6 +192,7 @@ def test_bi_entailed_paraphrase_examples(tmp_path):
     import shutil
 
     from breaknli_fast.mini.evaluate import NliClassifier
+    from breaknli_fast.mini.paraphrase_rules import keeps_content
     from breaknli_fast.mini.train import bi_entailed_examples, train_t5
     from breaknli_fast.prompts import ENTAIL_PROMPT
 
@@ -191,6 +217,12 @@ def test_bi_entailed_paraphrase_examples(tmp_path):
     assert all(s != t for s, t in self_part + rule_part)
     assert not {s for s, _ in self_part} & {s for s, _ in rule_part}  # rules rewrite other hypotheses
     assert all(sum(1 for s, _ in self_part if s == h) <= 2 for h, _ in self_part)
+    fex, fstats = bi_entailed_examples(split, tmp_path, **kw, faithful=True)  # content words kept as well
+    assert fstats["human_faithful"] < fstats["human_candidates"] and fstats["self_faithful"] <= fstats["self_candidates"]
+    assert fstats["kept_human"] <= stats["kept_human"] and fstats["kept_self"] <= stats["kept_self"]
+    assert fstats["kept_rules"] == stats["kept_rules"]  # the rules are not filtered again
+    fsrc = [x[len(prefix):] for _, x, _ in fex]
+    assert all(keeps_content(s, t) for s, (_, _, t) in list(zip(fsrc, fex))[:fstats["kept_human"] + fstats["kept_self"]])
     info = train_t5(split, tmp_path, seed=0, max_steps=2, progress=False, init="t5", save_every=0,
                     bi_entailed=dict(hypotheses=4, k=6))
     counts = info["rounds"][-1]["hyperparameters"]["bi_entailed_counts"]
@@ -248,6 +280,34 @@ def test_rule_paraphrases():
         assert a == rule_paraphrases(h, random.Random(5), n=3)
         assert 0 < len(a) == len(set(a)) <= 3 and h not in a
     assert rule_paraphrases("They are at an airshow.", random.Random(0)) == []
+    # the extended rules: the plain ones plus more synonyms and the leading "The" / "A" swap (singular subjects only)
+    plain, ext = single_edits("The woman is wearing green."), single_edits("The woman is wearing green.", extended=True)
+    assert set(plain) < set(ext) and {"The woman is dressed in green.", "A woman is wearing green."} <= set(ext)
+    assert "A men are sleeping." not in single_edits("The men are sleeping.", extended=True)
+    assert "The egg is on the table." in single_edits("An egg is on the table.", extended=True)
+    h = "A man is sleeping on the couch."
+    many = rule_paraphrases(h, random.Random(3), n=6, max_edits=3, extended=True)
+    assert many == rule_paraphrases(h, random.Random(3), n=6, max_edits=3, extended=True)
+    assert len(many) == len(set(many)) == 6 and h not in many
+
+
+def test_keeps_content_tells_a_faithful_rephrasing_from_a_swap():
+    """The faithful-paraphrase check: every content word of the source kept (as itself, another verb form,
+    its plural or a synonym of the rules' table), function words free, at most ``max_new`` new content words."""
+    from breaknli_fast.mini.paraphrase_rules import content_words, keeps_content
+
+    h = "A man is drinking juice."
+    assert content_words(h) == ["man", "drinking", "juice"]
+    assert keeps_content(h, "There is a guy drinking juice.")
+    assert keeps_content(h, "A man drinks juice.")
+    assert keeps_content(h, "A man drinks some juices.")  # plural, function word
+    assert not keeps_content(h, "A guy is drinking wine.")  # content swapped
+    assert not keeps_content(h, "A man is drinking.")  # content lost
+    assert keeps_content(h, "A man is drinking orange juice.")
+    assert not keeps_content(h, "A man is drinking orange juice.", max_new=0)
+    assert not keeps_content(h, "A tall man is drinking orange juice.")
+    assert keeps_content("A man sits beside a dog.", "A guy is sitting next to a dog.")  # multi-word synonym
+    assert keeps_content("Two ladies talk.", "Two women are talking.")
 
 
 def test_denoise_examples_hide_words_and_restore_the_sentence():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +147,8 @@ def _by_length(e: dict) -> str:
     """The generator check broken down by the length of h (where the evaluation recorded it)."""
     rows = ""
     for mode in ("contradictive", "entailed"):
-        for bucket, b in ((e.get(mode) or {}).get("by_hypothesis_length") or {}).items():
+        buckets = (e.get(mode) or {}).get("by_hypothesis_length") or {}
+        for bucket, b in sorted(buckets.items(), key=lambda kv: int(re.match(r"\d*", kv[0]).group() or 0)):
             share = b["candidates_passed"] / b["candidates_checked"] if b["candidates_checked"] else None
             rows += (f"| {mode} | {bucket} | {b['checked']} | {b['too_few_unique']} | {b['too_few_on_target']} | "
                      f"{b['survivors']} | {_pct(share)} |\n")
@@ -168,6 +170,18 @@ def _extra_tasks(info: dict) -> str:
         out += ("`entail_both_ways` - paraphrase prompt -> a rewrite that the saved mini-nli labels entailment in both "
                 "directions (SNLI's paraphrase examples, mini-t5's own rephrasings and, where the round asked for them, "
                 "rule-based rewrites: synonyms, 'is sleeping' / 'sleeps', 'There is a man sleeping'). ")
+    bi = [(r.get("hyperparameters") or {}).get("bi_entailed") or {} for r in info.get("rounds") or []]
+    faithful = [str(i + 1) for i, b in enumerate(bi) if b.get("faithful")]
+    extended = [str(i + 1) for i, b in enumerate(bi) if b.get("rules_extended")]
+    if faithful:
+        out += (f"In round(s) {', '.join(faithful)} SNLI's and mini-t5's own paraphrases were kept only where they also "
+                "keep every content word of their source (itself, another form or a synonym; at most one new content "
+                "word). ")
+    if extended:
+        out += (f"Round(s) {', '.join(extended)} used the extended rules (a larger synonym table, 'The' / 'A' at the "
+                "start, up to "
+                + "/".join(str(b.get("rules_max_edits", 2)) for b in bi if b.get("rules_extended"))
+                + " edits per rewrite). ")
     if "denoise" in used:
         out += ("`denoise` - `Fill in the missing words: ` + a training sentence with one or two spans of its words "
                 "replaced by `___` -> the whole sentence (text infilling, which teaches the decoder to copy its input). ")
@@ -179,8 +193,10 @@ def _t5_limits(e: dict) -> str:
              "- Trained from scratch on about 100k SNLI pairs for a fraction of an epoch of the task mix on a shared "
              "CPU: outputs are SNLI-style sentences that usually keep the subject of the input and change the rest. "
              "Under the paraphrase prompt it now mostly copies the input with small edits (synonyms, 'is drinking' / "
-             "'drinks', 'There is a guy drinking'), but often also drops or changes a content word, so only a minority "
-             "of its outputs are entailed in both directions (see the entailed row above). The 'on target' shares above are judged by mini-nli, itself a weak classifier, and say "
+             "'drinks', 'There is a guy drinking', 'The lady wears green'), but often also drops or changes a content word "
+             "(most often in long sentences), so only a minority of its outputs are entailed in both directions, and "
+             "for short sentences it often has fewer than 10 distinct rewrites among its 20 samples (the 'too few "
+             "unique' column). The 'on target' shares above are judged by mini-nli, itself a weak classifier, and say "
              "as much about the judge as about the generator."]
     acc, dist = e.get("dev_nli_accuracy"), e.get("dev_pred_counts") or {}
     if acc is not None and acc < 0.45:

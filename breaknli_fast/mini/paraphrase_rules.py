@@ -25,10 +25,30 @@ _SYNONYM_PAIRS = [
     ("looking at", "watching"), ("photograph", "photo"), ("cap", "hat"),
     ("ocean", "sea"), ("stone", "rock"), ("quickly", "fast"), ("begins", "starts"),
 ]
-_SYNONYMS: dict[str, list[str]] = {}
-for _a, _b in _SYNONYM_PAIRS:
-    _SYNONYMS.setdefault(_a, []).append(_b)
-    _SYNONYMS.setdefault(_b, []).append(_a)
+# more of them, used by the ``extended`` rules only (the first three paraphrase rounds of mini-t5 used the table above
+# alone, and must stay reproducible)
+_MORE_SYNONYM_PAIRS = [
+    ("man", "gentleman"), ("man", "male"), ("woman", "female"), ("people", "persons"), ("person", "human"),
+    ("child", "youngster"), ("children", "youngsters"), ("kids", "youngsters"), ("dog", "canine"),
+    ("dogs", "canines"), ("inside", "indoors"), ("picture", "image"), ("pictures", "images"), ("car", "automobile"),
+    ("cars", "automobiles"), ("store", "shop"), ("friends", "pals"), ("mother", "mom"), ("father", "dad"),
+    ("baby", "infant"), ("talking", "chatting"), ("smiling", "grinning"), ("happy", "glad"), ("sad", "unhappy"),
+    ("beach", "shore"), ("sidewalk", "pavement"), ("jacket", "coat"), ("game", "match"), ("dinner", "supper"),
+    ("sleeping", "asleep"), ("wearing", "dressed in"), ("nobody", "no one"), ("several", "a few"),
+    ("restaurant", "eatery"), ("cat", "kitty"), ("photo", "snapshot"),
+]
+
+
+def _synonym_table(pairs) -> dict[str, list[str]]:
+    table: dict[str, list[str]] = {}
+    for a, b in pairs:
+        table.setdefault(a, []).append(b)
+        table.setdefault(b, []).append(a)
+    return table
+
+
+_SYNONYMS = _synonym_table(_SYNONYM_PAIRS)
+_SYNONYMS_EXT = _synonym_table(_SYNONYM_PAIRS + _MORE_SYNONYM_PAIRS)
 
 # progressive <-> simple present (third person singular / plural) for common regular verbs
 _VERBS = {
@@ -53,8 +73,14 @@ _VERBS = {
 }
 _THIRD = {third: ing for ing, (third, _) in _VERBS.items()}
 
-_SYNONYM_RE = re.compile(r"\b(" + "|".join(sorted((re.escape(k) for k in _SYNONYMS), key=len, reverse=True)) + r")\b",
-                         re.IGNORECASE)
+
+
+def _words_re(words) -> re.Pattern:
+    return re.compile(r"\b(" + "|".join(sorted((re.escape(k) for k in words), key=len, reverse=True)) + r")\b",
+                      re.IGNORECASE)
+
+
+_SYNONYM_RE, _SYNONYM_EXT_RE = _words_re(_SYNONYMS), _words_re(_SYNONYMS_EXT)
 _PROGRESSIVE = re.compile(r"\b(is|are) (\w+ing)\b", re.IGNORECASE)
 _THIRD_RE = re.compile(r"\b(" + "|".join(sorted(_THIRD, key=len, reverse=True)) + r")\b")
 _DETS = "a|an|one|two|three|four|some|several|many"
@@ -67,10 +93,11 @@ def _case_like(src: str, word: str) -> str:
     return word[:1].upper() + word[1:] if src[:1].isupper() else word
 
 
-def _synonym_edits(s: str) -> list[str]:
+def _synonym_edits(s: str, extended: bool = False) -> list[str]:
     out = []
-    for m in _SYNONYM_RE.finditer(s):
-        for alt in _SYNONYMS[m.group(1).lower()]:
+    table, pattern = (_SYNONYMS_EXT, _SYNONYM_EXT_RE) if extended else (_SYNONYMS, _SYNONYM_RE)
+    for m in pattern.finditer(s):
+        for alt in table[m.group(1).lower()]:
             out.append(s[:m.start()] + _case_like(m.group(1), alt) + s[m.end():])
     return out
 
@@ -105,11 +132,29 @@ def _existential_edits(s: str) -> list[str]:
     return out
 
 
-def single_edits(sentence: str) -> list[str]:
-    """Every one-edit rewrite of ``sentence`` (distinct, in a fixed order, never the sentence itself)."""
+_LEADING_DET = re.compile(r"^(The|A|An) (\w+)")
+_PLURALS = {"men", "women", "people", "children", "kids", "persons", "police"}
+
+
+def _determiner_edits(s: str) -> list[str]:
+    """"The dog ..." <-> "A dog ..." at the start of a sentence whose subject looks singular."""
+    m = _LEADING_DET.match(s)
+    if not m:
+        return []
+    noun = m.group(2)
+    if noun.lower() in _PLURALS or (noun.endswith("s") and not noun.endswith("ss")):
+        return []
+    det = ("An" if noun[:1].lower() in "aeiou" else "A") if m.group(1) == "The" else "The"
+    return [det + s[len(m.group(1)):]]
+
+
+def single_edits(sentence: str, extended: bool = False) -> list[str]:
+    """Every one-edit rewrite of ``sentence`` (distinct, in a fixed order, never the sentence itself).
+    ``extended`` adds the larger synonym table and the leading "The" / "A" swap."""
     s = sentence.strip()
     seen, out = {s}, []
-    for cand in _synonym_edits(s) + _tense_edits(s) + _existential_edits(s):
+    more = _determiner_edits(s) if extended else []
+    for cand in _synonym_edits(s, extended) + _tense_edits(s) + _existential_edits(s) + more:
         cand = re.sub(r"\s+", " ", cand).strip()
         if cand not in seen:
             seen.add(cand)
@@ -117,8 +162,10 @@ def single_edits(sentence: str) -> list[str]:
     return out
 
 
-def rule_paraphrases(sentence: str, rng: random.Random, n: int = 3, max_edits: int = 2) -> list[str]:
-    """Up to ``n`` distinct rewrites of ``sentence``, each made of 1..``max_edits`` random edits applied in turn."""
+def rule_paraphrases(sentence: str, rng: random.Random, n: int = 3, max_edits: int = 2,
+                     extended: bool = False) -> list[str]:
+    """Up to ``n`` distinct rewrites of ``sentence``, each made of 1..``max_edits`` random edits applied in turn
+    (:func:`single_edits`, ``extended`` or not)."""
     s = sentence.strip()
     out: list[str] = []
     for _ in range(4 * n):
@@ -126,10 +173,50 @@ def rule_paraphrases(sentence: str, rng: random.Random, n: int = 3, max_edits: i
             break
         cur = s
         for _ in range(rng.randint(1, max_edits)):
-            edits = single_edits(cur)
+            edits = single_edits(cur, extended)
             if not edits:
                 break
             cur = rng.choice(edits)
         if cur != s and cur not in out:
             out.append(cur)
     return out
+
+
+# ----------------------------------------------------------------------------------------------- content check
+
+# function words a paraphrase may add, drop or change freely
+_FUNCTION_WORDS = frozenset(
+    "a an the one is are was were be being been am of in on at to with and or for by from into onto his her "
+    "their its it he she they them this that these those there some while as up down out over under near next "
+    "who which what than then very".split())
+_VERB_FORMS = {form: ing for ing, forms in _VERBS.items() for form in forms}
+
+
+def _content_word(word: str) -> str:
+    """``word`` reduced for comparison: verb forms to the progressive, a plural -s dropped."""
+    word = _VERB_FORMS.get(word, word)
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    return word
+
+
+def content_words(sentence: str) -> list[str]:
+    """The words of ``sentence`` that carry its content (lower-cased, reduced), function words left out."""
+    return [_content_word(w) for w in re.findall(r"[a-z']+", sentence.lower()) if w not in _FUNCTION_WORDS]
+
+
+def keeps_content(source: str, candidate: str, max_new: int = 1) -> bool:
+    """Whether ``candidate`` keeps every content word of ``source`` (itself, another form of it, or a synonym from
+    the extended rules' table) and adds at most ``max_new`` content words of its own: the mark of a faithful rephrasing
+    rather than a rewrite that swaps "juice" for "wine"."""
+    have = set(content_words(candidate))
+    words = " " + " ".join(re.findall(r"[a-z']+", candidate.lower())) + " "
+    raw = [w for w in re.findall(r"[a-z']+", source.lower()) if w not in _FUNCTION_WORDS]
+    allowed = {_content_word(w) for w in raw}
+    for r in raw:
+        w = _content_word(r)
+        alts = _SYNONYMS_EXT.get(r, []) + _SYNONYMS_EXT.get(w, [])
+        allowed.update(_content_word(a) for a in alts)
+        if w not in have and not any(f" {a} " in words or _content_word(a) in have for a in alts):
+            return False
+    return len(have - allowed) <= max_new

@@ -68,7 +68,18 @@ DEFAULTS: dict[str, Any] = {
                        # its result (whose own rephrasings are closer copies)
                        *[dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=60000,
                               bi_entailed=dict(human=True, hypotheses=4000, k=20, per_hypothesis=3, rules=60000))
-                         for _ in range(T5_PARAPHRASE_ROUNDS)]],
+                         for _ in range(T5_PARAPHRASE_ROUNDS)],
+                       # faithful paraphrases: SNLI's and mini-t5's own kept only where they also keep every content
+                       # word of h (round 8: own rephrasings of 16,000 hypotheses, up to 5 each) ...
+                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=60000,
+                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=5, rules=60000,
+                                             faithful=True)),
+                       # ... then (round 9) up to 8 each, and more varied rules: the extended table, 4 rewrites of up to
+                       # 3 edits for each of 40,000 hypotheses; half the infilling
+                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
+                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
+                                             rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
+                                             faithful=True))],
 }
 
 
@@ -555,7 +566,9 @@ def denoise_examples(split: SnliSplit, n: int, seed: int = 0) -> list[tuple[str,
 
 def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, human: bool = True,
                          hypotheses: int = 0, k: int = 20, per_hypothesis: int = 3, rules: int = 0,
-                         rules_per_hypothesis: int = 2, progress: bool = True) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
+                         rules_per_hypothesis: int = 2, rules_max_edits: int = 2, rules_extended: bool = False,
+                         faithful: bool = False,
+                         progress: bool = True) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
     """Paraphrase examples that the saved ``mini-nli`` labels entailment in *both* directions (the entailed
     mode's relation filter), from the training split only:
 
@@ -566,13 +579,19 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
       up to ``per_hypothesis`` distinct candidates that pass (and differ from the hypothesis) are kept;
     * ``rules`` > 0: rule-based rewrites (:mod:`breaknli_fast.mini.paraphrase_rules`: synonyms, "is sleeping" /
       "sleeps", "There is a man sleeping") of that many other training hypotheses, ``rules_per_hypothesis``
-      candidates each; the ones that pass are kept.
+      candidates each, of 1..``rules_max_edits`` edits (``rules_extended``: the larger synonym table and the
+      leading "The" / "A" swap as well); the ones that pass are kept.
+
+    ``faithful``: SNLI's and mini-t5's own candidates must also keep every content word of their source
+    (:func:`breaknli_fast.mini.paraphrase_rules.keeps_content`) before mini-nli judges them; the rules keep them
+    by construction.
 
     Returns ``("entail_both_ways", prompt, target)`` triples and counts."""
     from breaknli_fast.data.normalize import normalize_text
     from breaknli_fast.engines.base import Decoding, derive_seed
     from breaknli_fast.engines.registry import load_generator
     from breaknli_fast.mini.evaluate import NliClassifier
+    from breaknli_fast.mini.paraphrase_rules import keeps_content
     from breaknli_fast.pipeline.breaknli import dedup_candidates
 
     out_dir = Path(out_dir)
@@ -583,6 +602,9 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
         prefix = ENTAIL_PROMPT.format(h="")
         cands += [(x[len(prefix):], y) for t, x, y in t5_examples(split.train, seed) if t == "entail"]
         stats["human_candidates"] = len(cands)
+        if faithful:
+            cands = [(x, y) for x, y in cands if keeps_content(x, y)]
+            stats["human_faithful"] = len(cands)
     n_human = len(cands)
     # the training hypotheses in a seeded order: mini-t5 rephrases the first ``hypotheses``, the rules the next ``rules``
     order = sorted({normalize_text(p.hypothesis) for p in split.train}) if hypotheses or rules else []
@@ -590,7 +612,7 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
     if hypotheses:
         hyps = order[:hypotheses]
         gen = load_generator("torch", str(out_dir / "mini-t5"))
-        t0 = time.perf_counter()
+        t0, n_self = time.perf_counter(), 0
         with make_progress(progress) as bar:
             task = bar.add_task("self-paraphrases", total=len(hyps), info="")
             for b in range(0, len(hyps), 64):
@@ -598,10 +620,14 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
                 outs = gen.generate([ENTAIL_PROMPT.format(h=h) for h in part], k, Decoding(),
                                     [derive_seed(seed, "self-paraphrase", h) for h in part])
                 for h, cs in zip(part, outs):
-                    cands += [(h, c) for c in dedup_candidates(h, cs, len(cs))[0]]
+                    distinct = dedup_candidates(h, cs, len(cs))[0]
+                    n_self += len(distinct)
+                    cands += [(h, c) for c in distinct if not faithful or keeps_content(h, c)]
                 bar.update(task, advance=len(part))
-        stats.update(self_hypotheses=len(hyps), self_candidates=len(cands) - n_human,
+        stats.update(self_hypotheses=len(hyps), self_candidates=n_self,
                      self_generation_seconds=round(time.perf_counter() - t0, 1))
+        if faithful:
+            stats["self_faithful"] = len(cands) - n_human
     n_before_rules = len(cands)
     if rules:
         from breaknli_fast.mini.paraphrase_rules import rule_paraphrases
@@ -609,7 +635,7 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
         hyps = order[hypotheses:hypotheses + rules]  # not the ones rephrased by mini-t5 above
         rng = random.Random(seed + 17)
         for h in hyps:
-            cands += [(h, c) for c in rule_paraphrases(h, rng, rules_per_hypothesis)]
+            cands += [(h, c) for c in rule_paraphrases(h, rng, rules_per_hypothesis, rules_max_edits, rules_extended)]
         stats.update(rule_hypotheses=len(hyps), rule_candidates=len(cands) - n_before_rules)
     forward = clf.predict(cands)
     backward = clf.predict([(y, x) for x, y in cands])
@@ -771,7 +797,7 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
 
     ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
     mini-t5 is trained in rounds: ``DEFAULTS["t5"]`` from scratch, then each of ``DEFAULTS["t5_more_rounds"]``
-    (more NLI, then the generation tasks, then three paraphrase rounds with text infilling) continuing from the
+    (more NLI, then the generation tasks, then five paraphrase rounds with text infilling) continuing from the
     saved model of the round before; ``t5_round2=False`` stops after
     round 1. Likewise mini-nli: ``DEFAULTS["nli"]`` from mini-mlm, then ``DEFAULTS["nli_more_rounds"]``
     continuing from the best mini-nli (``nli_round2=False`` skips them), and mini-mlm: ``DEFAULTS["mlm"]`` from
@@ -865,9 +891,20 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
                     help="add the SNLI paraphrase examples that mini-nli labels entailment both ways (needs mini-nli)")
     ap.add_argument("--t5-self-paraphrases", type=int, default=0, metavar="N",
                     help="add mini-t5's own rephrasings of N training hypotheses that mini-nli labels entailment both ways")
+    ap.add_argument("--t5-self-per-hypothesis", type=int, default=3, metavar="N",
+                    help="with --t5-self-paraphrases: keep up to N distinct rephrasings per hypothesis")
+    ap.add_argument("--t5-faithful-paraphrases", action="store_true",
+                    help="SNLI's and mini-t5's own paraphrase candidates must also keep every content word of "
+                         "their source (rules keep them by construction)")
     ap.add_argument("--t5-rule-paraphrases", type=int, default=0, metavar="N",
                     help="add rule-based rewrites (synonyms, tense, 'there is') of N training hypotheses that "
                          "mini-nli labels entailment both ways")
+    ap.add_argument("--t5-rules-per-hypothesis", type=int, default=2, metavar="N",
+                    help="with --t5-rule-paraphrases: rewrites per hypothesis")
+    ap.add_argument("--t5-rules-max-edits", type=int, default=2, metavar="N",
+                    help="with --t5-rule-paraphrases: at most N edits per rewrite")
+    ap.add_argument("--t5-rules-extended", action="store_true",
+                    help="with --t5-rule-paraphrases: a larger synonym table and the leading 'The' / 'A' swap")
     ap.add_argument("--t5-denoise", type=int, default=None, metavar="N",
                     help="add N reconstruction examples (a training sentence with words hidden -> the sentence)")
     ap.add_argument("--no-t5-round2", action="store_true",
@@ -897,7 +934,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                     t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
                     t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2, t5_denoise=args.t5_denoise,
                     t5_bi_entailed=(dict(human=args.t5_bi_entailed_human, hypotheses=args.t5_self_paraphrases,
-                                         rules=args.t5_rule_paraphrases)
+                                         rules=args.t5_rule_paraphrases, per_hypothesis=args.t5_self_per_hypothesis,
+                                         faithful=args.t5_faithful_paraphrases,
+                                         rules_per_hypothesis=args.t5_rules_per_hypothesis,
+                                         rules_max_edits=args.t5_rules_max_edits, rules_extended=args.t5_rules_extended)
                                     if args.t5_bi_entailed_human or args.t5_self_paraphrases
                                     or args.t5_rule_paraphrases else None))
     log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
