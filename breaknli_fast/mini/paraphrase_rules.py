@@ -74,7 +74,6 @@ _VERBS = {
 _THIRD = {third: ing for ing, (third, _) in _VERBS.items()}
 
 
-
 def _words_re(words) -> re.Pattern:
     return re.compile(r"\b(" + "|".join(sorted((re.escape(k) for k in words), key=len, reverse=True)) + r")\b",
                       re.IGNORECASE)
