@@ -177,6 +177,9 @@ def _extra_tasks(info: dict) -> str:
         out += (f"In round(s) {', '.join(faithful)} SNLI's and mini-t5's own paraphrases were kept only where they also "
                 "keep every content word of their source (itself, another form or a synonym; at most one new content "
                 "word). ")
+    hot = [f"{i + 1} ({b['self_temperature']})" for i, b in enumerate(bi) if b.get("self_temperature", 1.0) != 1.0]
+    if hot:
+        out += f"mini-t5's own rephrasings were sampled at another temperature in round(s) {', '.join(hot)}. "
     if extended:
         out += (f"Round(s) {', '.join(extended)} used the extended rules (a larger synonym table, 'The' / 'A' at the "
                 "start, up to "

@@ -79,7 +79,12 @@ DEFAULTS: dict[str, Any] = {
                        dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
                             bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
                                              rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
-                                             faithful=True))],
+                                             faithful=True)),
+                       # round 10: round 9 again, its own rephrasings sampled at temperature 1.5 (more varied ones kept)
+                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
+                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
+                                             rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
+                                             faithful=True, self_temperature=1.5))],
 }
 
 
@@ -567,7 +572,7 @@ def denoise_examples(split: SnliSplit, n: int, seed: int = 0) -> list[tuple[str,
 def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, human: bool = True,
                          hypotheses: int = 0, k: int = 20, per_hypothesis: int = 3, rules: int = 0,
                          rules_per_hypothesis: int = 2, rules_max_edits: int = 2, rules_extended: bool = False,
-                         faithful: bool = False,
+                         faithful: bool = False, self_temperature: float = 1.0,
                          progress: bool = True) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
     """Paraphrase examples that the saved ``mini-nli`` labels entailment in *both* directions (the entailed
     mode's relation filter), from the training split only:
@@ -576,7 +581,8 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
       entailed hypothesis -> another of the same premise) whose source and target pass;
     * ``hypotheses`` > 0: self-generated -- the saved ``mini-t5`` samples ``k`` rephrasings of that many
       training hypotheses (the entailed prompt, the loop's default decoding, one seed per hypothesis), and
-      up to ``per_hypothesis`` distinct candidates that pass (and differ from the hypothesis) are kept;
+      up to ``per_hypothesis`` distinct candidates that pass (and differ from the hypothesis) are kept
+      (``self_temperature`` other than 1.0 samples them hotter or colder than the loop does);
     * ``rules`` > 0: rule-based rewrites (:mod:`breaknli_fast.mini.paraphrase_rules`: synonyms, "is sleeping" /
       "sleeps", "There is a man sleeping") of that many other training hypotheses, ``rules_per_hypothesis``
       candidates each, of 1..``rules_max_edits`` edits (``rules_extended``: the larger synonym table and the
@@ -617,7 +623,7 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
             task = bar.add_task("self-paraphrases", total=len(hyps), info="")
             for b in range(0, len(hyps), 64):
                 part = hyps[b:b + 64]
-                outs = gen.generate([ENTAIL_PROMPT.format(h=h) for h in part], k, Decoding(),
+                outs = gen.generate([ENTAIL_PROMPT.format(h=h) for h in part], k, Decoding(temperature=self_temperature),
                                     [derive_seed(seed, "self-paraphrase", h) for h in part])
                 for h, cs in zip(part, outs):
                     distinct = dedup_candidates(h, cs, len(cs))[0]
@@ -797,7 +803,7 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
 
     ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
     mini-t5 is trained in rounds: ``DEFAULTS["t5"]`` from scratch, then each of ``DEFAULTS["t5_more_rounds"]``
-    (more NLI, then the generation tasks, then five paraphrase rounds with text infilling) continuing from the
+    (more NLI, then the generation tasks, then six paraphrase rounds with text infilling) continuing from the
     saved model of the round before; ``t5_round2=False`` stops after
     round 1. Likewise mini-nli: ``DEFAULTS["nli"]`` from mini-mlm, then ``DEFAULTS["nli_more_rounds"]``
     continuing from the best mini-nli (``nli_round2=False`` skips them), and mini-mlm: ``DEFAULTS["mlm"]`` from
@@ -893,6 +899,8 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
                     help="add mini-t5's own rephrasings of N training hypotheses that mini-nli labels entailment both ways")
     ap.add_argument("--t5-self-per-hypothesis", type=int, default=3, metavar="N",
                     help="with --t5-self-paraphrases: keep up to N distinct rephrasings per hypothesis")
+    ap.add_argument("--t5-self-temperature", type=float, default=1.0, metavar="T",
+                    help="with --t5-self-paraphrases: sampling temperature of the rephrasings (the loop's is 1.0)")
     ap.add_argument("--t5-faithful-paraphrases", action="store_true",
                     help="SNLI's and mini-t5's own paraphrase candidates must also keep every content word of "
                          "their source (rules keep them by construction)")
@@ -935,7 +943,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                     t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2, t5_denoise=args.t5_denoise,
                     t5_bi_entailed=(dict(human=args.t5_bi_entailed_human, hypotheses=args.t5_self_paraphrases,
                                          rules=args.t5_rule_paraphrases, per_hypothesis=args.t5_self_per_hypothesis,
-                                         faithful=args.t5_faithful_paraphrases,
+                                         faithful=args.t5_faithful_paraphrases, self_temperature=args.t5_self_temperature,
                                          rules_per_hypothesis=args.t5_rules_per_hypothesis,
                                          rules_max_edits=args.t5_rules_max_edits, rules_extended=args.t5_rules_extended)
                                     if args.t5_bi_entailed_human or args.t5_self_paraphrases
