@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from breaknli_fast.mini.common import folder_size, read_json
 from breaknli_fast.mini.data import DEV_MODULUS, SNLI_CITATION
+from breaknli_fast.mini.evaluate import LENGTH_BUCKETS
 
 COMMAND = "python -m breaknli_fast.mini.train --data snli_1.0_train_subset.jsonl.gz --seed 0 --threads 2"
 
@@ -147,8 +147,8 @@ def _by_length(e: dict) -> str:
     """The generator check broken down by the length of h (where the evaluation recorded it)."""
     rows = ""
     for mode in ("contradictive", "entailed"):
-        buckets = (e.get(mode) or {}).get("by_hypothesis_length") or {}
-        for bucket, b in sorted(buckets.items(), key=lambda kv: int(re.match(r"\d*", kv[0]).group() or 0)):
+        buckets = (e.get(mode) or {}).get("by_hypothesis_length") or {}  # write_json sorts keys: reorder
+        for bucket, b in ((k, buckets[k]) for k in LENGTH_BUCKETS if k in buckets):
             share = b["candidates_passed"] / b["candidates_checked"] if b["candidates_checked"] else None
             rows += (f"| {mode} | {bucket} | {b['checked']} | {b['too_few_unique']} | {b['too_few_on_target']} | "
                      f"{b['survivors']} | {_pct(share)} |\n")
