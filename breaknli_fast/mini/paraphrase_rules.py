@@ -199,18 +199,24 @@ def _content_word(word: str) -> str:
     return word
 
 
+def _words(sentence: str) -> list[str]:
+    """The lower-cased words of ``sentence``."""
+    return re.findall(r"[a-z']+", sentence.lower())
+
+
 def content_words(sentence: str) -> list[str]:
     """The words of ``sentence`` that carry its content (lower-cased, reduced), function words left out."""
-    return [_content_word(w) for w in re.findall(r"[a-z']+", sentence.lower()) if w not in _FUNCTION_WORDS]
+    return [_content_word(w) for w in _words(sentence) if w not in _FUNCTION_WORDS]
 
 
 def keeps_content(source: str, candidate: str, max_new: int = 1) -> bool:
     """Whether ``candidate`` keeps every content word of ``source`` (itself, another form of it, or a synonym from
     the extended rules' table) and adds at most ``max_new`` content words of its own: the mark of a faithful rephrasing
     rather than a rewrite that swaps "juice" for "wine"."""
-    have = set(content_words(candidate))
-    words = " " + " ".join(re.findall(r"[a-z']+", candidate.lower())) + " "
-    raw = [w for w in re.findall(r"[a-z']+", source.lower()) if w not in _FUNCTION_WORDS]
+    tokens = _words(candidate)
+    have = {_content_word(w) for w in tokens if w not in _FUNCTION_WORDS}
+    words = f" {' '.join(tokens)} "
+    raw = [w for w in _words(source) if w not in _FUNCTION_WORDS]
     allowed = {_content_word(w) for w in raw}
     for r in raw:
         w = _content_word(r)

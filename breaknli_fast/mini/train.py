@@ -597,7 +597,7 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
     from breaknli_fast.engines.base import Decoding, derive_seed
     from breaknli_fast.engines.registry import load_generator
     from breaknli_fast.mini.evaluate import NliClassifier
-    from breaknli_fast.mini.paraphrase_rules import keeps_content
+    from breaknli_fast.mini.paraphrase_rules import keeps_content, rule_paraphrases
     from breaknli_fast.pipeline.breaknli import dedup_candidates
 
     out_dir = Path(out_dir)
@@ -636,8 +636,6 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
             stats["self_faithful"] = len(cands) - n_human
     n_before_rules = len(cands)
     if rules:
-        from breaknli_fast.mini.paraphrase_rules import rule_paraphrases
-
         hyps = order[hypotheses:hypotheses + rules]  # not the ones rephrased by mini-t5 above
         rng = random.Random(seed + 17)
         for h in hyps:
