@@ -291,6 +291,35 @@ def test_rule_paraphrases():
     assert len(many) == len(set(many)) == 6 and h not in many
 
 
+def test_rich_rule_paraphrases():
+    """The rich rules: the extended ones plus a third synonym table, "a" / "the" inside the sentence (singular nouns
+    only), a final place phrase moved to the front and back, and a swapped "A man and a woman" subject; the extended
+    rules' output is unchanged by them."""
+    import random
+
+    from breaknli_fast.mini.paraphrase_rules import rule_paraphrases, single_edits
+
+    h = "A cat is playing with yarn in the kitchen."
+    ext, rich = single_edits(h, extended=True), single_edits(h, rich=True)
+    assert set(ext) < set(rich)
+    assert {"A cat is playing with yarn in a kitchen.", "In the kitchen, a cat is playing with yarn."} <= set(rich)
+    assert "A cat plays in the kitchen." in single_edits("In the kitchen, a cat plays.", rich=True)
+    assert "The woman is chilly." in single_edits("The woman is cold.", rich=True)
+    assert "The woman is chilly." not in single_edits("The woman is cold.", extended=True)
+    assert "A woman and a man are walking." in single_edits("A man and a woman are walking.", rich=True)
+    # plural nouns keep their article, verbs like "runs" do not count as plurals, no "..., a couple is."
+    cars = single_edits("The red cars are parked near the building.", rich=True)
+    assert "A red cars are parked near the building." not in cars and "The red cars are parked near a building." in cars
+    assert "A red cars are parked near the building." in single_edits("The red cars are parked near the building.",
+                                                                      extended=True)  # the extended rules, unchanged
+    assert "The dog runs to a ball." in single_edits("The dog runs to the ball.", rich=True)
+    assert not any(c.startswith("In") for c in single_edits("A couple is in a hot tub.", rich=True))
+    assert single_edits("I saw the dogs run.", rich=True) == ["I saw the canines run."]
+    many = rule_paraphrases(h, random.Random(3), n=6, max_edits=3, rich=True)
+    assert many == rule_paraphrases(h, random.Random(3), n=6, max_edits=3, rich=True)
+    assert len(many) == len(set(many)) == 6 and h not in many
+
+
 def test_keeps_content_tells_a_faithful_rephrasing_from_a_swap():
     """The faithful-paraphrase check: every content word of the source kept (as itself, another verb form,
     its plural or a synonym of the rules' table), function words free, at most ``max_new`` new content words."""

@@ -185,6 +185,11 @@ def _extra_tasks(info: dict) -> str:
                 "start, up to "
                 + "/".join(str(b.get("rules_max_edits", 2)) for b in bi if b.get("rules_extended"))
                 + " edits per rewrite). ")
+    rich = [str(i + 1) for i, b in enumerate(bi) if b.get("rules_rich")]
+    if rich:
+        out += (f"Round(s) {', '.join(rich)} used the rich rules as well (a third synonym table, 'a' / 'the' inside the "
+                "sentence, a final place phrase moved to the front: 'In the kitchen, a cat plays.', and 'A man and a "
+                "woman' / 'A woman and a man'). ")
     if "denoise" in used:
         out += ("`denoise` - `Fill in the missing words: ` + a training sentence with one or two spans of its words "
                 "replaced by `___` -> the whole sentence (text infilling, which teaches the decoder to copy its input). ")

@@ -572,7 +572,7 @@ def denoise_examples(split: SnliSplit, n: int, seed: int = 0) -> list[tuple[str,
 def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, human: bool = True,
                          hypotheses: int = 0, k: int = 20, per_hypothesis: int = 3, rules: int = 0,
                          rules_per_hypothesis: int = 2, rules_max_edits: int = 2, rules_extended: bool = False,
-                         faithful: bool = False, self_temperature: float = 1.0,
+                         rules_rich: bool = False, faithful: bool = False, self_temperature: float = 1.0,
                          progress: bool = True) -> tuple[list[tuple[str, str, str]], dict[str, Any]]:
     """Paraphrase examples that the saved ``mini-nli`` labels entailment in *both* directions (the entailed
     mode's relation filter), from the training split only:
@@ -586,7 +586,9 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
     * ``rules`` > 0: rule-based rewrites (:mod:`breaknli_fast.mini.paraphrase_rules`: synonyms, "is sleeping" /
       "sleeps", "There is a man sleeping") of that many other training hypotheses, ``rules_per_hypothesis``
       candidates each, of 1..``rules_max_edits`` edits (``rules_extended``: the larger synonym table and the
-      leading "The" / "A" swap as well); the ones that pass are kept.
+      leading "The" / "A" swap as well; ``rules_rich``: a third synonym table, "a" / "the" inside the sentence,
+      a final place phrase moved to the front and "A man and a woman" / "A woman and a man" as well); the ones
+      that pass are kept.
 
     ``faithful``: SNLI's and mini-t5's own candidates must also keep every content word of their source
     (:func:`breaknli_fast.mini.paraphrase_rules.keeps_content`) before mini-nli judges them; the rules keep them
@@ -639,7 +641,8 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
         hyps = order[hypotheses:hypotheses + rules]  # not the ones rephrased by mini-t5 above
         rng = random.Random(seed + 17)
         for h in hyps:
-            cands += [(h, c) for c in rule_paraphrases(h, rng, rules_per_hypothesis, rules_max_edits, rules_extended)]
+            cands += [(h, c) for c in rule_paraphrases(h, rng, rules_per_hypothesis, rules_max_edits,
+                                                       rules_extended, rules_rich)]
         stats.update(rule_hypotheses=len(hyps), rule_candidates=len(cands) - n_before_rules)
     forward = clf.predict(cands)
     backward = clf.predict([(y, x) for x, y in cands])
@@ -911,6 +914,9 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
                     help="with --t5-rule-paraphrases: at most N edits per rewrite")
     ap.add_argument("--t5-rules-extended", action="store_true",
                     help="with --t5-rule-paraphrases: a larger synonym table and the leading 'The' / 'A' swap")
+    ap.add_argument("--t5-rules-rich", action="store_true",
+                    help="with --t5-rule-paraphrases: the extended rules, a third synonym table, 'a' / 'the' inside "
+                         "the sentence, a final place phrase moved to the front, 'A man and a woman' swapped")
     ap.add_argument("--t5-denoise", type=int, default=None, metavar="N",
                     help="add N reconstruction examples (a training sentence with words hidden -> the sentence)")
     ap.add_argument("--no-t5-round2", action="store_true",
@@ -943,7 +949,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                          rules=args.t5_rule_paraphrases, per_hypothesis=args.t5_self_per_hypothesis,
                                          faithful=args.t5_faithful_paraphrases, self_temperature=args.t5_self_temperature,
                                          rules_per_hypothesis=args.t5_rules_per_hypothesis,
-                                         rules_max_edits=args.t5_rules_max_edits, rules_extended=args.t5_rules_extended)
+                                         rules_max_edits=args.t5_rules_max_edits, rules_extended=args.t5_rules_extended,
+                                         rules_rich=args.t5_rules_rich)
                                     if args.t5_bi_entailed_human or args.t5_self_paraphrases
                                     or args.t5_rule_paraphrases else None))
     log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
