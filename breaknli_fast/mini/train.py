@@ -84,7 +84,18 @@ DEFAULTS: dict[str, Any] = {
                        dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
                             bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
                                              rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
-                                             faithful=True, self_temperature=1.5))],
+                                             faithful=True, self_temperature=1.5)),
+                       # round 11: round 10 again, from its result
+                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
+                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
+                                             rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
+                                             faithful=True, self_temperature=1.5)),
+                       # round 12: round 11 again with the rich rules ("a" / "the" inside the sentence, a place phrase
+                       # fronted, a third synonym table, "A man and a woman" swapped)
+                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
+                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
+                                             rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
+                                             rules_rich=True, faithful=True, self_temperature=1.5))],
 }
 
 
