@@ -1,4 +1,4 @@
-"""Command line: ``breaknli-fast run | export | bench | env | mini train`` (thin; calls the library)."""
+"""Command line: ``breaknli-fast run | export | bench | env | mini train | mini check`` (thin; calls the library)."""
 
 from __future__ import annotations
 
@@ -288,6 +288,46 @@ def mini_train(ctx: typer.Context) -> None:
     from breaknli_fast.mini.train import main as train_main
 
     raise typer.Exit(train_main(list(ctx.args), prog="breaknli-fast mini train") or 0)
+
+
+@mini_app.command("check")
+def mini_check(
+    generator: Optional[Path] = typer.Option(None, "--generator",
+                                             help="a mini-t5 folder (default: the shipped one)"),
+    judge: Optional[Path] = typer.Option(None, "--judge",
+                                         help="the classifier that judges (default: the shipped mini-nli)"),
+    n: int = typer.Option(200, "--n", min=0, help="correctly classified sample examples per mode (0: all of them)"),
+    mode: list[str] = typer.Option(["contradictive", "entailed"], "--mode", help="mode(s) to check"),
+    seed: int = typer.Option(0, "--seed"),
+    out: Optional[Path] = typer.Option(None, "--out", help="also write the results as JSON"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """The generator check of the model cards: K=20 samples per hypothesis of the embedded sample, the share on
+    target (judged by the classifier) and the share of examples that survive U=10 and S=5 (the loop's defaults)."""
+    from breaknli_fast.data.loaders import sample_path
+    from breaknli_fast.engines.models import assets_models_dir
+    from breaknli_fast.mini.evaluate import check_generator
+
+    try:
+        res = check_generator(generator or assets_models_dir() / "mini-t5", judge or assets_models_dir() / "mini-nli",
+                              sample_path(), n=n, modes=mode, seed=seed, progress=progress)
+    except ValueError as e:
+        fail(str(e))
+    t = Table(title="generator check (K=20, U=10, S=5)",
+              caption="checked: first correctly classified examples (of all correct); <U: fewer than U distinct "
+                      "candidates; <S: fewer than S of the first U on target both ways")
+    t.add_column("mode", no_wrap=True)
+    for col in ("checked", "on target", "distinct", "<U", "<S", "survive"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for m, r in res.items():
+        t.add_row(m, f"{r['checked']} ({r['correct']})", f"{r['share_target_all_outputs']:.1%}",
+                  f"{r['mean_distinct_candidates']:.2f}", str(r["too_few_unique"]), str(r["too_few_on_target"]),
+                  f"{r['survivors']} = {r['survival_rate']:.1%}")
+    console.print(t)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+        console.print(f"written to {out}")
 
 
 def main() -> None:  # pragma: no cover

@@ -263,6 +263,32 @@ def test_generator_check_accounts_for_every_checked_example():
             pytest.approx(r["both_directions_share_target_first10"], abs=1e-4)
 
 
+def test_mini_check_command(tmp_path):
+    """`breaknli-fast mini check`: the generator check of the cards from the command line, the same numbers as
+    `generator_check` on the embedded sample; bad folders and modes are one-line errors."""
+    import torch
+    from transformers import T5ForConditionalGeneration, T5TokenizerFast
+
+    from breaknli_fast.mini.evaluate import NliClassifier, generator_check, load_sample
+
+    out = tmp_path / "check.json"
+    res = CliRunner().invoke(app, ["mini", "check", "--n", "4", "--mode", "entailed", "--no-progress", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "entailed" in res.output and "survive" in res.output
+    got = json.loads(out.read_text())
+    assert list(got) == ["entailed"] and got["entailed"]["checked"] == 4
+    path = assets_models_dir() / "mini-t5"
+    want = generator_check(T5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval(),
+                           T5TokenizerFast.from_pretrained(path), NliClassifier(assets_models_dir() / "mini-nli"),
+                           load_sample(sample_path()), "entailed", n=4, progress=False)
+    for key in ("correct", "survivors", "too_few_unique", "too_few_on_target", "share_target_all_outputs"):
+        assert got["entailed"][key] == want[key], key
+    for args, msg in ((["--mode", "sideways"], "unknown mode 'sideways'"),
+                      (["--generator", str(tmp_path)], "not a model folder")):
+        res = CliRunner().invoke(app, ["mini", "check", "--no-progress", *args])
+        assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output
+
+
 def test_rule_paraphrases():
     """The rule-based rewrites: one edit each (synonym, progressive / simple present, existential), both
     directions, never the input; several edits combined deterministically for a seeded generator."""
