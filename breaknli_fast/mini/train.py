@@ -43,6 +43,18 @@ INFO_FILE = "train_info.json"
 
 T5_PARAPHRASE_ROUNDS = 3  # rounds 5, 6 and 7 of mini-t5
 
+# mini-t5's round 9 (faithful paraphrases, extended rules), the base of rounds 10-12
+_T5_ROUND9: dict[str, Any] = dict(
+    epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
+    bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000, rules_per_hypothesis=4,
+                     rules_max_edits=3, rules_extended=True, faithful=True))
+
+
+def _round9_with(**bi_entailed: Any) -> dict[str, Any]:
+    """Round 9 with some of its paraphrase settings changed."""
+    return {**_T5_ROUND9, "bi_entailed": {**_T5_ROUND9["bi_entailed"], **bi_entailed}}
+
+
 DEFAULTS: dict[str, Any] = {
     "bpe_vocab": 8000,
     "spm_vocab": 6000,
@@ -76,26 +88,13 @@ DEFAULTS: dict[str, Any] = {
                                              faithful=True)),
                        # ... then (round 9) up to 8 each, and more varied rules: the extended table, 4 rewrites of up to
                        # 3 edits for each of 40,000 hypotheses; half the infilling
-                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
-                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
-                                             rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
-                                             faithful=True)),
-                       # round 10: round 9 again, its own rephrasings sampled at temperature 1.5 (more varied ones kept)
-                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
-                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
-                                             rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
-                                             faithful=True, self_temperature=1.5)),
+                       _T5_ROUND9,
+                       # round 10: round 9 again, its own rephrasings sampled at temperature 1.5 (more varied ones kept);
                        # round 11: round 10 again, from its result
-                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
-                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
-                                             rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
-                                             faithful=True, self_temperature=1.5)),
+                       _round9_with(self_temperature=1.5), _round9_with(self_temperature=1.5),
                        # round 12: round 11 again with the rich rules ("a" / "the" inside the sentence, a place phrase
                        # fronted, a third synonym table, "A man and a woman" swapped)
-                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
-                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000,
-                                             rules_per_hypothesis=4, rules_max_edits=3, rules_extended=True,
-                                             rules_rich=True, faithful=True, self_temperature=1.5))],
+                       _round9_with(self_temperature=1.5, rules_rich=True)],
 }
 
 
