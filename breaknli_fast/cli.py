@@ -32,6 +32,11 @@ DEFAULT_SAMPLE_LIMIT = 1000  # examples of the embedded sample used when --limit
 USER_ERRORS: tuple[type[BaseException], ...] = (DataError, ModelLoadError, RunDirError, LabelMappingError, ValueError)
 
 
+def _modes(mode: str) -> tuple[str, ...]:
+    """The modes of a ``--mode`` option (``both`` = contradictive then entailed)."""
+    return ("contradictive", "entailed") if mode == "both" else (mode,)
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     from breaknli_fast.engines.registry import EngineUnavailable
 
@@ -179,7 +184,7 @@ def run(
 
     errors = _user_errors()
     try:
-        modes = ("contradictive", "entailed") if mode == "both" else (mode,)
+        modes = _modes(mode)
         if threads:
             import torch
 
@@ -292,12 +297,11 @@ def mini_train(ctx: typer.Context) -> None:
 
 @mini_app.command("check")
 def mini_check(
-    generator: Optional[Path] = typer.Option(None, "--generator",
-                                             help="a mini-t5 folder (default: the shipped one)"),
-    judge: Optional[Path] = typer.Option(None, "--judge",
-                                         help="the classifier that judges (default: the shipped mini-nli)"),
+    generator: str = typer.Option("mini-t5", "--generator", "-g",
+                                  help="the mini-t5 to check: a shipped mini model or a local folder"),
+    judge: str = typer.Option("mini-nli", "--judge", help="the classifier that judges: a shipped mini model or a folder"),
     n: int = typer.Option(200, "--n", min=0, help="correctly classified sample examples per mode (0: all of them)"),
-    mode: list[str] = typer.Option(["contradictive", "entailed"], "--mode", help="mode(s) to check"),
+    mode: str = opts.MODE,
     seed: int = typer.Option(0, "--seed"),
     out: Optional[Path] = typer.Option(None, "--out", help="also write the results as JSON"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
@@ -305,13 +309,11 @@ def mini_check(
     """The generator check of the model cards: K=20 samples per hypothesis of the embedded sample, the share on
     target (judged by the classifier) and the share of examples that survive U=10 and S=5 (the loop's defaults)."""
     from breaknli_fast.data.loaders import sample_path
-    from breaknli_fast.engines.models import assets_models_dir
     from breaknli_fast.mini.evaluate import check_generator
 
     try:
-        res = check_generator(generator or assets_models_dir() / "mini-t5", judge or assets_models_dir() / "mini-nli",
-                              sample_path(), n=n, modes=mode, seed=seed, progress=progress)
-    except ValueError as e:
+        res = check_generator(generator, judge, sample_path(), n=n, modes=_modes(mode), seed=seed, progress=progress)
+    except (ModelLoadError, ValueError) as e:
         fail(str(e))
     t = Table(title="generator check (K=20, U=10, S=5)",
               caption="checked: first correctly classified examples (of all correct); <U: fewer than U distinct "

@@ -284,7 +284,8 @@ def test_mini_check_command(tmp_path):
     for key in ("correct", "survivors", "too_few_unique", "too_few_on_target", "share_target_all_outputs"):
         assert got["entailed"][key] == want[key], key
     for args, msg in ((["--mode", "sideways"], "unknown mode 'sideways'"),
-                      (["--generator", str(tmp_path)], "not a model folder")):
+                      (["--generator", str(tmp_path)], "not a Hugging Face model folder"),
+                      (["--judge", str(tmp_path / "nowhere")], "does not exist")):
         res = CliRunner().invoke(app, ["mini", "check", "--no-progress", *args])
         assert res.exit_code == 2 and msg in res.output and "Traceback" not in res.output
 

@@ -181,27 +181,29 @@ def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence
     }
 
 
-def check_generator(t5_dir: str | Path, judge_dir: str | Path, sample: str | Path, n: int = 200,
+def check_generator(t5: str, judge: str, sample: str | Path, n: int = 200,
                     modes: Sequence[str] = ("contradictive", "entailed"), k: int = 20, seed: int = 0,
                     progress: bool = True) -> dict[str, dict]:
-    """:func:`generator_check` of the mini-t5 in ``t5_dir`` judged by the classifier in ``judge_dir``, on the
-    first ``n`` (0: every) correctly classified example of ``sample`` per mode; the per-example excerpts left out.
-    The numbers of ``eval_results.json`` with ``n=200``."""
+    """:func:`generator_check` of the mini-t5 ``t5`` judged by the classifier ``judge`` (each a shipped mini model's
+    name or a folder, as ``breaknli-fast run`` takes them), on the first ``n`` (0: every) correctly classified example
+    of ``sample`` per mode; the per-example excerpts left out. The numbers of ``eval_results.json`` with ``n=200``."""
     from transformers import AutoTokenizer, T5ForConditionalGeneration
 
-    for d in (t5_dir, judge_dir):
-        if not (Path(d) / "config.json").is_file():
-            raise ValueError(f"{d}: not a model folder (no config.json)")
+    from breaknli_fast.engines.models import load_config, resolve_model
+
     bad = [m for m in modes if m not in MODE_TARGET]
     if bad:
-        raise ValueError(f"unknown mode {bad[0]!r} (choose from {', '.join(MODE_TARGET)})")
+        raise ValueError(f"unknown mode {bad[0]!r}; use contradictive, entailed or both")
+    for name in (t5, judge):
+        load_config(name)  # a missing folder, a folder without a model or an unreachable hub id: ModelLoadError
+    t5_dir = resolve_model(t5)
     tok = AutoTokenizer.from_pretrained(t5_dir)
-    t5 = T5ForConditionalGeneration.from_pretrained(t5_dir, dtype=torch.float32).eval()
-    clf = NliClassifier(judge_dir)
+    model = T5ForConditionalGeneration.from_pretrained(t5_dir, dtype=torch.float32).eval()
+    clf = NliClassifier(resolve_model(judge))
     examples = load_sample(sample)
     out = {}
     for mode in modes:
-        r = generator_check(t5, tok, clf, examples, mode, n=n or len(examples), k=k, seed=seed, progress=progress)
+        r = generator_check(model, tok, clf, examples, mode, n=n or len(examples), k=k, seed=seed, progress=progress)
         out[mode] = {a: b for a, b in r.items() if a != "examples"}
     return out
 
