@@ -1,19 +1,24 @@
 """Dataset loaders: the embedded sample, local JSONL / CSV / TSV files, and hub datasets.
 
 Every loader returns :class:`LoadedData`: valid examples (canonical labels, normalised texts)
-plus :class:`SkipStats` counting each kind of skipped row with the first few line numbers.
-A file that cannot be read at all raises :class:`DataError` (one line, for the CLI).
+plus :class:`SkipStats` counting each kind of skipped row with the first few line numbers; every
+row read is either a valid example or a counted skip. A file that cannot be read at all, or has no
+data rows, raises :class:`DataError` (one line, for the CLI).
+
+Files are read as bytes and decoded line by line (UTF-8, a leading byte-order mark dropped), so a
+row with bytes that are not UTF-8 is skipped as ``invalid_utf8`` with its own line number instead
+of being read with replacement characters. Lines end at ``\n``, ``\r\n`` or ``\r``.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
-import io
 import json
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from breaknli_fast.data.labels import dataset_label, is_missing_label
 from breaknli_fast.data.normalize import normalize_text
@@ -21,6 +26,9 @@ from breaknli_fast.data.normalize import normalize_text
 SAMPLE_NAME = "sample"
 HUB_DATASETS = ("mnli", "snli", "anli")
 MAX_LINES_KEPT = 5
+# csv's own limit on a field (131,072 characters) would make a row with a long text malformed; the
+# loader raises it, process-wide, to this many characters.
+MAX_FIELD_CHARS = 1 << 30
 
 # Column name fallbacks: ours, then SNLI's own files.
 PREMISE_KEYS = ("premise", "sentence1")
@@ -28,7 +36,17 @@ HYPOTHESIS_KEYS = ("hypothesis", "sentence2")
 LABEL_KEYS = ("label", "gold_label")
 ID_KEYS = ("id", "pairID", "uid", "idx")
 
-SKIP_REASONS = ("no_gold_label", "unknown_label", "empty_text", "malformed")
+SKIP_REASONS = ("no_gold_label", "unknown_label", "empty_text", "malformed", "invalid_utf8")
+
+
+class _InvalidUtf8:
+    """The row of a line (JSONL) or record (CSV/TSV) whose bytes are not UTF-8."""
+
+    def __repr__(self) -> str:
+        return "INVALID_UTF8"
+
+
+INVALID_UTF8 = _InvalidUtf8()
 
 
 class DataError(RuntimeError):
@@ -99,13 +117,17 @@ def _pick(row: dict[str, Any], explicit: str | None, keys: tuple[str, ...]) -> t
 
 def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int | None, stats: SkipStats,
                      label_values: dict[str, str] | None = None) -> list[Example]:
-    """Validate (line, row) pairs; rows that are not dicts count as malformed."""
+    """Validate (line, row) pairs; rows that are not dicts count as malformed, :data:`INVALID_UTF8`
+    rows and texts that are not valid Unicode (a JSON escape of a lone surrogate) as invalid_utf8."""
     out: list[Example] = []
     seen_ids: dict[str, int] = {}
     for line, row in rows:
         if limit is not None and len(out) >= limit:
             break
         stats.read += 1
+        if row is INVALID_UTF8:
+            stats.skip("invalid_utf8", line)
+            continue
         if not isinstance(row, dict):
             stats.skip("malformed", line)
             continue
@@ -114,6 +136,10 @@ def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int 
         okl, lab = _pick(row, cols.label, LABEL_KEYS)
         if not (okp and okh and okl):
             stats.skip("malformed", line)
+            continue
+        _, rid = _pick(row, cols.id, ID_KEYS)
+        if not all(_is_unicode(v) for v in (prem, hyp, lab, rid)):
+            stats.skip("invalid_utf8", line)
             continue
         if not isinstance(prem, str) or not isinstance(hyp, str):
             if prem is None or hyp is None:
@@ -126,7 +152,10 @@ def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int 
         if is_missing_label(lab):
             stats.skip("no_gold_label", line)
             continue
-        gold = dataset_label(lab)
+        try:
+            gold = dataset_label(lab)
+        except ValueError:  # digits int() refuses: a superscript, or more than Python converts
+            gold = None
         if gold is None:
             stats.skip("unknown_label", line)
             continue
@@ -134,7 +163,6 @@ def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int 
         if not p or not h:
             stats.skip("empty_text", line)
             continue
-        _, rid = _pick(row, cols.id, ID_KEYS)
         eid = str(rid) if rid not in (None, "") else f"row-{line}"
         if eid in seen_ids:  # keep ids unique (resume keys on them)
             seen_ids[eid] += 1
@@ -145,50 +173,110 @@ def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int 
     return out
 
 
-def _open_text(path: Path) -> io.TextIOBase:
-    if path.suffix == ".gz":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace", newline="")
-    return open(path, encoding="utf-8", errors="replace", newline="")
+def _is_unicode(value: Any) -> bool:
+    """False for a string that UTF-8 cannot encode (a lone surrogate); True for anything else."""
+    if not isinstance(value, str):
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _open_bytes(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 def _inner_suffix(path: Path) -> str:
     return Path(path.stem).suffix.lower() if path.suffix == ".gz" else path.suffix.lower()
 
 
-def _iter_jsonl(fh: io.TextIOBase) -> Iterator[tuple[int, Any]]:
-    for i, raw in enumerate(fh, start=1):
-        if not raw.strip():
+def _lines(fh: IO[bytes]) -> Iterator[tuple[str, bool]]:
+    """(text, valid) per line, ends kept: ``valid`` False where the bytes are not UTF-8, and then
+    ``text`` has them as lone surrogates (``surrogateescape``), which no valid line decodes to."""
+    first = True
+    for chunk in fh:  # ends at b"\n"; splitlines also ends lines at a lone b"\r"
+        for raw in chunk.splitlines(keepends=True):
+            if first:
+                raw, first = raw.removeprefix(b"\xef\xbb\xbf"), False
+            try:
+                yield raw.decode("utf-8"), True
+            except UnicodeDecodeError:
+                yield raw.decode("utf-8", errors="surrogateescape"), False
+
+
+class _Counted:
+    """Rows handed out by a file's row iterator (a file with none has no data rows)."""
+
+    def __init__(self, rows: Iterator[tuple[int, Any]]):
+        self.rows, self.n = rows, 0
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        for row in self.rows:
+            self.n += 1
+            yield row
+
+
+def _iter_jsonl(lines: Iterator[tuple[str, bool]]) -> Iterator[tuple[int, Any]]:
+    for i, (text, valid) in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        if not valid:
+            yield i, INVALID_UTF8
             continue
         try:
-            yield i, json.loads(raw)
-        except json.JSONDecodeError:
+            yield i, json.loads(text)
+        except (ValueError, RecursionError):  # bad JSON, an int of more digits than Python converts, deep nesting
             yield i, None
 
 
-def _iter_delimited(fh: io.TextIOBase, delimiter: str) -> Iterator[tuple[int, Any]]:
+def _iter_delimited(lines: Iterator[tuple[str, bool]], delimiter: str, path: Path) -> Iterator[tuple[int, Any]]:
+    invalid: set[int] = set()  # line numbers of lines that are not UTF-8
+
+    def texts() -> Iterator[str]:
+        for i, (text, valid) in enumerate(lines, start=1):
+            if not valid:
+                invalid.add(i)
+            yield text
+
+    if csv.field_size_limit() < MAX_FIELD_CHARS:
+        csv.field_size_limit(MAX_FIELD_CHARS)
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-    reader = csv.reader(fh, delimiter=delimiter, quoting=quoting)
-    try:
-        header = next(reader)
-    except StopIteration:
-        return
-    except csv.Error as e:
-        raise DataError(f"cannot parse the header: {e}") from None
-    header = [h.strip() for h in header]
-    while True:
+    reader = csv.reader(texts(), delimiter=delimiter, quoting=quoting)
+    header: list[str] = []
+    while not header:  # blank lines before the header are skipped
         try:
             cells = next(reader)
         except StopIteration:
             return
+        except csv.Error as e:
+            raise DataError(f"cannot parse the header of {path}: {e}") from None
+        if invalid:
+            raise DataError(f"the header of {path} (line {reader.line_num}) is not valid UTF-8")
+        if cells and any(c.strip() for c in cells):
+            header = [h.strip() for h in cells]
+    last = reader.line_num  # the last line of the previous record
+    while True:
+        try:
+            rec: list[str] | None = next(reader)
+        except StopIteration:
+            return
         except csv.Error:
-            yield reader.line_num, None
+            rec = None
+        first, last = last + 1, reader.line_num
+        if any(i in invalid for i in range(first, last + 1)):
+            yield last, INVALID_UTF8
             continue
-        if not cells or all(not c.strip() for c in cells):
+        if rec is None:  # csv could not parse the record
+            yield last, None
             continue
-        if len(cells) != len(header):
-            yield reader.line_num, None
+        if not rec or all(not c.strip() for c in rec):
             continue
-        yield reader.line_num, dict(zip(header, cells))
+        if len(rec) != len(header):
+            yield last, None
+            continue
+        yield last, dict(zip(header, rec))
 
 
 def load_file(path: str | Path, cols: Columns | None = None, limit: int | None = None,
@@ -201,19 +289,19 @@ def load_file(path: str | Path, cols: Columns | None = None, limit: int | None =
         raise DataError(f"{path} is a directory, not a dataset file")
     suffix = _inner_suffix(path)
     stats = SkipStats()
+    if suffix not in (".jsonl", ".json", ".ndjson", ".csv", ".tsv", ".txt"):
+        raise DataError(f"unknown dataset file type {path.name!r}: use .jsonl, .csv or .tsv (optionally .gz)")
     try:
-        with _open_text(path) as fh:
+        with _open_bytes(path) as fh:
             if suffix in (".jsonl", ".json", ".ndjson"):
-                rows = _iter_jsonl(fh)
-            elif suffix == ".csv":
-                rows = _iter_delimited(fh, ",")
-            elif suffix in (".tsv", ".txt"):
-                rows = _iter_delimited(fh, "\t")
+                rows = _Counted(_iter_jsonl(_lines(fh)))
             else:
-                raise DataError(f"unknown dataset file type {path.name!r}: use .jsonl, .csv or .tsv (optionally .gz)")
+                rows = _Counted(_iter_delimited(_lines(fh), "," if suffix == ".csv" else "\t", path))
             examples = rows_to_examples(rows, cols, limit, stats, label_values)
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as e:
-        raise DataError(f"cannot read {path}: {e}") from None
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise DataError(f"cannot read {path}: {' '.join(str(e).split())}") from None
+    if not rows.n:
+        raise DataError(f"{path} has no data rows")
     if stats.read and not examples and stats.counts["malformed"] == stats.read:
         raise DataError(
             f"no row of {path} has premise/hypothesis/label columns; name them with --premise-col/--hypothesis-col/--label-col"
