@@ -42,6 +42,7 @@ from breaknli_fast.pipeline.breaknli import LoopConfig, ProgressHook, dedup_cand
 from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, breakdown
 from breaknli_fast.pipeline.verdicts import SELECTED
 from breaknli_fast.prompts import NLI_PROMPTS
+from breaknli_fast.errors import UserError
 
 SCHEMA = "breaknli-fast-bench/1"
 STAGES = ("classify_ph", "generate", "relation", "evaluate")
@@ -49,7 +50,7 @@ CLASSIFY_STAGES = ("classify_ph", "relation", "evaluate")
 WARMUP_EXAMPLES = 4  # examples of the end-to-end warm-up run
 
 
-class BenchError(RuntimeError):
+class BenchError(UserError):
     """A bench that cannot run (the reference does not load, no data, ...): one line for the CLI."""
 
 

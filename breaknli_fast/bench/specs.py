@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from breaknli_fast.engines.registry import PRECISIONS
+from breaknli_fast.errors import UserError
 
 REFERENCE = ("torch", "fp32")
 
 
-class BenchSpecError(ValueError):
+class BenchSpecError(UserError, ValueError):
     """A malformed ``--engines`` / ``--random-weights`` value (one line, for the CLI)."""
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from breaknli_fast.errors import UserError
+
 ENTAILMENT = "entailment"
 NEUTRAL = "neutral"
 CONTRADICTION = "contradiction"
@@ -29,7 +31,7 @@ _ALIASES = {
 }
 
 
-class LabelMappingError(ValueError):
+class LabelMappingError(UserError, ValueError):
     """A label set that cannot be mapped onto entailment / neutral / contradiction."""
 
 

@@ -22,6 +22,7 @@ from typing import IO, Any, Iterable, Iterator
 
 from breaknli_fast.data.labels import dataset_label, is_missing_label
 from breaknli_fast.data.normalize import normalize_text
+from breaknli_fast.errors import UserError
 
 SAMPLE_NAME = "sample"
 HUB_DATASETS = ("mnli", "snli", "anli")
@@ -49,7 +50,7 @@ class _InvalidUtf8:
 INVALID_UTF8 = _InvalidUtf8()
 
 
-class DataError(RuntimeError):
+class DataError(UserError):
     """A dataset that cannot be read at all."""
 
 

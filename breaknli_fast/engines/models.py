@@ -7,10 +7,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from breaknli_fast.errors import UserError
+
 MINI_MODELS = ("mini-nli", "mini-t5", "mini-mlm")
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(UserError):
     """A model that cannot be found or loaded (one-line message for the CLI)."""
 
 

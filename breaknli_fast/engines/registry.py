@@ -7,6 +7,7 @@ import importlib
 from typing import Any, Callable
 
 from breaknli_fast.engines.base import Classifier, Generator
+from breaknli_fast.errors import UserError
 
 # engine name -> module path; each module provides load_classifier(model, precision, device, **opts)
 # and load_generator(model, precision, device, **opts).
@@ -18,7 +19,7 @@ _ENGINES: dict[str, str] = {
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
-class EngineUnavailable(RuntimeError):
+class EngineUnavailable(UserError):
     """An engine whose libraries or hardware are missing (one-line message saying what to install)."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from breaknli_fast.errors import UserError
 
-class ExportError(RuntimeError):
+
+class ExportError(UserError):
     """An export that cannot be made (bad options, exporter failure, ...)."""
 
 

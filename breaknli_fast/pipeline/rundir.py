@@ -14,8 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from breaknli_fast.errors import UserError
 
-class RunDirError(RuntimeError):
+
+class RunDirError(UserError):
     """A run directory that cannot be used (one-line message)."""
 
 

@@ -1,0 +1,21 @@
+"""The one base class of user errors.
+
+A :class:`UserError` is a problem with what the user asked for (a missing file, a bad option value, a run
+directory that cannot be used, a model that cannot be found), not a bug. Every command turns it into one
+line, ``error: <first line of the message>``, and exit code 2 (``breaknli_fast.console.user_errors``).
+Each layer raises its own subclass (``DataError``, ``ModelLoadError``, ``RunDirError``, ``ExportError``, ...).
+"""
+
+from __future__ import annotations
+
+
+class UserError(RuntimeError):
+    """A problem with the user's input or environment, reported as one line (exit code 2)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (or its type name)."""
+    for line in str(exc).strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
