@@ -221,3 +221,14 @@ def test_fast_sampler_keeps_the_transformers_top_k_top_p_support():
         u = torch.rand(16, generator=g)
         drawn = fast_draw(idx, cdf, u)
         assert bool((hf_probs.gather(1, drawn[:, None]) > 0).all())
+
+
+def test_max_length_below_the_model_limit_is_kept_and_recorded(tiny_roberta, tiny_t5):
+    clf = registry.load_classifier("torch", tiny_roberta, max_length=64)
+    assert clf.max_length == 64
+    assert {k: clf.info.details[k] for k in ("max_length", "max_length_requested", "model_max_length")} == {
+        "max_length": 64, "max_length_requested": 64, "model_max_length": 128}
+    s2s = registry.load_classifier("torch", tiny_t5, max_length=64)
+    assert s2s.max_length == 64 and s2s.info.details["max_length"] == 64
+    gen = registry.load_generator("torch", tiny_t5)
+    assert gen.max_input_length == 256 and gen.info.details["max_input_length"] == 256

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from breaknli_fast.engines.base import Decoding, EngineInfo, Workers
+from breaknli_fast.engines.models import effective_max_length
 from breaknli_fast.engines.sampling import COMPACT_SHARE, TorchStepper, sample
 
 
@@ -159,7 +160,12 @@ class HFGenerator:
     ``workers > 1`` (CPU): sampling batches run side by side on worker threads, each on its own copy
     of the stepper (``stepper.fork()``: the same model or sessions, its own cache). The batches are
     the same with or without workers, so the candidates are too. ``torch_threads``: torch's
-    process-wide intra-op threads, set before each call (the torch engine)."""
+    process-wide intra-op threads, set before each call (the torch engine).
+
+    ``max_input_length``: prompts longer than this many tokens are truncated, and never beyond the
+    model's own limit (:func:`~breaknli_fast.engines.models.effective_max_length`: the tokenizer's
+    ``model_max_length``, else 512 for T5's relative positions); the length used is recorded in
+    ``info.details``."""
 
     def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str = "cpu", max_input_length: int = 256,
                  prompt_batch: int = 8, stepper: Any = None, model_loader: Any = None, config: Any = None,
@@ -178,7 +184,11 @@ class HFGenerator:
         self.tokenizer = tokenizer
         self.info = info
         self.device = device
-        self.max_input_length = max_input_length
+        # prompts are cut to this many tokens before the encoder, on every path (sampling steppers, beam,
+        # greedy, diverse beam), so engines that share this class see the same encoder inputs
+        self.max_input_length, limits = effective_max_length(max_input_length, self.config, tokenizer,
+                                                             key="max_input_length")
+        info.details.update(limits)
         self.stats = GeneratorStats()
         self.workers = Workers(workers)
         self.torch_threads = torch_threads  # the torch engine's intra-op threads, set before each call
@@ -297,4 +307,5 @@ class HFGenerator:
         return [[t.strip() for t in self.tokenizer.batch_decode(rows, skip_special_tokens=True)] for rows in ids]
 
     def count_tokens(self, texts: Iterable[str]) -> int:
-        return sum(len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"])
+        # verbose=False: texts longer than the model's limit are only counted here, not fed to it
+        return sum(len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"])

@@ -92,3 +92,68 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# tokenizer.model_max_length at or above this is transformers' placeholder for "not recorded" (int(1e30))
+_TOKENIZER_LIMIT_UNSET = 1_000_000
+# the input cap of a model that records no limit of its own: no position table (T5's relative positions)
+# and no tokenizer model_max_length
+DEFAULT_INPUT_LIMIT = 512
+# families whose position ids start after the padding index (RoBERTa's create_position_ids_from_input_ids):
+# their position table holds max_position_embeddings - padding_idx - 1 tokens
+PADDING_OFFSET_FAMILIES = frozenset({
+    "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "roberta-prelayernorm", "data2vec-text", "xmod",
+    "longformer", "mpnet", "ibert", "luke", "lilt",
+})
+
+
+def position_limit(config: Any) -> tuple[int | None, str]:
+    """Tokens the model's position table holds, from its config, and how that was derived; ``None`` for
+    models without one (T5's relative positions). RoBERTa-style families: ``max_position_embeddings -
+    padding_idx - 1``; BART (whose table adds its offset of 2 itself), DeBERTa, BERT and the rest:
+    ``max_position_embeddings``; GPT-2-style configs: ``n_positions``."""
+    family = getattr(config, "model_type", "?")
+    mpe = getattr(config, "max_position_embeddings", None)
+    if isinstance(mpe, int) and mpe > 0:
+        if family in PADDING_OFFSET_FAMILIES:
+            pad = getattr(config, "pad_token_id", None)
+            pad = 1 if pad is None else int(pad)
+            return mpe - pad - 1, f"{family} max_position_embeddings {mpe} - padding_idx {pad} - 1"
+        return mpe, f"{family} max_position_embeddings {mpe}"
+    n_pos = getattr(config, "n_positions", None)
+    if isinstance(n_pos, int) and n_pos > 0:
+        return n_pos, f"{family} n_positions {n_pos}"
+    return None, f"{family}: no position table"
+
+
+def tokenizer_limit(tokenizer: Any) -> int | None:
+    """The tokenizer's ``model_max_length`` when it records one (not transformers' 1e30 placeholder)."""
+    n = getattr(tokenizer, "model_max_length", None)
+    if isinstance(n, int) and 0 < n < _TOKENIZER_LIMIT_UNSET:
+        return n
+    return None
+
+
+def input_limit(config: Any, tokenizer: Any = None) -> tuple[int, str]:
+    """The most tokens one model input may have, and where that figure comes from: the smaller of the
+    position table (:func:`position_limit`) and the tokenizer's ``model_max_length``; for a model with
+    neither (T5 with a tokenizer that records no length), :data:`DEFAULT_INPUT_LIMIT`."""
+    pos, pos_src = position_limit(config)
+    tok = tokenizer_limit(tokenizer) if tokenizer is not None else None
+    cands = [(n, s) for n, s in ((pos, pos_src), (tok, f"tokenizer model_max_length {tok}")) if n is not None]
+    if not cands:
+        return DEFAULT_INPUT_LIMIT, f"{pos_src}, tokenizer records no model_max_length: default {DEFAULT_INPUT_LIMIT}"
+    return min(cands, key=lambda c: c[0])
+
+
+def effective_max_length(requested: int | None, config: Any, tokenizer: Any = None,
+                         key: str = "max_length") -> tuple[int, dict[str, Any]]:
+    """``min(requested, input_limit)``: the length every engine truncates a model's inputs to, and the
+    record of it for ``EngineInfo.details``: ``key`` (the length used), ``<key>_requested``,
+    ``model_max_length`` and ``model_max_length_from``."""
+    limit, source = input_limit(config, tokenizer)
+    used = limit if requested is None else min(int(requested), limit)
+    if used < 1:
+        raise ModelLoadError(f"the maximum input length must be at least 1 token, not {requested}")
+    return used, {key: used, f"{key}_requested": requested, "model_max_length": limit,
+                  "model_max_length_from": source}

@@ -23,7 +23,7 @@ import numpy as np
 
 from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair, pad_tokens, pad_values
 from breaknli_fast.engines.generation import HFGenerator
-from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
+from breaknli_fast.engines.models import ModelLoadError, effective_max_length, load_config, model_kind
 from breaknli_fast.engines.torch_ref import Seq2SeqNLIMixin
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
@@ -104,11 +104,13 @@ class OrtClassifier(BatchedClassifier):
         _check(precision, device)
         n_workers, threads = cpu_workers(device, threads, workers)
         super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers, device=device)
-        self.max_length = max_length
         self.exported = _export(model, precision, device, {**export_opts, "max_length": max_length})
         folder = self.exported.path
-        self.perm = label_permutation(AutoConfig.from_pretrained(str(folder)), label_map)
+        config = AutoConfig.from_pretrained(str(folder))
+        self.perm = label_permutation(config, label_map)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        # the graph indexes the model's position table: never feed it longer sequences than that holds
+        self.max_length, limits = effective_max_length(max_length, config, self.tokenizer)
         self._pad_values = pad_values(self.tokenizer)
         self.session, sess_details = make_session(folder / "model.onnx", device=device, provider=provider, threads=threads,
                                                   fp16=precision == "fp16")
@@ -117,7 +119,7 @@ class OrtClassifier(BatchedClassifier):
         self.use_io_binding = device != "cpu"
         self.info = EngineInfo("ort", "classifier", model, precision, device,
                                {**_details(self.exported, sess_details), "io_binding": self.use_io_binding,
-                                "workers": self.workers.n, "max_batch": self.max_batch})
+                                "workers": self.workers.n, "max_batch": self.max_batch, **limits})
 
     def _tokenize(self, pairs: Sequence[Pair]) -> Any:
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
@@ -171,13 +173,13 @@ class OrtSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
         self.model, sess_details = load_ort_seq2seq(folder, device=device, provider=provider, threads=threads)
         self.template = NLI_PROMPTS[prompt]
         self.method = method
-        self.max_length = max_length
+        self.max_length, limits = effective_max_length(max_length, self.model.config, self.tokenizer)
         self.answer_ids = answer_token_ids(self.tokenizer)
         self.start_id = int(self.model.config.decoder_start_token_id or 0)
         self.input_device = self.model.device
         self.info = EngineInfo("ort", "classifier", model, precision, device,
                                {**_details(self.exported, sess_details), "prompt": prompt, "method": method,
-                                "workers": 1})  # optimum's model object runs one batch at a time
+                                "workers": 1, **limits})  # optimum's model object runs one batch at a time
 
 
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
-from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind
+from breaknli_fast.engines.models import ModelLoadError, effective_max_length, load_config, model_kind
 from breaknli_fast.engines.registry import EngineUnavailable
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -51,9 +51,13 @@ class TrtClassifier(BatchedClassifier):
         folder = self.exported.path
         self.runner = TrtRunner(folder / PLAN_FILE, device)
         super().__init__(token_budget=token_budget, max_batch=min(max_batch, self.runner.max_batch))
-        self.max_length = min(max_length, self.runner.max_length or max_length)
-        self.perm = label_permutation(AutoConfig.from_pretrained(str(folder)), label_map)
+        config = AutoConfig.from_pretrained(str(folder))
+        self.perm = label_permutation(config, label_map)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        # the model's own limit (export_model built the profile within it) and the engine's profile
+        self.max_length, limits = effective_max_length(min(max_length, self.runner.max_length or max_length), config,
+                                                       self.tokenizer)
+        limits["max_length_requested"] = max_length
         import onnx
 
         graph = next(iter(sorted(folder.glob("*.onnx"))))
@@ -63,6 +67,7 @@ class TrtClassifier(BatchedClassifier):
             "kind": "seq-cls", "family": m.get("family"), "export_dir": str(folder), "export_reused": self.exported.reused,
             "variant": m.get("variant"), "tensorrt": m.get("tensorrt"),
             "validation": {k: (m.get("validation") or {}).get(k) for k in ("n", "max_abs_logit", "agreement", "passed")},
+            "profile_max_length": self.runner.max_length, **limits,
         })
 
     def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:

@@ -10,7 +10,7 @@ import torch
 from breaknli_fast.data.labels import LABELS, map_id2label
 from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair, pad_tokens, pad_values
 from breaknli_fast.engines.generation import HFGenerator
-from breaknli_fast.engines.models import ModelLoadError, load_config, model_kind, resolve_model
+from breaknli_fast.engines.models import ModelLoadError, effective_max_length, load_config, model_kind, resolve_model
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_ANSWERS, NLI_PROMPTS
 
 _DEFAULT_THREADS = torch.get_num_threads()  # before anything here changes it
@@ -103,7 +103,8 @@ def dispatch_classifier(model: str, precision: str, device: str, opts: dict[str,
 
 class Seq2SeqNLIMixin:
     """Prompting, token lengths and scoring of a text-to-text NLI classifier, shared by the torch and
-    ORT engines; a subclass sets ``tokenizer``, ``model``, ``template``, ``method``, ``max_length``,
+    ORT engines; a subclass sets ``tokenizer``, ``model``, ``template``, ``method``, ``max_length``
+    (the prompt's token cap, from :func:`~breaknli_fast.engines.models.effective_max_length`),
     ``start_id``, ``answer_ids`` and ``input_device`` (where the model's inputs go)."""
 
     def prompts(self, pairs: Sequence[Pair]) -> list[str]:
@@ -165,10 +166,11 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         self._pad_values = pad_values(self.tokenizer)
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=_dtype(precision))
         self.model.to(self.device).eval()
-        self.max_length = max_length
+        # never more tokens than the model's position table holds (longer inputs crash or index out of range)
+        self.max_length, limits = effective_max_length(max_length, config, self.tokenizer)
         self.info = EngineInfo("torch", "classifier", model, precision, device,
                                {"kind": "seq-cls", "family": config.model_type, "workers": self.workers.n,
-                                "torch_threads": self.torch_threads, "max_batch": self.max_batch})
+                                "torch_threads": self.torch_threads, "max_batch": self.max_batch, **limits})
 
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
@@ -232,13 +234,14 @@ class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifi
         self.model.to(self.device).eval()
         self.template = NLI_PROMPTS[prompt]
         self.method = method
-        self.max_length = max_length
+        self.max_length, limits = effective_max_length(max_length, self.model.config, self.tokenizer)
         self.answer_ids = answer_token_ids(self.tokenizer)
         self.start_id = int(self.model.config.decoder_start_token_id or 0)
         self.input_device = self.device
         self.info = EngineInfo(
             "torch", "classifier", model, precision, device,
-            {"kind": "seq2seq", "prompt": prompt, "method": method, "workers": 1, "torch_threads": self.torch_threads},
+            {"kind": "seq2seq", "prompt": prompt, "method": method, "workers": 1, "torch_threads": self.torch_threads,
+             **limits},
         )
 
     def _synchronize(self) -> None:

@@ -141,6 +141,10 @@ def export_model(
     cache) holds the graphs, the tokenizer and ``manifest.json``; an export whose manifest matches
     is reused unless ``force``. Validation compares with the PyTorch fp32 model on
     ``validation_size`` pairs and raises :class:`ExportValidationError` beyond ``tolerances``.
+
+    ``max_length`` (tokens of a pair or prompt, for the traced inputs, the validation, the calibration
+    and a TensorRT profile) is capped at the model's own limit
+    (:func:`~breaknli_fast.engines.models.effective_max_length`).
     """
     from breaknli_fast.engines.models import ModelLoadError, load_config, model_fingerprint, model_kind, resolve_model
     from breaknli_fast.export import validate as val
@@ -170,6 +174,7 @@ def export_model(
     except ModelLoadError as e:
         raise UnsupportedModelError(str(e)) from None
     family = getattr(config, "model_type", "?")
+    max_length, limits = _capped_max_length(resolved, config, max_length)
     if format == "tensorrt" and kind == "seq2seq":
         raise UnsupportedModelError(
             "TensorRT engines for text-to-text models (Flan-T5) are not supported yet: use --engine ort --device cuda "
@@ -254,6 +259,8 @@ def export_model(
                 "precision": precision,
                 "variant": variant,
                 **info,
+                "model_max_length": limits["model_max_length"],
+                "model_max_length_from": limits["model_max_length_from"],
                 "libraries": key["libraries"],
                 "files": mf.files_manifest(stage),
                 "validation": figs,
@@ -266,6 +273,23 @@ def export_model(
             mf.install(stage, target)
     say(f"exported {target} in {time.perf_counter() - t_start:.1f}s", "green")
     return ExportResult(target, manifest, reused=False, seconds=time.perf_counter() - t_start)
+
+
+def _capped_max_length(src: str, config: Any, max_length: int) -> tuple[int, dict[str, Any]]:
+    """``max_length`` capped at the model's input limit (its position table, its tokenizer's
+    ``model_max_length``), with the record of how."""
+    from transformers import AutoTokenizer
+
+    from breaknli_fast.engines.models import ModelLoadError, effective_max_length
+
+    try:
+        tok = AutoTokenizer.from_pretrained(src)
+    except (OSError, ValueError) as e:
+        raise UnsupportedModelError(f"cannot load the tokenizer of {src!r}: {first_line(e)}") from None
+    try:
+        return effective_max_length(max_length, config, tok)
+    except ModelLoadError as e:
+        raise ExportError(str(e)) from None
 
 
 def _judge(figs: dict[str, Any], tol: Mapping[str, Any], model: str, format: str, precision: str) -> None:
@@ -367,6 +391,7 @@ def _run_validation(folder: Path, kind: str, format: str, src: str, pairs: Seque
     except Exception as e:
         raise ExportError(f"validation could not run: {first_line(e)}") from e
     figs["pairs_source"] = pairs_src
+    figs["max_length"] = max_length
     return figs
 
 

@@ -91,13 +91,17 @@ def _classifier_input_names(model: Any, tokenizer: Any) -> list[str]:
 
 def export_classifier(src_path: str, out_dir: Path, sample_pairs: Sequence[tuple[str, str]],
                       opset: int = CLASSIFIER_OPSET, max_length: int = 256) -> dict[str, Any]:
-    """Export a sequence classifier to ``out_dir/model.onnx`` (fp32) and copy its tokenizer and config."""
+    """Export a sequence classifier to ``out_dir/model.onnx`` (fp32) and copy its tokenizer and config. The
+    traced inputs are truncated to ``max_length``, capped at the model's own limit (its position table)."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from breaknli_fast.engines.models import input_limit
 
     tok = AutoTokenizer.from_pretrained(src_path)
     model = AutoModelForSequenceClassification.from_pretrained(src_path, dtype=torch.float32).eval()
     family = model.config.model_type
+    max_length = min(max_length, input_limit(model.config, tok)[0])
     names = _classifier_input_names(model, tok)
     if "input_ids" not in names:
         raise UnsupportedModelError(f"{family}: the classifier does not take input_ids; cannot export it")

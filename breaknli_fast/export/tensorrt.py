@@ -15,7 +15,8 @@ TensorRT 11 removes the weakly typed FP16/INT8 builder flags):
 * int8: a strongly typed network built from the static symmetric QDQ ONNX graph (explicit
   quantization; calibrated on real premise/hypothesis pairs by ``quantize.int8_static_qdq``).
 
-One optimization profile: batch 1..max_batch (opt = max_batch), length 1..max_length, the
+One optimization profile: batch 1..max_batch (opt = max_batch), length 1..max_length (never more
+than the model's position table holds: ``engines.models.input_limit``), the
 optimum length being the 90th percentile of the calibration pairs' token counts (rounded up to
 a multiple of 8). A timing cache per GPU and TensorRT version is kept beside the export cache,
 so later builds reuse kernel timings. Buffers are torch CUDA tensors (so a CUDA build of torch
@@ -126,10 +127,14 @@ def build_engine(onnx_path: Path, plan_path: Path, precision: str, profile: dict
 
 def build_for_export(folder: Path, graph: str, precision: str, pairs: Sequence[tuple[str, str]], max_length: int,
                      max_batch: int) -> dict[str, Any]:
-    """Build ``folder/model.plan`` from ``folder/<graph>`` with a profile fitted to ``pairs``."""
-    from transformers import AutoTokenizer
+    """Build ``folder/model.plan`` from ``folder/<graph>`` with a profile fitted to ``pairs``; its longest
+    sequence is ``max_length``, capped at the model's own limit (its position table)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from breaknli_fast.engines.models import input_limit
 
     tok = AutoTokenizer.from_pretrained(str(folder))
+    max_length = min(max_length, input_limit(AutoConfig.from_pretrained(str(folder)), tok)[0])
     enc = tok([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=max_length)
     lengths = [len(x) for x in enc["input_ids"]]
     profile = shape_profile(lengths, max_length, max_batch)

@@ -99,7 +99,8 @@ def validate_classifier(folder: Any, src_path: str, pairs: Sequence[Pair], devic
     for i in range(0, len(pairs), BATCH):
         chunk = list(pairs[i:i + BATCH])
         refs.append(ref_model.raw_logits(chunk))
-        outs.append(np.asarray(sess.run(["logits"], classifier_feeds(tok, chunk, inputs, max_length))[0], dtype=np.float32))
+        outs.append(np.asarray(sess.run(["logits"], classifier_feeds(tok, chunk, inputs, ref_model.max_length))[0],
+                               dtype=np.float32))
     ref = np.concatenate(refs)
     out = np.concatenate(outs)
     figs = _logit_figures(ref, out)
@@ -124,7 +125,7 @@ def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: 
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from breaknli_fast.engines.models import ModelLoadError
+    from breaknli_fast.engines.models import ModelLoadError, input_limit
     from breaknli_fast.engines.torch_ref import answer_token_ids
     from breaknli_fast.export.runtime import load_ort_seq2seq
     from breaknli_fast.prompts import CONTRADICT_PROMPT, DEFAULT_NLI_PROMPT, NLI_PROMPTS
@@ -132,6 +133,7 @@ def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: 
     tok = AutoTokenizer.from_pretrained(str(folder))
     ref_model = AutoModelForSeq2SeqLM.from_pretrained(src_path, dtype=torch.float32).eval()
     ort_model, details = load_ort_seq2seq(folder, device=device, provider=provider)
+    max_length = min(max_length, input_limit(ref_model.config, tok)[0])  # as the engines cap their prompts
     try:
         answers: list[int] | None = answer_token_ids(tok)
     except ModelLoadError:
