@@ -9,72 +9,27 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from breaknli_fast import cli_options as opts
-from breaknli_fast.data.labels import LABELS, SHORT, LabelMappingError, parse_label_map
-from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, load_examples
+from breaknli_fast.console import RichHook, console, fail, literal, make_progress, user_errors
+from breaknli_fast.data.labels import LABELS, SHORT, parse_label_map
+from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, load_examples
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.engines.models import ModelLoadError, model_fingerprint
-from breaknli_fast.pipeline.breaknli import LoopConfig, ProgressHook, run_loop
+from breaknli_fast.engines.models import model_fingerprint
+from breaknli_fast.errors import first_line
+from breaknli_fast.pipeline.breaknli import LoopConfig, run_loop
 from breaknli_fast.pipeline.report import build_report, fmt_rate, to_markdown
-from breaknli_fast.pipeline.rundir import RunDir, RunDirError
+from breaknli_fast.pipeline.rundir import RunDir
 from breaknli_fast.prompts import GEN_PROMPTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="BreakNLI logical-triangle robustness test for NLI models, on fast engines.")
-console = Console()
-err_console = Console(stderr=True)
 
 DEFAULT_SAMPLE_LIMIT = 1000  # examples of the embedded sample used when --limit is not given
-USER_ERRORS: tuple[type[BaseException], ...] = (DataError, ModelLoadError, RunDirError, LabelMappingError, ValueError)
-
-
 def _modes(mode: str) -> tuple[str, ...]:
     """The modes of a ``--mode`` option (``both`` = contradictive then entailed)."""
     return ("contradictive", "entailed") if mode == "both" else (mode,)
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from breaknli_fast.engines.registry import EngineUnavailable
-
-    extra: list[type[BaseException]] = [EngineUnavailable]
-    try:
-        from breaknli_fast.export import errors as export_errors  # type: ignore[attr-defined]
-
-        extra += [getattr(export_errors, n) for n in dir(export_errors) if n.endswith("Error") and isinstance(getattr(export_errors, n), type)]
-    except Exception:
-        pass
-    return USER_ERRORS + tuple(extra)
-
-
-def fail(msg: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-class RichHook(ProgressHook):
-    def __init__(self, progress: Progress):
-        self.p = progress
-        self.tasks: dict[str, Any] = {}
-
-    def start(self, stage: str, total: int, completed: int = 0) -> None:
-        self.tasks[stage] = self.p.add_task(stage, total=total, completed=completed)
-
-    def advance(self, stage: str, n: int = 1) -> None:
-        self.p.advance(self.tasks[stage], n)
-
-    def finish(self, stage: str) -> None:
-        t = self.tasks.get(stage)
-        if t is not None:
-            self.p.update(t, completed=self.p.tasks[t].total)
-
-
-def make_progress() -> Progress:
-    return Progress(SpinnerColumn(), TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False)
 
 
 def slug(text: str) -> str:
@@ -83,30 +38,39 @@ def slug(text: str) -> str:
 
 
 def results_table(report: dict[str, Any]) -> Table:
-    t = Table(title="BreakNLI: inequality % / relaxed % (examples)", show_lines=False)
-    t.add_column("mode")
-    for lab in LABELS:
-        t.add_column(f"ŷ={SHORT[lab]}", justify="right")
-    t.add_column("Overall", justify="right", style="bold")
+    """The study's breakage table, one row per (mode, ŷ) so that it fits an 80-column terminal."""
+    t = Table(title="BreakNLI breakage per example", title_justify="left")
+    for col, just in (("mode", "left"), ("ŷ", "left"), ("n", "right"), ("inequality %", "right"), ("relaxed %", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
     for mode, table in report["metrics"].items():
-        row = [mode]
+        first = True
         for key in list(LABELS) + ["overall"]:
             cell = table.get(key)
-            row.append(f"{fmt_rate(cell)} ({cell['n']})" if cell else "–")
-        t.add_row(*row)
+            if not cell or not cell.get("n"):
+                continue
+            rate = fmt_rate(cell)
+            ineq, rel = rate.split(" / ") if " / " in rate else ("–", "–")
+            t.add_row(mode if first else "", "Overall" if key == "overall" else SHORT[key], str(cell["n"]), ineq, rel,
+                      style="bold" if key == "overall" else None, end_section=key == "overall")
+            first = False
     return t
 
 
+FUNNEL_ROWS = (("selected", "selected by gold label"), ("correct", "M(p, h) correct"),
+               ("too_few_unique", "dropped: < U distinct"), ("too_few_on_target", "dropped: < S on target"),
+               ("evaluated", "evaluated"))
+
+
 def funnel_table(report: dict[str, Any]) -> Table:
+    """The funnel, one row per stage and one column per mode (fits 80 columns)."""
     f = report["funnel"]
-    t = Table(title="Funnel")
-    cols = ["selected", "correct", "generated", "too_few_unique", "too_few_on_target", "evaluated"]
-    t.add_column("mode")
-    for c in cols:
-        t.add_column(c.replace("_", " "), justify="right")
-    for mode in report["loop"]["modes"]:
-        if mode in f:
-            t.add_row(mode, *(str(f[mode][c]) for c in cols))
+    modes = [m for m in report["loop"]["modes"] if m in f]
+    t = Table(title="Funnel", title_justify="left")
+    t.add_column("stage", no_wrap=True)
+    for m in modes:
+        t.add_column(m, justify="right", no_wrap=True)
+    for key, label in FUNNEL_ROWS:
+        t.add_row(label, *(str(f[m][key]) for m in modes))
     return t
 
 
@@ -119,19 +83,24 @@ def print_summary(report: dict[str, Any], run_dir: Path | None) -> None:
     console.print(funnel_table(report))
     if report["metrics"]:
         console.print(results_table(report))
+        if "contradictive" in report["metrics"] and report["metrics"]["contradictive"].get("contradiction", {}).get("n"):
+            console.print("[dim]note: contradictive ŷ=C also counts a candidate that rightly contradicts p as a break "
+                          "(\"legit inequality\"); report.md explains it.[/]")
     else:
         console.print("[yellow]no example survived the filters: no breakage rate to report[/]")
     t = report["throughput"]
-    parts = [f"{t['examples_this_invocation']} examples in {t['wall_seconds']:.1f} s"]
+    n_inv = t.get("invocations", 1)
+    parts = [f"{t.get('examples', t['examples_this_invocation'])} examples in {t['wall_seconds']:.1f} s"]
     if t["examples_per_s"]:
         parts.append(f"{t['examples_per_s']:.2f} examples/s")
     if t["classifier_pairs_per_s"]:
         parts.append(f"{t['classifier_pairs_per_s']:.0f} classifier pairs/s")
     if t["generated_tokens_per_s"]:
         parts.append(f"{t['generated_tokens_per_s']:.0f} generated tokens/s")
-    console.print("throughput: " + ", ".join(parts))
+    scope = "" if n_inv == 1 else f" (summed over the {n_inv} invocations that computed the records)"
+    console.print(f"throughput{scope}: " + ", ".join(parts))
     if run_dir is not None:
-        console.print(f"run directory: [bold]{run_dir}[/] (config.json, samples.jsonl, report.json, report.md)")
+        console.print(f"run directory: [bold]{literal(run_dir)}[/] (config.json, samples.jsonl, report.json, report.md)")
 
 
 @app.command()
@@ -146,7 +115,9 @@ def run(
     seed: int = typer.Option(0, "--seed", help="One seed for the whole run (generation; bootstrap uses a fixed seed)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory. Default: runs/<dataset>-<classifier>-<engine>-<precision>-s<seed>."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run directory that holds different settings."),
-    engine: str = typer.Option("torch", "--engine", "-e", help="torch, ort or tensorrt."),
+    engine: str = typer.Option("auto", "--engine", "-e",
+                               help="auto, torch, ort or tensorrt. auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
+                                    "installed (exactly torch's fp32 results, faster), else torch."),
     precision: str = typer.Option("fp32", "--precision", "-p", help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
     device: str = opts.DEVICE,
     k: int = opts.K,
@@ -167,10 +138,10 @@ def run(
     nli_prompt: str = opts.NLI_PROMPT,
     nli_method: str = opts.NLI_METHOD,
     label_map: Optional[str] = opts.LABEL_MAP,
-    premise_col: Optional[str] = typer.Option(None, "--premise-col"),
-    hypothesis_col: Optional[str] = typer.Option(None, "--hypothesis-col"),
-    label_col: Optional[str] = typer.Option(None, "--label-col"),
-    id_col: Optional[str] = typer.Option(None, "--id-col"),
+    premise_col: Optional[str] = opts.PREMISE_COL,
+    hypothesis_col: Optional[str] = opts.HYPOTHESIS_COL,
+    label_col: Optional[str] = opts.LABEL_COL,
+    id_col: Optional[str] = opts.ID_COL,
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
@@ -180,11 +151,14 @@ def run(
 ) -> None:
     """Run the BreakNLI loop and write a run directory. Re-running the same command resumes."""
     from breaknli_fast.engines import registry
+    from breaknli_fast.engines.registry import EngineUnavailable
     from breaknli_fast.envinfo import environment
+    from breaknli_fast.export.errors import ExportError
 
-    errors = _user_errors()
-    try:
+    with user_errors(resumable=True):
         modes = _modes(mode)
+        auto = engine == registry.AUTO
+        engine = registry.resolve_engine(engine, precision, device)
         if threads:
             import torch
 
@@ -202,8 +176,27 @@ def run(
         if not data.examples:
             fail(f"no valid example in {dataset!r} ({data.skips.skipped} rows skipped: "
                  + ", ".join(f"{k2} {v}" for k2, v in data.skips.counts.items() if v) + ")")
+        engine_opts: dict[str, Any] = {"threads": threads} if threads else {}
+        if workers is not None:
+            engine_opts["workers"] = workers
+        def load(name: str) -> tuple[Any, Any]:
+            c = registry.load_classifier(name, classifier, precision=precision, device=device, label_map=lm,
+                                         max_length=max_length, token_budget=token_budget, max_batch=max_batch,
+                                         prompt=nli_prompt, method=nli_method, **engine_opts)
+            return c, registry.load_generator(name, generator, precision=precision, device=device, **engine_opts)
+
+        with console.status("loading models"):
+            try:
+                clf, gen = load(engine)
+            except (ExportError, EngineUnavailable) as e:
+                if not auto or engine == "torch":
+                    raise
+                # auto chose ort, but a model does not export (or its export does not match torch): the reference
+                console.print(f"[yellow]note:[/] --engine auto: ort is not usable here ({literal(first_line(e))}); "
+                              "running on torch")
+                engine = "torch"
+                clf, gen = load(engine)
         run_path = out or Path("runs") / f"{slug(dataset)}-{slug(classifier)}-{engine}-{precision}-s{seed}"
-        env = environment()
         fingerprints = {"generator": model_fingerprint(generator), "classifier": model_fingerprint(classifier)}
         identity = {
             "generator": fingerprints["generator"].get("files_sha256") or generator,
@@ -213,44 +206,38 @@ def run(
             "loop": cfg.to_dict(), "label_map": lm, "nli_prompt": nli_prompt, "nli_method": nli_method,
             "max_length": max_length,
         }
-        config = {
-            "command": "run", "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "generator": generator, "classifier": classifier, "models": fingerprints,
-            "engine": {"name": engine, "precision": precision, "device": device, "threads": threads, "workers": workers,
-                       "token_budget": token_budget, "max_batch": max_batch, "max_length": max_length},
-            "dataset": {"name": dataset, "split": split, "limit": eff_limit, "source": data.source,
-                        "columns": vars(cols), "skips": data.skips.to_dict()},
-            "loop": cfg.to_dict(), "label_map": lm, "nli_prompt": nli_prompt, "nli_method": nli_method,
-            "seed": seed, "environment": env,
-        }
-        rd = RunDir(run_path)
-        resuming = rd.prepare(config, identity, overwrite=overwrite)
-        engine_opts: dict[str, Any] = {"threads": threads} if threads else {}
-        if workers is not None:
-            engine_opts["workers"] = workers
-        with console.status("loading models"):
-            clf = registry.load_classifier(engine, classifier, precision=precision, device=device, label_map=lm,
-                                           max_length=max_length, token_budget=token_budget, max_batch=max_batch,
-                                           prompt=nli_prompt, method=nli_method, **engine_opts)
-            gen = registry.load_generator(engine, generator, precision=precision, device=device, **engine_opts)
-        config["engine"]["max_batch"] = getattr(clf, "max_batch", max_batch)  # the engine's default when not given
-        config["engine"]["classifier_details"] = clf.info.to_dict()
-        config["engine"]["generator_details"] = gen.info.to_dict()
-        rd.prepare(config, identity)
-        if resuming:
-            n_done = len(rd.load_samples())
-            msg = f"resuming {run_path}: {n_done} example records already done"
-            if rd.repaired_bytes:
-                msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
-            console.print(msg)
-        with make_progress() as progress:
-            records, times = run_loop(data, clf, gen, cfg, rd, RichHook(progress))
-        report = build_report(records, data, cfg, times, {"generator": generator, "classifier": classifier,
-                                                          "engine": f"{engine}:{precision}:{device}", "dataset": dataset})
-        rd.write_report(report, to_markdown(report))
+        # the lock: a second run into the same directory stops here, before anything is written
+        with RunDir(run_path) as rd:
+            config = {
+                "command": "run", "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "generator": generator, "classifier": classifier, "models": fingerprints,
+                "engine": {"name": engine, "requested": registry.AUTO if auto else engine, "precision": precision, "device": device, "threads": threads, "workers": workers,
+                           "token_budget": token_budget, "max_length": max_length,
+                           "max_batch": getattr(clf, "max_batch", max_batch),  # the engine's default when not given
+                           "classifier_details": clf.info.to_dict(), "generator_details": gen.info.to_dict()},
+                "dataset": {"name": dataset, "split": split, "limit": eff_limit, "source": data.source,
+                            "columns": vars(cols), "skips": data.skips.to_dict()},
+                "loop": cfg.to_dict(), "label_map": lm, "nli_prompt": nli_prompt, "nli_method": nli_method,
+                "seed": seed, "environment": environment(),
+            }
+            # config.json is written only once the engines have loaded: a run that fails earlier leaves none
+            resuming = rd.prepare(config, identity, overwrite=overwrite)
+            if resuming:
+                n_done = len(rd.load_samples())
+                msg = f"resuming {literal(run_path)}: {n_done} example records already done"
+                if rd.repaired_bytes:
+                    msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
+                console.print(msg)
+            with make_progress() as progress:
+                records, times = run_loop(data, clf, gen, cfg, rd, RichHook(progress))
+            if times.examples:
+                rd.append_invocation(times.to_dict())
+            report = build_report(records, data, cfg, times,
+                                  {"generator": generator, "classifier": classifier,
+                                   "engine": f"{engine}:{precision}:{device}", "dataset": dataset},
+                                  invocations=rd.load_invocations())
+            rd.write_report(report, to_markdown(report))
         print_summary(report, run_path)
-    except errors as e:
-        fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
 
 
 @app.command()
@@ -266,13 +253,14 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
     t.add_column("key", style="bold")
     t.add_column("value")
     for key in ("breaknli_fast", "git", "python", "platform", "cpu", "cpu_count", "torch_threads", "memory_gib"):
-        t.add_row(key, str(info[key]))
+        t.add_row(key, literal(info[key]))
     for name, ver in info["packages"].items():
-        t.add_row(name, ver or "[dim]not installed[/]")
+        t.add_row(name, literal(ver) if ver else "[dim]not installed[/]")
     acc = info["accelerators"]
-    t.add_row("CUDA", ", ".join(acc.get("gpus", [])) if acc["cuda_available"] else "[dim]no CUDA GPU visible[/]")
-    t.add_row("ORT providers", ", ".join(acc["onnxruntime_providers"] or []) or "[dim]onnxruntime not installed[/]")
-    t.add_row("TensorRT", acc["tensorrt"] or "[dim]not installed (pip install 'breaknli-fast[tensorrt]', needs a CUDA GPU)[/]")
+    t.add_row("CUDA", literal(", ".join(acc.get("gpus", []))) if acc["cuda_available"] else "[dim]no CUDA GPU visible[/]")
+    t.add_row("ORT providers", literal(", ".join(acc["onnxruntime_providers"] or [])) or "[dim]onnxruntime not installed[/]")
+    hint = literal("pip install 'breaknli-fast[tensorrt]'")
+    t.add_row("TensorRT", literal(acc["tensorrt"]) if acc["tensorrt"] else f"[dim]not installed ({hint}, needs a CUDA GPU)[/]")
     console.print(t)
 
 
@@ -292,7 +280,9 @@ def mini_train(ctx: typer.Context) -> None:
     """Train mini-mlm, mini-nli and mini-t5 from an SNLI file (`breaknli-fast mini train --help` for options)."""
     from breaknli_fast.mini.train import main as train_main
 
-    raise typer.Exit(train_main(list(ctx.args), prog="breaknli-fast mini train") or 0)
+    with user_errors():
+        code = train_main(list(ctx.args), prog="breaknli-fast mini train") or 0
+    raise typer.Exit(code)
 
 
 @mini_app.command("check")
@@ -302,19 +292,17 @@ def mini_check(
     judge: str = typer.Option("mini-nli", "--judge", help="the classifier that judges: a shipped mini model or a folder"),
     n: int = typer.Option(200, "--n", min=0, help="correctly classified sample examples per mode (0: all of them)"),
     mode: str = opts.MODE,
-    seed: int = typer.Option(0, "--seed"),
-    out: Optional[Path] = typer.Option(None, "--out", help="also write the results as JSON"),
-    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the K samples (one seed per prompt is derived from it, as in run)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the results to this JSON file."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """The generator check of the model cards: K=20 samples per hypothesis of the embedded sample, the share on
     target (judged by the classifier) and the share of examples that survive U=10 and S=5 (the loop's defaults)."""
     from breaknli_fast.data.loaders import sample_path
     from breaknli_fast.mini.evaluate import check_generator
 
-    try:
+    with user_errors():
         res = check_generator(generator, judge, sample_path(), n=n, modes=_modes(mode), seed=seed, progress=progress)
-    except (ModelLoadError, ValueError) as e:
-        fail(str(e))
     t = Table(title="generator check (K=20, U=10, S=5)",
               caption="checked: first correctly classified examples (of all correct); <U: fewer than U distinct "
                       "candidates; <S: fewer than S of the first U on target both ways")
@@ -327,9 +315,12 @@ def mini_check(
                   f"{r['survivors']} = {r['survival_rate']:.1%}")
     console.print(t)
     if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-        console.print(f"written to {out}")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+        except OSError as e:
+            fail(f"cannot write {out}: {e.strerror or e}")
+        console.print(f"written to {literal(out)}")
 
 
 def main() -> None:  # pragma: no cover

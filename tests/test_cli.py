@@ -38,7 +38,7 @@ def test_env_json():
 
 
 def _run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, *extra):
-    return runner.invoke(app, ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--out", str(tmp_path / "run"),
+    return runner.invoke(app, ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--out", str(tmp_path / "run"), "--engine", "torch",
                                "--k", "12", "--u", "4", "--s", "2", "--top-p", "1.0", "--top-k", "0",
                                "--max-new-tokens", "12", "--limit", "30", *extra])
 
@@ -82,19 +82,20 @@ def test_bad_input_is_one_line_error(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, 
     for i in range(0, len(args), 2):
         base[args[i]] = args[i + 1]
     flat = [x for kv in base.items() for x in kv]
-    r = runner.invoke(app, ["run", *flat, "--out", str(tmp_path / "x"), "--limit", "5"])
+    r = runner.invoke(app, ["run", *flat, "--out", str(tmp_path / "x"), "--limit", "5", "--engine", "torch"])
     assert r.exit_code == 2, r.output
     assert match in r.output and "Traceback" not in r.output
     assert len([ln for ln in r.output.strip().splitlines() if ln.startswith("error")]) == 1
 
 
 def test_generator_must_be_seq2seq(tmp_path, tiny_roberta, tiny_tsv):
-    r = runner.invoke(app, ["run", "-g", tiny_roberta, "-c", tiny_roberta, "-d", str(tiny_tsv), "--out", str(tmp_path / "y")])
+    r = runner.invoke(app, ["run", "-g", tiny_roberta, "-c", tiny_roberta, "-d", str(tiny_tsv), "--out", str(tmp_path / "y"),
+                            "--engine", "torch"])
     assert r.exit_code == 2 and "cannot generate" in r.output
 
 
 def test_flan_t5_style_classifier_runs(tmp_path, tiny_t5, tiny_tsv):
-    r = runner.invoke(app, ["run", "-g", tiny_t5, "-c", tiny_t5, "-d", str(tiny_tsv), "--out", str(tmp_path / "t5c"),
+    r = runner.invoke(app, ["run", "-g", tiny_t5, "-c", tiny_t5, "-d", str(tiny_tsv), "--out", str(tmp_path / "t5c"), "--engine", "torch",
                             "--limit", "9", "--nli-prompt", "conclude", "--k", "6", "--u", "2", "--s", "1",
                             "--top-p", "1.0", "--top-k", "0", "--max-new-tokens", "8"])
     assert r.exit_code == 0, r.output

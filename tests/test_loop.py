@@ -132,7 +132,7 @@ def test_kill_minus_9_then_rerun_equals_uninterrupted(tiny_t5, tiny_roberta, tmp
         for i, (p, h, lab) in enumerate(testing.pairs(240, seed=1)):
             f.write(f"{lab}\t{p}\t{h}\tq{i}\n")
     common = ["-g", tiny_t5, "-c", tiny_roberta, "-d", str(src), "--k", "12", "--u", "4", "--s", "2", "--top-p", "1.0",
-              "--top-k", "0", "--max-new-tokens", "12", "--chunk-size", "2", "--seed", "5", "--threads", "1"]
+              "--top-k", "0", "--max-new-tokens", "12", "--chunk-size", "2", "--seed", "5", "--threads", "1", "--engine", "torch"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     killed = tmp_path / "killed"
     proc = subprocess.Popen(_cli(*common, "--out", str(killed)), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,5 +1,6 @@
 """The shipped mini models and embedded sample: load offline, one real inference each, cards present."""
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -147,6 +148,9 @@ def test_default_run_on_a_few_examples(tmp_path):
     assert r.exit_code == 0, r.output
     cfg = json.loads((tmp_path / "default" / "config.json").read_text())
     assert cfg["generator"] == "mini-t5" and cfg["classifier"] == "mini-nli" and cfg["dataset"]["name"] == "sample"
+    # --engine auto: ort where ONNX Runtime is installed (the test extra installs it), else the torch reference
+    want = "ort" if importlib.util.find_spec("onnxruntime") else "torch"
+    assert cfg["engine"]["requested"] == "auto" and cfg["engine"]["name"] == want
     rep = json.loads((tmp_path / "default" / "report.json").read_text())
     assert rep["funnel"]["valid"] == 6
 

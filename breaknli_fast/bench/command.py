@@ -106,17 +106,16 @@ def bench(
     """Speed and parity of engines / precisions against torch:fp32 on identical inputs, in one process."""
     from breaknli_fast.bench.report import compare as compare_results
     from breaknli_fast.bench.report import compare_markdown, compare_table, rich_table
-    from breaknli_fast.bench.runner import BenchConfig, BenchError, BenchResult, run_bench
+    from breaknli_fast.bench.runner import BenchConfig, BenchResult, run_bench
     from breaknli_fast.bench.shapes import parse_random_weights
-    from breaknli_fast.bench.specs import BenchSpecError, parse_engines
-    from breaknli_fast.cli import RichHook, _user_errors, console, err_console, fail, make_progress
+    from breaknli_fast.bench.specs import parse_engines
+    from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
     from breaknli_fast.data.labels import parse_label_map
     from breaknli_fast.engines.base import Decoding
     from breaknli_fast.pipeline.breaknli import LoopConfig
     from rich.markup import escape
 
-    errors = _user_errors() + (BenchError, BenchSpecError)
-    try:
+    with user_errors(extra=(OSError,)):  # an output folder that cannot be written: one line too
         if compare and all(compare):
             a, b = (BenchResult.load(p) for p in compare)
             cmp = compare_results(a.data, b.data)
@@ -127,7 +126,7 @@ def bench(
                 out.mkdir(parents=True, exist_ok=True)
                 (out / "compare.json").write_text(json.dumps(cmp, indent=2) + "\n")
                 (out / "compare.md").write_text(compare_markdown(cmp, str(compare[0]), str(compare[1])))
-                console.print(f"comparison written to [bold]{out}[/] (compare.json, compare.md)")
+                console.print(f"comparison written to [bold]{escape(str(out))}[/] (compare.json, compare.md)")
             return
         modes = ("contradictive", "entailed") if mode == "both" else (mode,)
         dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler, max_new_tokens=max_new_tokens)
@@ -150,9 +149,6 @@ def bench(
 
             result = run_bench(cfg, hook=RichHook(progress), log=log)
         paths = result.save(out_dir, plot=not no_plot)
-    except errors as e:
-        fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-        return
     console.print(rich_table(result.data))
     for n in result.data.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(n)}")
@@ -163,6 +159,6 @@ def bench(
             err_console.print(f"[yellow]{e['status']}[/] {escape(e['label'])}: {escape(str(e['reason']))}", highlight=False)
         for f in (e.get("checks") or {}).get("failures", []):
             err_console.print(f"[bold red]FAIL[/] {escape(e['label'])}: {escape(f)}", highlight=False)
-    console.print(f"bench written to [bold]{out_dir}[/] (" + ", ".join(p.name for p in paths.values()) + ")")
+    console.print(f"bench written to [bold]{escape(str(out_dir))}[/] (" + ", ".join(p.name for p in paths.values()) + ")")
     if strict and not result.passed:
         raise typer.Exit(1)

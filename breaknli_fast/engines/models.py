@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 from pathlib import Path
@@ -38,6 +39,10 @@ def resolve_model(name: str) -> str:
         return str(p)
     if name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]:
         raise ModelLoadError(f"model path {name!r} does not exist")
+    near = difflib.get_close_matches(name.lower(), MINI_MODELS, n=1, cutoff=0.75)
+    if near and "/" not in name:  # "mini-nil": a typo of a shipped model, not a hub id
+        raise ModelLoadError(f"unknown model {name!r}: did you mean {near[0]}? (shipped: {', '.join(MINI_MODELS)}; "
+                             "or a local folder, or a hub id such as roberta-large-mnli)")
     return name
 
 

@@ -17,6 +17,7 @@ _ENGINES: dict[str, str] = {
 }
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+AUTO = "auto"
 
 
 class EngineUnavailable(UserError):
@@ -29,6 +30,27 @@ def register(name: str, module: str) -> None:
 
 def engine_names() -> list[str]:
     return list(_ENGINES)
+
+
+def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") -> str:
+    """The engine that ``auto`` stands for: ``ort`` on the CPU at fp32 or int8 when ONNX Runtime and optimum
+    are installed (its fp32 gives the torch reference's labels and sampled candidates exactly, about twice as
+    fast on 2 cores, and its one intra-op thread per worker does not spin when other processes share the
+    cores: BENCHMARKS.md); ``torch`` otherwise. Any other name is returned as it is."""
+    if engine != AUTO:
+        return engine
+    if device.split(":")[0] == "cpu" and precision in ("fp32", "int8") and _installed("onnxruntime", "optimum.onnxruntime"):
+        return "ort"
+    return "torch"
+
+
+def _installed(*modules: str) -> bool:
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in modules)
+    except (ImportError, ValueError):  # a parent package missing or broken
+        return False
 
 
 def _module(engine: str) -> Any:

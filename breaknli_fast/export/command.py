@@ -5,8 +5,8 @@ The lead registers it in ``cli.py`` as ``app.command("export")(export)``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import typer
@@ -86,39 +86,30 @@ def export(
     max_length: int = typer.Option(256, "--max-length", help="maximum tokens of a pair"),
 ) -> None:
     """Export a model to ONNX (fp32/fp16/int8) or TensorRT, validate it against PyTorch fp32, and cache it."""
-    from rich.console import Console
-    from rich.markup import escape
+    from breaknli_fast.console import console as out_console
+    from breaknli_fast.console import user_errors
+    from breaknli_fast.export.errors import ExportError, ExportValidationError
 
-    err = Console(stderr=True, highlight=False)
-    out_console = Console(highlight=False)
-    try:
-        from breaknli_fast.export import export_model
+    with user_errors(wrap_unexpected=True):
+        try:
+            from breaknli_fast.export import export_model
 
-        pairs = None
-        if calibration_data:
-            pairs = _load_pairs(calibration_data, calibration_size + validation_size)
-        tol = {k: v for k, v in (("max_abs_logit", max_abs_logit), ("min_agreement", min_agreement),
-                                 ("min_token_agreement", min_token_agreement)) if v is not None}
-        result = export_model(model, format=format, precision=precision, out_dir=out, calibration_pairs=pairs,
-                              calibration_size=calibration_size, force=force, validate=not no_validate,
-                              tolerances=tol or None, progress=True, device=device, validation_size=validation_size,
-                              max_length=max_length)
-    except KeyboardInterrupt:
-        err.print("[red]error:[/] interrupted")
-        raise typer.Exit(1)
-    except Exception as e:  # one line, no traceback (BREAKNLI_FAST_DEBUG=1 shows it)
-        from breaknli_fast.export.errors import ExportValidationError, first_line
-
-        if os.environ.get("BREAKNLI_FAST_DEBUG"):
+            pairs = None
+            if calibration_data:
+                pairs = _load_pairs(calibration_data, calibration_size + validation_size)
+            tol = {k: v for k, v in (("max_abs_logit", max_abs_logit), ("min_agreement", min_agreement),
+                                     ("min_token_agreement", min_token_agreement)) if v is not None}
+            result = export_model(model, format=format, precision=precision, out_dir=out, calibration_pairs=pairs,
+                                  calibration_size=calibration_size, force=force, validate=not no_validate,
+                                  tolerances=tol or None, progress=True, device=device, validation_size=validation_size,
+                                  max_length=max_length)
+        except ExportValidationError as e:  # the figures first, then the one-line error
+            if e.validation:
+                out_console.print(validation_table(SimpleNamespace(validation=e.validation)))
             raise
-
-        if isinstance(e, ExportValidationError) and e.validation:
-            class _R:
-                validation = e.validation
-
-            out_console.print(validation_table(_R()))
-        err.print(f"[red]error:[/] {escape(first_line(e))}", soft_wrap=True)
-        raise typer.Exit(1)
+        except OSError as e:  # an --out folder that cannot be written, a full disk: one line
+            raise ExportError(f"cannot write the export: {e.strerror or e}"
+                              + (f" ({e.filename})" if getattr(e, "filename", None) else "")) from None
     if result.validation and not result.validation.get("skipped"):
         out_console.print(validation_table(result))
     state = "reused" if result.reused else "exported"

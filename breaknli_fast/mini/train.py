@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, NEUTRAL
+from breaknli_fast.data.loaders import DataError
 from breaknli_fast.mini import DATA_DIR, MODELS_DIR
 from breaknli_fast.mini.common import (folder_size, hardware, log, make_progress, n_params, read_json, save_fp16,
                                        seed_everything, set_threads, write_json)
@@ -873,12 +874,21 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
     return result
 
 
+DEFAULT_OUT = "mini-models"  # relative to the working directory: never the installed package by default
+
+
 def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    ap.add_argument("--data", required=True, help="SNLI JSONL(.gz) with pairID, premise, hypothesis, label")
-    ap.add_argument("--out", default=str(MODELS_DIR), help="models folder (default: the package's assets/models)")
-    ap.add_argument("--sample-out", default=str(DATA_DIR),
-                    help="where to write snli_sample.jsonl + DATA_CARD.md ('' to skip)")
+    ap.add_argument("--data", required=True,
+                    help="SNLI training pairs: JSONL(.gz) with pairID, premise/sentence1, hypothesis/sentence2, "
+                         "label/gold_label (e.g. snli_1.0_train.jsonl from https://nlp.stanford.edu/projects/snli/)")
+    ap.add_argument("--out", default=DEFAULT_OUT,
+                    help=f"models folder (default: ./{DEFAULT_OUT}; a round with --*-init continues from the models "
+                         "in it). The shipped models are replaced only with --into-package")
+    ap.add_argument("--sample-out", default=None,
+                    help="where to write snli_sample.jsonl + DATA_CARD.md (default: OUT/data; '' to skip)")
+    ap.add_argument("--into-package", action="store_true",
+                    help="write the models and the sample into the installed package's assets, replacing the shipped ones")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     ap.add_argument("--only", choices=["sample", "tokenizers", "mlm", "nli", "t5", "eval"], default=None)
@@ -944,6 +954,19 @@ def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.A
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = (build_parser(prog) if prog else build_parser()).parse_args(argv)
+    data = Path(args.data).expanduser()
+    if not data.is_file():
+        raise DataError(f"training data {data} {'is not a file' if data.exists() else 'does not exist'}; "
+                        "download SNLI 1.0 from https://nlp.stanford.edu/projects/snli/ and pass its "
+                        "snli_1.0_train.jsonl with --data")
+    if args.into_package:
+        args.out = str(MODELS_DIR)
+        if args.sample_out is None:
+            args.sample_out = str(DATA_DIR)
+    elif Path(args.out).expanduser().resolve() == MODELS_DIR.resolve():
+        raise DataError(f"--out {args.out} is the package's shipped models; add --into-package to replace them")
+    if args.sample_out is None:
+        args.sample_out = str(Path(args.out) / "data")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     res = train_all(args.data, args.out, seed=args.seed, threads=args.threads, mlm_epochs=args.mlm_epochs,
                     nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only,

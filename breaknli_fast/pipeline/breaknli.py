@@ -75,6 +75,21 @@ class StageTimes:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def total(cls, invocations: Sequence[dict[str, Any]]) -> "StageTimes":
+        """The sum of several invocations' timings (``to_dict`` records)."""
+        t = cls()
+        for inv in invocations:
+            for k, v in (inv.get("seconds") or {}).items():
+                t.seconds[k] = t.seconds.get(k, 0.0) + float(v)
+            for k, v in (inv.get("pairs") or {}).items():
+                t.pairs[k] = t.pairs.get(k, 0) + int(v)
+            t.sequences += int(inv.get("sequences", 0))
+            t.new_tokens += int(inv.get("new_tokens", 0))
+            t.examples += int(inv.get("examples", 0))
+            t.wall += float(inv.get("wall", 0.0))
+        return t
+
 
 def dedup_candidates(hypothesis: str, candidates: Sequence[str], u: int) -> tuple[list[str], int]:
     """Normalise, drop exact duplicates and candidates equal to h; keep the first ``u`` in

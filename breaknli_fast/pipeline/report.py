@@ -9,13 +9,19 @@ from breaknli_fast.pipeline.breaknli import LoopConfig, StageTimes, funnel
 from breaknli_fast.pipeline.metrics import breakdown
 
 
-def throughput(times: StageTimes) -> dict[str, Any]:
+def throughput(times: StageTimes, invocations: int = 1, this_invocation: StageTimes | None = None) -> dict[str, Any]:
+    """Throughput of ``times``: the sum over the ``invocations`` that computed the run's records (a resume
+    with nothing left to do adds none). ``this_invocation``: the current invocation's own timings."""
     s = times.seconds
     pairs = sum(times.pairs.values())
     cls_s = s["classify_ph"] + s["relation"] + s["evaluate"]
+    cur = this_invocation if this_invocation is not None else times
     return {
+        "invocations": invocations,
         "wall_seconds": round(times.wall, 3),
-        "examples_this_invocation": times.examples,
+        "examples": times.examples,
+        "examples_this_invocation": cur.examples,
+        "wall_seconds_this_invocation": round(cur.wall, 3),
         "examples_per_s": round(times.examples / times.wall, 3) if times.wall > 0 and times.examples else None,
         "classifier_pairs": pairs,
         "classifier_pairs_per_s": round(pairs / cls_s, 2) if cls_s > 0 else None,
@@ -27,16 +33,29 @@ def throughput(times: StageTimes) -> dict[str, Any]:
 
 
 def build_report(records: Sequence[dict[str, Any]], data: Any, cfg: LoopConfig, times: StageTimes,
-                 config: dict[str, Any]) -> dict[str, Any]:
+                 config: dict[str, Any], invocations: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The report of a run. ``invocations``: the timings of every invocation that did work (the run
+    directory's ``invocations.jsonl``); throughput is their sum. Without it, ``times`` alone."""
+    total = StageTimes.total(invocations) if invocations else times
     return {
         "funnel": funnel(records, data, cfg.modes),
         "metrics": breakdown(records),
-        "throughput": throughput(times),
+        "throughput": throughput(total, len(invocations) if invocations else 1, this_invocation=times),
         "models": {"generator": config.get("generator"), "classifier": config.get("classifier")},
         "engine": config.get("engine"),
         "dataset": config.get("dataset"),
         "loop": cfg.to_dict(),
     }
+
+
+# Why the contradictive ŷ=C cell is often near 100 %: the method's own first open problem.
+CONTRADICTIVE_C_NOTE = (
+    "Read the contradictive ŷ=C cell with care. When M(p, h) = contradiction, the verdict table expects entailment "
+    "for (p, h') (h' read as \"not h\") and counts contradiction as an inequality; but a generated contradiction "
+    "of h often contradicts p as well (p \"A man sleeps.\", h \"A man runs.\", h' \"A man walks.\"). Such a "
+    "contradiction is correct, yet counted as a break (\"legit inequality\", the first open problem the method's "
+    "authors raise), so this cell is often near 100 % and measures the generator as much as the classifier."
+)
 
 
 def fmt_rate(cell: dict[str, Any] | None, prefix: str = "") -> str:
@@ -69,6 +88,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines.append("|" + "---|" * len(header))
     for r in rows:
         lines.append("| " + " | ".join(r) + " |")
+    if "contradictive" in report["metrics"]:
+        lines += ["", CONTRADICTIVE_C_NOTE]
     lines += ["", "## Per candidate and 95 % bootstrap CIs", "",
               "| mode | ŷ | n | inequality % [CI] | relaxed % [CI] | per-candidate inequality % [CI] | per-candidate relaxed % [CI] |",
               "|---|---|---|---|---|---|---|"]
@@ -99,8 +120,10 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {mode} | {x['selected']} | {x['correct']} | {x['generated']} | {x['too_few_unique']} | "
                          f"{x['too_few_on_target']} | {x['evaluated']} |")
     t = report["throughput"]
-    lines += ["", "## Throughput (this invocation)", "",
-              f"- wall: {t['wall_seconds']} s for {t['examples_this_invocation']} examples"
+    n_inv = t.get("invocations", 1)
+    scope = "one invocation" if n_inv == 1 else f"summed over the {n_inv} invocations that computed the records"
+    lines += ["", f"## Throughput ({scope})", "",
+              f"- wall: {t['wall_seconds']} s for {t.get('examples', t['examples_this_invocation'])} examples"
               + (f" ({t['examples_per_s']} examples/s)" if t["examples_per_s"] else ""),
               f"- classifier: {t['classifier_pairs']} pairs"
               + (f", {t['classifier_pairs_per_s']} pairs/s" if t["classifier_pairs_per_s"] else ""),

@@ -4,6 +4,11 @@
 is appended with a single ``write`` on an ``O_APPEND`` descriptor and fsync'ed, so a killed
 process leaves whole chunks; a torn last line (power loss, full disk) is detected on the next
 start and cut off, and those examples are recomputed. Re-running the same command resumes.
+
+One process at a time: :meth:`RunDir.lock` takes an exclusive ``flock`` on ``.lock`` (which records the
+holder's PID), so a second run into the same directory stops with a one-line error instead of appending
+every record twice. ``invocations.jsonl`` keeps one line of timings per invocation that did work, so the
+report's throughput covers the runs that computed the records, not a resume that had nothing left to do.
 """
 
 from __future__ import annotations
@@ -39,45 +44,124 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _reason(e: OSError) -> str:
+    """The OS's words for an error (``Permission denied``, ``Not a directory``)."""
+    return e.strerror or (os.strerror(e.errno) if e.errno else str(e))
+
+
 class RunDir:
     CONFIG = "config.json"
     SAMPLES = "samples.jsonl"
     STAGE_PH = "stage_premise_hypothesis.json"
     REPORT_JSON = "report.json"
     REPORT_MD = "report.md"
+    INVOCATIONS = "invocations.jsonl"
+    LOCK = ".lock"
+    OUTPUTS = (SAMPLES, STAGE_PH, REPORT_JSON, REPORT_MD, INVOCATIONS, CONFIG)  # what --overwrite removes
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.repaired_bytes = 0  # bytes of a torn tail cut off on load
+        self._lock_fd: int | None = None
+
+    # -- creation and the lock ----------------------------------------------------------------
+    def create(self) -> None:
+        """Make the directory (and its parents); an unusable path is a one-line RunDirError."""
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"cannot use {self.path} as the run directory: it exists and is not a directory")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunDirError(f"cannot create the run directory {self.path}: {_reason(e)}") from None
+
+    def lock(self) -> None:
+        """Create the directory and hold an exclusive lock on it until :meth:`unlock` or the process ends.
+        A directory locked by another process raises RunDirError naming that process."""
+        self.create()
+        lock_path = self.path / self.LOCK
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunDirError(f"cannot write in the run directory {self.path}: {_reason(e)}") from None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no lock
+            self._lock_fd = fd
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            finally:
+                os.close(fd)
+            raise RunDirError(f"{self.path} is in use by another run (PID {holder}); wait for it to finish, "
+                              "or use another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def __enter__(self) -> "RunDir":
+        self.lock()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.unlock()
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
 
     # -- config / identity -----------------------------------------------------------------
-    def prepare(self, config: dict[str, Any], identity: dict[str, Any], overwrite: bool = False) -> bool:
-        """Create the directory or check that it holds the same run. Returns True when resuming."""
+    def check(self, identity: dict[str, Any], overwrite: bool = False) -> tuple[bool, dict[str, Any] | None]:
+        """Whether this directory can take the run ``identity``, before anything is computed or written.
+        Returns (same run: resume, the old config or None). A directory holding finished examples of a run
+        with other settings is refused unless ``overwrite``; one without finished examples (a run that stopped
+        before its first chunk) is simply re-used."""
         cfg_path = self.path / self.CONFIG
-        if self.path.exists() and not self.path.is_dir():
-            raise RunDirError(f"{self.path} exists and is not a directory")
-        resuming = False
-        if cfg_path.exists():
-            if overwrite:
-                for name in (self.SAMPLES, self.STAGE_PH, self.REPORT_JSON, self.REPORT_MD, self.CONFIG):
-                    (self.path / name).unlink(missing_ok=True)
-            else:
+        if overwrite or not cfg_path.exists():
+            return False, None
+        try:
+            old = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            if not self.has_samples():
+                return False, None
+            raise RunDirError(f"cannot read {cfg_path}: {e}; use --overwrite to start afresh") from None
+        old_id = old.get("identity", {}) if isinstance(old, dict) else {}
+        if old_id == identity:
+            return True, old
+        if self.has_samples():
+            diff = sorted(k for k in set(old_id) | set(identity) if old_id.get(k) != identity.get(k))
+            raise RunDirError(f"{self.path} holds a run with different settings ({', '.join(diff)}); "
+                              "use another --out, or --overwrite to replace it")
+        return False, None
+
+    def prepare(self, config: dict[str, Any], identity: dict[str, Any], overwrite: bool = False) -> bool:
+        """Create the directory, check it (:meth:`check`) and write config.json. Returns True when resuming
+        (the directory holds this run's samples.jsonl). Starting afresh removes the earlier run's files."""
+        self.create()
+        same, old = self.check(identity, overwrite)
+        if same and old is not None:
+            config = dict(config, first_started=old.get("first_started", old.get("started")))
+        else:
+            for name in self.OUTPUTS:
                 try:
-                    old = json.loads(cfg_path.read_text(encoding="utf-8"))
-                except (OSError, json.JSONDecodeError) as e:
-                    raise RunDirError(f"cannot read {cfg_path}: {e}; use --overwrite to start afresh") from None
-                old_id = old.get("identity", {})
-                if old_id != identity:
-                    diff = sorted(k for k in set(old_id) | set(identity) if old_id.get(k) != identity.get(k))
-                    raise RunDirError(
-                        f"{self.path} holds a run with different settings ({', '.join(diff)}); "
-                        "use another --out/--name, or --overwrite to replace it"
-                    )
-                resuming = (self.path / self.SAMPLES).exists()
-                config = dict(config, first_started=old.get("first_started", old.get("started")))
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(cfg_path, dict(config, identity=identity))
-        return resuming
+                    (self.path / name).unlink(missing_ok=True)
+                except OSError as e:
+                    raise RunDirError(f"cannot replace {self.path / name}: {_reason(e)}") from None
+        self._write_json(self.path / self.CONFIG, dict(config, identity=identity))
+        return same and (self.path / self.SAMPLES).exists()
+
+    def has_samples(self) -> bool:
+        p = self.path / self.SAMPLES
+        return p.exists() and p.stat().st_size > 0
+
+    def _write_json(self, path: Path, obj: Any) -> None:
+        try:
+            write_json_atomic(path, obj)
+        except OSError as e:
+            raise RunDirError(f"cannot write {path}: {_reason(e)}") from None
 
     # -- samples ------------------------------------------------------------------------------
     def load_samples(self) -> list[dict[str, Any]]:
@@ -116,15 +200,40 @@ class RunDir:
         blob = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8")
         if not blob:
             return
-        fd = os.open(self.path / self.SAMPLES, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._append(self.path / self.SAMPLES, blob)
+
+    def _append(self, path: Path, blob: bytes) -> None:
+        """One write on an O_APPEND descriptor, fsync'ed (whole lines or, at worst, a torn last line)."""
         try:
-            view = memoryview(blob)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                view = memoryview(blob)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise RunDirError(f"cannot write {path}: {_reason(e)}") from None
+
+    # -- timings of the invocations that did work ---------------------------------------------
+    def append_invocation(self, timings: dict[str, Any]) -> None:
+        self._append(self.path / self.INVOCATIONS, (json.dumps(timings, default=str) + "\n").encode("utf-8"))
+
+    def load_invocations(self) -> list[dict[str, Any]]:
+        p = self.path / self.INVOCATIONS
+        if not p.exists():
+            return []
+        out = []
+        for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line: that invocation's timings are lost, its records are not
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
 
     # -- stage cache -------------------------------------------------------------------------
     def load_stage(self, key: str) -> dict[str, Any] | None:
@@ -138,8 +247,11 @@ class RunDir:
         return obj if obj.get("key") == key else None
 
     def save_stage(self, obj: dict[str, Any]) -> None:
-        write_json_atomic(self.path / self.STAGE_PH, obj)
+        self._write_json(self.path / self.STAGE_PH, obj)
 
     def write_report(self, report: dict[str, Any], markdown: str) -> None:
-        write_json_atomic(self.path / self.REPORT_JSON, report)
-        write_text_atomic(self.path / self.REPORT_MD, markdown)
+        self._write_json(self.path / self.REPORT_JSON, report)
+        try:
+            write_text_atomic(self.path / self.REPORT_MD, markdown)
+        except OSError as e:
+            raise RunDirError(f"cannot write {self.path / self.REPORT_MD}: {_reason(e)}") from None

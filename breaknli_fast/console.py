@@ -1,0 +1,95 @@
+"""The one console of the commands: output, progress bars, and the path from a user error to ``error: …``.
+
+User text (paths, dataset names, model ids, messages that quote them, install hints with ``[extras]``) is
+never read as rich markup: it goes through :func:`literal` or ``markup=False``, so ``out[v2]`` prints as
+``out[v2]``. Every command wraps its body in :func:`user_errors`, which turns a
+:class:`~breaknli_fast.errors.UserError` (or a ``ValueError`` raised by option validation) into one line
+``error: <first line>`` with exit code 2, and Ctrl-C into one line saying how to resume.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.text import Text
+
+from breaknli_fast.errors import UserError, first_line
+from breaknli_fast.pipeline.breaknli import ProgressHook
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def literal(text: Any) -> str:
+    """``text`` escaped for a rich markup string (user text inside a styled message)."""
+    return escape(str(text))
+
+
+def fail(msg: str, code: int = EXIT_USER_ERROR) -> NoReturn:
+    """Print ``error: msg`` (``msg`` literally, never as markup) on stderr and exit with ``code``."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", msg), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors(resumable: bool = False, extra: tuple[type[BaseException], ...] = (),
+                wrap_unexpected: bool = False) -> Iterator[None]:
+    """Turn user errors into one ``error:`` line (exit 2) and Ctrl-C into one line (exit 130).
+
+    ``resumable``: the command writes a run directory that the same command resumes, and the
+    interruption message says so. ``extra``: more exception types to treat as user errors.
+    ``wrap_unexpected``: any other exception (a third-party converter failing inside ``export``) is one
+    line too, with exit code 1. ``BREAKNLI_FAST_DEBUG=1`` re-raises instead, with the traceback."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, typer.TyperException):  # already decided (fail() inside the block)
+        raise
+    except KeyboardInterrupt:
+        if os.environ.get("BREAKNLI_FAST_DEBUG"):
+            raise
+        hint = ": re-run the same command to resume (finished examples are kept)" if resumable else ""
+        err_console.print(Text.assemble(("interrupted", "bold yellow"), hint), soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except (UserError, ValueError, *extra) as e:
+        if os.environ.get("BREAKNLI_FAST_DEBUG"):
+            raise
+        fail(first_line(e))
+    except Exception as e:
+        if not wrap_unexpected or os.environ.get("BREAKNLI_FAST_DEBUG"):
+            raise
+        fail(f"{type(e).__name__}: {first_line(e)} (BREAKNLI_FAST_DEBUG=1 shows the traceback)", code=1)
+
+
+class RichHook(ProgressHook):
+    """The loop's progress hook drawn as rich progress bars (one per stage)."""
+
+    def __init__(self, progress: Progress):
+        self.p = progress
+        self.tasks: dict[str, Any] = {}
+
+    def start(self, stage: str, total: int, completed: int = 0) -> None:
+        self.tasks[stage] = self.p.add_task(literal(stage), total=total, completed=completed)
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        self.p.advance(self.tasks[stage], n)
+
+    def finish(self, stage: str) -> None:
+        t = self.tasks.get(stage)
+        if t is not None:
+            self.p.update(t, completed=self.p.tasks[t].total)
+
+
+def make_progress() -> Progress:
+    """Progress bars on stderr (stdout stays the result)."""
+    return Progress(SpinnerColumn(), TextColumn("{task.description:<16}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False)
