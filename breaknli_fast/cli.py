@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
@@ -14,13 +12,11 @@ from rich.table import Table
 from breaknli_fast import cli_options as opts
 from breaknli_fast.console import RichHook, console, fail, literal, make_progress, user_errors
 from breaknli_fast.data.labels import LABELS, SHORT, parse_label_map
-from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, load_examples
+from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.engines.models import model_fingerprint
-from breaknli_fast.errors import first_line
-from breaknli_fast.pipeline.breaknli import LoopConfig, run_loop
-from breaknli_fast.pipeline.report import build_report, fmt_rate, to_markdown
-from breaknli_fast.pipeline.rundir import RunDir
+from breaknli_fast.engines.loading import EngineConfig
+from breaknli_fast.pipeline.breaknli import LoopConfig
+from breaknli_fast.pipeline.report import fmt_rate
 from breaknli_fast.prompts import GEN_PROMPTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -30,11 +26,6 @@ DEFAULT_SAMPLE_LIMIT = 1000  # examples of the embedded sample used when --limit
 def _modes(mode: str) -> tuple[str, ...]:
     """The modes of a ``--mode`` option (``both`` = contradictive then entailed)."""
     return ("contradictive", "entailed") if mode == "both" else (mode,)
-
-
-def slug(text: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text).name if Path(text).exists() else text.split("/")[-1]).strip("-")
-    return s[:40] or "x"
 
 
 def results_table(report: dict[str, Any]) -> Table:
@@ -150,94 +141,25 @@ def run(
     workers: Optional[str] = typer.Option(None, "--workers", help="CPU batches run side by side, each on threads/workers threads: a number or 'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. Results do not change with it."),
 ) -> None:
     """Run the BreakNLI loop and write a run directory. Re-running the same command resumes."""
-    from breaknli_fast.engines import registry
-    from breaknli_fast.engines.registry import EngineUnavailable
-    from breaknli_fast.envinfo import environment
-    from breaknli_fast.export.errors import ExportError
+    from breaknli_fast.study import run_study
 
     with user_errors(resumable=True):
-        modes = _modes(mode)
-        auto = engine == registry.AUTO
-        engine = registry.resolve_engine(engine, precision, device)
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
         dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler,
                        max_new_tokens=max_new_tokens, num_beams=num_beams, num_beam_groups=num_beam_groups,
                        diversity_penalty=diversity_penalty)
-        cfg = LoopConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional,
+        cfg = LoopConfig(modes=_modes(mode), k=k, u=u, s=s, bidirectional=bidirectional,
                          prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
                          decoding=dec, seed=seed, chunk_size=chunk_size)
-        lm = parse_label_map(label_map)
+        ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
+                            label_map=parse_label_map(label_map), max_length=max_length, token_budget=token_budget,
+                            max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
-        cols = Columns(premise_col, hypothesis_col, label_col, id_col)
-        data = load_examples(dataset, split=split, limit=eff_limit, cols=cols)
-        if not data.examples:
-            fail(f"no valid example in {dataset!r} ({data.skips.skipped} rows skipped: "
-                 + ", ".join(f"{k2} {v}" for k2, v in data.skips.counts.items() if v) + ")")
-        engine_opts: dict[str, Any] = {"threads": threads} if threads else {}
-        if workers is not None:
-            engine_opts["workers"] = workers
-        def load(name: str) -> tuple[Any, Any]:
-            c = registry.load_classifier(name, classifier, precision=precision, device=device, label_map=lm,
-                                         max_length=max_length, token_budget=token_budget, max_batch=max_batch,
-                                         prompt=nli_prompt, method=nli_method, **engine_opts)
-            return c, registry.load_generator(name, generator, precision=precision, device=device, **engine_opts)
-
-        with console.status("loading models"):
-            try:
-                clf, gen = load(engine)
-            except (ExportError, EngineUnavailable) as e:
-                if not auto or engine == "torch":
-                    raise
-                # auto chose ort, but a model does not export (or its export does not match torch): the reference
-                console.print(f"[yellow]note:[/] --engine auto: ort is not usable here ({literal(first_line(e))}); "
-                              "running on torch")
-                engine = "torch"
-                clf, gen = load(engine)
-        run_path = out or Path("runs") / f"{slug(dataset)}-{slug(classifier)}-{engine}-{precision}-s{seed}"
-        fingerprints = {"generator": model_fingerprint(generator), "classifier": model_fingerprint(classifier)}
-        identity = {
-            "generator": fingerprints["generator"].get("files_sha256") or generator,
-            "classifier": fingerprints["classifier"].get("files_sha256") or classifier,
-            "engine": engine, "precision": precision, "device": device.split(":")[0],
-            "dataset": data.source, "split": split, "limit": eff_limit, "columns": vars(cols),
-            "loop": cfg.to_dict(), "label_map": lm, "nli_prompt": nli_prompt, "nli_method": nli_method,
-            "max_length": max_length,
-        }
-        # the lock: a second run into the same directory stops here, before anything is written
-        with RunDir(run_path) as rd:
-            config = {
-                "command": "run", "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "generator": generator, "classifier": classifier, "models": fingerprints,
-                "engine": {"name": engine, "requested": registry.AUTO if auto else engine, "precision": precision, "device": device, "threads": threads, "workers": workers,
-                           "token_budget": token_budget, "max_length": max_length,
-                           "max_batch": getattr(clf, "max_batch", max_batch),  # the engine's default when not given
-                           "classifier_details": clf.info.to_dict(), "generator_details": gen.info.to_dict()},
-                "dataset": {"name": dataset, "split": split, "limit": eff_limit, "source": data.source,
-                            "columns": vars(cols), "skips": data.skips.to_dict()},
-                "loop": cfg.to_dict(), "label_map": lm, "nli_prompt": nli_prompt, "nli_method": nli_method,
-                "seed": seed, "environment": environment(),
-            }
-            # config.json is written only once the engines have loaded: a run that fails earlier leaves none
-            resuming = rd.prepare(config, identity, overwrite=overwrite)
-            if resuming:
-                n_done = len(rd.load_samples())
-                msg = f"resuming {literal(run_path)}: {n_done} example records already done"
-                if rd.repaired_bytes:
-                    msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
-                console.print(msg)
-            with make_progress() as progress:
-                records, times = run_loop(data, clf, gen, cfg, rd, RichHook(progress))
-            if times.examples:
-                rd.append_invocation(times.to_dict())
-            report = build_report(records, data, cfg, times,
-                                  {"generator": generator, "classifier": classifier,
-                                   "engine": f"{engine}:{precision}:{device}", "dataset": dataset},
-                                  invocations=rd.load_invocations())
-            rd.write_report(report, to_markdown(report))
-        print_summary(report, run_path)
+        with make_progress() as progress:
+            result = run_study("breaknli", cfg, dataset=dataset, split=split, limit=eff_limit,
+                               columns=Columns(premise_col, hypothesis_col, label_col, id_col),
+                               generator=generator, classifier=classifier, engine=ecfg, out=out,
+                               runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress))
+    print_summary(result.report, result.run_dir)
 
 
 @app.command()

@@ -85,8 +85,20 @@ class RichHook(ProgressHook):
 
     def finish(self, stage: str) -> None:
         t = self.tasks.get(stage)
-        if t is not None:
-            self.p.update(t, completed=self.p.tasks[t].total)
+        if t is not None:  # tasks are looked up by id: removing a spinner row shifts the list
+            total = next(task.total for task in self.p.tasks if task.id == t)
+            self.p.update(t, completed=total)
+
+    def message(self, text: str) -> None:
+        self.p.console.print(Text(text))  # literally: paths and model ids are user text
+
+    @contextmanager
+    def status(self, text: str) -> Iterator[None]:
+        task = self.p.add_task(literal(text), total=None)  # a spinner row inside the live progress display
+        try:
+            yield
+        finally:
+            self.p.remove_task(task)
 
 
 def make_progress() -> Progress:

@@ -145,12 +145,12 @@ def test_a_directory_without_finished_examples_is_reused(tmp_path, tiny_t5, tiny
 
 
 def test_ctrl_c_says_how_to_resume(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, monkeypatch):
-    import breaknli_fast.cli as cli
+    import breaknli_fast.study.runner as runner_module
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "run_loop", interrupted)
+    monkeypatch.setattr(runner_module, "execute", interrupted)
     r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, tmp_path / "run")
     assert r.exit_code == 130 and "Traceback" not in r.output
     assert "interrupted: re-run the same command to resume" in " ".join(r.output.split())

@@ -12,7 +12,8 @@ import pytest
 from breaknli_fast.data.loaders import load_file
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.pipeline.breaknli import LoopConfig, dedup_candidates, funnel, run_loop
+from breaknli_fast.pipeline.breaknli import LoopConfig, dedup_candidates, funnel
+from breaknli_fast.probes.breaknli import run_loop
 from breaknli_fast.pipeline.rundir import RunDir
 
 # Wide sampling so the tiny T5 gives enough distinct candidates.
@@ -149,7 +150,7 @@ def test_kill_minus_9_then_rerun_equals_uninterrupted(tiny_t5, tiny_roberta, tmp
     assert 0 < n_at_kill < 400
     r = subprocess.run(_cli(*common, "--out", str(killed)), env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "resuming" in r.stdout
+    assert "resuming" in r.stderr  # notices go to stderr with the progress bars; stdout holds the results
     full = tmp_path / "full"
     r = subprocess.run(_cli(*common, "--out", str(full)), env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

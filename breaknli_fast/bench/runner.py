@@ -38,10 +38,13 @@ from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import SAMPLE_NAME, Example, LoadedData, load_examples
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding, derive_seed
-from breaknli_fast.pipeline.breaknli import LoopConfig, ProgressHook, dedup_candidates, funnel, run_loop
+from breaknli_fast.engines.loading import Models
+from breaknli_fast.pipeline.breaknli import LoopConfig, dedup_candidates, funnel
 from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, breakdown
 from breaknli_fast.pipeline.verdicts import SELECTED
+from breaknli_fast.probes.breaknli import BreakNLIProbe
 from breaknli_fast.prompts import NLI_PROMPTS
+from breaknli_fast.study import ProgressHook, run_study
 from breaknli_fast.errors import UserError
 
 SCHEMA = "breaknli-fast-bench/1"
@@ -289,7 +292,7 @@ def _e2e_warmup(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConf
     warm = LoadedData(data.examples[: min(len(data.examples), WARMUP_EXAMPLES)], data.skips, data.source)
     for _ in range(max(0, cfg.warmup)):
         _clear(eng.clf)
-        run_loop(warm, eng.clf, eng.gen, loop)
+        run_study(BreakNLIProbe(loop), data=warm, models=Models(eng.clf, eng.gen))
     return len(warm.examples)
 
 
@@ -298,7 +301,9 @@ def _e2e_once(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig
     _clear(clf)
     _reset(clf)
     _reset(gen)
-    records, times = run_loop(data, clf, gen, loop, hook=hook if eng.first is None else None)
+    # the study entry point in memory (no run directory), on the engines loaded once for every stage
+    res = run_study(BreakNLIProbe(loop), data=data, models=Models(clf, gen), hook=hook if eng.first is None else None)
+    records, times = res.records, res.times
     synchronize(cfg.device)
     eng.walls.append(times.wall)
     if eng.first is not None:
@@ -306,7 +311,7 @@ def _e2e_once(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig
         eng.identical = eng.identical and same
         return
     eng.records = records
-    cls_s = sum(times.seconds[k] for k in CLASSIFY_STAGES)
+    cls_s = sum(times.seconds.get(k, 0.0) for k in CLASSIFY_STAGES)
     pairs = sum(times.pairs.values())
     cst, gst = getattr(clf, "stats", None), getattr(gen, "stats", None)
     eng.first = {
@@ -318,7 +323,7 @@ def _e2e_once(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig
         "classifier_pairs_per_s": pairs / cls_s if cls_s > 0 else None,
         "generated_sequences": times.sequences,
         "generated_tokens": times.new_tokens,
-        "generated_tokens_per_s": times.new_tokens / times.seconds["generate"] if times.seconds["generate"] > 0 else None,
+        "generated_tokens_per_s": times.new_tokens / times.seconds["generate"] if times.seconds.get("generate") else None,
         "classifier_batch_latency": latency_stats(getattr(cst, "batch_seconds", []) or []),
         "generator_call_latency": latency_stats(getattr(gst, "call_seconds", []) or []),
     }

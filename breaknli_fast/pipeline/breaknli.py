@@ -1,8 +1,8 @@
 """The BreakNLI generate–filter–evaluate loop (spec: shared/spec/breaknli.md), engine-agnostic.
 
 Stages per mode: select -> correct-only -> generate K -> deduplicate to U -> relation filter
-to S -> evaluate (p, h') -> verdict. Examples are processed in fixed chunks; each finished
-chunk is appended to the run directory, so an interrupted run resumes where it stopped.
+to S -> evaluate (p, h') -> verdict. These are the steps; :mod:`breaknli_fast.probes.breaknli` makes them a
+probe of the study runner, which runs them in resumable chunks.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from breaknli_fast.engines.base import Classifier, Decoding, Generator, derive_s
 from breaknli_fast.pipeline.rundir import RunDir
 from breaknli_fast.pipeline.verdicts import MODES, SELECTED, TARGET, verdict
 from breaknli_fast.prompts import GEN_PROMPTS
+from breaknli_fast.study.probe import ProgressHook, StageTimes
 
 STATUSES = ("incorrect", "too_few_unique", "too_few_on_target", "evaluated")
 
@@ -53,42 +54,12 @@ class LoopConfig:
         return d
 
 
-class ProgressHook:
-    """What the loop tells a UI. The default does nothing; the CLI draws rich progress bars."""
-
-    def start(self, stage: str, total: int, completed: int = 0) -> None: ...
-
-    def advance(self, stage: str, n: int = 1) -> None: ...
-
-    def finish(self, stage: str) -> None: ...
+STAGES = ("classify_ph", "generate", "relation", "evaluate")  # the loop's timed stages
 
 
-@dataclass
-class StageTimes:
-    seconds: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k in ("classify_ph", "generate", "relation", "evaluate")})
-    pairs: dict[str, int] = field(default_factory=lambda: {k: 0 for k in ("classify_ph", "relation", "evaluate")})
-    sequences: int = 0
-    new_tokens: int = 0
-    examples: int = 0  # records written by this invocation
-    wall: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def total(cls, invocations: Sequence[dict[str, Any]]) -> "StageTimes":
-        """The sum of several invocations' timings (``to_dict`` records)."""
-        t = cls()
-        for inv in invocations:
-            for k, v in (inv.get("seconds") or {}).items():
-                t.seconds[k] = t.seconds.get(k, 0.0) + float(v)
-            for k, v in (inv.get("pairs") or {}).items():
-                t.pairs[k] = t.pairs.get(k, 0) + int(v)
-            t.sequences += int(inv.get("sequences", 0))
-            t.new_tokens += int(inv.get("new_tokens", 0))
-            t.examples += int(inv.get("examples", 0))
-            t.wall += float(inv.get("wall", 0.0))
-        return t
+def new_times() -> StageTimes:
+    """Timings with every stage of the loop at zero (reports list them all, run or not)."""
+    return StageTimes(seconds={k: 0.0 for k in STAGES}, pairs={k: 0 for k in STAGES if k != "generate"})
 
 
 def dedup_candidates(hypothesis: str, candidates: Sequence[str], u: int) -> tuple[list[str], int]:
@@ -131,8 +102,7 @@ def classify_premise_hypothesis(examples: Sequence[Example], classifier: Classif
         for j, ex in enumerate(part):
             preds[ex.id] = {"label": out.labels[j], "probs": [round(float(x), 6) for x in probs[j]]}
         hook.advance("classify (p, h)", len(part))
-    times.seconds["classify_ph"] += time.perf_counter() - t0
-    times.pairs["classify_ph"] += len(examples)
+    times.add("classify_ph", time.perf_counter() - t0, len(examples))
     hook.finish("classify (p, h)")
     if run_dir is not None:
         run_dir.save_stage({"key": key, "predictions": preds})
@@ -160,7 +130,7 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
     seeds = [derive_seed(cfg.seed, mode, ex.id) for ex in correct]
     t0 = time.perf_counter()
     cands = generator.generate(prompts, cfg.k, cfg.decoding, seeds)
-    times.seconds["generate"] += time.perf_counter() - t0
+    times.add("generate", time.perf_counter() - t0)
     times.sequences += sum(len(c) for c in cands)
     times.new_tokens += generator.count_tokens(x for c in cands for x in c)
 
@@ -186,8 +156,7 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
     if rel_pairs:
         t0 = time.perf_counter()
         rel = classifier.classify(rel_pairs).labels
-        times.seconds["relation"] += time.perf_counter() - t0
-        times.pairs["relation"] += len(rel_pairs)
+        times.add("relation", time.perf_counter() - t0, len(rel_pairs))
     pos = 0
     final: dict[str, list[str]] = {}
     step = 2 if cfg.bidirectional else 1
@@ -215,8 +184,7 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
     if eval_pairs:
         t0 = time.perf_counter()
         ev = classifier.classify(eval_pairs)
-        times.seconds["evaluate"] += time.perf_counter() - t0
-        times.pairs["evaluate"] += len(eval_pairs)
+        times.add("evaluate", time.perf_counter() - t0, len(eval_pairs))
         labels, probs = ev.labels, ev.probs
         pos = 0
         for ex in correct:
@@ -232,46 +200,6 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
             rec["status"] = "evaluated"
             pos += n
     return [records[ex.id] for ex in chunk]
-
-
-def run_loop(data: LoadedData, classifier: Classifier, generator: Generator, cfg: LoopConfig,
-             run_dir: RunDir | None = None, hook: ProgressHook | None = None,
-             stop_after: int | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
-    """Run (or resume) the loop. Returns every record of the run (earlier ones included) and
-    this invocation's timings. ``stop_after`` stops after that many new records (for tests)."""
-    hook = hook or ProgressHook()
-    times = StageTimes()
-    wall0 = time.perf_counter()
-    records = run_dir.load_samples() if run_dir is not None else []
-    done = {(r["mode"], r["id"]) for r in records}
-
-    wanted = set().union(*(SELECTED[m] for m in cfg.modes))
-    pool = [ex for ex in data.examples if ex.label in wanted]
-    todo_any = any((m, ex.id) not in done for m in cfg.modes for ex in pool if ex.label in SELECTED[m])
-    yhat = classify_premise_hypothesis(pool, classifier, run_dir, times, hook) if todo_any else {}
-
-    written = 0
-    for mode in cfg.modes:
-        selected = [ex for ex in pool if ex.label in SELECTED[mode]]
-        n_done = sum((mode, ex.id) in done for ex in selected)
-        stage = f"{mode}"
-        hook.start(stage, len(selected), n_done)
-        for i in range(0, len(selected), cfg.chunk_size):
-            chunk = [ex for ex in selected[i : i + cfg.chunk_size] if (mode, ex.id) not in done]
-            if not chunk:
-                continue
-            if stop_after is not None and written >= stop_after:
-                break
-            recs = process_chunk(mode, chunk, yhat, classifier, generator, cfg, times)
-            if run_dir is not None:
-                run_dir.append_samples(recs)
-            records.extend(recs)
-            written += len(recs)
-            hook.advance(stage, len(chunk))
-        hook.finish(stage)
-    times.examples = written
-    times.wall = time.perf_counter() - wall0
-    return records, times
 
 
 def funnel(records: Sequence[dict[str, Any]], data: LoadedData, modes: Sequence[str]) -> dict[str, Any]:

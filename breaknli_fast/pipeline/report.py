@@ -1,51 +1,11 @@
-"""report.json and report.md of a run (the study's table shape: inequality% / relaxed%, with counts)."""
+"""BreakNLI's report.md sections (the study's table shape: inequality % / relaxed %, with counts); the study
+runner adds throughput."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from breaknli_fast.data.labels import LABELS, SHORT
-from breaknli_fast.pipeline.breaknli import LoopConfig, StageTimes, funnel
-from breaknli_fast.pipeline.metrics import breakdown
-
-
-def throughput(times: StageTimes, invocations: int = 1, this_invocation: StageTimes | None = None) -> dict[str, Any]:
-    """Throughput of ``times``: the sum over the ``invocations`` that computed the run's records (a resume
-    with nothing left to do adds none). ``this_invocation``: the current invocation's own timings."""
-    s = times.seconds
-    pairs = sum(times.pairs.values())
-    cls_s = s["classify_ph"] + s["relation"] + s["evaluate"]
-    cur = this_invocation if this_invocation is not None else times
-    return {
-        "invocations": invocations,
-        "wall_seconds": round(times.wall, 3),
-        "examples": times.examples,
-        "examples_this_invocation": cur.examples,
-        "wall_seconds_this_invocation": round(cur.wall, 3),
-        "examples_per_s": round(times.examples / times.wall, 3) if times.wall > 0 and times.examples else None,
-        "classifier_pairs": pairs,
-        "classifier_pairs_per_s": round(pairs / cls_s, 2) if cls_s > 0 else None,
-        "generated_sequences": times.sequences,
-        "generated_tokens": times.new_tokens,
-        "generated_tokens_per_s": round(times.new_tokens / s["generate"], 2) if s["generate"] > 0 else None,
-        "stage_seconds": {k: round(v, 3) for k, v in s.items()},
-    }
-
-
-def build_report(records: Sequence[dict[str, Any]], data: Any, cfg: LoopConfig, times: StageTimes,
-                 config: dict[str, Any], invocations: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The report of a run. ``invocations``: the timings of every invocation that did work (the run
-    directory's ``invocations.jsonl``); throughput is their sum. Without it, ``times`` alone."""
-    total = StageTimes.total(invocations) if invocations else times
-    return {
-        "funnel": funnel(records, data, cfg.modes),
-        "metrics": breakdown(records),
-        "throughput": throughput(total, len(invocations) if invocations else 1, this_invocation=times),
-        "models": {"generator": config.get("generator"), "classifier": config.get("classifier")},
-        "engine": config.get("engine"),
-        "dataset": config.get("dataset"),
-        "loop": cfg.to_dict(),
-    }
 
 
 # Why the contradictive ŷ=C cell is often near 100 %: the method's own first open problem.
@@ -119,15 +79,4 @@ def to_markdown(report: dict[str, Any]) -> str:
         if x:
             lines.append(f"| {mode} | {x['selected']} | {x['correct']} | {x['generated']} | {x['too_few_unique']} | "
                          f"{x['too_few_on_target']} | {x['evaluated']} |")
-    t = report["throughput"]
-    n_inv = t.get("invocations", 1)
-    scope = "one invocation" if n_inv == 1 else f"summed over the {n_inv} invocations that computed the records"
-    lines += ["", f"## Throughput ({scope})", "",
-              f"- wall: {t['wall_seconds']} s for {t.get('examples', t['examples_this_invocation'])} examples"
-              + (f" ({t['examples_per_s']} examples/s)" if t["examples_per_s"] else ""),
-              f"- classifier: {t['classifier_pairs']} pairs"
-              + (f", {t['classifier_pairs_per_s']} pairs/s" if t["classifier_pairs_per_s"] else ""),
-              f"- generator: {t['generated_sequences']} sequences, {t['generated_tokens']} tokens"
-              + (f", {t['generated_tokens_per_s']} tokens/s" if t["generated_tokens_per_s"] else ""),
-              "- stage seconds: " + ", ".join(f"{k} {v}" for k, v in t["stage_seconds"].items()), ""]
     return "\n".join(lines)

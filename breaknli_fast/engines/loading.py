@@ -1,0 +1,99 @@
+"""Model + engine + precision + device -> ready engines: the one place that loads the models of a study.
+
+The backends export on first use and cache the export (``breaknli_fast.export``); this module picks the engine
+(``auto``), loads each role a study needs (classifier, generator), and falls back from ``auto``'s choice to the
+torch reference when a model does not export or its export does not match torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from breaknli_fast.engines import registry
+from breaknli_fast.engines.base import Classifier, Generator
+from breaknli_fast.errors import UserError, first_line
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT
+
+
+@dataclass
+class EngineConfig:
+    """Which engine runs the models, and how (the options ``run`` and the study entry point take)."""
+
+    engine: str = registry.AUTO  # auto, torch, ort, tensorrt (or a registered test engine)
+    precision: str = "fp32"
+    device: str = "cpu"
+    threads: int | None = None  # CPU threads in all (engines split them into workers)
+    workers: int | str | None = None  # CPU batches side by side: a number or "auto"
+    # classifier options
+    label_map: dict[str, str] | None = None
+    max_length: int = 256
+    token_budget: int = 8192
+    max_batch: int | None = None
+    nli_prompt: str = DEFAULT_NLI_PROMPT
+    nli_method: str = "score"
+    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options, passed through
+
+    def _common(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {"threads": self.threads} if self.threads else {}
+        if self.workers is not None:
+            opts["workers"] = self.workers
+        return {**opts, **self.extra}
+
+    def classifier_options(self) -> dict[str, Any]:
+        return {"label_map": self.label_map, "max_length": self.max_length, "token_budget": self.token_budget,
+                "max_batch": self.max_batch, "prompt": self.nli_prompt, "method": self.nli_method, **self._common()}
+
+    def generator_options(self) -> dict[str, Any]:
+        return self._common()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Models:
+    """The loaded engines of a study. ``engine`` is the backend that runs them (``auto`` resolved)."""
+
+    classifier: Classifier
+    generator: Generator | None = None
+    engine: str = "torch"
+    requested: str = "torch"
+    notes: list[str] = field(default_factory=list)
+
+
+def _fallback_errors() -> tuple[type[BaseException], ...]:
+    from breaknli_fast.export.errors import ExportError
+
+    return (ExportError, registry.EngineUnavailable)
+
+
+def load_models(cfg: EngineConfig, classifier: str, generator: str | None = None,
+                note: Callable[[str], None] | None = None) -> Models:
+    """Load ``classifier`` (and ``generator`` when given) on the engine of ``cfg``. With ``engine="auto"`` a model
+    that the chosen backend cannot take (no export, an export that fails validation) is loaded on torch instead,
+    and ``note`` is told why."""
+    engine = registry.resolve_engine(cfg.engine, cfg.precision, cfg.device)
+
+    def load(name: str) -> tuple[Classifier, Generator | None]:
+        clf = registry.load_classifier(name, classifier, precision=cfg.precision, device=cfg.device,
+                                       **cfg.classifier_options())
+        gen = (registry.load_generator(name, generator, precision=cfg.precision, device=cfg.device,
+                                       **cfg.generator_options()) if generator else None)
+        return clf, gen
+
+    notes: list[str] = []
+    try:
+        clf, gen = load(engine)
+    except _fallback_errors() as e:
+        if cfg.engine != registry.AUTO or engine == "torch":
+            raise
+        msg = f"--engine auto: {engine} is not usable here ({first_line(e)}); running on torch"
+        notes.append(msg)
+        if note:
+            note(msg)
+        engine = "torch"
+        clf, gen = load(engine)
+    except UserError:
+        raise
+    return Models(clf, gen, engine=engine, requested=cfg.engine, notes=notes)

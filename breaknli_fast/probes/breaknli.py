@@ -1,0 +1,72 @@
+"""BreakNLI as a probe of the study runner (spec: shared/spec/breaknli.md).
+
+Units: one group per mode (contradictive, then entailed), each the examples whose gold label the mode selects.
+Before the chunks, M(p, h) of every selected example (cached in the run directory); per chunk, the loop's
+steps (:func:`breaknli_fast.pipeline.breaknli.process_chunk`): generate K, deduplicate to U, the relation
+filter to S, evaluate (p, h') and the triangle verdict. Summary: the funnel and the breakage rates with
+bootstrap CIs per mode x label and Overall.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from breaknli_fast.data.loaders import Example, LoadedData
+from breaknli_fast.engines.base import Classifier, Generator
+from breaknli_fast.engines.loading import Models
+from breaknli_fast.pipeline.breaknli import (LoopConfig, classify_premise_hypothesis, funnel, new_times,
+                                             process_chunk)
+from breaknli_fast.pipeline.metrics import breakdown
+from breaknli_fast.pipeline.report import to_markdown
+from breaknli_fast.pipeline.rundir import RunDir
+from breaknli_fast.pipeline.verdicts import SELECTED
+from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, StudyContext
+from breaknli_fast.study.runner import execute
+
+
+class BreakNLIProbe(Probe):
+    name = "breaknli"
+    roles = ("classifier", "generator")
+    group_key = "mode"
+
+    def __init__(self, config: LoopConfig | None = None):
+        self.cfg = config or LoopConfig()
+        self.chunk_size = self.cfg.chunk_size
+        self.seed = self.cfg.seed
+
+    def identity(self) -> dict[str, Any]:
+        return {"loop": self.cfg.to_dict()}
+
+    def new_times(self) -> StageTimes:
+        return new_times()
+
+    def _pool(self, data: LoadedData) -> list[Example]:
+        wanted = set().union(*(SELECTED[m] for m in self.cfg.modes))
+        return [ex for ex in data.examples if ex.label in wanted]
+
+    def groups(self, data: LoadedData) -> list[tuple[str, list[Example]]]:
+        pool = self._pool(data)
+        return [(mode, [ex for ex in pool if ex.label in SELECTED[mode]]) for mode in self.cfg.modes]
+
+    def prepare(self, ctx: StudyContext, data: LoadedData, todo: bool) -> None:
+        ctx.state["yhat"] = (classify_premise_hypothesis(self._pool(data), ctx.models.classifier, ctx.run_dir,
+                                                         ctx.times, ctx.hook) if todo else {})
+
+    def process(self, ctx: StudyContext, group: str, chunk: Sequence[Example]) -> list[dict[str, Any]]:
+        return process_chunk(group, chunk, ctx.state["yhat"], ctx.models.classifier, ctx.models.generator, self.cfg,
+                             ctx.times)
+
+    def summarise(self, records: Sequence[dict[str, Any]], data: LoadedData) -> dict[str, Any]:
+        return {"funnel": funnel(records, data, self.cfg.modes), "metrics": breakdown(records),
+                "loop": self.cfg.to_dict()}
+
+    def markdown(self, report: dict[str, Any]) -> str:
+        return to_markdown(report)
+
+
+def run_loop(data: LoadedData, classifier: Classifier, generator: Generator, cfg: LoopConfig,
+             run_dir: RunDir | None = None, hook: ProgressHook | None = None,
+             stop_after: int | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
+    """The BreakNLI probe's chunk loop on loaded engines (no report files): every record of the run (earlier
+    ones included) and this invocation's timings."""
+    return execute(BreakNLIProbe(cfg), Models(classifier, generator), data, run_dir, hook, stop_after=stop_after)

@@ -1,0 +1,130 @@
+"""The probe contract: what a study of an NLI model does, apart from what every study shares.
+
+A **probe** (BreakNLI, word-order permutations, minimal replacements, ...) says
+
+- which **units** of work it has: named groups of examples, in order (BreakNLI: one group per mode); a record
+  is keyed by (group, example id), which is what resume keys on;
+- what it computes once per invocation before the chunks (:meth:`Probe.prepare`: e.g. M(p, h) of every
+  example, cached in the run directory);
+- which **model calls** a chunk needs and what it **records** per unit (:meth:`Probe.process`: the calls go
+  through the engines' ``classify`` / ``generate`` contract, so batching and pair de-duplication stay in the
+  engines);
+- how it **summarises** its records (:meth:`Probe.summarise`) and renders them (:meth:`Probe.markdown`).
+
+The study runner (:func:`breaknli_fast.study.run_study`) owns the rest: data, engines, the run directory and
+resume, chunks, progress, throughput and report files.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, ContextManager, Sequence
+
+from breaknli_fast.data.loaders import Example, LoadedData
+
+
+class ProgressHook:
+    """What a study tells a UI. The default does nothing; the CLI draws rich progress bars."""
+
+    def start(self, stage: str, total: int, completed: int = 0) -> None: ...
+
+    def advance(self, stage: str, n: int = 1) -> None: ...
+
+    def finish(self, stage: str) -> None: ...
+
+    def message(self, text: str) -> None:
+        """A one-line notice (resuming, an engine fallback)."""
+
+    def status(self, text: str) -> ContextManager[Any]:
+        """A spinner around a step without a count (loading models)."""
+        return nullcontext()
+
+
+@dataclass
+class StageTimes:
+    """Seconds and model calls per stage of one invocation. Stages with ``pairs`` are classifier stages;
+    ``generate`` counts sequences and new tokens."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    pairs: dict[str, int] = field(default_factory=dict)
+    sequences: int = 0
+    new_tokens: int = 0
+    examples: int = 0  # records written by this invocation
+    wall: float = 0.0
+
+    def add(self, stage: str, seconds: float, pairs: int | None = None) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+        if pairs is not None:
+            self.pairs[stage] = self.pairs.get(stage, 0) + pairs
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def total(cls, invocations: Sequence[dict[str, Any]]) -> "StageTimes":
+        """The sum of several invocations' timings (``to_dict`` records)."""
+        t = cls()
+        for inv in invocations:
+            for k, v in (inv.get("seconds") or {}).items():
+                t.seconds[k] = t.seconds.get(k, 0.0) + float(v)
+            for k, v in (inv.get("pairs") or {}).items():
+                t.pairs[k] = t.pairs.get(k, 0) + int(v)
+            t.sequences += int(inv.get("sequences", 0))
+            t.new_tokens += int(inv.get("new_tokens", 0))
+            t.examples += int(inv.get("examples", 0))
+            t.wall += float(inv.get("wall", 0.0))
+        return t
+
+
+@dataclass
+class StudyContext:
+    """What a probe's steps get: the loaded engines, the run directory (None in memory), timings, progress."""
+
+    models: Any  # breaknli_fast.engines.loading.Models
+    run_dir: Any  # breaknli_fast.pipeline.rundir.RunDir | None
+    times: StageTimes
+    hook: ProgressHook
+    state: dict[str, Any] = field(default_factory=dict)  # what prepare() leaves for process()
+
+
+class Probe(ABC):
+    """One kind of study. Subclasses set ``name`` and ``roles`` and implement the abstract methods."""
+
+    name: ClassVar[str]
+    roles: ClassVar[tuple[str, ...]] = ("classifier",)  # models it needs: "classifier", "generator"
+    group_key: ClassVar[str] = "group"  # the record field that holds the unit's group
+    chunk_size: int = 16  # units per resumable chunk
+    seed: int = 0
+
+    @abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """The probe's settings that define its results (a run directory with other settings is refused)."""
+
+    @abstractmethod
+    def groups(self, data: LoadedData) -> list[tuple[str, list[Example]]]:
+        """The units of work in order: (group name, its examples)."""
+
+    def prepare(self, ctx: StudyContext, data: LoadedData, todo: bool) -> None:
+        """Work done once per invocation before the chunks (``todo``: some unit is left to compute)."""
+
+    @abstractmethod
+    def process(self, ctx: StudyContext, group: str, chunk: Sequence[Example]) -> list[dict[str, Any]]:
+        """The records of one chunk of a group, one per example, in order."""
+
+    @abstractmethod
+    def summarise(self, records: Sequence[dict[str, Any]], data: LoadedData) -> dict[str, Any]:
+        """The probe's part of report.json (metrics, funnel, ...)."""
+
+    @abstractmethod
+    def markdown(self, report: dict[str, Any]) -> str:
+        """report.md from report.json."""
+
+    def new_times(self) -> StageTimes:
+        """Timings of one invocation, with the probe's stages at zero."""
+        return StageTimes()
+
+    def key(self, record: dict[str, Any]) -> tuple[str, str]:
+        """The resume key of a record: (group, example id)."""
+        return record[self.group_key], record["id"]

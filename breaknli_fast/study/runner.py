@@ -1,0 +1,185 @@
+"""The study entry point: :func:`run_study` runs any probe on any engine and writes its run directory.
+
+It loads the data, loads the engines (exporting on first use), prepares the run directory (lock, identity,
+resume, torn-line repair), runs the probe's units in resumable chunks with progress, and writes config.json,
+samples.jsonl, report.json and report.md. ``breaknli-fast run``, ``bench``'s end-to-end stage and the library
+all go through it; :func:`execute` is its chunk loop on engines that are already loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
+from breaknli_fast.engines.loading import EngineConfig, Models, load_models
+from breaknli_fast.engines.models import model_fingerprint
+from breaknli_fast.pipeline.rundir import RunDir
+from breaknli_fast.probes import get_probe
+from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, StudyContext
+from breaknli_fast.study.report import throughput, throughput_markdown
+
+
+@dataclass
+class StudyResult:
+    """What a study returns: every record of the run (earlier invocations' included), the report, this
+    invocation's timings, the run directory (None for a study run in memory) and the engines it ran on."""
+
+    probe: Probe
+    records: list[dict[str, Any]]
+    report: dict[str, Any]
+    times: StageTimes
+    run_dir: Path | None
+    models: Models
+    data: LoadedData
+    notes: list[str] = field(default_factory=list)
+
+
+def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | None = None,
+            hook: ProgressHook | None = None, stop_after: int | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
+    """Run (or resume) the probe's units on loaded engines. Returns every record of the run (earlier ones
+    included) and this invocation's timings. Units whose record the run directory already holds are skipped;
+    each chunk's records are appended (fsync'ed) as it finishes. ``stop_after`` stops after that many new
+    records (tests of resume)."""
+    hook = hook or ProgressHook()
+    times = probe.new_times()
+    wall0 = time.perf_counter()
+    records = run_dir.load_samples() if run_dir is not None else []
+    done = {probe.key(r) for r in records}
+    groups = probe.groups(data)
+    todo = any((g, ex.id) not in done for g, exs in groups for ex in exs)
+    ctx = StudyContext(models=models, run_dir=run_dir, times=times, hook=hook)
+    probe.prepare(ctx, data, todo)
+    written = 0
+    size = max(1, int(probe.chunk_size))
+    for group, selected in groups:
+        hook.start(group, len(selected), sum((group, ex.id) in done for ex in selected))
+        for i in range(0, len(selected), size):
+            chunk = [ex for ex in selected[i : i + size] if (group, ex.id) not in done]
+            if not chunk:
+                continue
+            if stop_after is not None and written >= stop_after:
+                break
+            recs = probe.process(ctx, group, chunk)
+            if run_dir is not None:
+                run_dir.append_samples(recs)
+            records.extend(recs)
+            written += len(recs)
+            hook.advance(group, len(chunk))
+        hook.finish(group)
+    times.examples = written
+    times.wall = time.perf_counter() - wall0
+    return records, times
+
+
+def slug(text: str) -> str:
+    """A file-name-safe short form of a dataset or model name (its last path part)."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text).name if Path(text).exists() else text.split("/")[-1]).strip("-")
+    return s[:40] or "x"
+
+
+def default_run_path(root: Path, probe: Probe, dataset: str, classifier: str, models: Models, precision: str) -> Path:
+    """``<root>/<dataset>-<classifier>-<engine>-<precision>-s<seed>`` (a probe other than BreakNLI first)."""
+    stem = f"{slug(dataset)}-{slug(classifier)}-{models.engine}-{precision}-s{probe.seed}"
+    return root / (stem if probe.name == "breaknli" else f"{probe.name}-{stem}")
+
+
+def _report(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData, times: StageTimes,
+            invocations: Sequence[dict[str, Any]] | None, meta: dict[str, Any]) -> dict[str, Any]:
+    total = StageTimes.total(invocations) if invocations else times
+    return {"probe": probe.name, **probe.summarise(records, data),
+            "throughput": throughput(total, len(invocations) if invocations else 1, this_invocation=times), **meta}
+
+
+def markdown(probe: Probe, report: dict[str, Any]) -> str:
+    """report.md: the probe's sections, then throughput."""
+    return probe.markdown(report).rstrip("\n") + "\n\n" + "\n".join(throughput_markdown(report["throughput"]))
+
+
+def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_NAME, split: str | None = None,
+              limit: int | None = None, columns: Columns | None = None, data: LoadedData | None = None,
+              classifier: str = "mini-nli", generator: str = "mini-t5", engine: EngineConfig | str = "auto",
+              precision: str = "fp32", device: str = "cpu", models: Models | None = None,
+              out: str | Path | None = None, runs_root: str | Path | None = None, overwrite: bool = False,
+              hook: ProgressHook | None = None, command: str = "run") -> StudyResult:
+    """Run a probe (an instance, or a registered name with its ``config``) and return its records and report.
+
+    - data: ``dataset`` (``sample``, a hub name or a file; ``split``, ``limit``, ``columns``), or ``data``
+      already loaded;
+    - engines: ``engine`` (a name, or an :class:`EngineConfig` with every option) with ``precision`` and
+      ``device``, or ``models`` already loaded;
+    - run directory: ``out``, or ``runs_root``/<dataset>-<classifier>-<engine>-<precision>-s<seed>; with neither
+      the study runs in memory (no files). Re-running into the same directory resumes; one with another run's
+      finished records is refused unless ``overwrite``.
+    """
+    from breaknli_fast.envinfo import environment
+
+    hook = hook or ProgressHook()
+    probe = get_probe(probe, config) if isinstance(probe, str) else probe
+    ecfg = engine if isinstance(engine, EngineConfig) else EngineConfig(engine=engine, precision=precision, device=device)
+    if data is None:
+        data = load_examples(dataset, split=split, limit=limit, cols=columns)
+    if not data.examples:
+        counts = ", ".join(f"{k} {v}" for k, v in data.skips.counts.items() if v) or "none"
+        raise DataError(f"no valid example in {dataset!r} ({data.skips.skipped} rows skipped: {counts})")
+    if models is None:
+        if ecfg.threads:
+            import torch
+
+            torch.set_num_threads(ecfg.threads)
+        with hook.status("loading models"):
+            models = load_models(ecfg, classifier, generator if "generator" in probe.roles else None, note=hook.message)
+    meta = {"models": {"generator": generator if "generator" in probe.roles else None, "classifier": classifier},
+            "engine": f"{models.engine}:{ecfg.precision}:{ecfg.device}", "dataset": dataset}
+    if out is None and runs_root is None:
+        records, times = execute(probe, models, data, None, hook)
+        report = _report(probe, records, data, times, None, meta)
+        return StudyResult(probe, records, report, times, None, models, data, list(models.notes))
+
+    run_path = Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier, models,
+                                                                  ecfg.precision)
+    roles = {"classifier": classifier, **({"generator": generator} if "generator" in probe.roles else {})}
+    fingerprints = {role: model_fingerprint(name) for role, name in roles.items()}
+    identity = {
+        "probe": probe.name,
+        **{role: fp.get("files_sha256") or roles[role] for role, fp in fingerprints.items()},
+        "engine": models.engine, "precision": ecfg.precision, "device": ecfg.device.split(":")[0],
+        "dataset": data.source, "split": split, "limit": limit, "columns": vars(columns or Columns()),
+        **probe.identity(),
+        "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
+        "max_length": ecfg.max_length,
+    }
+    clf = models.classifier
+    config_json = {
+        "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **roles, "models": fingerprints,
+        "engine": {"name": models.engine, "requested": ecfg.engine, "precision": ecfg.precision, "device": ecfg.device,
+                   "threads": ecfg.threads, "workers": ecfg.workers, "token_budget": ecfg.token_budget,
+                   "max_length": ecfg.max_length,
+                   "max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
+                   "classifier_details": clf.info.to_dict(),
+                   **({"generator_details": models.generator.info.to_dict()} if models.generator is not None else {}),
+                   "notes": list(models.notes)},
+        "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
+                    "columns": vars(columns or Columns()), "skips": data.skips.to_dict()},
+        **probe.identity(),
+        "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
+        "seed": probe.seed, "environment": environment(),
+    }
+    with RunDir(run_path) as rd:  # the lock: a second run into this directory stops here
+        # config.json is written only once the engines have loaded: a study that fails earlier leaves none
+        if rd.prepare(config_json, identity, overwrite=overwrite):
+            msg = f"resuming {run_path}: {len(rd.load_samples())} example records already done"
+            if rd.repaired_bytes:
+                msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
+            hook.message(msg)
+        records, times = execute(probe, models, data, rd, hook)
+        if times.examples:
+            rd.append_invocation(times.to_dict())
+        report = _report(probe, records, data, times, rd.load_invocations(), meta)
+        rd.write_report(report, markdown(probe, report))
+    return StudyResult(probe, records, report, times, run_path, models, data, list(models.notes))
