@@ -28,6 +28,10 @@ def register(name: str, module: str) -> None:
     _ENGINES[name] = module
 
 
+def unregister(name: str) -> None:
+    _ENGINES.pop(name, None)
+
+
 def engine_names() -> list[str]:
     return list(_ENGINES)
 

@@ -24,6 +24,17 @@ def _ci(samples: np.ndarray) -> list[float]:
     return [float(lo), float(hi)]
 
 
+def rate_ci(hits: Sequence[bool] | Sequence[float], n_boot: int = N_BOOT,
+            seed: int = BOOT_SEED) -> tuple[float | None, float | None, float | None]:
+    """A rate in percent over 0/1 ``hits`` with its bootstrap 95 % CI: (point, low, high); Nones when empty.
+    The helper every probe's summary uses for a share of examples."""
+    arr = np.asarray(hits, dtype=float)
+    if arr.size == 0:
+        return None, None, None
+    lo, hi = _ci(100 * arr[bootstrap_indices(arr.size, n_boot, seed)].mean(axis=1))
+    return float(100 * arr.mean()), lo, hi
+
+
 def rates(rows: Sequence[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
     """Rates (percent) over evaluated examples; each row has the verdict fields
     inequality, relaxed (bools), n_candidates, n_inequality, n_relaxed."""

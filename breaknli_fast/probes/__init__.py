@@ -24,6 +24,10 @@ def register(name: str, target: str) -> None:
     _PROBES[name] = target
 
 
+def unregister(name: str) -> None:
+    _PROBES.pop(name, None)
+
+
 def probe_names() -> list[str]:
     return list(_PROBES)
 

@@ -40,13 +40,15 @@ class StudyResult:
 
 
 def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | None = None,
-            hook: ProgressHook | None = None, stop_after: int | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
+            hook: ProgressHook | None = None, stop_after: int | None = None,
+            times: StageTimes | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
     """Run (or resume) the probe's units on loaded engines. Returns every record of the run (earlier ones
     included) and this invocation's timings. Units whose record the run directory already holds are skipped;
     each chunk's records are appended (fsync'ed) as it finishes. ``stop_after`` stops after that many new
-    records (tests of resume)."""
+    records (tests of resume). ``times``: filled as chunks finish, so a caller keeps the timings of an
+    invocation that is interrupted."""
     hook = hook or ProgressHook()
-    times = probe.new_times()
+    times = times if times is not None else probe.new_times()
     wall0 = time.perf_counter()
     records = run_dir.load_samples() if run_dir is not None else []
     done = {probe.key(r) for r in records}
@@ -69,10 +71,10 @@ def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | No
                 run_dir.append_samples(recs)
             records.extend(recs)
             written += len(recs)
+            times.examples, times.wall = written, time.perf_counter() - wall0
             hook.advance(group, len(chunk))
         hook.finish(group)
-    times.examples = written
-    times.wall = time.perf_counter() - wall0
+    times.examples, times.wall = written, time.perf_counter() - wall0
     return records, times
 
 
@@ -177,9 +179,12 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             if rd.repaired_bytes:
                 msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
             hook.message(msg)
-        records, times = execute(probe, models, data, rd, hook)
-        if times.examples:
-            rd.append_invocation(times.to_dict())
+        times = probe.new_times()
+        try:
+            records, times = execute(probe, models, data, rd, hook, times=times)
+        finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
+            if times.examples:
+                rd.append_invocation(times.to_dict())
         report = _report(probe, records, data, times, rd.load_invocations(), meta)
         rd.write_report(report, markdown(probe, report))
     return StudyResult(probe, records, report, times, run_path, models, data, list(models.notes))

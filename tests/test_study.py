@@ -1,0 +1,101 @@
+"""The study contracts: a backend added with one module and one registry entry runs the BreakNLI loop, and a
+probe written in the tests runs through the entry point with resume."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import pytest
+
+from breaknli_fast import probes
+from breaknli_fast.data.loaders import Example, LoadedData
+from breaknli_fast.engines import registry
+from breaknli_fast.errors import UserError
+from breaknli_fast.pipeline.breaknli import LoopConfig
+from breaknli_fast.pipeline.metrics import rate_ci
+from breaknli_fast.study import Probe, ProgressHook, StudyContext, run_study
+
+
+@pytest.fixture()
+def words_engine():
+    registry.register("words", "tests.plugins.word_engine")
+    yield "words"
+    registry.unregister("words")
+
+
+def test_an_engine_registered_from_the_tests_runs_the_breaknli_loop(words_engine, tiny_tsv, tmp_path):
+    # models are resolved by the backend: the word engine takes any name
+    res = run_study("breaknli", LoopConfig(k=6, u=2, s=1), dataset=str(tiny_tsv), engine=words_engine,
+                    classifier="bag-of-words", generator="word-dropper", out=tmp_path / "run")
+    assert res.models.engine == "words"
+    f = res.report["funnel"]
+    assert f["valid"] == 60 and sum(f[m]["evaluated"] for m in ("contradictive", "entailed")) > 0
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg["engine"]["name"] == "words" and cfg["engine"]["classifier_details"]["engine"] == "words"
+
+
+class AccuracyProbe(Probe):
+    """Accuracy of M on (p, h), one group per gold label: the smallest probe there is."""
+
+    name = "toy-accuracy"
+    chunk_size = 4
+
+    def __init__(self, config: Any = None):
+        self.labels = tuple(config or ("entailment", "neutral", "contradiction"))
+
+    def identity(self) -> dict[str, Any]:
+        return {"toy": {"labels": list(self.labels)}}
+
+    def groups(self, data: LoadedData) -> list[tuple[str, list[Example]]]:
+        return [(lab, [ex for ex in data.examples if ex.label == lab]) for lab in self.labels]
+
+    def process(self, ctx: StudyContext, group: str, chunk: Sequence[Example]) -> list[dict[str, Any]]:
+        pred = ctx.models.classifier.classify([(ex.premise, ex.hypothesis) for ex in chunk]).labels
+        ctx.times.add("classify", 0.0, len(chunk))
+        return [{"group": group, "id": ex.id, "gold": ex.label, "pred": p, "correct": p == ex.label}
+                for ex, p in zip(chunk, pred)]
+
+    def summarise(self, records: Sequence[dict[str, Any]], data: LoadedData) -> dict[str, Any]:
+        hits = [bool(r["correct"]) for r in records]
+        point, lo, hi = rate_ci(hits)
+        return {"accuracy": {"n": len(hits), "rate": point, "ci": [lo, hi]}}
+
+    def markdown(self, report: dict[str, Any]) -> str:
+        a = report["accuracy"]
+        return f"# accuracy\n\n{a['rate']:.2f} % of {a['n']}\n"
+
+
+class StopAfter(ProgressHook):
+    """Interrupts the study after ``n`` chunks, as Ctrl-C would."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        self.n -= 1
+        if self.n <= 0:
+            raise KeyboardInterrupt
+
+
+def test_a_probe_from_the_tests_runs_through_the_entry_point_with_resume(tiny_roberta, tiny_tsv, tmp_path):
+    probes.register("toy-accuracy", "tests.test_study:AccuracyProbe")
+    try:
+        common = dict(dataset=str(tiny_tsv), classifier=tiny_roberta, engine="torch")
+        full = run_study("toy-accuracy", **common, out=tmp_path / "full")
+        with pytest.raises(KeyboardInterrupt):
+            run_study("toy-accuracy", **common, out=tmp_path / "cut", hook=StopAfter(5))
+        assert len((tmp_path / "cut" / "samples.jsonl").read_text().splitlines()) == 5 * AccuracyProbe.chunk_size
+        resumed = run_study("toy-accuracy", **common, out=tmp_path / "cut")
+    finally:
+        probes.unregister("toy-accuracy")
+    assert [json.loads(x) for x in (tmp_path / "cut" / "samples.jsonl").read_text().splitlines()] == full.records
+    assert resumed.report["accuracy"] == full.report["accuracy"] and full.report["accuracy"]["n"] == 60
+    assert (tmp_path / "full" / "report.md").read_text().startswith("# accuracy")
+    assert json.loads((tmp_path / "full" / "config.json").read_text())["probe"] == "toy-accuracy"
+    assert resumed.report["throughput"]["invocations"] == 2  # both invocations computed records
+
+
+def test_unknown_probe_is_a_user_error():
+    with pytest.raises(UserError, match="unknown probe 'nope'"):
+        run_study("nope")
