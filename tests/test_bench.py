@@ -97,6 +97,8 @@ def test_identical_engine_passes_strict_with_every_field(same_run):
     assert wl["classify_ph_pairs"] == 16 and wl["generate_prompts"] == 2 and wl["relation_pairs"] > 0
     assert sum(wl["fixed_triples"].values()) > 0, "the tiny run should evaluate some examples"
 
+    # the candidate is the reference engine again (same kernels, threads and batches): its parity with
+    # the reference is exact on any CPU, hence the 0.0 and 100.0 below
     for e in (ref, same):
         assert e["status"] == "ok" and e["checks"]["passed"] is True
         sp = e["speed"]
@@ -272,7 +274,9 @@ def test_repeat_honours_warmup_min_iterations_and_min_seconds():
     r = repeat(lambda: calls.append(1), warmup=2, min_iterations=3, min_seconds=0.0)
     assert len(calls) == 5 and len(r.seconds) == 3 and r.warmup == 2
     r = repeat(lambda: time.sleep(0.01), warmup=0, min_iterations=1, min_seconds=0.05)
-    assert sum(r.seconds) >= 0.05 and len(r.seconds) >= 2
+    # it stops at the first iteration that brings the measured time to min_seconds, however long a
+    # sleep takes on a loaded machine (so no count of iterations is asserted)
+    assert sum(r.seconds[:-1]) < 0.05 <= sum(r.seconds)
     s = latency_stats([0.001 * i for i in range(1, 101)])
     assert s["n"] == 100 and s["median_ms"] == pytest.approx(50.5) and s["p99_ms"] == pytest.approx(99.01)
     assert latency_stats([])["p95_ms"] is None
