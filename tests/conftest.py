@@ -4,6 +4,7 @@ with tokenizers trained on the spot (no downloads)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,22 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from breaknli_fast import testing  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads():
+    """Each test ends with torch's intra-op thread count as it found it (or, where torch was imported
+    during the test, as the torch engine found it at import). Engines set the count process-wide, and
+    torch's fp32 results depend on it, so without this a test's numbers would depend on the tests run
+    before it."""
+    torch = sys.modules.get("torch")
+    before = torch.get_num_threads() if torch is not None else None
+    yield
+    torch = sys.modules.get("torch")
+    if before is None:
+        before = getattr(sys.modules.get("breaknli_fast.engines.torch_ref"), "_DEFAULT_THREADS", None)
+    if torch is not None and before and torch.get_num_threads() != before:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
