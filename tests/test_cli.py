@@ -25,7 +25,7 @@ def test_mini_train_help_names_the_command(capsys):
         from breaknli_fast.mini.train import main
 
         main(["--help"], prog="breaknli-fast mini train")
-    assert e.value.code == 0 and "usage: breaknli-fast mini train" in capsys.readouterr().out
+    assert e.value.code == 0 and "Usage: breaknli-fast mini train" in capsys.readouterr().out
 
 
 def test_env_json():

@@ -69,6 +69,88 @@ def test_shipped_mini_t5_went_through_the_documented_recipe():
         assert norm(r["hyperparameters"]) == norm(want), f"round {n}"
 
 
+def test_recipe_file_is_the_trainers_recipe():
+    """The recipe is the data file ``mini/recipe.json``: DEFAULTS is that file without its notes, every round
+    carries an ``_about`` note, and the file ships with the package."""
+    import tomllib
+
+    from breaknli_fast.mini.train import DEFAULTS, RECIPE_FILE, load_recipe
+
+    raw = json.loads(RECIPE_FILE.read_text())
+    assert load_recipe() == DEFAULTS and "_about" not in json.dumps(DEFAULTS)
+    assert raw["_about"] and all(raw[stage]["_about"] for stage in ("mlm", "nli", "t5"))
+    for key in ("mlm_more_rounds", "nli_more_rounds", "t5_more_rounds"):
+        assert raw[key] and all(r["_about"] for r in raw[key]), key
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "mini/recipe.json" in package_data["breaknli_fast"]
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules imported anywhere in ``path``, inside functions too."""
+    import ast
+
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_runtime_does_not_import_training_code():
+    """engines, export, pipeline, data and bench never import breaknli_fast.mini (only the CLI's mini commands do),
+    and inside mini the imports run one way: train -> evaluate -> cards -> data / common."""
+    pkg = ROOT / "breaknli_fast"
+    for sub in ("engines", "export", "pipeline", "data", "bench"):
+        for f in (pkg / sub).rglob("*.py"):
+            assert not {m for m in _imports(f) if m.startswith("breaknli_fast.mini")}, f
+    mini = {f.stem: {m.split(".")[2] for m in _imports(f) if m.startswith("breaknli_fast.mini.")}
+            for f in (pkg / "mini").glob("*.py")}
+    below = {"train": {"evaluate", "cards", "data", "common", "paraphrase_rules", "tokenizers_mini", "richhelp"},
+             "evaluate": {"cards", "data", "common"}, "cards": {"data", "common"}}
+    for mod, deps in mini.items():
+        assert deps <= below.get(mod, set()), (mod, deps)
+
+
+def test_official_snli_jsonl_is_read(tmp_path):
+    """snli_1.0_train.jsonl of the official archive (sentence1 / sentence2 / gold_label, '-' for no gold label)
+    is split and sampled like the premise / hypothesis / label form."""
+    from breaknli_fast.mini.data import caption_id, is_dev, load_split, write_sample
+
+    dev_cap = next(c for c in (f"{i}.jpg#0" for i in range(1000)) if is_dev(c))
+    train_cap = next(c for c in (f"{i}.jpg#0" for i in range(1000)) if not is_dev(c))
+    rows = [{"pairID": f"{dev_cap}r1e", "sentence1": "A man sleeps.", "sentence2": "A man rests.",
+             "gold_label": "entailment"},
+            {"pairID": f"{dev_cap}r1n", "sentence1": "A man sleeps.", "sentence2": "A man dreams.", "gold_label": "-"},
+            {"pairID": f"{train_cap}r1c", "sentence1": "Dogs run.", "sentence2": "Cats sit.",
+             "gold_label": "contradiction"}]
+    src = tmp_path / "snli_1.0_train.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    split = load_split(src)
+    assert (len(split.train), len(split.dev), split.no_gold) == (1, 1, 1)
+    assert caption_id(split.dev[0].pair_id) == dev_cap and split.dev[0].hypothesis == "A man rests."
+    sample = write_sample(src, tmp_path / "data")
+    assert [json.loads(line)["hypothesis"] for line in sample.read_text().splitlines()] == ["A man rests."]
+    assert "snli_1.0_train.jsonl" in (tmp_path / "data" / "DATA_CARD.md").read_text()
+
+
+def test_mini_train_help_lists_every_option():
+    """`breaknli-fast mini train --help` is drawn like the other commands' help (rich panels) and lists every option
+    of the parser with its help; a usage error is the usage line and an error panel, exit code 2."""
+    from breaknli_fast.mini.train import build_parser
+
+    r = CliRunner().invoke(app, ["mini", "train", "--help"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert "Usage: breaknli-fast mini train [OPTIONS]" in r.output and "╭─ Options" in r.output
+    for action in build_parser()._actions:
+        for opt in action.option_strings:
+            assert opt in r.output, opt
+        assert action.help and action.help in r.output, action.option_strings
+    r = CliRunner().invoke(app, ["mini", "train", "--data", "x.jsonl", "--seed", "abc"])
+    assert r.exit_code == 2 and "invalid int value: 'abc'" in r.output and "╭─ Error" in r.output
+
+
 def test_assets_fit_the_size_cap():
     total = sum(f.stat().st_size for f in assets_models_dir().rglob("*") if f.is_file())
     assert total <= 40 * 1024 * 1024, f"{total / 2**20:.1f} MiB"
@@ -101,7 +183,7 @@ def test_mini_nli_beats_chance_clearly_on_held_out_pairs(mini_nli):
     data = load_examples("sample", limit=300)
     out = mini_nli.classify([(e.premise, e.hypothesis) for e in data.examples])
     acc = float(np.mean([a == e.label for a, e in zip(out.labels, data.examples)]))
-    assert acc >= 0.55, acc  # 74.4 % on the 2,000 sample pairs (BENCHMARKS.md section 3, sixth session)
+    assert acc >= 0.55, acc  # 74.4 % on the 2,000 sample pairs (BENCHMARKS.md section 3)
 
 
 def test_ort_int8_and_fp16_mini_nli_agree_with_torch(mini_nli, tmp_path_factory):

@@ -3,17 +3,24 @@
 ``mini-mlm`` (RoBERTa masked LM), ``mini-nli`` (RoBERTa NLI classifier, fine-tuned from mini-mlm) and
 ``mini-t5`` (T5 v1.1 / Flan-T5 architecture, instruction-tuned with the BreakNLI prompts) live in
 ``breaknli_fast/assets/models/<name>/``; the embedded SNLI sample in ``breaknli_fast/assets/data/``.
-Training code: :mod:`breaknli_fast.mini.train` (``python -m breaknli_fast.mini.train --help``).
+Training code: :mod:`breaknli_fast.mini.train` (``breaknli-fast mini train --help``); its recipe is
+``breaknli_fast/mini/recipe.json``.
+
+This package is training code: the runtime (engines, export, pipeline, data, bench) never imports it. The asset
+paths below come from the runtime modules that own them (:func:`breaknli_fast.engines.models.assets_models_dir`,
+:func:`breaknli_fast.data.loaders.sample_path`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
-MODELS_DIR = ASSETS_DIR / "models"
-DATA_DIR = ASSETS_DIR / "data"
-MINI_MODEL_NAMES = ("mini-mlm", "mini-nli", "mini-t5")
+from breaknli_fast.data.loaders import sample_path
+from breaknli_fast.engines.models import assets_models_dir
+
+MODELS_DIR = assets_models_dir()
+DATA_DIR = sample_path().parent
+MINI_MODEL_NAMES = ("mini-mlm", "mini-nli", "mini-t5")  # in training order
 
 
 def model_path(name: str) -> Path:
@@ -23,9 +30,4 @@ def model_path(name: str) -> Path:
     return MODELS_DIR / name
 
 
-def sample_path() -> Path:
-    """The embedded SNLI sample (held-out dev pairs, JSONL)."""
-    return DATA_DIR / "snli_sample.jsonl"
-
-
-__all__ = ["ASSETS_DIR", "MODELS_DIR", "DATA_DIR", "MINI_MODEL_NAMES", "model_path", "sample_path"]
+__all__ = ["MODELS_DIR", "DATA_DIR", "MINI_MODEL_NAMES", "model_path", "sample_path"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from breaknli_fast.mini.common import folder_size, read_json
+from breaknli_fast.mini.common import LENGTH_BUCKETS, folder_size, read_json
 from breaknli_fast.mini.data import DEV_MODULUS, SNLI_CITATION
-from breaknli_fast.mini.evaluate import LENGTH_BUCKETS
 
 COMMAND = "python -m breaknli_fast.mini.train --data snli_1.0_train_subset.jsonl.gz --seed 0 --threads 2"
 

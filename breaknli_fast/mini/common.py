@@ -1,4 +1,8 @@
-"""Shared helpers of mini-model training: seeding, hardware description, fp16 saving, progress bars."""
+"""Helpers shared by mini-model training, evaluation and the model cards: seeding, hardware description, fp16
+saving, batch padding, JSON files, progress bars, the hypothesis-length buckets of the generator check.
+
+The mini modules depend on each other in one direction: ``train`` -> ``evaluate`` -> ``cards`` -> ``data``,
+``common``; nothing here or in ``data`` imports the other mini modules."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import random
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -56,6 +60,26 @@ def hardware() -> dict[str, Any]:
         "torch": torch.__version__,
         "device": "cpu",
     }
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists right-padded with ``pad_id`` to the longest: ``(input_ids, attention_mask)``."""
+    n = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), n), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+LENGTH_BUCKETS = ("1-6 words", "7-9 words", "10+ words")
+
+
+def length_bucket(hypothesis: str) -> str:
+    """The hypothesis-length bucket of the generator check's breakdown (words split on whitespace)."""
+    n = len(hypothesis.split())
+    return LENGTH_BUCKETS[0] if n <= 6 else LENGTH_BUCKETS[1] if n <= 9 else LENGTH_BUCKETS[2]
 
 
 def n_params(model: torch.nn.Module) -> int:

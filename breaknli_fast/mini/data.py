@@ -124,15 +124,15 @@ def sample_rows(path: str | Path, size: int = SAMPLE_SIZE) -> list[dict]:
         pid = str(row["pairID"])
         if not is_dev(caption_id(pid)):
             continue
-        out.append({"pairID": pid, "premise": row["premise"], "hypothesis": row["hypothesis"],
-                    "label": dataset_label(raw)})
+        out.append({"pairID": pid, "premise": row.get("premise", row.get("sentence1", "")),
+                    "hypothesis": row.get("hypothesis", row.get("sentence2", "")), "label": dataset_label(raw)})
         if len(out) >= size:
             break
     return out
 
 
 def write_sample(data_path: str | Path, out_dir: str | Path, size: int = SAMPLE_SIZE) -> Path:
-    """Write ``snli_sample.jsonl`` and ``DATA_CARD.md`` into ``out_dir`` (the package's assets/data)."""
+    """Write ``snli_sample.jsonl`` and ``DATA_CARD.md`` (the sample of ``data_path`` and its card) into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = sample_rows(data_path, size)
@@ -149,8 +149,7 @@ The default dataset of `breaknli-fast run` (`--data sample`), so that the tool r
 ## Source
 
 Stanford Natural Language Inference (SNLI) corpus 1.0, training split
-(<https://nlp.stanford.edu/projects/snli/>), read from a 100,000-pair subset file
-(`snli_1.0_train_subset.jsonl.gz`, fields `pairID, premise, hypothesis, label, annotator_labels`).
+(<https://nlp.stanford.edu/projects/snli/>), read from `{Path(data_path).name}`.
 
 ## Selection rule
 

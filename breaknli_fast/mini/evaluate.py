@@ -20,7 +20,10 @@ import torch
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, LABELS
 from breaknli_fast.data.normalize import normalize_text
-from breaknli_fast.mini.common import folder_size, hardware, log, make_progress, write_json
+from breaknli_fast.engines.models import load_config, resolve_model
+from breaknli_fast.mini.cards import write_cards as _write_cards
+from breaknli_fast.mini.common import (LENGTH_BUCKETS, folder_size, hardware, length_bucket, log, make_progress,
+                                       pad_batch, write_json)
 from breaknli_fast.mini.data import Pair, SnliSplit
 from breaknli_fast.pipeline.breaknli import dedup_candidates
 from breaknli_fast.prompts import GEN_PROMPTS, NLI_ANSWERS, NLI_PROMPTS
@@ -44,15 +47,13 @@ class NliClassifier:
 
     @torch.inference_mode()
     def predict(self, pairs: Sequence[tuple[str, str]]) -> list[str]:
-        from breaknli_fast.mini.train import _pad
-
         enc = self.tok([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
         ids_all = enc["input_ids"]
         order = sorted(range(len(ids_all)), key=lambda i: len(ids_all[i]))
         out = [""] * len(ids_all)
         for b in range(0, len(order), self.batch_size):
             idx = order[b:b + self.batch_size]
-            ids, mask = _pad([ids_all[i] for i in idx], self.tok.pad_token_id)
+            ids, mask = pad_batch([ids_all[i] for i in idx], self.tok.pad_token_id)
             pred = self.model(input_ids=ids, attention_mask=mask).logits.argmax(-1).tolist()
             for i, p in zip(idx, pred):
                 out[i] = self.labels[p]
@@ -98,15 +99,6 @@ def generate(model: Any, tok: Any, prompts: Sequence[str], k: int, seed: int, ba
         if progress is not None:
             progress.update(task, advance=len(prompts[b:b + batch_size]))
     return out
-
-
-LENGTH_BUCKETS = ("1-6 words", "7-9 words", "10+ words")
-
-
-def length_bucket(hypothesis: str) -> str:
-    """The hypothesis-length bucket of :func:`generator_check`'s breakdown (words split on whitespace)."""
-    n = len(hypothesis.split())
-    return LENGTH_BUCKETS[0] if n <= 6 else LENGTH_BUCKETS[1] if n <= 9 else LENGTH_BUCKETS[2]
 
 
 def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence[dict], mode: str, n: int = 200,
@@ -189,8 +181,6 @@ def check_generator(t5: str, judge: str, sample: str | Path, n: int = 200,
     of ``sample`` per mode; the per-example excerpts left out. The numbers of ``eval_results.json`` with ``n=200``."""
     from transformers import AutoTokenizer, T5ForConditionalGeneration
 
-    from breaknli_fast.engines.models import load_config, resolve_model
-
     bad = [m for m in modes if m not in MODE_TARGET]
     if bad:
         raise ValueError(f"unknown mode {bad[0]!r}; use contradictive, entailed or both")
@@ -257,7 +247,5 @@ def evaluate_models(out_dir: str | Path, split: SnliSplit, seed: int = 0, n_gen:
     res["models_size_bytes"] = folder_size(out_dir)
     write_json(out_dir / EVAL_FILE, res)
     if write_cards:
-        from breaknli_fast.mini.cards import write_cards as _write
-
-        _write(out_dir, res)
+        _write_cards(out_dir, res)
     return res

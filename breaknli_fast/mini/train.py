@@ -9,14 +9,20 @@ Stages (each a library function, all driven by :func:`train_all`):
 5. :func:`evaluate_models` (in :mod:`breaknli_fast.mini.evaluate`) - dev accuracies, generator usefulness,
    filter survival; writes the model cards.
 
-Command line: ``python -m breaknli_fast.mini.train --data snli_1.0_train_subset.jsonl.gz [--out DIR] [--seed 0]``.
-Held-out (dev) pairs are never trained on: see :mod:`breaknli_fast.mini.data` for the split rule.
+The hyperparameters of every round of every stage (the recipe of the shipped models) are the data file
+``recipe.json`` beside this module, loaded into :data:`DEFAULTS`.
+
+Command line: ``breaknli-fast mini train --data snli_1.0_train.jsonl [--out DIR] [--seed 0]`` (or
+``python -m breaknli_fast.mini.train``). Held-out (dev) pairs are never trained on: see
+:mod:`breaknli_fast.mini.data` for the split rule.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import json
 import logging
 import math
 import random
@@ -31,72 +37,47 @@ import torch
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 from breaknli_fast.data.loaders import DataError
+from breaknli_fast.data.normalize import normalize_text
+from breaknli_fast.engines.base import Decoding, derive_seed
+from breaknli_fast.engines.registry import load_generator
 from breaknli_fast.mini import DATA_DIR, MODELS_DIR
-from breaknli_fast.mini.common import (folder_size, hardware, log, make_progress, n_params, read_json, save_fp16,
-                                       seed_everything, set_threads, write_json)
+from breaknli_fast.mini.common import (folder_size, hardware, log, make_progress, n_params, pad_batch, read_json,
+                                       save_fp16, seed_everything, set_threads, write_json)
 from breaknli_fast.mini.data import Pair, SnliSplit, load_split, write_sample
+from breaknli_fast.mini.evaluate import NliClassifier, evaluate_models
+from breaknli_fast.mini.paraphrase_rules import keeps_content, rule_paraphrases
+from breaknli_fast.mini.richhelp import RichArgumentParser
+from breaknli_fast.mini.tokenizers_mini import prompt_lines, train_bpe, train_sentencepiece
+from breaknli_fast.pipeline.breaknli import dedup_candidates
 from breaknli_fast.prompts import CONTRADICT_PROMPT, ENTAIL_PROMPT, NLI_ANSWERS, NLI_PROMPTS
 
 # id2label order of the common MNLI checkpoints
 NLI_ID2LABEL = {0: CONTRADICTION, 1: NEUTRAL, 2: ENTAILMENT}
 NLI_LABEL2ID = {v: k for k, v in NLI_ID2LABEL.items()}
 INFO_FILE = "train_info.json"
+DEFAULT_OUT = "mini-models"  # relative to the working directory: never the installed package by default
 
-T5_PARAPHRASE_ROUNDS = 3  # rounds 5, 6 and 7 of mini-t5
-
-# mini-t5's round 9 (faithful paraphrases, extended rules), the base of rounds 10-12
-_T5_ROUND9: dict[str, Any] = dict(
-    epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=30000,
-    bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=8, rules=40000, rules_per_hypothesis=4,
-                     rules_max_edits=3, rules_extended=True, faithful=True))
+RECIPE_FILE = Path(__file__).with_name("recipe.json")
 
 
-def _round9_with(**bi_entailed: Any) -> dict[str, Any]:
-    """Round 9 with some of its paraphrase settings changed."""
-    return {**_T5_ROUND9, "bi_entailed": {**_T5_ROUND9["bi_entailed"], **bi_entailed}}
+def _settings(node: Any) -> Any:
+    """``node`` without its ``_about`` notes, at any depth."""
+    if isinstance(node, dict):
+        return {k: _settings(v) for k, v in node.items() if k != "_about"}
+    if isinstance(node, list):
+        return [_settings(v) for v in node]
+    return node
 
 
-DEFAULTS: dict[str, Any] = {
-    "bpe_vocab": 8000,
-    "spm_vocab": 6000,
-    "mlm": dict(hidden=256, layers=4, heads=4, intermediate=1024, max_positions=130, epochs=10.0, batch_size=64,
-                block=64, lr=1e-3, warmup=0.06, weight_decay=0.01, mask_prob=0.15, dropout=0.1),
-    "nli": dict(epochs=2.0, eval_every_epochs=0.5, batch_size=64, lr=3e-4, warmup=0.06, weight_decay=0.01, max_length=128, dropout=0.1,
-                swap_contradictions=False, ema=0.999),
-    "t5": dict(d_model=192, d_kv=48, heads=4, d_ff=512, enc_layers=3, dec_layers=3, epochs=0.4, nli_fraction=0.5, gen_fraction=1.0, batch_size=64,
-               lr=1e-3, warmup_steps=400, weight_decay=0.01, max_input=96, max_target=48, dropout=0.1,
-               save_every=400),
-    # further masked-LM rounds (each continues from the saved mini-mlm, fresh schedule): one more layer, a copy of
-    # the top one, and as many epochs again (the loss was still falling fast at the end of round 1)
-    "mlm_more_rounds": [dict(epochs=10.0, add_layers=1)],
-    # a second NLI round continuing from the best mini-nli (fresh schedule, no dropout: the model underfits)
-    "nli_more_rounds": [dict(epochs=4.0, lr=2e-4, dropout=0.0)],
-    # further T5 rounds (each continues from the saved model of the round before, fresh schedule): more NLI,
-    # then mostly generation
-    "t5_more_rounds": [dict(epochs=0.37, lr=5e-4, nli_fraction=1.0, gen_fraction=0.25),
-                       dict(epochs=0.32, lr=5e-4, nli_fraction=1.0, gen_fraction=0.1, save_every=0),
-                       dict(epochs=0.7, lr=5e-4, nli_fraction=0.15, gen_fraction=1.0, save_every=0),
-                       # paraphrases that mini-nli accepts both ways (SNLI's, mini-t5's own and rule-based rewrites)
-                       # and text infilling (copying), with a little of everything else; the same round again from
-                       # its result (whose own rephrasings are closer copies)
-                       *[dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=60000,
-                              bi_entailed=dict(human=True, hypotheses=4000, k=20, per_hypothesis=3, rules=60000))
-                         for _ in range(T5_PARAPHRASE_ROUNDS)],
-                       # faithful paraphrases: SNLI's and mini-t5's own kept only where they also keep every content
-                       # word of h (round 8: own rephrasings of 16,000 hypotheses, up to 5 each) ...
-                       dict(epochs=1.0, lr=5e-4, nli_fraction=0.1, gen_fraction=0.05, denoise=60000,
-                            bi_entailed=dict(human=True, hypotheses=16000, k=20, per_hypothesis=5, rules=60000,
-                                             faithful=True)),
-                       # ... then (round 9) up to 8 each, and more varied rules: the extended table, 4 rewrites of up to
-                       # 3 edits for each of 40,000 hypotheses; half the infilling
-                       _T5_ROUND9,
-                       # round 10: round 9 again, its own rephrasings sampled at temperature 1.5 (more varied ones kept);
-                       # round 11: round 10 again, from its result
-                       _round9_with(self_temperature=1.5), _round9_with(self_temperature=1.5),
-                       # round 12: round 11 again with the rich rules ("a" / "the" inside the sentence, a place phrase
-                       # fronted, a third synonym table, "A man and a woman" swapped)
-                       _round9_with(self_temperature=1.5, rules_rich=True)],
-}
+def load_recipe(path: str | Path = RECIPE_FILE) -> dict[str, Any]:
+    """The training recipe: the first round's hyperparameters of each stage (``mlm``, ``nli``, ``t5``), the further
+    rounds that continue from it (``mlm_more_rounds``, ``nli_more_rounds``, ``t5_more_rounds``: each round's keys
+    override the first round's) and the tokenizer vocabulary sizes; the ``_about`` notes left out."""
+    return _settings(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+# the recipe of the shipped models, as train_all and the stages read it
+DEFAULTS: dict[str, Any] = load_recipe()
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -158,16 +139,6 @@ class WeightAverage:
             model.load_state_dict(live, strict=False)
 
 
-def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    n = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), n), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = 1
-    return ids, mask
-
-
 def _total_steps(n_batches_per_epoch: int, epochs: float, max_steps: int | None) -> int:
     total = max(1, int(math.ceil(n_batches_per_epoch * epochs)))
     return min(total, max_steps) if max_steps else total
@@ -212,8 +183,6 @@ def train_tokenizers(split: SnliSplit, out_dir: str | Path, which: Sequence[str]
                      seed: int = 0) -> dict[str, Any]:
     """Train the tokenizers on the unique SNLI train sentences; save them to ``out_dir/mini-mlm`` (BPE,
     also used by mini-nli) and ``out_dir/mini-t5`` (SentencePiece). Returns ``{"bpe": tok, "spm": tok}``."""
-    from breaknli_fast.mini.tokenizers_mini import prompt_lines, train_bpe, train_sentencepiece
-
     out_dir = Path(out_dir)
     texts = unique_train_sentences(split)
     toks: dict[str, Any] = {}
@@ -269,8 +238,6 @@ def _mlm_loss(model: Any, inputs: torch.Tensor, labels: torch.Tensor) -> torch.T
 def grow_layers(model: Any, n: int) -> Any:
     """Append ``n`` encoder layers to a RoBERTa model, each a copy of its current top layer (progressive
     stacking); the config's ``num_hidden_layers`` follows."""
-    import copy
-
     layers = model.roberta.encoder.layer
     for _ in range(n):
         layers.append(copy.deepcopy(layers[-1]))
@@ -377,7 +344,7 @@ def classify_ids(model: Any, encoded: Sequence[Sequence[int]], pad_id: int, batc
     out = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
     for b in range(0, len(order), batch_size):
         idx = order[b:b + batch_size]
-        ids, mask = _pad([encoded[i] for i in idx], pad_id)
+        ids, mask = pad_batch([encoded[i] for i in idx], pad_id)
         out[idx] = model(input_ids=ids, attention_mask=mask).logits.float().numpy()
     return out
 
@@ -442,7 +409,7 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
     with make_progress(progress) as bar:
         task = bar.add_task("mini-nli", total=total, info="")
         for epoch, step, idx in _training_batches(lengths, bs, gen, total):
-            ids, mask = _pad([train_enc[i] for i in idx], tok.pad_token_id)
+            ids, mask = pad_batch([train_enc[i] for i in idx], tok.pad_token_id)
             loss = model(input_ids=ids, attention_mask=mask, labels=train_y[idx]).loss
             run_loss = _train_step(model, loss, opt, sched, run_loss, step)
             if ema is not None:
@@ -606,13 +573,6 @@ def bi_entailed_examples(split: SnliSplit, out_dir: str | Path, seed: int = 0, h
     by construction.
 
     Returns ``("entail_both_ways", prompt, target)`` triples and counts."""
-    from breaknli_fast.data.normalize import normalize_text
-    from breaknli_fast.engines.base import Decoding, derive_seed
-    from breaknli_fast.engines.registry import load_generator
-    from breaknli_fast.mini.evaluate import NliClassifier
-    from breaknli_fast.mini.paraphrase_rules import keeps_content, rule_paraphrases
-    from breaknli_fast.pipeline.breaknli import dedup_candidates
-
     out_dir = Path(out_dir)
     clf = NliClassifier(out_dir / "mini-nli")
     cands: list[tuple[str, str]] = []
@@ -782,8 +742,8 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
     with make_progress(progress) as bar:
         task = bar.add_task("mini-t5", total=total, info="")
         for epoch, step, idx in _training_batches(lengths, bs, gen, total):
-            ids, mask = _pad([src[i] for i in idx], tok.pad_token_id)
-            labels, lmask = _pad([tgt[i] for i in idx], tok.pad_token_id)
+            ids, mask = pad_batch([src[i] for i in idx], tok.pad_token_id)
+            labels, lmask = pad_batch([tgt[i] for i in idx], tok.pad_token_id)
             labels[lmask == 0] = -100
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             run_loss = _train_step(model, loss, opt, sched, run_loss, step)
@@ -802,27 +762,28 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
 
 # ----------------------------------------------------------------------------------------------- driver
 
-def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int = 0, threads: int | None = None,
+def train_all(data_path: str | Path, out_dir: str | Path = DEFAULT_OUT, seed: int = 0, threads: int | None = None,
               mlm_epochs: float | None = None, nli_epochs: float | None = None, t5_epochs: float | None = None,
               only: str | None = None, mlm_init: str = "scratch", mlm_add_layers: int = 0, mlm_round2: bool = True,
-              nli_ema: float | None = None, max_steps: int | None = None, sample_dir: str | Path | None = DATA_DIR,
+              nli_ema: float | None = None, max_steps: int | None = None, sample_dir: str | Path | None = None,
               evaluate: bool = True, n_gen: int = 200, progress: bool = True, nli_init: str = "mlm",
               nli_lr: float | None = None, nli_dropout: float | None = None, nli_swap: bool = False, t5_init: str = "scratch", t5_nli_fraction: float | None = None,
               t5_gen_fraction: float | None = None, t5_lr: float | None = None, t5_round2: bool = True,
               t5_save_every: int | None = None, nli_round2: bool = True, t5_bi_entailed: dict | None = None,
               t5_denoise: int | None = None) -> dict:
-    """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5), then evaluate and write the cards.
+    """Train everything in order (tokenizers, mini-mlm, mini-nli, mini-t5) into ``out_dir``, then evaluate and write
+    the cards. ``sample_dir``: where to write the embedded sample and its card (``None``: not written); the
+    evaluation reads ``sample_dir/snli_sample.jsonl`` when it exists, else the held-out dev pairs. The shipped
+    models and sample are :data:`breaknli_fast.mini.MODELS_DIR` and :data:`breaknli_fast.mini.DATA_DIR`.
 
     ``only``: ``sample`` | ``tokenizers`` | ``mlm`` | ``nli`` (mini-mlm must exist) | ``t5`` | ``eval``.
-    mini-t5 is trained in rounds: ``DEFAULTS["t5"]`` from scratch, then each of ``DEFAULTS["t5_more_rounds"]``
-    (more NLI, then the generation tasks, then six paraphrase rounds with text infilling) continuing from the
-    saved model of the round before; ``t5_round2=False`` stops after
-    round 1. Likewise mini-nli: ``DEFAULTS["nli"]`` from mini-mlm, then ``DEFAULTS["nli_more_rounds"]``
-    continuing from the best mini-nli (``nli_round2=False`` skips them), and mini-mlm: ``DEFAULTS["mlm"]`` from
-    scratch, then ``DEFAULTS["mlm_more_rounds"]`` (one more layer, more epochs; ``mlm_round2=False`` skips them).
+    Each stage is trained in the rounds of the recipe (:data:`DEFAULTS`, from ``recipe.json``): mini-mlm
+    ``DEFAULTS["mlm"]`` from scratch, then each of ``DEFAULTS["mlm_more_rounds"]`` (``mlm_round2=False`` skips
+    them); mini-nli ``DEFAULTS["nli"]`` from mini-mlm, then ``DEFAULTS["nli_more_rounds"]`` from the best mini-nli
+    (``nli_round2=False`` skips them); mini-t5 ``DEFAULTS["t5"]`` from scratch, then ``DEFAULTS["t5_more_rounds"]``
+    (more NLI, the generation tasks, then the paraphrase rounds with text infilling; ``t5_round2=False`` skips
+    them). Every further round continues from the model the round before saved.
     ``max_steps`` caps every training stage (smoke tests)."""
-    from breaknli_fast.mini.evaluate import evaluate_models
-
     nthreads = set_threads(threads)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -874,81 +835,103 @@ def train_all(data_path: str | Path, out_dir: str | Path = MODELS_DIR, seed: int
     return result
 
 
-DEFAULT_OUT = "mini-models"  # relative to the working directory: never the installed package by default
-
 
 def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    ap.add_argument("--data", required=True,
+    ap = RichArgumentParser(prog=prog, description=__doc__.split("\n")[0], add_help=False,
+                            epilog="A stage started afresh (--mlm-init scratch, --nli-init mlm, --t5-init scratch) goes "
+                                   "on with the further rounds of the recipe (breaknli_fast/mini/recipe.json) unless "
+                                   "--no-*-round2 is given; a stage's options set its first round (--nli-ema: every "
+                                   "mini-nli round).")
+    ap.add_argument("-h", "--help", action="help", help="Show this message and exit.")
+    first = {stage: DEFAULTS[stage] for stage in ("mlm", "nli", "t5")}
+    io = ap.add_argument_group("Data and output")
+    io.add_argument("--data", required=True, metavar="FILE",
                     help="SNLI training pairs: JSONL(.gz) with pairID, premise/sentence1, hypothesis/sentence2, "
                          "label/gold_label (e.g. snli_1.0_train.jsonl from https://nlp.stanford.edu/projects/snli/)")
-    ap.add_argument("--out", default=DEFAULT_OUT,
-                    help=f"models folder (default: ./{DEFAULT_OUT}; a round with --*-init continues from the models "
-                         "in it). The shipped models are replaced only with --into-package")
-    ap.add_argument("--sample-out", default=None,
+    io.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                    help="models folder, relative to the working directory (a round with --*-init continues from "
+                         "the models in it); the shipped models are replaced only with --into-package")
+    io.add_argument("--sample-out", default=None, metavar="DIR",
                     help="where to write snli_sample.jsonl + DATA_CARD.md (default: OUT/data; '' to skip)")
-    ap.add_argument("--into-package", action="store_true",
-                    help="write the models and the sample into the installed package's assets, replacing the shipped ones")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    ap.add_argument("--only", choices=["sample", "tokenizers", "mlm", "nli", "t5", "eval"], default=None)
-    ap.add_argument("--mlm-epochs", type=float, default=None)
-    ap.add_argument("--nli-epochs", type=float, default=None)
-    ap.add_argument("--t5-epochs", type=float, default=None)
-    ap.add_argument("--mlm-init", choices=["scratch", "mlm"], default="scratch",
-                    help="mlm: continue from the saved mini-mlm (a further round, with --only mlm)")
-    ap.add_argument("--mlm-add-layers", type=int, default=0, metavar="N",
-                    help="with --mlm-init mlm: first append N copies of mini-mlm's top layer")
-    ap.add_argument("--nli-ema", type=float, default=None, metavar="DECAY",
-                    help="decay of the moving average of mini-nli's weights that is judged on dev beside the "
-                         "weights themselves, the better kept (default 0.999; 0 turns it off)")
-    ap.add_argument("--nli-init", choices=["mlm", "nli"], default="mlm",
-                    help="nli: continue from the saved mini-nli (a second round, with --only nli)")
-    ap.add_argument("--nli-lr", type=float, default=None)
-    ap.add_argument("--nli-dropout", type=float, default=None, help="hidden and attention dropout of mini-nli")
-    ap.add_argument("--nli-swap-contradictions", action="store_true",
-                    help="also train on (hypothesis, premise) of every contradiction pair")
-    ap.add_argument("--t5-init", choices=["scratch", "t5"], default="scratch",
+    io.add_argument("--into-package", action="store_true",
+                    help="write the models and the sample into the installed package's assets, replacing the shipped "
+                         "ones (and continue from those with --*-init)")
+    run = ap.add_argument_group("Run")
+    run.add_argument("--seed", type=int, default=0, metavar="N", help="seed of every random draw of training")
+    run.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
+    run.add_argument("--only", choices=["sample", "tokenizers", "mlm", "nli", "t5", "eval"], default=None,
+                     help="run this stage alone")
+    run.add_argument("--max-steps", type=int, default=None, metavar="N", help="cap every training stage (smoke test)")
+    run.add_argument("--n-gen", type=int, default=200, metavar="N",
+                     help="dev hypotheses per mode for the generator check")
+    run.add_argument("--no-eval", action="store_true", help="skip the evaluation and the model cards")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    mlm = ap.add_argument_group("mini-mlm")
+    mlm.add_argument("--mlm-epochs", type=float, default=None, metavar="EPOCHS",
+                     help=f"epochs of the first round (recipe: {first['mlm']['epochs']})")
+    mlm.add_argument("--mlm-init", choices=["scratch", "mlm"], default="scratch",
+                     help="mlm: continue from the saved mini-mlm (a further round, with --only mlm)")
+    mlm.add_argument("--mlm-add-layers", type=int, default=0, metavar="N",
+                     help="with --mlm-init mlm: first append N copies of mini-mlm's top layer")
+    mlm.add_argument("--no-mlm-round2", action="store_true",
+                     help="skip the further mini-mlm rounds (continuations from the saved mini-mlm) of a run from scratch")
+    nli = ap.add_argument_group("mini-nli")
+    nli.add_argument("--nli-epochs", type=float, default=None, metavar="EPOCHS",
+                     help=f"epochs of the first round (recipe: {first['nli']['epochs']})")
+    nli.add_argument("--nli-init", choices=["mlm", "nli"], default="mlm",
+                     help="nli: continue from the saved mini-nli (a second round, with --only nli)")
+    nli.add_argument("--nli-lr", type=float, default=None, metavar="LR",
+                     help=f"peak learning rate of the first round (recipe: {first['nli']['lr']})")
+    nli.add_argument("--nli-dropout", type=float, default=None, metavar="P",
+                     help=f"hidden and attention dropout of the first round (recipe: {first['nli']['dropout']})")
+    nli.add_argument("--nli-ema", type=float, default=None, metavar="DECAY",
+                     help="decay of the moving average of mini-nli's weights that is judged on dev beside the "
+                          "weights themselves, the better kept (default 0.999; 0 turns it off)")
+    nli.add_argument("--nli-swap-contradictions", action="store_true",
+                     help="also train on (hypothesis, premise) of every contradiction pair")
+    nli.add_argument("--no-nli-round2", action="store_true",
+                     help="skip the further mini-nli rounds (continuations from the best mini-nli) of a run from mini-mlm")
+    t5 = ap.add_argument_group("mini-t5")
+    t5.add_argument("--t5-epochs", type=float, default=None, metavar="EPOCHS",
+                    help=f"epochs of the first round's task mix (recipe: {first['t5']['epochs']})")
+    t5.add_argument("--t5-init", choices=["scratch", "t5"], default="scratch",
                     help="t5: continue from the saved mini-t5 (a further round, with --only t5)")
-    ap.add_argument("--t5-nli-fraction", type=float, default=None, help="share of train pairs used as NLI examples")
-    ap.add_argument("--t5-gen-fraction", type=float, default=None, help="share of the generation examples kept")
-    ap.add_argument("--t5-lr", type=float, default=None)
-    ap.add_argument("--t5-save-every", type=int, default=None, help="checkpoint every N steps (0: only at the end)")
-    ap.add_argument("--t5-bi-entailed-human", action="store_true",
+    t5.add_argument("--t5-nli-fraction", type=float, default=None, metavar="F",
+                    help=f"share of train pairs used as NLI examples (recipe, first round: {first['t5']['nli_fraction']})")
+    t5.add_argument("--t5-gen-fraction", type=float, default=None, metavar="F",
+                    help=f"share of the generation examples kept (recipe, first round: {first['t5']['gen_fraction']})")
+    t5.add_argument("--t5-lr", type=float, default=None, metavar="LR",
+                    help=f"peak learning rate of the first round (recipe: {first['t5']['lr']})")
+    t5.add_argument("--t5-save-every", type=int, default=None, metavar="N",
+                    help=f"checkpoint every N steps (0: only at the end; recipe, first round: {first['t5']['save_every']})")
+    t5.add_argument("--t5-bi-entailed-human", action="store_true",
                     help="add the SNLI paraphrase examples that mini-nli labels entailment both ways (needs mini-nli)")
-    ap.add_argument("--t5-self-paraphrases", type=int, default=0, metavar="N",
+    t5.add_argument("--t5-self-paraphrases", type=int, default=0, metavar="N",
                     help="add mini-t5's own rephrasings of N training hypotheses that mini-nli labels entailment both ways")
-    ap.add_argument("--t5-self-per-hypothesis", type=int, default=3, metavar="N",
+    t5.add_argument("--t5-self-per-hypothesis", type=int, default=3, metavar="N",
                     help="with --t5-self-paraphrases: keep up to N distinct rephrasings per hypothesis")
-    ap.add_argument("--t5-self-temperature", type=float, default=1.0, metavar="T",
+    t5.add_argument("--t5-self-temperature", type=float, default=1.0, metavar="T",
                     help="with --t5-self-paraphrases: sampling temperature of the rephrasings (the loop's is 1.0)")
-    ap.add_argument("--t5-faithful-paraphrases", action="store_true",
+    t5.add_argument("--t5-faithful-paraphrases", action="store_true",
                     help="SNLI's and mini-t5's own paraphrase candidates must also keep every content word of "
                          "their source (rules keep them by construction)")
-    ap.add_argument("--t5-rule-paraphrases", type=int, default=0, metavar="N",
+    t5.add_argument("--t5-rule-paraphrases", type=int, default=0, metavar="N",
                     help="add rule-based rewrites (synonyms, tense, 'there is') of N training hypotheses that "
                          "mini-nli labels entailment both ways")
-    ap.add_argument("--t5-rules-per-hypothesis", type=int, default=2, metavar="N",
+    t5.add_argument("--t5-rules-per-hypothesis", type=int, default=2, metavar="N",
                     help="with --t5-rule-paraphrases: rewrites per hypothesis")
-    ap.add_argument("--t5-rules-max-edits", type=int, default=2, metavar="N",
+    t5.add_argument("--t5-rules-max-edits", type=int, default=2, metavar="N",
                     help="with --t5-rule-paraphrases: at most N edits per rewrite")
-    ap.add_argument("--t5-rules-extended", action="store_true",
+    t5.add_argument("--t5-rules-extended", action="store_true",
                     help="with --t5-rule-paraphrases: a larger synonym table and the leading 'The' / 'A' swap")
-    ap.add_argument("--t5-rules-rich", action="store_true",
+    t5.add_argument("--t5-rules-rich", action="store_true",
                     help="with --t5-rule-paraphrases: the extended rules, a third synonym table, 'a' / 'the' inside "
                          "the sentence, a final place phrase moved to the front, 'A man and a woman' swapped")
-    ap.add_argument("--t5-denoise", type=int, default=None, metavar="N",
+    t5.add_argument("--t5-denoise", type=int, default=None, metavar="N",
                     help="add N reconstruction examples (a training sentence with words hidden -> the sentence)")
-    ap.add_argument("--no-t5-round2", action="store_true",
-                    help="skip the further T5 rounds (continuations: more NLI, generation, paraphrases) of a from-scratch run")
-    ap.add_argument("--no-mlm-round2", action="store_true",
-                    help="skip the further mini-mlm rounds (continuations from the saved mini-mlm) of a run from scratch")
-    ap.add_argument("--no-nli-round2", action="store_true",
-                    help="skip the further mini-nli rounds (continuations from the best mini-nli) of a run from mini-mlm")
-    ap.add_argument("--max-steps", type=int, default=None, help="cap every training stage (smoke test)")
-    ap.add_argument("--n-gen", type=int, default=200, help="dev hypotheses per mode for the generator check")
-    ap.add_argument("--no-eval", action="store_true")
-    ap.add_argument("--no-progress", action="store_true")
+    t5.add_argument("--no-t5-round2", action="store_true",
+                    help="skip the further T5 rounds (continuations: more NLI, generation, paraphrases) of a run "
+                         "from scratch")
     return ap
 
 
