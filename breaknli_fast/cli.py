@@ -65,6 +65,30 @@ def funnel_table(report: dict[str, Any]) -> Table:
     return t
 
 
+def breakdown_table(bd: dict[str, Any]) -> Table:
+    """The breakdown's accuracy and inequality rates, one row per group (report.md has every rate with its CI,
+    and the complements of 0/1 columns); fits 80 columns."""
+    keys = list(dict.fromkeys(k for spec in bd.values() for g in spec["groups"] for k in g["rates"]
+                              if not k.endswith("relaxed")))
+    short = {k: k.replace("contradictive inequality", "contr. ineq.").replace("entailed inequality", "ent. ineq.")
+             .replace("accuracy (p, h)", "acc. (p, h)") for k in keys}
+    t = Table(title="Breakdown, % (* fewer than 30 examples; all rates with CIs in report.md)", title_justify="left")
+    t.add_column("group", no_wrap=True, max_width=24, overflow="ellipsis")
+    t.add_column("n", justify="right", no_wrap=True)
+    for k in keys:
+        t.add_column(short[k], justify="right", no_wrap=True)
+    for spec in bd.values():
+        for g in spec["groups"]:
+            if spec["kind"] == "category" and g["value"] == "0" and len(bd) > 1:
+                continue  # several 0/1 columns: their complements are in report.md
+            cells = []
+            for k in keys:
+                c = g["rates"].get(k)
+                cells.append("–" if not c or c["rate"] is None else f"{c['rate']:.1f}" + ("*" if c["n"] < 30 else ""))
+            t.add_row(literal(g["group"]), str(g["examples"]), *cells)
+    return t
+
+
 def print_summary(report: dict[str, Any], run_dir: Path | None) -> None:
     f = report["funnel"]
     skips = ", ".join(f"{k} {v}" for k, v in f["skips"]["counts"].items() if v) or "none"
@@ -79,6 +103,8 @@ def print_summary(report: dict[str, Any], run_dir: Path | None) -> None:
                           "(\"legit inequality\"); report.md explains it.[/]")
     else:
         console.print("[yellow]no example survived the filters: no breakage rate to report[/]")
+    if report.get("breakdown"):
+        console.print(breakdown_table(report["breakdown"]))
     t = report["throughput"]
     n_inv = t.get("invocations", 1)
     parts = [f"{t.get('examples', t['examples_this_invocation'])} examples in {t['wall_seconds']:.1f} s"]
@@ -91,7 +117,8 @@ def print_summary(report: dict[str, Any], run_dir: Path | None) -> None:
     scope = "" if n_inv == 1 else f" (summed over the {n_inv} invocations that computed the records)"
     console.print(f"throughput{scope}: " + ", ".join(parts))
     if run_dir is not None:
-        console.print(f"run directory: [bold]{literal(run_dir)}[/] (config.json, samples.jsonl, report.json, report.md)")
+        files = "config.json, samples.jsonl, report.json, report.md" + (", breakdown.png" if (run_dir / "breakdown.png").exists() else "")
+        console.print(f"run directory: [bold]{literal(run_dir)}[/] ({files})")
 
 
 @app.command()
@@ -133,6 +160,7 @@ def run(
     hypothesis_col: Optional[str] = opts.HYPOTHESIS_COL,
     label_col: Optional[str] = opts.LABEL_COL,
     id_col: Optional[str] = opts.ID_COL,
+    by: Optional[str] = opts.BY,
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
@@ -158,7 +186,7 @@ def run(
             result = run_study("breaknli", cfg, dataset=dataset, split=split, limit=eff_limit,
                                columns=Columns(premise_col, hypothesis_col, label_col, id_col),
                                generator=generator, classifier=classifier, engine=ecfg, out=out,
-                               runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress))
+                               runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress), by=by)
     print_summary(result.report, result.run_dir)
 
 

@@ -11,7 +11,8 @@ from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 GENERATOR = typer.Option("mini-t5", "--generator", "-g", help="Generator: hub id, local folder, or a shipped mini model.")
 CLASSIFIER = typer.Option("mini-nli", "--classifier", "-c", help="NLI model: sequence classifier or Flan-T5-style seq2seq.")
 DATASET = typer.Option(SAMPLE_NAME, "--dataset", "-d",
-    help="'sample' (embedded SNLI sample), mnli[:mismatched], snli[:test], anli[:r1|r2|r3], or a .jsonl/.csv/.tsv file.")
+    help="'sample' (embedded SNLI sample), 'taxinli' (embedded TaxiNLI, 10,071 MNLI pairs with 15 reasoning categories), "
+         "mnli[:mismatched], snli[:test], anli[:r1|r2|r3], or a .jsonl/.csv/.tsv file (its other columns work with --by).")
 SPLIT = typer.Option(None, "--split", help="Split of a hub dataset (e.g. mismatched, test, r2).")
 MODE = typer.Option("both", "--mode", help="contradictive, entailed or both.")
 DEVICE = typer.Option("cpu", "--device", help="cpu or cuda[:N].")
@@ -35,3 +36,5 @@ PREMISE_COL = typer.Option(None, "--premise-col", help="Column of the premise in
 HYPOTHESIS_COL = typer.Option(None, "--hypothesis-col", help="Column of the hypothesis (default: hypothesis, then sentence2).")
 LABEL_COL = typer.Option(None, "--label-col", help="Column of the gold label (default: label, then gold_label).")
 ID_COL = typer.Option(None, "--id-col", help="Column of a unique example id (default: id, pairID, uid or idx; else the line number).")
+BY = typer.Option(None, "--by", help="Break the headline metrics down by dataset columns, e.g. genre or negation_logic,quantifier_logic "
+                 "(0/1 columns: the examples where it is 1 and the rest; others: per value). Default: TaxiNLI's categories on taxinli.")

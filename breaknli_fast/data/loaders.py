@@ -25,6 +25,12 @@ from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.errors import UserError
 
 SAMPLE_NAME = "sample"
+TAXINLI_NAME = "taxinli"
+# TaxiNLI's 15 reasoning categories (0/1 columns of taxinli10k.tsv), in the paper's order
+TAXINLI_CATEGORIES = ("lexical_linguistic", "syntactic_linguistic", "factivity_linguistic", "negation_logic",
+                      "boolean_logic", "quantifier_logic", "conditional_logic", "comparative_logic",
+                      "relational_reasoning", "spatial_reasoning", "temporal_reasoning", "causal_reasoning",
+                      "coreference_reasoning", "world_knowledge", "taxonomic_knowledge")
 HUB_DATASETS = ("mnli", "snli", "anli")
 MAX_LINES_KEPT = 5
 # csv's own limit on a field (131,072 characters) would make a row with a long text malformed; the
@@ -32,8 +38,8 @@ MAX_LINES_KEPT = 5
 MAX_FIELD_CHARS = 1 << 30
 
 # Column name fallbacks: ours, then SNLI's own files.
-PREMISE_KEYS = ("premise", "sentence1")
-HYPOTHESIS_KEYS = ("hypothesis", "sentence2")
+PREMISE_KEYS = ("premise", "sentence1", "prem")
+HYPOTHESIS_KEYS = ("hypothesis", "sentence2", "hyp")
 LABEL_KEYS = ("label", "gold_label")
 ID_KEYS = ("id", "pairID", "uid", "idx")
 
@@ -61,6 +67,7 @@ class Example:
     hypothesis: str
     label: str  # canonical
     line: int  # 1-based line / row number in the source (hub: row index + 1)
+    meta: dict[str, Any] = field(default_factory=dict)  # the row's other columns (scalars): for --by breakdowns
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,13 +114,27 @@ def sample_path() -> Path:
     return Path(__file__).resolve().parent.parent / "assets" / "data" / "snli_sample.jsonl"
 
 
+def taxinli_path() -> Path:
+    """TaxiNLI (Joshi et al., CoNLL 2020), shipped with its README and C-UDA licence beside it."""
+    return Path(__file__).resolve().parent.parent / "assets" / "data" / "taxinli" / "taxinli10k.tsv.gz"
+
+
 def _pick(row: dict[str, Any], explicit: str | None, keys: tuple[str, ...]) -> tuple[bool, Any]:
+    key = _pick_key(row, explicit, keys)
+    return (key is not None, row.get(key) if key is not None else None)
+
+
+def _pick_key(row: dict[str, Any], explicit: str | None, keys: tuple[str, ...]) -> str | None:
+    """The column a field is read from: the explicit one, else the first fallback present."""
     if explicit:
-        return (explicit in row, row.get(explicit))
-    for k in keys:
-        if k in row:
-            return True, row[k]
-    return False, None
+        return explicit if explicit in row else None
+    return next((k for k in keys if k in row), None)
+
+
+def _meta(row: dict[str, Any], used: set[str | None]) -> dict[str, Any]:
+    """The row's other columns with scalar values (text, numbers, booleans), for breakdowns."""
+    return {k: v for k, v in row.items()
+            if k not in used and isinstance(k, str) and (v is None or isinstance(v, (str, int, float, bool)))}
 
 
 def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int | None, stats: SkipStats,
@@ -170,7 +191,9 @@ def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int 
             eid = f"{eid}#{seen_ids[eid]}"
         else:
             seen_ids[eid] = 0
-        out.append(Example(eid, p, h, gold, line))
+        used = {_pick_key(row, c, keys) for c, keys in ((cols.premise, PREMISE_KEYS), (cols.hypothesis, HYPOTHESIS_KEYS),
+                                                       (cols.label, LABEL_KEYS), (cols.id, ID_KEYS))}
+        out.append(Example(eid, p, h, gold, line, _meta(row, used)))
     return out
 
 
@@ -361,8 +384,8 @@ def load_hub(name: str, split: str | None = None, limit: int | None = None) -> L
 
 def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, limit: int | None = None,
                   cols: Columns | None = None, label_values: dict[str, str] | None = None) -> LoadedData:
-    """Load a dataset by short name (``sample``, ``mnli[:mismatched]``, ``snli[:test]``, ``anli[:r1|r2|r3]``)
-    or by file path."""
+    """Load a dataset by short name (``sample``, ``taxinli``, ``mnli[:mismatched]``, ``snli[:test]``,
+    ``anli[:r1|r2|r3]``) or by file path. Every example keeps its row's other columns in ``meta``."""
     if limit is not None and limit < 0:
         raise DataError("--limit must be positive")
     if name_or_path == SAMPLE_NAME:
@@ -371,6 +394,13 @@ def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, lim
             raise DataError(f"the embedded sample is missing from {p}; reinstall breaknli-fast")
         data = load_file(p, cols, limit)
         data.source = {"type": "embedded", "name": "snli-sample", "path": str(p)}
+        return data
+    if name_or_path == TAXINLI_NAME:
+        p = taxinli_path()
+        if not p.exists():
+            raise DataError(f"the shipped TaxiNLI file is missing from {p}; reinstall breaknli-fast")
+        data = load_file(p, cols or Columns(premise="prem", hypothesis="hyp", label="label", id="pairID"), limit)
+        data.source = {"type": "embedded", "name": "taxinli", "path": str(p), "breakdown": list(TAXINLI_CATEGORIES)}
         return data
     base, _ = parse_hub_name(name_or_path)
     if base in HUB_SPLITS and not Path(name_or_path).exists():

@@ -57,7 +57,8 @@ class RunDir:
     REPORT_MD = "report.md"
     INVOCATIONS = "invocations.jsonl"
     LOCK = ".lock"
-    OUTPUTS = (SAMPLES, STAGE_PH, REPORT_JSON, REPORT_MD, INVOCATIONS, CONFIG)  # what --overwrite removes
+    BREAKDOWN_PNG = "breakdown.png"
+    OUTPUTS = (SAMPLES, STAGE_PH, REPORT_JSON, REPORT_MD, INVOCATIONS, BREAKDOWN_PNG, CONFIG)  # what --overwrite removes
 
     def __init__(self, path: str | Path):
         self.path = Path(path)

@@ -121,6 +121,11 @@ class Probe(ABC):
     def markdown(self, report: dict[str, Any]) -> str:
         """report.md from report.json."""
 
+    def headline(self, records: Sequence[dict[str, Any]], examples: Sequence[Example]) -> dict[str, Any]:
+        """The headline metrics on a subset (records and examples of one group of a ``--by`` breakdown):
+        ``{"rates": {name: {"n", "rate", "ci"}}, "counts": {name: int}}``, rates in percent."""
+        return {"rates": {}, "counts": {}}
+
     def new_times(self) -> StageTimes:
         """Timings of one invocation, with the probe's stages at zero."""
         return StageTimes()

@@ -20,6 +20,9 @@ from breaknli_fast.engines.loading import EngineConfig, Models, load_models
 from breaknli_fast.engines.models import model_fingerprint
 from breaknli_fast.pipeline.rundir import RunDir
 from breaknli_fast.probes import get_probe
+from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
+from breaknli_fast.study.breakdown import markdown as breakdown_markdown
+from breaknli_fast.study.breakdown import plot as plot_breakdown
 from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, StudyContext
 from breaknli_fast.study.report import throughput, throughput_markdown
 
@@ -91,15 +94,21 @@ def default_run_path(root: Path, probe: Probe, dataset: str, classifier: str, mo
 
 
 def _report(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData, times: StageTimes,
-            invocations: Sequence[dict[str, Any]] | None, meta: dict[str, Any]) -> dict[str, Any]:
+            invocations: Sequence[dict[str, Any]] | None, meta: dict[str, Any], by: Sequence[str]) -> dict[str, Any]:
     total = StageTimes.total(invocations) if invocations else times
-    return {"probe": probe.name, **probe.summarise(records, data),
-            "throughput": throughput(total, len(invocations) if invocations else 1, this_invocation=times), **meta}
+    report = {"probe": probe.name, **probe.summarise(records, data),
+              "throughput": throughput(total, len(invocations) if invocations else 1, this_invocation=times), **meta}
+    if by:
+        report["breakdown"] = breakdown(probe, records, data, by)
+    return report
 
 
 def markdown(probe: Probe, report: dict[str, Any]) -> str:
-    """report.md: the probe's sections, then throughput."""
-    return probe.markdown(report).rstrip("\n") + "\n\n" + "\n".join(throughput_markdown(report["throughput"]))
+    """report.md: the probe's sections, the breakdown by column, then throughput."""
+    parts = [probe.markdown(report).rstrip("\n"), ""]
+    parts += breakdown_markdown(report.get("breakdown") or {})
+    parts += throughput_markdown(report["throughput"])
+    return "\n".join(parts)
 
 
 def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_NAME, split: str | None = None,
@@ -107,7 +116,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
               classifier: str = "mini-nli", generator: str = "mini-t5", engine: EngineConfig | str = "auto",
               precision: str = "fp32", device: str = "cpu", models: Models | None = None,
               out: str | Path | None = None, runs_root: str | Path | None = None, overwrite: bool = False,
-              hook: ProgressHook | None = None, command: str = "run") -> StudyResult:
+              hook: ProgressHook | None = None, command: str = "run", by: str | Sequence[str] | None = None) -> StudyResult:
     """Run a probe (an instance, or a registered name with its ``config``) and return its records and report.
 
     - data: ``dataset`` (``sample``, a hub name or a file; ``split``, ``limit``, ``columns``), or ``data``
@@ -116,7 +125,9 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
       ``device``, or ``models`` already loaded;
     - run directory: ``out``, or ``runs_root``/<dataset>-<classifier>-<engine>-<precision>-s<seed>; with neither
       the study runs in memory (no files). Re-running into the same directory resumes; one with another run's
-      finished records is refused unless ``overwrite``.
+      finished records is refused unless ``overwrite``;
+    - ``by``: dataset columns to break the headline metrics down by (report.json, report.md, breakdown.png);
+      default: what the dataset asks for (TaxiNLI's reasoning categories).
     """
     from breaknli_fast.envinfo import environment
 
@@ -128,6 +139,9 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     if not data.examples:
         counts = ", ".join(f"{k} {v}" for k, v in data.skips.counts.items() if v) or "none"
         raise DataError(f"no valid example in {dataset!r} ({data.skips.skipped} rows skipped: {counts})")
+    columns_by = parse_by(by) or default_columns(data)
+    for column in columns_by:
+        column_groups(data, column)  # a missing column is a one-line error before any model loads
     if models is None:
         if ecfg.threads:
             import torch
@@ -139,7 +153,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             "engine": f"{models.engine}:{ecfg.precision}:{ecfg.device}", "dataset": dataset}
     if out is None and runs_root is None:
         records, times = execute(probe, models, data, None, hook)
-        report = _report(probe, records, data, times, None, meta)
+        report = _report(probe, records, data, times, None, meta, columns_by)
         return StudyResult(probe, records, report, times, None, models, data, list(models.notes))
 
     run_path = Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier, models,
@@ -185,6 +199,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
         finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
             if times.examples:
                 rd.append_invocation(times.to_dict())
-        report = _report(probe, records, data, times, rd.load_invocations(), meta)
+        report = _report(probe, records, data, times, rd.load_invocations(), meta, columns_by)
         rd.write_report(report, markdown(probe, report))
+        if report.get("breakdown"):
+            plot_breakdown(report["breakdown"], run_path / "breakdown.png")
     return StudyResult(probe, records, report, times, run_path, models, data, list(models.notes))
