@@ -35,6 +35,8 @@ any_text = st.text(max_size=40)
 latin1_text = st.text(alphabet=st.characters(max_codepoint=0xFF, exclude_categories=("Cs",)), max_size=40)
 json_value = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), any_text,
                        st.sampled_from(LABEL_VALUES), st.lists(st.integers(), max_size=2))
+# a gzip member whose deflate data is damaged (zlib's "invalid block type")
+CORRUPT_GZIP = bytes(b ^ 0x55 if i == 10 else b for i, b in enumerate(gzip.compress(b'{"premise": "a"}\n' * 50)))
 NO_ROWS, NO_COLUMNS = "has no data rows", "has premise/hypothesis/label columns"
 
 
@@ -92,6 +94,7 @@ def _undecodable(data: bytes) -> list[int]:
 @given(data=st.binary(max_size=3000), suffix=st.sampled_from(SUFFIXES), compress=st.booleans())
 @example(data=b"", suffix=".tsv", compress=True)
 @example(data=b"\x1f\x8b\x08\x00garbage", suffix=".jsonl.gz", compress=False)
+@example(data=CORRUPT_GZIP, suffix=".jsonl.gz", compress=False)
 @example(data=b"[" * 50_000, suffix=".jsonl", compress=True)
 @example(data=b'{"premise": "a", "hypothesis": "b", "label": ' + b"9" * 5000 + b"}\n", suffix=".jsonl", compress=True)
 @example(data=b'premise,hypothesis,label\n"a\n\xff",b,c\n', suffix=".csv", compress=True)
