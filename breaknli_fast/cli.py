@@ -11,12 +11,11 @@ from rich.table import Table
 
 from breaknli_fast import cli_options as opts
 from breaknli_fast.console import RichHook, console, fail, literal, make_progress, user_errors
-from breaknli_fast.data.labels import LABELS, SHORT, parse_label_map
+from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
 from breaknli_fast.engines.base import Decoding
 from breaknli_fast.engines.loading import EngineConfig
 from breaknli_fast.pipeline.breaknli import LoopConfig
-from breaknli_fast.pipeline.report import fmt_rate
 from breaknli_fast.prompts import GEN_PROMPTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -26,43 +25,6 @@ DEFAULT_SAMPLE_LIMIT = 1000  # examples of the embedded sample used when --limit
 def _modes(mode: str) -> tuple[str, ...]:
     """The modes of a ``--mode`` option (``both`` = contradictive then entailed)."""
     return ("contradictive", "entailed") if mode == "both" else (mode,)
-
-
-def results_table(report: dict[str, Any]) -> Table:
-    """The study's breakage table, one row per (mode, ŷ) so that it fits an 80-column terminal."""
-    t = Table(title="BreakNLI breakage per example", title_justify="left")
-    for col, just in (("mode", "left"), ("ŷ", "left"), ("n", "right"), ("inequality %", "right"), ("relaxed %", "right")):
-        t.add_column(col, justify=just, no_wrap=True)
-    for mode, table in report["metrics"].items():
-        first = True
-        for key in list(LABELS) + ["overall"]:
-            cell = table.get(key)
-            if not cell or not cell.get("n"):
-                continue
-            rate = fmt_rate(cell)
-            ineq, rel = rate.split(" / ") if " / " in rate else ("–", "–")
-            t.add_row(mode if first else "", "Overall" if key == "overall" else SHORT[key], str(cell["n"]), ineq, rel,
-                      style="bold" if key == "overall" else None, end_section=key == "overall")
-            first = False
-    return t
-
-
-FUNNEL_ROWS = (("selected", "selected by gold label"), ("correct", "M(p, h) correct"),
-               ("too_few_unique", "dropped: < U distinct"), ("too_few_on_target", "dropped: < S on target"),
-               ("evaluated", "evaluated"))
-
-
-def funnel_table(report: dict[str, Any]) -> Table:
-    """The funnel, one row per stage and one column per mode (fits 80 columns)."""
-    f = report["funnel"]
-    modes = [m for m in report["loop"]["modes"] if m in f]
-    t = Table(title="Funnel", title_justify="left")
-    t.add_column("stage", no_wrap=True)
-    for m in modes:
-        t.add_column(m, justify="right", no_wrap=True)
-    for key, label in FUNNEL_ROWS:
-        t.add_row(label, *(str(f[m][key]) for m in modes))
-    return t
 
 
 def breakdown_table(bd: dict[str, Any]) -> Table:
@@ -89,20 +51,15 @@ def breakdown_table(bd: dict[str, Any]) -> Table:
     return t
 
 
-def print_summary(report: dict[str, Any], run_dir: Path | None) -> None:
-    f = report["funnel"]
-    skips = ", ".join(f"{k} {v}" for k, v in f["skips"]["counts"].items() if v) or "none"
-    console.print(f"rows read {f['read']}, skipped {f['skipped']} ({skips}); valid {f['valid']}")
-    if f.get("accuracy_ph") is not None:
-        console.print(f"classifier accuracy on (p, h): [bold]{f['accuracy_ph']:.2f} %[/] (n={f['accuracy_ph_n']})")
-    console.print(funnel_table(report))
-    if report["metrics"]:
-        console.print(results_table(report))
-        if "contradictive" in report["metrics"] and report["metrics"]["contradictive"].get("contradiction", {}).get("n"):
-            console.print("[dim]note: contradictive ŷ=C also counts a candidate that rightly contradicts p as a break "
-                          "(\"legit inequality\"); report.md explains it.[/]")
-    else:
-        console.print("[yellow]no example survived the filters: no breakage rate to report[/]")
+def print_summary(result: Any) -> None:
+    """The result of a study on the terminal: rows read, the probe's own tables, the breakdown, throughput."""
+    report, run_dir = result.report, result.run_dir
+    sk = report.get("skips") or report.get("funnel", {}).get("skips") or {}
+    if sk:
+        skips = ", ".join(f"{k} {v}" for k, v in sk["counts"].items() if v) or "none"
+        console.print(f"rows read {sk['read']}, skipped {sk['skipped']} ({skips}); valid {len(result.data.examples)}")
+    for item in result.probe.console(report):
+        console.print(item)
     if report.get("breakdown"):
         console.print(breakdown_table(report["breakdown"]))
     t = report["throughput"]
@@ -117,12 +74,15 @@ def print_summary(report: dict[str, Any], run_dir: Path | None) -> None:
     scope = "" if n_inv == 1 else f" (summed over the {n_inv} invocations that computed the records)"
     console.print(f"throughput{scope}: " + ", ".join(parts))
     if run_dir is not None:
-        files = "config.json, samples.jsonl, report.json, report.md" + (", breakdown.png" if (run_dir / "breakdown.png").exists() else "")
-        console.print(f"run directory: [bold]{literal(run_dir)}[/] ({files})")
+        files = ["config.json", "samples.jsonl", "report.json", "report.md"]
+        files += sorted(p.name for p in run_dir.glob("*.png"))
+        console.print(f"run directory: [bold]{literal(run_dir)}[/] ({', '.join(files)})")
 
 
 @app.command()
 def run(
+    probe: str = typer.Option("breaknli", "--probe", help="The study: breaknli (generate, filter, evaluate) or permutation "
+                                                           "(word-order permutation acceptance, UNLI; classifier only)."),
     generator: str = opts.GENERATOR,
     classifier: str = opts.CLASSIFIER,
     dataset: str = opts.DATASET,
@@ -161,6 +121,10 @@ def run(
     label_col: Optional[str] = opts.LABEL_COL,
     id_col: Optional[str] = opts.ID_COL,
     by: Optional[str] = opts.BY,
+    q: int = typer.Option(100, "--q", help="permutation: permutations per example."),
+    scheme: str = typer.Option("both", "--scheme", help="permutation: both (premise and hypothesis permuted) or hyp."),
+    save_permutations: bool = typer.Option(False, "--save-permutations",
+                                           help="permutation: keep every permuted pair in samples.jsonl."),
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
@@ -168,10 +132,13 @@ def run(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads in all (default: torch's choice; ort: physical cores)."),
     workers: Optional[str] = typer.Option(None, "--workers", help="CPU batches run side by side, each on threads/workers threads: a number or 'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. Results do not change with it."),
 ) -> None:
-    """Run the BreakNLI loop and write a run directory. Re-running the same command resumes."""
+    """Run a study (BreakNLI by default) and write a run directory. Re-running the same command resumes."""
+    from breaknli_fast.probes import probe_class
+    from breaknli_fast.probes.permutation import PermutationConfig
     from breaknli_fast.study import run_study
 
     with user_errors(resumable=True):
+        probe_class(probe)  # an unknown --probe is a one-line error
         dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler,
                        max_new_tokens=max_new_tokens, num_beams=num_beams, num_beam_groups=num_beam_groups,
                        diversity_penalty=diversity_penalty)
@@ -182,12 +149,15 @@ def run(
                             label_map=parse_label_map(label_map), max_length=max_length, token_budget=token_budget,
                             max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
+        if probe == "permutation":
+            cfg = PermutationConfig(q=q, scheme=scheme, seed=seed, chunk_size=chunk_size,
+                                    save_permutations=save_permutations)
         with make_progress() as progress:
-            result = run_study("breaknli", cfg, dataset=dataset, split=split, limit=eff_limit,
+            result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit,
                                columns=Columns(premise_col, hypothesis_col, label_col, id_col),
                                generator=generator, classifier=classifier, engine=ecfg, out=out,
                                runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress), by=by)
-    print_summary(result.report, result.run_dir)
+    print_summary(result)
 
 
 @app.command()

@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from breaknli_fast.cli import app, funnel_table, results_table
+from breaknli_fast.cli import app
+from breaknli_fast.probes.breaknli import funnel_table, results_table
 from breaknli_fast.pipeline.rundir import RunDir
 
 runner = CliRunner()

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from rich.table import Table
+
+from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import Classifier, Generator
 from breaknli_fast.engines.loading import Models
 from breaknli_fast.pipeline.breaknli import (LoopConfig, classify_premise_hypothesis, funnel, new_times,
                                              process_chunk)
 from breaknli_fast.pipeline.metrics import breakdown, rate_ci
-from breaknli_fast.pipeline.report import to_markdown
+from breaknli_fast.pipeline.report import fmt_rate, to_markdown
 from breaknli_fast.pipeline.rundir import RunDir
 from breaknli_fast.pipeline.verdicts import SELECTED
 from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, StudyContext
@@ -63,6 +66,21 @@ class BreakNLIProbe(Probe):
     def markdown(self, report: dict[str, Any]) -> str:
         return to_markdown(report)
 
+    def console(self, report: dict[str, Any]) -> list[Any]:
+        f = report["funnel"]
+        out: list[Any] = []
+        if f.get("accuracy_ph") is not None:
+            out.append(f"classifier accuracy on (p, h): [bold]{f['accuracy_ph']:.2f} %[/] (n={f['accuracy_ph_n']})")
+        out.append(funnel_table(report))
+        if report["metrics"]:
+            out.append(results_table(report))
+            if report["metrics"].get("contradictive", {}).get("contradiction", {}).get("n"):
+                out.append("[dim]note: contradictive ŷ=C also counts a candidate that rightly contradicts p as a break "
+                           "(\"legit inequality\"); report.md explains it.[/]")
+        else:
+            out.append("[yellow]no example survived the filters: no breakage rate to report[/]")
+        return out
+
     def headline(self, records: Sequence[dict[str, Any]], examples: Sequence[Example]) -> dict[str, Any]:
         """Accuracy on (p, h), then per mode the inequality / relaxed rates; counts: the funnel per mode."""
         rates: dict[str, Any] = {}
@@ -85,6 +103,43 @@ class BreakNLIProbe(Probe):
 def _cell(hits: Sequence[bool]) -> dict[str, Any]:
     point, lo, hi = rate_ci(hits)
     return {"n": len(hits), "rate": point, "ci": None if point is None else [lo, hi]}
+
+
+def results_table(report: dict[str, Any]) -> Table:
+    """The study's breakage table, one row per (mode, ŷ) so that it fits an 80-column terminal."""
+    t = Table(title="BreakNLI breakage per example", title_justify="left")
+    for col, just in (("mode", "left"), ("ŷ", "left"), ("n", "right"), ("inequality %", "right"), ("relaxed %", "right")):
+        t.add_column(col, justify=just, no_wrap=True)
+    for mode, table in report["metrics"].items():
+        first = True
+        for key in list(LABELS) + ["overall"]:
+            cell = table.get(key)
+            if not cell or not cell.get("n"):
+                continue
+            rate = fmt_rate(cell)
+            ineq, rel = rate.split(" / ") if " / " in rate else ("–", "–")
+            t.add_row(mode if first else "", "Overall" if key == "overall" else SHORT[key], str(cell["n"]), ineq, rel,
+                      style="bold" if key == "overall" else None, end_section=key == "overall")
+            first = False
+    return t
+
+
+FUNNEL_ROWS = (("selected", "selected by gold label"), ("correct", "M(p, h) correct"),
+               ("too_few_unique", "dropped: < U distinct"), ("too_few_on_target", "dropped: < S on target"),
+               ("evaluated", "evaluated"))
+
+
+def funnel_table(report: dict[str, Any]) -> Table:
+    """The funnel, one row per stage and one column per mode (fits 80 columns)."""
+    f = report["funnel"]
+    modes = [m for m in report["loop"]["modes"] if m in f]
+    t = Table(title="Funnel", title_justify="left")
+    t.add_column("stage", no_wrap=True)
+    for m in modes:
+        t.add_column(m, justify="right", no_wrap=True)
+    for key, label in FUNNEL_ROWS:
+        t.add_row(label, *(str(f[m][key]) for m in modes))
+    return t
 
 
 def run_loop(data: LoadedData, classifier: Classifier, generator: Generator, cfg: LoopConfig,

@@ -126,6 +126,14 @@ class Probe(ABC):
         ``{"rates": {name: {"n", "rate", "ci"}}, "counts": {name: int}}``, rates in percent."""
         return {"rates": {}, "counts": {}}
 
+    def console(self, report: dict[str, Any]) -> list[Any]:
+        """What the command line prints of the report: rich renderables or markup strings."""
+        return []
+
+    def files(self, report: dict[str, Any], run_dir: Any) -> list[str]:
+        """Extra files written into the run directory after the report (plots); returns their names."""
+        return []
+
     def new_times(self) -> StageTimes:
         """Timings of one invocation, with the probe's stages at zero."""
         return StageTimes()

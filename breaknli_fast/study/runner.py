@@ -203,4 +203,5 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
         rd.write_report(report, markdown(probe, report))
         if report.get("breakdown"):
             plot_breakdown(report["breakdown"], run_path / "breakdown.png")
+        probe.files(report, run_path)
     return StudyResult(probe, records, report, times, run_path, models, data, list(models.notes))

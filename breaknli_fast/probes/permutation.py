@@ -1,0 +1,358 @@
+"""Word-order permutation acceptance (UnNatural Language Inference; spec: shared/spec/probes.md, first section;
+Sinha et al., ACL 2021).
+
+For each example (p, h, y) the probe builds q permutations of p and of h (``--scheme both``; ``hyp``: h only):
+tokenise on whitespace and punctuation, keep punctuation tokens in place, shuffle the other tokens so that no
+position keeps its token (re-drawn until none does), join with spaces. Permutation j uses one random generator
+seeded by (run seed, j) for both sentences of every example, so every engine sees identical inputs. An example
+is kept only when its q permutations are all distinct, for p and for h separately; the others are recorded
+with the reason they were dropped.
+
+c_i = share of example i's permuted pairs predicted as its gold label. Metrics over kept examples, each with a
+bootstrap 95 % CI over examples: A (accuracy on the unpermuted pairs), Ω_max (c_i > 0), Ω_rand (c_i > 1/3),
+the Ω_x curve, P^c / P^f (mean c_i over the originally correct / wrong examples with c_i > 0; the wrong ones
+with c_i > 0 are the "flips"), the mean entropy (nats) of the predicted distribution over the permutations
+predicted correctly (originally correct / wrong), and acceptance by BLEU-2 of the permutation against its
+original.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from breaknli_fast.data.labels import LABELS
+from breaknli_fast.data.loaders import Example, LoadedData
+from breaknli_fast.engines.base import derive_seed
+from breaknli_fast.pipeline.metrics import rate_ci
+from breaknli_fast.study.probe import Probe, StageTimes, StudyContext
+
+GROUP = "permutation"
+SCHEMES = ("both", "hyp")
+MAX_DRAWS = 200  # re-draws of one derangement before the sentence counts as one that cannot be deranged
+TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+BLEU_BUCKETS = tuple(round(0.1 * i, 1) for i in range(11))  # lower edges 0.0 … 1.0 (the last holds 1.0 only)
+X_GRID = tuple(round(0.01 * i, 2) for i in range(101))
+DROP_REASONS = ("too_short", "cannot_derange", "not_distinct")
+# figures of the study (RoBERTa-large), printed next to the user's
+REFERENCE = {"MNLI matched dev, RoBERTa-large": {"A": 90.6, "omega_max": 98.7, "omega_rand": 79.4},
+             "ANLI, RoBERTa-large": {"A": 45.6, "omega_max": 89.7}}
+
+
+@dataclass
+class PermutationConfig:
+    q: int = 100  # permutations per example
+    scheme: str = "both"  # both sentences permuted, or the hypothesis only
+    seed: int = 0
+    chunk_size: int = 16  # examples per resumable chunk (q pairs each)
+    save_permutations: bool = False  # keep every permuted text in samples.jsonl
+
+    def __post_init__(self) -> None:
+        if self.q < 1:
+            raise ValueError(f"--q must be at least 1, got {self.q}")
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"unknown --scheme {self.scheme!r}; use both or hyp")
+        if self.chunk_size < 1:
+            raise ValueError("--chunk-size must be at least 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tokenize(text: str) -> list[str]:
+    """Whitespace and punctuation split: words and each punctuation character are tokens."""
+    return TOKEN_RE.findall(text)
+
+
+def _movable(tok: str) -> bool:
+    return bool(re.match(r"\w", tok, re.UNICODE))
+
+
+def permute(tokens: Sequence[str], rng: np.random.Generator) -> list[str] | None:
+    """One permutation of ``tokens``: punctuation in place, every other position given a different token
+    (re-drawn until no position keeps its token). None when the sentence has fewer than 2 movable tokens or
+    no such draw is found within MAX_DRAWS (e.g. most movable tokens identical)."""
+    pos = [i for i, t in enumerate(tokens) if _movable(t)]
+    if len(pos) < 2:
+        return None
+    words = [tokens[i] for i in pos]
+    for _ in range(MAX_DRAWS):
+        order = rng.permutation(len(words))
+        if all(words[o] != words[k] for k, o in enumerate(order)):
+            out = list(tokens)
+            for k, o in enumerate(order):
+                out[pos[k]] = words[o]
+            return out
+    return None
+
+
+def permutations(text: str, q: int, seed: int) -> tuple[list[str] | None, str | None]:
+    """The q permutations of a sentence (permutation j drawn by the generator of (seed, j)), or (None, reason)."""
+    tokens = tokenize(text)
+    if sum(_movable(t) for t in tokens) < 2:
+        return None, "too_short"
+    out = []
+    for j in range(q):
+        perm = permute(tokens, np.random.default_rng(derive_seed(seed, "permutation", j)))
+        if perm is None:
+            return None, "cannot_derange"
+        out.append(" ".join(perm))
+    if len(set(out)) < q:
+        return None, "not_distinct"
+    return out, None
+
+
+def bleu2(candidate: Sequence[str], reference: Sequence[str]) -> float:
+    """BLEU-2 of a permutation against its original (same length, same words: brevity penalty and unigram
+    precision are 1), the geometric mean of unigram and clipped bigram precision."""
+    if len(candidate) < 2:
+        return 1.0
+    ref: dict[tuple[str, str], int] = {}
+    for bg in zip(reference, reference[1:]):
+        ref[bg] = ref.get(bg, 0) + 1
+    match = 0
+    for bg in zip(candidate, candidate[1:]):
+        if ref.get(bg, 0) > 0:
+            ref[bg] -= 1
+            match += 1
+    uni_ref: dict[str, int] = {}
+    for t in reference:
+        uni_ref[t] = uni_ref.get(t, 0) + 1
+    uni = sum(1 for t in candidate if uni_ref.get(t, 0) > 0 and not uni_ref.__setitem__(t, uni_ref[t] - 1))
+    p1, p2 = uni / len(candidate), match / (len(candidate) - 1)
+    return math.sqrt(p1 * p2)
+
+
+def _bucket(b: float) -> int:
+    return min(int(b * 10 + 1e-9), 10)
+
+
+def entropy(probs: np.ndarray) -> np.ndarray:
+    p = np.clip(probs, 1e-12, 1.0)
+    return -(p * np.log(p)).sum(axis=1)
+
+
+class PermutationProbe(Probe):
+    name = "permutation"
+    roles = ("classifier",)
+
+    def __init__(self, config: PermutationConfig | None = None):
+        self.cfg = config or PermutationConfig()
+        self.chunk_size = self.cfg.chunk_size
+        self.seed = self.cfg.seed
+
+    def identity(self) -> dict[str, Any]:
+        return {"permutation": self.cfg.to_dict()}
+
+    def new_times(self) -> StageTimes:
+        return StageTimes(seconds={"permute": 0.0, "classify": 0.0}, pairs={"classify": 0})
+
+    def groups(self, data: LoadedData) -> list[tuple[str, list[Example]]]:
+        return [(GROUP, list(data.examples))]
+
+    def process(self, ctx: StudyContext, group: str, chunk: Sequence[Example]) -> list[dict[str, Any]]:
+        import time
+
+        t0 = time.perf_counter()
+        records: list[dict[str, Any]] = []
+        jobs: list[tuple[dict[str, Any], list[str], list[str]]] = []
+        for ex in chunk:
+            rec: dict[str, Any] = {"group": GROUP, "id": ex.id, "line": ex.line, "premise": ex.premise,
+                                   "hypothesis": ex.hypothesis, "gold": ex.label}
+            records.append(rec)
+            hp, why_h = permutations(ex.hypothesis, self.cfg.q, self.cfg.seed)
+            if self.cfg.scheme == "both":
+                pp, why_p = permutations(ex.premise, self.cfg.q, self.cfg.seed)
+            else:
+                pp, why_p = [ex.premise] * self.cfg.q, None
+            if hp is None or pp is None:
+                rec["status"] = "dropped"
+                rec["reason"] = why_p or why_h
+                rec["dropped_sentence"] = "premise" if why_p else "hypothesis"
+                continue
+            jobs.append((rec, pp, hp))
+        ctx.times.add("permute", time.perf_counter() - t0)
+        pairs = [(r["premise"], r["hypothesis"]) for r in records]  # unpermuted: A, and yhat for every example
+        for _, pp, hp in jobs:
+            pairs += list(zip(pp, hp))
+        t0 = time.perf_counter()
+        pred = ctx.models.classifier.classify(pairs)
+        ctx.times.add("classify", time.perf_counter() - t0, len(pairs))
+        labels, probs = pred.labels, pred.probs
+        for i, rec in enumerate(records):
+            rec["yhat"] = labels[i]
+            rec["probs"] = {lab: round(float(probs[i, j]), 6) for j, lab in enumerate(LABELS)}
+        pos = len(records)
+        q = self.cfg.q
+        for rec, pp, hp in jobs:
+            lab, pr = labels[pos : pos + q], probs[pos : pos + q]
+            pos += q
+            hits = np.array([x == rec["gold"] for x in lab])
+            ent = entropy(pr)
+            rec["status"] = "kept"
+            rec["c"] = round(float(hits.mean()), 6)
+            rec["counts"] = {l2: int(sum(x == l2 for x in lab)) for l2 in LABELS}
+            rec["entropy_correct_sum"] = round(float(ent[hits].sum()), 6)
+            rec["n_correct"] = int(hits.sum())
+            h_tok, p_tok = tokenize(rec["hypothesis"]), tokenize(rec["premise"])
+            buckets = [[0, 0] for _ in BLEU_BUCKETS]
+            for j in range(q):
+                b = bleu2(hp[j].split(), h_tok)
+                if self.cfg.scheme == "both":
+                    b = (b + bleu2(pp[j].split(), p_tok)) / 2
+                k = _bucket(b)
+                buckets[k][0] += 1
+                buckets[k][1] += bool(hits[j])
+            rec["bleu2_buckets"] = buckets  # [permutations, accepted] per BLEU-2 bucket
+            if self.cfg.save_permutations:
+                rec["permutations"] = [[a, b] for a, b in zip(pp, hp)] if self.cfg.scheme == "both" else hp
+        return records
+
+    # -- summary ---------------------------------------------------------------------------------------
+    def summarise(self, records: Sequence[dict[str, Any]], data: LoadedData) -> dict[str, Any]:
+        kept = [r for r in records if r.get("status") == "kept"]
+        dropped = {k: sum(r.get("reason") == k for r in records if r.get("status") == "dropped") for k in DROP_REASONS}
+        out: dict[str, Any] = {"permutation": self.cfg.to_dict(), "examples": len(records), "kept": len(kept),
+                               "dropped": dropped, "metrics": _metrics(kept), "reference": REFERENCE,
+                               "skips": data.skips.to_dict()}
+        c = np.array([r["c"] for r in kept], dtype=float)
+        out["omega_curve"] = {"x": list(X_GRID), "omega": [float(100 * (c > x).mean()) if c.size else None
+                                                            for x in X_GRID]}
+        tot = np.zeros((len(BLEU_BUCKETS), 2))
+        for r in kept:
+            tot += np.asarray(r["bleu2_buckets"], dtype=float)
+        out["bleu2"] = [{"bucket": f"{lo:.1f}" + (f"-{lo + 0.1:.1f}" if lo < 1 else ""), "permutations": int(n),
+                         "acceptance": float(100 * a / n) if n else None} for lo, (n, a) in zip(BLEU_BUCKETS, tot)]
+        return out
+
+    def headline(self, records: Sequence[dict[str, Any]], examples: Sequence[Example]) -> dict[str, Any]:
+        kept = [r for r in records if r.get("status") == "kept"]
+        m = _metrics(kept)
+        return {"rates": {k: m[k] for k in ("A", "omega_max", "omega_rand", "P_c", "P_f")},
+                "counts": {"kept": len(kept), "dropped": len(records) - len(kept), "flips": m["flips"]}}
+
+    def markdown(self, report: dict[str, Any]) -> str:
+        m, cfg = report["metrics"], report["permutation"]
+        lines = ["# Word-order permutation acceptance (UNLI)", "",
+                 f"- classifier: `{report['models']['classifier']}`, engine `{report['engine']}`, dataset "
+                 f"`{report['dataset']}`",
+                 f"- q = {cfg['q']} permutations per example, scheme `{cfg['scheme']}`, seed {cfg['seed']}",
+                 f"- examples: {report['examples']}, kept {report['kept']}, dropped "
+                 + ", ".join(f"{k} {v}" for k, v in report["dropped"].items()), "",
+                 "| metric | value % [95 % CI] | n |", "|---|---|---|"]
+        for key, label in METRIC_LABELS.items():
+            c = m[key]
+            lines.append(f"| {label} | {_fmt(c)} | {c['n']} |")
+        lines += [f"| flips (wrong unpermuted, some permutation gold) | {m['flips']} | {m['wrong']} |",
+                  f"| mean entropy, permutations predicted correctly (originally correct), nats | "
+                  f"{_num(m['entropy_correct_orig_correct'])} | |",
+                  f"| mean entropy, permutations predicted correctly (originally wrong), nats | "
+                  f"{_num(m['entropy_correct_orig_wrong'])} | |", "",
+                  "P^c / P^f: mean c_i over the originally correct / wrong examples with c_i > 0 (spec). A model "
+                  "that ignores word order has P^c = 100 and P^f = 0.", "",
+                  "Reference (the study): " + "; ".join(
+                      f"{k}: " + ", ".join(f"{REF_NAMES[a]} {b} %" for a, b in v.items())
+                      for k, v in report["reference"].items()), "",
+                  "## Acceptance by BLEU-2 of the permutation against its original", "",
+                  "| BLEU-2 | permutations | accepted % |", "|---|---|---|"]
+        for b in report["bleu2"]:
+            if b["permutations"]:
+                lines.append(f"| {b['bucket']} | {b['permutations']} | {b['acceptance']:.2f} |")
+        lines.append("")
+        return "\n".join(lines)
+
+    def console(self, report: dict[str, Any]) -> list[Any]:
+        from rich.table import Table
+
+        m = report["metrics"]
+        t = Table(title=f"Permutation acceptance (q = {report['permutation']['q']}, scheme "
+                        f"{report['permutation']['scheme']}): {report['kept']} of {report['examples']} examples kept",
+                  title_justify="left")
+        for col, just in (("metric", "left"), ("%", "right"), ("95 % CI", "right"), ("n", "right")):
+            t.add_column(col, justify=just, no_wrap=True)
+        for key, label in METRIC_LABELS.items():
+            c = m[key]
+            ci = "–" if c["rate"] is None else f"[{c['ci'][0]:.1f}, {c['ci'][1]:.1f}]"
+            t.add_row(label, "–" if c["rate"] is None else f"{c['rate']:.2f}", ci, str(c["n"]))
+        dropped = ", ".join(f"{k} {v}" for k, v in report["dropped"].items() if v) or "none"
+        ref = REFERENCE["MNLI matched dev, RoBERTa-large"]
+        return [t, f"flips: {m['flips']} of {m['wrong']} wrong examples; dropped: {dropped}",
+                f"[dim]the study, RoBERTa-large on MNLI matched dev: A {ref['A']} %, Ω_max {ref['omega_max']} %, "
+                f"Ω_rand {ref['omega_rand']} %[/]"]
+
+    def files(self, report: dict[str, Any], run_dir: Any) -> list[str]:
+        return ["omega.png"] if plot(report, run_dir / "omega.png") else []
+
+
+REF_NAMES = {"A": "A", "omega_max": "Ω_max", "omega_rand": "Ω_rand"}
+METRIC_LABELS = {"A": "A: accuracy, unpermuted", "omega_max": "Ω_max: some permutation accepted",
+                 "omega_rand": "Ω_rand: c_i > 1/3", "P_c": "P^c", "P_f": "P^f"}
+
+
+def _fmt(c: dict[str, Any]) -> str:
+    if c.get("rate") is None:
+        return "–"
+    return f"{c['rate']:.2f} [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}]"
+
+
+def _num(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4f}"
+
+
+def _cell(values: Sequence[float]) -> dict[str, Any]:
+    point, lo, hi = rate_ci(values)
+    return {"n": len(values), "rate": point, "ci": None if point is None else [lo, hi]}
+
+
+def _metrics(kept: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    correct = [r for r in kept if r["yhat"] == r["gold"]]
+    wrong = [r for r in kept if r["yhat"] != r["gold"]]
+    flips = [r for r in wrong if r["c"] > 0]
+
+    def ent(rs: Sequence[dict[str, Any]]) -> float | None:
+        n = sum(r["n_correct"] for r in rs)
+        return sum(r["entropy_correct_sum"] for r in rs) / n if n else None
+
+    return {"A": _cell([r["yhat"] == r["gold"] for r in kept]),
+            "omega_max": _cell([r["c"] > 0 for r in kept]),
+            "omega_rand": _cell([r["c"] > 1 / 3 for r in kept]),
+            "P_c": _cell([r["c"] for r in correct if r["c"] > 0]),
+            "P_f": _cell([r["c"] for r in flips]),
+            "flips": len(flips), "wrong": len(wrong), "correct": len(correct),
+            "entropy_correct_orig_correct": ent(correct), "entropy_correct_orig_wrong": ent(wrong)}
+
+
+def plot(report: dict[str, Any], path: Any) -> bool:
+    """omega.png: the Ω_x curve and acceptance by BLEU-2 bucket (needs matplotlib, the ``bench`` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    curve = report["omega_curve"]
+    if curve["omega"][0] is None:
+        return False
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    a.plot(curve["x"], curve["omega"], lw=2)
+    a.axvline(1 / 3, ls=":", c="grey")
+    a.set_xlabel("x (share of permutations accepted)")
+    a.set_ylabel("Ω_x: % of examples with c_i > x")
+    a.set_ylim(0, 100)
+    a.set_title(f"Ω_x curve ({report['kept']} examples, q = {report['permutation']['q']})")
+    rows = [r for r in report["bleu2"] if r["permutations"]]
+    b.bar([r["bucket"] for r in rows], [r["acceptance"] for r in rows])
+    b.set_xlabel("BLEU-2 of the permutation against its original")
+    b.set_ylabel("% of permutations accepted")
+    b.set_ylim(0, 100)
+    b.tick_params(axis="x", labelrotation=45)
+    b.set_title("acceptance by BLEU-2")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
