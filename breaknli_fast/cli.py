@@ -102,6 +102,7 @@ def run(
     u: int = opts.U,
     s: int = opts.S,
     bidirectional: bool = opts.BIDIRECTIONAL,
+    relation_filter: str = opts.RELATION_FILTER,
     decoding: str = opts.DECODING,
     top_p: float = opts.TOP_P,
     top_k: int = opts.TOP_K,
@@ -130,7 +131,7 @@ def run(
     max_batch: Optional[int] = opts.MAX_BATCH,
     chunk_size: int = typer.Option(16, "--chunk-size", min=1, help="Examples per resumable chunk."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads in all (default: torch's choice; ort: physical cores)."),
-    workers: Optional[str] = typer.Option(None, "--workers", help="CPU batches run side by side, each on threads/workers threads: a number or 'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. Results do not change with it."),
+    workers: Optional[str] = typer.Option(None, "--workers", help="CPU batches run side by side, each on threads/workers threads: a number or 'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. ort's results do not change with it; torch's logits may move at the 1e-6 level."),
 ) -> None:
     """Run a study (BreakNLI by default) and write a run directory. Re-running the same command resumes."""
     from breaknli_fast.probes import probe_class
@@ -142,7 +143,7 @@ def run(
         dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler,
                        max_new_tokens=max_new_tokens, num_beams=num_beams, num_beam_groups=num_beam_groups,
                        diversity_penalty=diversity_penalty)
-        cfg = LoopConfig(modes=_modes(mode), k=k, u=u, s=s, bidirectional=bidirectional,
+        cfg = LoopConfig(modes=_modes(mode), k=k, u=u, s=s, bidirectional=bidirectional, relation_filter=relation_filter,
                          prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
                          decoding=dec, seed=seed, chunk_size=chunk_size)
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,

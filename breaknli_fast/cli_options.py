@@ -38,3 +38,6 @@ LABEL_COL = typer.Option(None, "--label-col", help="Column of the gold label (de
 ID_COL = typer.Option(None, "--id-col", help="Column of a unique example id (default: id, pairID, uid or idx; else the line number).")
 BY = typer.Option(None, "--by", help="Break the headline metrics down by dataset columns, e.g. genre or negation_logic,quantifier_logic "
                  "(0/1 columns: the examples where it is 1 and the rest; others: per value). Default: TaxiNLI's categories on taxinli.")
+RELATION_FILTER = typer.Option("lazy", "--relation-filter",
+                               help="lazy: (h', h) only for candidates whose (h, h') is on target, until S pass (same verdicts, "
+                                    "about half the relation pairs); full: both directions of every kept candidate (audits).")

@@ -75,6 +75,7 @@ def bench(
     u: int = opts.U,
     s: int = opts.S,
     bidirectional: bool = opts.BIDIRECTIONAL,
+    relation_filter: str = opts.RELATION_FILTER,
     decoding: str = opts.DECODING,
     top_p: float = opts.TOP_P,
     top_k: int = opts.TOP_K,
@@ -131,6 +132,7 @@ def bench(
         modes = ("contradictive", "entailed") if mode == "both" else (mode,)
         dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler, max_new_tokens=max_new_tokens)
         loop = LoopConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional, decoding=dec, seed=seed,
+                          relation_filter=relation_filter,
                           prompts=dict(GEN_PROMPTS))
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
         cfg = BenchConfig(

@@ -23,6 +23,7 @@ from breaknli_fast.prompts import GEN_PROMPTS
 from breaknli_fast.study.probe import ProgressHook, StageTimes
 
 STATUSES = ("incorrect", "too_few_unique", "too_few_on_target", "evaluated")
+RELATION_FILTERS = ("lazy", "full")
 
 
 @dataclass
@@ -36,8 +37,13 @@ class LoopConfig:
     decoding: Decoding = field(default_factory=Decoding)
     seed: int = 0
     chunk_size: int = 16
+    # lazy: (h', h) only for candidates whose (h, h') is on target, and only until the first S pass (same
+    # verdicts as full, about half the relation pairs); full: both directions of every kept candidate
+    relation_filter: str = "lazy"
 
     def __post_init__(self) -> None:
+        if self.relation_filter not in RELATION_FILTERS:
+            raise ValueError(f"unknown --relation-filter {self.relation_filter!r}; use lazy or full")
         for m in self.modes:
             if m not in MODES:
                 raise ValueError(f"unknown mode {m!r}; use contradictive, entailed or both")
@@ -109,6 +115,86 @@ def classify_premise_hypothesis(examples: Sequence[Example], classifier: Classif
     return preds
 
 
+RelationResult = tuple[list[list[Any]], list[str], "int | None", int]  # relations, passing, n on target, pairs
+
+
+def relation_filter_full(examples: Sequence[Example], kept: dict[str, list[str]], target: str, cfg: LoopConfig,
+                         classifier: Classifier) -> tuple[dict[str, RelationResult], int]:
+    """Every kept candidate in both directions (one direction with ``bidirectional`` off), in one call."""
+    step = 2 if cfg.bidirectional else 1
+    pairs = []
+    for ex in examples:
+        for c in kept[ex.id]:
+            pairs.append((ex.hypothesis, c))
+            if cfg.bidirectional:
+                pairs.append((c, ex.hypothesis))
+    labels = classifier.classify(pairs).labels if pairs else []
+    out: dict[str, RelationResult] = {}
+    pos = 0
+    for ex in examples:
+        rels, passing = [], []
+        for c in kept[ex.id]:
+            r = labels[pos : pos + step]
+            pos += step
+            rels.append(r)
+            if all(x == target for x in r):
+                passing.append(c)
+        out[ex.id] = (rels, passing, len(passing), len(kept[ex.id]) * step)
+    return out, len(pairs)
+
+
+def relation_filter_lazy(examples: Sequence[Example], kept: dict[str, list[str]], target: str, cfg: LoopConfig,
+                         classifier: Classifier) -> tuple[dict[str, RelationResult], int]:
+    """The same first S passing candidates with fewer pairs. Wave 1: (h, h') of every kept candidate. Then, in
+    waves batched over the chunk's examples, (h', h) of just as many forward-passing candidates, in generation
+    order, as are still missing to reach S; an example stops when S pass, or when fewer than S can still pass.
+    A relation that was not needed is recorded as None (not computed)."""
+    fw_pairs = [(ex.hypothesis, c) for ex in examples for c in kept[ex.id]]
+    fw = classifier.classify(fw_pairs).labels if fw_pairs else []
+    n_pairs = len(fw_pairs)
+    rels: dict[str, list[list[Any]]] = {}
+    pos = 0
+    for ex in examples:
+        rels[ex.id] = [[fw[pos + i]] + ([None] if cfg.bidirectional else []) for i in range(len(kept[ex.id]))]
+        pos += len(kept[ex.id])
+    count = {ex.id: len(kept[ex.id]) for ex in examples}
+    if not cfg.bidirectional:
+        out = {}
+        for ex in examples:
+            passing = [c for c, r in zip(kept[ex.id], rels[ex.id]) if r[0] == target]
+            out[ex.id] = (rels[ex.id], passing, len(passing), count[ex.id])
+        return out, n_pairs
+    forward_ok = {ex.id: [i for i, r in enumerate(rels[ex.id]) if r[0] == target] for ex in examples}
+    nxt = {ex.id: 0 for ex in examples}  # next position in forward_ok to ask (h', h) for
+    passed: dict[str, list[int]] = {ex.id: [] for ex in examples}
+    while True:
+        wave: list[tuple[str, int]] = []
+        for ex in examples:
+            ok, got = forward_ok[ex.id], passed[ex.id]
+            need = cfg.s - len(got)
+            left = len(ok) - nxt[ex.id]
+            if need <= 0 or len(got) + left < cfg.s:
+                continue  # done, or can no longer reach S
+            for i in ok[nxt[ex.id] : nxt[ex.id] + need]:
+                wave.append((ex.id, i))
+            nxt[ex.id] += need
+        if not wave:
+            break
+        by_id = {ex.id: ex for ex in examples}
+        bw = classifier.classify([(kept[eid][i], by_id[eid].hypothesis) for eid, i in wave]).labels
+        n_pairs += len(wave)
+        for (eid, i), lab in zip(wave, bw):
+            rels[eid][i][1] = lab
+            count[eid] += 1
+            if lab == target:
+                passed[eid].append(i)
+    out = {}
+    for ex in examples:
+        idx = sorted(passed[ex.id])
+        out[ex.id] = (rels[ex.id], [kept[ex.id][i] for i in idx], None, count[ex.id])
+    return out, n_pairs
+
+
 def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str, Any]], classifier: Classifier,
                   generator: Generator, cfg: LoopConfig, times: StageTimes) -> list[dict[str, Any]]:
     target = TARGET[mode]
@@ -147,33 +233,21 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
             kept[ex.id] = k
 
     # Relation filter: (h, h') and, when bidirectional, (h', h) must both equal the target.
-    rel_pairs = []
-    for ex in correct:
-        for c in kept.get(ex.id, []):
-            rel_pairs.append((ex.hypothesis, c))
-            if cfg.bidirectional:
-                rel_pairs.append((c, ex.hypothesis))
-    if rel_pairs:
-        t0 = time.perf_counter()
-        rel = classifier.classify(rel_pairs).labels
-        times.add("relation", time.perf_counter() - t0, len(rel_pairs))
-    pos = 0
+    todo = [ex for ex in correct if ex.id in kept]
+    relation = relation_filter_full if cfg.relation_filter == "full" else relation_filter_lazy
+    t0 = time.perf_counter()
+    found, n_pairs = relation(todo, kept, target, cfg, classifier)
+    if n_pairs:
+        times.add("relation", time.perf_counter() - t0, n_pairs)
     final: dict[str, list[str]] = {}
-    step = 2 if cfg.bidirectional else 1
-    for ex in correct:
-        if ex.id not in kept:
-            continue
+    for ex in todo:
         rec = records[ex.id]
-        rels, passing = [], []
-        for c in kept[ex.id]:
-            r = rel[pos : pos + step]
-            pos += step
-            rels.append(r)
-            if all(x == target for x in r):
-                passing.append(c)
+        rels, passing, n_on_target, pairs = found[ex.id]
         rec["candidates"] = kept[ex.id]
         rec["relations"] = rels
-        rec["n_on_target"] = len(passing)
+        rec["relation_pairs"] = pairs
+        if n_on_target is not None:
+            rec["n_on_target"] = n_on_target
         if len(passing) < cfg.s:
             rec["status"] = "too_few_on_target"
         else:
