@@ -126,6 +126,14 @@ def run(
     scheme: str = typer.Option("both", "--scheme", help="permutation: both (premise and hypothesis permuted) or hyp."),
     save_permutations: bool = typer.Option(False, "--save-permutations",
                                            help="permutation: keep every permuted pair in samples.jsonl."),
+    ray: Optional[str] = typer.Option(None, "--ray", is_flag=False, flag_value="local", metavar="[ADDRESS]",
+                                      help="Shard the study over Ray actors: --ray alone starts a local instance, "
+                                           "--ray ADDRESS joins a cluster (pip install 'breaknli-fast[ray]'). Same "
+                                           "records as one process."),
+    ray_workers: Optional[int] = typer.Option(None, "--ray-workers", min=1,
+                                              help="Ray actors (default: one per GPU, else one per --ray-threads CPUs)."),
+    ray_gpus_per_worker: float = typer.Option(0.0, "--ray-gpus-per-worker", min=0.0, help="GPUs per Ray actor (1 on GPU clusters)."),
+    ray_threads: int = typer.Option(1, "--ray-threads", min=1, help="CPU threads per Ray actor."),
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
@@ -137,6 +145,7 @@ def run(
     from breaknli_fast.probes import probe_class
     from breaknli_fast.probes.permutation import PermutationConfig
     from breaknli_fast.study import run_study
+    from breaknli_fast.study.distributed import RayConfig
 
     with user_errors(resumable=True):
         probe_class(probe)  # an unknown --probe is a one-line error
@@ -157,7 +166,9 @@ def run(
             result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit,
                                columns=Columns(premise_col, hypothesis_col, label_col, id_col),
                                generator=generator, classifier=classifier, engine=ecfg, out=out,
-                               runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress), by=by)
+                               runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress), by=by,
+                               ray=RayConfig(address=ray, workers=ray_workers, gpus_per_worker=ray_gpus_per_worker,
+                                             threads_per_worker=ray_threads) if ray else None)
     print_summary(result)
 
 

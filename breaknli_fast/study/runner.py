@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -37,7 +37,7 @@ class StudyResult:
     report: dict[str, Any]
     times: StageTimes
     run_dir: Path | None
-    models: Models
+    models: Models | None  # None when the engines ran on Ray actors
     data: LoadedData
     notes: list[str] = field(default_factory=list)
 
@@ -87,17 +87,29 @@ def slug(text: str) -> str:
     return s[:40] or "x"
 
 
-def default_run_path(root: Path, probe: Probe, dataset: str, classifier: str, models: Models, precision: str) -> Path:
+def default_run_path(root: Path, probe: Probe, dataset: str, classifier: str, engine: str, precision: str) -> Path:
     """``<root>/<dataset>-<classifier>-<engine>-<precision>-s<seed>`` (a probe other than BreakNLI first)."""
-    stem = f"{slug(dataset)}-{slug(classifier)}-{models.engine}-{precision}-s{probe.seed}"
+    stem = f"{slug(dataset)}-{slug(classifier)}-{engine}-{precision}-s{probe.seed}"
     return root / (stem if probe.name == "breaknli" else f"{probe.name}-{stem}")
 
 
+def canonical_order(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData) -> list[dict[str, Any]]:
+    """Records in the order one process writes them (groups in order, examples in data order), whatever order
+    they were appended in (workers of a cluster finish chunks in any order); reports are computed on it."""
+    rank = {(g, ex.id): (gi, ei) for gi, (g, exs) in enumerate(probe.groups(data)) for ei, ex in enumerate(exs)}
+    big = (len(rank), 0)
+    return sorted(records, key=lambda r: rank.get(probe.key(r), big))
+
+
 def _report(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData, times: StageTimes,
-            invocations: Sequence[dict[str, Any]] | None, meta: dict[str, Any], by: Sequence[str]) -> dict[str, Any]:
+            invocations: Sequence[dict[str, Any]] | None, meta: dict[str, Any], by: Sequence[str],
+            pool: Any = None) -> dict[str, Any]:
     total = StageTimes.total(invocations) if invocations else times
+    records = canonical_order(probe, records, data)
     report = {"probe": probe.name, **probe.summarise(records, data),
               "throughput": throughput(total, len(invocations) if invocations else 1, this_invocation=times), **meta}
+    if pool is not None:
+        report["throughput"]["workers"] = pool.workers()
     if by:
         report["breakdown"] = breakdown(probe, records, data, by)
     return report
@@ -116,7 +128,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
               classifier: str = "mini-nli", generator: str = "mini-t5", engine: EngineConfig | str = "auto",
               precision: str = "fp32", device: str = "cpu", models: Models | None = None,
               out: str | Path | None = None, runs_root: str | Path | None = None, overwrite: bool = False,
-              hook: ProgressHook | None = None, command: str = "run", by: str | Sequence[str] | None = None) -> StudyResult:
+              hook: ProgressHook | None = None, command: str = "run", by: str | Sequence[str] | None = None,
+              ray: Any = None) -> StudyResult:
     """Run a probe (an instance, or a registered name with its ``config``) and return its records and report.
 
     - data: ``dataset`` (``sample``, a hub name or a file; ``split``, ``limit``, ``columns``), or ``data``
@@ -127,7 +140,9 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
       the study runs in memory (no files). Re-running into the same directory resumes; one with another run's
       finished records is refused unless ``overwrite``;
     - ``by``: dataset columns to break the headline metrics down by (report.json, report.md, breakdown.png);
-      default: what the dataset asks for (TaxiNLI's reasoning categories).
+      default: what the dataset asks for (TaxiNLI's reasoning categories);
+    - ``ray``: a :class:`~breaknli_fast.study.distributed.RayConfig` to shard the chunks over Ray actors (same
+      records as one process; the driver alone writes the run directory).
     """
     from breaknli_fast.envinfo import environment
 
@@ -142,66 +157,92 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     columns_by = parse_by(by) or default_columns(data)
     for column in columns_by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
-    if models is None:
-        if ecfg.threads:
-            import torch
+    gen_name = generator if "generator" in probe.roles else None
+    pool = None
+    if ray is not None:
+        # the actors load the engines; "auto" is resolved here so that every actor runs the same backend
+        from breaknli_fast.engines import registry
+        from breaknli_fast.study.distributed import RayPool
 
-            torch.set_num_threads(ecfg.threads)
-        with hook.status("loading models"):
-            models = load_models(ecfg, classifier, generator if "generator" in probe.roles else None, note=hook.message)
-    meta = {"models": {"generator": generator if "generator" in probe.roles else None, "classifier": classifier},
-            "engine": f"{models.engine}:{ecfg.precision}:{ecfg.device}", "dataset": dataset}
-    if out is None and runs_root is None:
-        records, times = execute(probe, models, data, None, hook)
-        report = _report(probe, records, data, times, None, meta, columns_by)
-        return StudyResult(probe, records, report, times, None, models, data, list(models.notes))
+        ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device))
+        with hook.status("starting Ray workers"):
+            pool = RayPool(probe, ecfg, classifier, gen_name, ray)
+        engine_name, details = ecfg.engine, pool.details()
+        notes = list(details.pop("notes", []))
+    else:
+        if models is None:
+            if ecfg.threads:
+                import torch
 
-    run_path = Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier, models,
-                                                                  ecfg.precision)
-    roles = {"classifier": classifier, **({"generator": generator} if "generator" in probe.roles else {})}
-    fingerprints = {role: model_fingerprint(name) for role, name in roles.items()}
-    identity = {
-        "probe": probe.name,
-        **{role: fp.get("files_sha256") or roles[role] for role, fp in fingerprints.items()},
-        "engine": models.engine, "precision": ecfg.precision, "device": ecfg.device.split(":")[0],
-        "dataset": data.source, "split": split, "limit": limit, "columns": vars(columns or Columns()),
-        **probe.identity(),
-        "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
-        "max_length": ecfg.max_length,
-    }
-    clf = models.classifier
-    config_json = {
-        "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        **roles, "models": fingerprints,
-        "engine": {"name": models.engine, "requested": ecfg.engine, "precision": ecfg.precision, "device": ecfg.device,
-                   "threads": ecfg.threads, "workers": ecfg.workers, "token_budget": ecfg.token_budget,
-                   "max_length": ecfg.max_length,
-                   "max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
+                torch.set_num_threads(ecfg.threads)
+            with hook.status("loading models"):
+                models = load_models(ecfg, classifier, gen_name, note=hook.message)
+        clf = models.classifier
+        engine_name, notes = models.engine, list(models.notes)
+        details = {"max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
                    "classifier_details": clf.info.to_dict(),
-                   **({"generator_details": models.generator.info.to_dict()} if models.generator is not None else {}),
-                   "notes": list(models.notes)},
-        "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
-                    "columns": vars(columns or Columns()), "skips": data.skips.to_dict()},
-        **probe.identity(),
-        "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
-        "seed": probe.seed, "environment": environment(),
-    }
-    with RunDir(run_path) as rd:  # the lock: a second run into this directory stops here
-        # config.json is written only once the engines have loaded: a study that fails earlier leaves none
-        if rd.prepare(config_json, identity, overwrite=overwrite):
-            msg = f"resuming {run_path}: {len(rd.load_samples())} example records already done"
-            if rd.repaired_bytes:
-                msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
-            hook.message(msg)
-        times = probe.new_times()
-        try:
-            records, times = execute(probe, models, data, rd, hook, times=times)
-        finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
-            if times.examples:
-                rd.append_invocation(times.to_dict())
-        report = _report(probe, records, data, times, rd.load_invocations(), meta, columns_by)
-        rd.write_report(report, markdown(probe, report))
-        if report.get("breakdown"):
-            plot_breakdown(report["breakdown"], run_path / "breakdown.png")
-        probe.files(report, run_path)
-    return StudyResult(probe, records, report, times, run_path, models, data, list(models.notes))
+                   **({"generator_details": models.generator.info.to_dict()} if models.generator is not None else {})}
+    meta = {"models": {"generator": gen_name, "classifier": classifier},
+            "engine": f"{engine_name}:{ecfg.precision}:{ecfg.device}", "dataset": dataset}
+    try:
+        if out is None and runs_root is None:
+            if pool is not None:
+                records, times = pool.execute(data, None, hook)
+            else:
+                records, times = execute(probe, models, data, None, hook)
+            report = _report(probe, records, data, times, None, meta, columns_by, pool)
+            return StudyResult(probe, records, report, times, None, models, data, notes)
+
+        run_path = Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier,
+                                                                      engine_name, ecfg.precision)
+        roles = {"classifier": classifier, **({"generator": generator} if gen_name else {})}
+        fingerprints = {role: model_fingerprint(name) for role, name in roles.items()}
+        identity = {
+            "probe": probe.name,
+            **{role: fp.get("files_sha256") or roles[role] for role, fp in fingerprints.items()},
+            "engine": engine_name, "precision": ecfg.precision, "device": ecfg.device.split(":")[0],
+            "dataset": data.source, "split": split, "limit": limit, "columns": vars(columns or Columns()),
+            **probe.identity(),
+            "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
+            "max_length": ecfg.max_length,
+        }
+        config_json = {
+            "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **roles, "models": fingerprints,
+            "engine": {"name": engine_name, "requested": engine.engine if isinstance(engine, EngineConfig) else engine,
+                       "precision": ecfg.precision, "device": ecfg.device,
+                       "threads": ecfg.threads, "workers": ecfg.workers, "token_budget": ecfg.token_budget,
+                       "max_length": ecfg.max_length, **details, "notes": notes},
+            "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
+                        "columns": vars(columns or Columns()), "skips": data.skips.to_dict()},
+            **probe.identity(),
+            "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
+            "seed": probe.seed, "environment": environment(),
+            **({"ray": pool.cfg.to_dict() | {"workers_started": len(pool.actors), "worker_nodes": pool.infos}}
+               if pool is not None else {}),
+        }
+        with RunDir(run_path) as rd:  # the lock: a second run into this directory stops here
+            # config.json is written only once the engines have loaded: a study that fails earlier leaves none
+            if rd.prepare(config_json, identity, overwrite=overwrite):
+                msg = f"resuming {run_path}: {len(rd.load_samples())} example records already done"
+                if rd.repaired_bytes:
+                    msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
+                hook.message(msg)
+            times = probe.new_times()
+            try:
+                if pool is not None:
+                    records, times = pool.execute(data, rd, hook, times=times)
+                else:
+                    records, times = execute(probe, models, data, rd, hook, times=times)
+            finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
+                if times.examples:
+                    rd.append_invocation(times.to_dict())
+            report = _report(probe, records, data, times, rd.load_invocations(), meta, columns_by, pool)
+            rd.write_report(report, markdown(probe, report))
+            if report.get("breakdown"):
+                plot_breakdown(report["breakdown"], run_path / "breakdown.png")
+            probe.files(report, run_path)
+    finally:
+        if pool is not None:
+            pool.close()
+    return StudyResult(probe, records, report, times, run_path, models, data, notes)
