@@ -1,11 +1,12 @@
 # `make run`  : create .venv and run the BreakNLI loop on the embedded default (shipped mini models + SNLI sample)
 # `make test` : create .venv and run the test-suite (CPU, offline)
+# `make test-ray`: also install the optional Ray extra and run the sharded-study test
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test clean
+.PHONY: setup run test test-ray clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,11 @@ run: setup
 
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# the Ray extra is optional (its test skips without it): install it and run the sharded-study test
+test-ray: setup
+	$(PY) -m pip install -q -c constraints.txt -e ".[ray]"
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests/test_ray.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache *.egg-info
