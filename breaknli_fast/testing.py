@@ -1,86 +1,17 @@
-"""Tiny random-weight models of the real architectures, with tokenizers trained on the spot.
-
-Used by the test-suite and by benchmarks that need the *shapes* of real checkpoints without
-their weights. Nothing here downloads anything.
+"""Tiny random-weight models of the real architectures, with tokenizers trained on the spot, for the
+test-suite. Nothing here downloads anything. The template texts and the tokenizer trainers are production code
+(random-weight benchmarks use them too): :mod:`breaknli_fast.engines.random_weights`.
 """
 
 from __future__ import annotations
 
-import itertools
-import random
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
-SUBJECTS = ["A man", "A woman", "Two dogs", "A child", "The girl", "An old man", "A group of people", "A cat", "The boy", "A musician"]
-VERBS = ["is sleeping", "is running", "is eating food", "plays a guitar", "sits on a bench", "is swimming", "walks down the street",
-         "is reading a book", "rides a bike", "is cooking dinner", "is laughing", "holds an umbrella"]
-PLACES = ["in the park", "at the beach", "inside a house", "near the river", "on a busy street", "in the snow", ""]
+from breaknli_fast.engines.random_weights import ID2LABEL, corpus, pairs, train_bpe_tokenizer, train_spm_tokenizer
 
-
-def corpus(n: int = 400, seed: int = 0) -> list[str]:
-    """Short SNLI-like sentences built from templates (deterministic)."""
-    rng = random.Random(seed)
-    combos = list(itertools.product(SUBJECTS, VERBS, PLACES))
-    rng.shuffle(combos)
-    return [" ".join(x for x in c if x) + "." for c in combos[:n]]
-
-
-def pairs(n: int = 60, seed: int = 0) -> list[tuple[str, str, str]]:
-    """(premise, hypothesis, gold label) triples built from templates."""
-    rng = random.Random(seed)
-    labels = ["entailment", "neutral", "contradiction"]
-    out = []
-    for i in range(n):
-        s, v, p = rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(PLACES)
-        v2 = rng.choice([x for x in VERBS if x != v])
-        lab = labels[i % 3]
-        prem = " ".join(x for x in (s, v, p) if x) + "."
-        hyp = {"entailment": f"{s} {v}.", "neutral": f"{s} {v} with a friend.", "contradiction": f"{s} {v2}."}[lab]
-        out.append((prem, hyp, lab))
-    return out
-
-
-def train_bpe_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None, vocab_size: int = 600):
-    """A byte-level BPE tokenizer with RoBERTa's special tokens, saved as RobertaTokenizerFast."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import RobertaTokenizerFast
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(list(texts or corpus()), vocab_size=vocab_size, min_frequency=1,
-                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        bpe.save_model(tmp)
-        tok = RobertaTokenizerFast(vocab_file=f"{tmp}/vocab.json", merges_file=f"{tmp}/merges.txt", model_max_length=512)
-        tok.save_pretrained(out_dir)
-    return RobertaTokenizerFast.from_pretrained(out_dir)
-
-
-def train_spm_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None, vocab_size: int = 400):
-    """A SentencePiece unigram tokenizer laid out as T5 expects (pad=0, eos=1, unk=2), as T5TokenizerFast."""
-    import sentencepiece as spm
-    from transformers import T5TokenizerFast
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        txt = Path(tmp) / "corpus.txt"
-        txt.write_text("\n".join(list(texts or corpus()) + ["yes", "no", "it is not possible to tell"]) + "\n")
-        spm.SentencePieceTrainer.train(
-            input=str(txt), model_prefix=str(out_dir / "spiece"), vocab_size=vocab_size, model_type="unigram",
-            pad_id=0, eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, character_coverage=1.0,
-            user_defined_symbols=["yes", "no", "it"],
-            minloglevel=2,
-        )
-    (out_dir / "spiece.vocab").unlink(missing_ok=True)
-    tok = T5TokenizerFast.from_pretrained(out_dir, extra_ids=0, legacy=False)
-    tok.save_pretrained(out_dir)
-    return T5TokenizerFast.from_pretrained(out_dir)
-
-
-ID2LABEL = {0: "contradiction", 1: "neutral", 2: "entailment"}  # the MNLI checkpoints' order
+__all__ = ["ID2LABEL", "corpus", "make_tiny_classifier", "make_tiny_t5", "pairs", "train_bpe_tokenizer",
+           "train_spm_tokenizer"]
 
 
 def make_tiny_classifier(out_dir: str | Path, family: str = "roberta", seed: int = 0, id2label: dict | None = None,

@@ -124,7 +124,7 @@ def test_seq2seq_classifier_score_and_generate(tiny_t5):
 
 
 def test_parse_nli_answer():
-    from breaknli_fast.engines.torch_ref import parse_nli_answer
+    from breaknli_fast.engines.models import parse_nli_answer
 
     assert parse_nli_answer("Yes") == "entailment" and parse_nli_answer("no") == "contradiction"
     assert parse_nli_answer("not possible to tell") == "neutral" and parse_nli_answer("nobody") == "neutral"
@@ -232,3 +232,64 @@ def test_max_length_below_the_model_limit_is_kept_and_recorded(tiny_roberta, tin
     assert s2s.max_length == 64 and s2s.info.details["max_length"] == 64
     gen = registry.load_generator("torch", tiny_t5)
     assert gen.max_input_length == 256 and gen.info.details["max_input_length"] == 256
+
+
+def test_unknown_options_are_one_line_naming_the_valid_ones(tiny_roberta, tiny_t5):
+    from breaknli_fast.engines.base import EngineOptionError
+
+    with pytest.raises(EngineOptionError, match=r"unknown torch classifier option 'max_lenght'; valid: .*max_length") as ei:
+        registry.load_classifier("torch", tiny_roberta, max_lenght=64)
+    assert "\n" not in str(ei.value)
+    with pytest.raises(EngineOptionError, match="unknown torch generator option 'max_batch'"):
+        registry.load_generator("torch", tiny_t5, max_batch=8)
+
+
+def test_options_are_typed_per_backend_and_go_to_the_roles_that_take_them():
+    from breaknli_fast.engines.base import EngineOptionError
+    from breaknli_fast.engines.ort import OrtOptions
+    from breaknli_fast.engines.tensorrt import TensorRTOptions
+    from breaknli_fast.engines.torch_ref import TorchOptions
+    from breaknli_fast.export.api import EXPORT_OPTS
+
+    o = OrtOptions.build("generator", {"step_graphs": "false", "validate": False, "threads": 2})
+    assert o.step_graphs is False and o.export.validate is False and o.threads == 2 and o.max_input_length == 256
+    assert set(EXPORT_OPTS) <= set(OrtOptions.keys("classifier")) and set(EXPORT_OPTS) <= set(TensorRTOptions.keys("classifier"))
+    assert "step_graphs" not in OrtOptions.keys("classifier") and "max_batch" not in TorchOptions.keys("generator")
+    clf, gen = registry.split_options("ort", {"max_batch": 8, "step_graphs": False, "threads": 2, "validate": False,
+                                              "gen.prompt_batch": 4, "clf.max_length": 64})
+    assert clf == {"max_batch": 8, "threads": 2, "validate": False, "max_length": 64}
+    assert gen == {"step_graphs": False, "threads": 2, "validate": False, "prompt_batch": 4}
+    with pytest.raises(EngineOptionError, match="unknown torch option 'step_graphs'"):
+        registry.split_options("torch", {"step_graphs": False})
+
+
+def test_an_engine_with_only_the_protocol_gets_the_optional_members():
+    """The registry completes an engine that implements only the Classifier / Generator protocols with the
+    defaults of the contract's optional members (what the bench calls)."""
+    registry.register("words", "tests.plugins.word_engine")
+    try:
+        clf, gen = registry.load_classifier("words", "any"), registry.load_generator("words", "any")
+    finally:
+        registry.unregister("words")
+    assert clf.info.engine == gen.info.engine == "words" and clf.stats is None and gen.stats is None
+    clf.clear_cache()
+    clf.reset_stats()
+    gen.reset_stats()
+    assert clf.classify([("A man sleeps.", "A man sleeps.")]).labels == ["entailment"]
+    assert gen.generate_ids(["Rewrite: A man sleeps."], 1, Decoding(), [0]) is None
+    assert gen.count_tokens(["a b c"]) == 3
+
+
+def test_exporters_import_no_engine_backend_and_backends_reach_them_through_the_api():
+    """Layering: the exporters build and validate on the engines' runtimes and the registry, never importing a
+    backend (torch_ref, ort, tensorrt); the backends that export on first use call export.api."""
+    from tests.test_imports import import_graph
+
+    graph = import_graph()
+    backends = {f"breaknli_fast.engines.{m}" for m in ("torch_ref", "ort", "tensorrt")}
+    for mod, deps in graph.items():
+        if mod.startswith("breaknli_fast.export"):
+            assert not deps & backends, (mod, deps & backends)
+        if mod.startswith("breaknli_fast.engines"):
+            into_export = {d for d in deps if d.startswith("breaknli_fast.export")}
+            assert into_export <= {"breaknli_fast.export.api", "breaknli_fast.export.errors"}, (mod, into_export)

@@ -327,7 +327,7 @@ def test_refuses_gpu_int8_and_tensorrt_for_t5(models):
 
 def _tensorrt_usable() -> str | None:
     try:
-        from breaknli_fast.export.tensorrt import require_tensorrt
+        from breaknli_fast.engines.tensorrt_runtime import require_tensorrt
 
         require_tensorrt()
         return None

@@ -84,7 +84,7 @@ def test_ort_fp32_classifier_matches_torch(ort_models, tiny_dir, family):
     assert d["graph_optimization"] == "all" and d["intra_op_threads"] >= 1
     assert d["validation"]["passed"] and d["export_dir"]
     # each call is tokenized once; every batch is padded from those tokens exactly as the tokenizer pads
-    from breaknli_fast.export.runtime import classifier_feeds
+    from breaknli_fast.engines.ort_runtime import classifier_feeds
 
     batch = PAIRS[3:11]
     want = classifier_feeds(clf.tokenizer, batch, clf.inputs, 128)

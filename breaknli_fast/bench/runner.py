@@ -37,8 +37,9 @@ from breaknli_fast.bench.specs import EngineSpec, parse_engines, with_reference
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import SAMPLE_NAME, Example, LoadedData, load_examples
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.base import Decoding, derive_seed
+from breaknli_fast.engines.base import ClassifierBase, Decoding, GeneratorBase, derive_seed
 from breaknli_fast.engines.loading import Models
+from breaknli_fast.engines.models import model_fingerprint
 from breaknli_fast.pipeline.breaknli import LoopConfig, dedup_candidates, funnel
 from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, breakdown
 from breaknli_fast.pipeline.verdicts import SELECTED
@@ -201,38 +202,10 @@ def _loadavg() -> list[float] | None:
 
 
 def _fingerprint(model: str) -> dict[str, Any] | None:
-    from breaknli_fast.engines.models import model_fingerprint
-
     try:
         return model_fingerprint(model)
     except Exception as e:  # noqa: BLE001 - a fingerprint is informative only
         return {"id": model, "error": first_line(e)}
-
-
-def _clear(clf: Any) -> None:
-    fn = getattr(clf, "clear_cache", None)
-    if callable(fn):
-        fn()
-
-
-def _reset(obj: Any) -> None:
-    st = getattr(obj, "stats", None)
-    if st is not None and callable(getattr(st, "reset", None)):
-        st.reset()
-
-
-def _split_opts(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Engine options: ``clf.key`` -> classifier only, ``gen.key`` -> generator only, plain -> both."""
-    c: dict[str, Any] = {}
-    g: dict[str, Any] = {}
-    for k, v in opts.items():
-        if k.startswith("clf."):
-            c[k[4:]] = v
-        elif k.startswith("gen."):
-            g[k[4:]] = v
-        else:
-            c[k] = g[k] = v
-    return c, g
 
 
 def workload_prompts(examples: list[Example], loop: LoopConfig, n: int) -> list[dict[str, Any]]:
@@ -259,10 +232,12 @@ def _pairs_from_candidates(items: list[dict[str, Any]], cands: list[list[str]], 
     return rel, ev
 
 
-def _greedy_ids(gen: Any, prompts: list[str], seeds: list[int], decoding: Decoding) -> tuple[list[list[int]], str]:
+def _greedy_ids(gen: GeneratorBase, prompts: list[str], seeds: list[int],
+                decoding: Decoding) -> tuple[list[list[int]], str]:
     dec = Decoding(strategy="greedy", max_new_tokens=decoding.max_new_tokens, min_new_tokens=decoding.min_new_tokens)
-    if callable(getattr(gen, "generate_ids", None)):
-        return [rows[0] for rows in gen.generate_ids(prompts, 1, dec, seeds)], "token ids"
+    ids = gen.generate_ids(prompts, 1, dec, seeds)
+    if ids is not None:
+        return [rows[0] for rows in ids], "token ids"
     texts = gen.generate(prompts, 1, dec, seeds)
     vocab: dict[str, int] = {}
     return [[vocab.setdefault(w, len(vocab)) for w in t[0].split()] for t in texts], "whitespace words (engine has no generate_ids)"
@@ -273,7 +248,7 @@ def _greedy_ids(gen: Any, prompts: list[str], seeds: list[int], decoding: Decodi
 class _Engine:
     """One loaded engine and what has been measured of it so far."""
 
-    def __init__(self, res: dict[str, Any], clf: Any, gen: Any, is_ref: bool):
+    def __init__(self, res: dict[str, Any], clf: ClassifierBase, gen: GeneratorBase, is_ref: bool):
         self.res, self.clf, self.gen, self.is_ref = res, clf, gen, is_ref
         self.label: str = res["label"]
         self.walls: list[float] = []
@@ -291,16 +266,16 @@ class _Engine:
 def _e2e_warmup(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig) -> int:
     warm = LoadedData(data.examples[: min(len(data.examples), WARMUP_EXAMPLES)], data.skips, data.source)
     for _ in range(max(0, cfg.warmup)):
-        _clear(eng.clf)
+        eng.clf.clear_cache()
         run_study(BreakNLIProbe(loop), data=warm, models=Models(eng.clf, eng.gen))
     return len(warm.examples)
 
 
 def _e2e_once(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig, hook: ProgressHook | None) -> None:
     clf, gen = eng.clf, eng.gen
-    _clear(clf)
-    _reset(clf)
-    _reset(gen)
+    clf.clear_cache()
+    clf.reset_stats()
+    gen.reset_stats()
     # the study entry point in memory (no run directory), on the engines loaded once for every stage
     res = run_study(BreakNLIProbe(loop), data=data, models=Models(clf, gen), hook=hook if eng.first is None else None)
     records, times = res.records, res.times
@@ -313,19 +288,19 @@ def _e2e_once(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig
     eng.records = records
     cls_s = sum(times.seconds.get(k, 0.0) for k in CLASSIFY_STAGES)
     pairs = sum(times.pairs.values())
-    cst, gst = getattr(clf, "stats", None), getattr(gen, "stats", None)
+    cst, gst = clf.stats, gen.stats
     eng.first = {
         "examples": times.examples,
         "stage_seconds": dict(times.seconds),
         "stage_pairs": dict(times.pairs),
         "classifier_pairs": pairs,
-        "classifier_pairs_computed": getattr(cst, "pairs_computed", None),
+        "classifier_pairs_computed": cst.pairs_computed if cst is not None else None,
         "classifier_pairs_per_s": pairs / cls_s if cls_s > 0 else None,
         "generated_sequences": times.sequences,
         "generated_tokens": times.new_tokens,
         "generated_tokens_per_s": times.new_tokens / times.seconds["generate"] if times.seconds.get("generate") else None,
-        "classifier_batch_latency": latency_stats(getattr(cst, "batch_seconds", []) or []),
-        "generator_call_latency": latency_stats(getattr(gst, "call_seconds", []) or []),
+        "classifier_batch_latency": latency_stats(cst.batch_seconds if cst is not None else []),
+        "generator_call_latency": latency_stats(gst.call_seconds if gst is not None else []),
     }
 
 
@@ -344,16 +319,15 @@ def _e2e_summary(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchCon
 
 def _classify_task(eng: _Engine, stage: str, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], dict[str, Any]]]:
     clf = eng.clf
-    st = getattr(clf, "stats", None)
     batch_s: list[float] = []
 
     def before() -> None:
-        _clear(clf)
-        _reset(clf)
+        clf.clear_cache()
+        clf.reset_stats()
 
     def after() -> None:
-        if st is not None:
-            batch_s.extend(getattr(st, "batch_seconds", []) or [])
+        if clf.stats is not None:
+            batch_s.extend(clf.stats.batch_seconds)
 
     task = Task(lambda: clf.classify(pairs), before, after)
 
@@ -374,18 +348,17 @@ def _generate_task(eng: _Engine, items: list[dict[str, Any]], loop: LoopConfig, 
     gen = eng.gen
     prompts = [it["prompt"] for it in items]
     seeds = [it["seed"] for it in items]
-    st = getattr(gen, "stats", None)
     calls: list[float] = []
     tokens: list[int] = []
     texts: list[list[list[str]]] = []
 
     def before() -> None:
-        _reset(gen)
+        gen.reset_stats()
 
     def after() -> None:
-        if st is not None and hasattr(st, "new_tokens"):
-            tokens.append(int(st.new_tokens))
-            calls.extend(getattr(st, "call_seconds", []) or [])
+        if gen.stats is not None:
+            tokens.append(int(gen.stats.new_tokens))
+            calls.extend(gen.stats.call_seconds)
 
     def fn() -> list[list[str]]:
         out = gen.generate(prompts, loop.k, loop.decoding, seeds)
@@ -422,7 +395,7 @@ def _generate_task(eng: _Engine, items: list[dict[str, Any]], loop: LoopConfig, 
 def _parity(eng: _Engine, loop: LoopConfig, cfg: BenchConfig, ref: dict[str, Any], meaningful: bool) -> dict[str, Any]:
     """Untimed: re-classify the fixed triples, greedy-decode the check prompts, compare with the reference."""
     clf, gen = eng.clf, eng.gen
-    _clear(clf)
+    clf.clear_cache()
     tp = par.triple_pairs(ref["triples"])
     tri = clf.classify(tp) if tp else None
     eng.logits["fixed_triples"] = np.asarray(tri.logits, dtype=np.float32) if tri is not None else np.zeros((0, 3), np.float32)
@@ -627,12 +600,12 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
         log(f"[{spec.label}] loading")
         res["load_average_start"] = _loadavg()
         mem = PeakMemory(cfg.device).start()
-        c_extra, g_extra = _split_opts(spec.opts)
-        if cfg.threads:  # torch's threads are process-wide: its loaders set them again (split by workers)
-            c_extra.setdefault("threads", cfg.threads)
-            g_extra.setdefault("threads", cfg.threads)
         t0 = time.perf_counter()
         try:
+            c_extra, g_extra = spec.role_options()
+            if cfg.threads:  # torch's threads are process-wide: its loaders set them again (split by workers)
+                c_extra.setdefault("threads", cfg.threads)
+                g_extra.setdefault("threads", cfg.threads)
             clf = registry.load_classifier(spec.engine, res["models"]["classifier"], precision=spec.precision,
                                            device=cfg.device, **{**clf_opts, **c_extra})
             gen = registry.load_generator(spec.engine, res["models"]["generator"], precision=spec.precision,

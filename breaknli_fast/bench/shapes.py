@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from breaknli_fast.bench.specs import BenchSpecError
+from breaknli_fast.engines import random_weights as rw
+from breaknli_fast.engines.models import assets_models_dir
+from breaknli_fast.engines.random_weights import ID2LABEL
 
-ID2LABEL = {0: "contradiction", 1: "neutral", 2: "entailment"}  # the MNLI checkpoints' order
 SHAPES_VERSION = 1
 
 
@@ -136,8 +138,6 @@ def _hash(obj: Any) -> str:
 def shipped_tokenizer(family: str, vocab_size: int) -> Path | None:
     """The shipped mini model whose tokenizer a random-weight model of ``family`` reuses, when it is
     installed and its ids fit the model's vocabulary."""
-    from breaknli_fast.engines.models import assets_models_dir
-
     path = assets_models_dir() / ("mini-t5" if family == "t5" else "mini-nli")
     if not (path / "tokenizer_config.json").exists():
         return None
@@ -174,13 +174,11 @@ def build_random_model(name: str, cache_dir: str | Path | None = None, texts: It
                        log: Callable[[str], None] | None = None) -> Path:
     """Build (or reuse from the cache) a model folder with the real architecture of ``name`` and
     random weights. Returns the folder (config.json, model.safetensors, tokenizer files)."""
-    from breaknli_fast import testing
-
     name = shape_name(name)
     shape = dict(SHAPES[name])
     family = shape.pop("family")
     shipped = shipped_tokenizer(family, int(shape["vocab_size"]))
-    text_list = list(testing.corpus()) + sorted({t for t in texts if t})
+    text_list = list(rw.corpus()) + sorted({t for t in texts if t})
     tok_key = {"shipped": str(shipped), "files": _tokenizer_hash(shipped)} if shipped else {"texts": _hash(text_list)}
     key = _hash({"v": SHAPES_VERSION, "name": name, "shape": shape, "seed": seed, "tokenizer": tok_key})
     out = Path(cache_dir or default_cache_dir()) / f"{name}-{key}"
@@ -196,7 +194,7 @@ def build_random_model(name: str, cache_dir: str | Path | None = None, texts: It
     if family == "t5":
         from transformers import T5Config, T5ForConditionalGeneration
 
-        tok = _copy_tokenizer(shipped, out) if shipped else testing.train_spm_tokenizer(out, text_list, vocab_size=4000)
+        tok = _copy_tokenizer(shipped, out) if shipped else rw.train_spm_tokenizer(out, text_list, vocab_size=4000)
         cfg = T5Config(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **shape)
         cfg.architectures = ["T5ForConditionalGeneration"]
         model = T5ForConditionalGeneration(cfg)
@@ -205,7 +203,7 @@ def build_random_model(name: str, cache_dir: str | Path | None = None, texts: It
     else:
         from transformers import AutoModelForSequenceClassification, BartConfig, DebertaConfig, DebertaV2Config, RobertaConfig
 
-        tok = _copy_tokenizer(shipped, out) if shipped else testing.train_bpe_tokenizer(out, text_list, vocab_size=4000)
+        tok = _copy_tokenizer(shipped, out) if shipped else rw.train_bpe_tokenizer(out, text_list, vocab_size=4000)
         common = dict(num_labels=3, id2label=dict(ID2LABEL), label2id={v: k for k, v in ID2LABEL.items()},
                       pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
         if family == "roberta":

@@ -3,8 +3,11 @@
 Examples: ``torch:fp32``, ``ort:int8``, ``tensorrt:fp16``, and, to compare another model folder
 under the same engine (an exported or quantised copy, a deliberately perturbed classifier),
 ``torch:fp32:label=perm:classifier=/path/to/model``. Recognised keys: ``label`` (the name shown in
-reports), ``classifier`` and ``generator`` (model overrides for this engine only); any other key is
-passed to the engine's loaders as an option (integers and floats are converted).
+reports), ``classifier`` and ``generator`` (model overrides for this engine only); any other key is an
+option of the engine's loaders (integers, floats and true / false are converted): ``clf.key`` for the
+classifier only, ``gen.key`` for the generator only, a plain key for each role whose loader takes it (the
+backend's typed options class says which; a key neither takes is refused with the valid ones, see
+:func:`breaknli_fast.engines.registry.split_options`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from breaknli_fast.engines import registry
 from breaknli_fast.engines.registry import PRECISIONS
 from breaknli_fast.errors import UserError
 
@@ -29,7 +33,7 @@ class EngineSpec:
     label: str = ""
     classifier: str | None = None  # model override for this engine only
     generator: str | None = None
-    opts: dict[str, Any] = field(default_factory=dict)  # extra loader options
+    opts: dict[str, Any] = field(default_factory=dict)  # loader options, as given (clf. / gen. prefixes kept)
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -39,6 +43,10 @@ class EngineSpec:
     def is_plain_reference(self) -> bool:
         """torch:fp32 on the bench's own models, without options: a valid reference."""
         return (self.engine, self.precision) == REFERENCE and not (self.classifier or self.generator or self.opts)
+
+    def role_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(classifier options, generator options) of this engine's loaders."""
+        return registry.split_options(self.engine, self.opts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

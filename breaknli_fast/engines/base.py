@@ -18,6 +18,13 @@ live here, once, in :class:`BatchedClassifier`: a backend implements only
 ``_run`` (tokenize each call once on the calling thread, pad each batch from those tokens, run the
 model on a worker thread), which lets ``workers > 1`` run batches side by side on the CPU
 (:class:`Workers`).
+
+The contract has required members (the :class:`Classifier` / :class:`Generator` protocols: what the
+study loop calls) and optional ones with defaults (:class:`ClassifierBase` / :class:`GeneratorBase`:
+counters, a pair cache, token ids; what the bench measures). Backends subclass the bases; an engine that
+implements only the protocols is completed with the defaults by the registry (:func:`as_classifier`,
+:func:`as_generator`). Each backend's loader options are a typed :class:`EngineOptions` subclass beside
+its implementation, built from keyword options by :meth:`EngineOptions.build`, which refuses unknown keys.
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ import hashlib
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import numpy as np
 
 from breaknli_fast.data.labels import LABELS
+from breaknli_fast.errors import UserError
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT
 
 Pair = tuple[str, str]
 
@@ -158,6 +167,90 @@ class Generator(Protocol):
         ...
 
 
+# -- typed loader options ---------------------------------------------------------------------------
+
+CLASSIFIER, GENERATOR = "classifier", "generator"
+ROLES = (CLASSIFIER, GENERATOR)
+
+
+class EngineOptionError(UserError, ValueError):
+    """An option that an engine's loader does not take (one line naming those it takes)."""
+
+
+def option(default: Any = None, *, roles: tuple[str, ...] = ROLES) -> Any:
+    """A field of an :class:`EngineOptions` subclass, taken by the loaders of ``roles``."""
+    return field(default=default, metadata={"roles": roles})
+
+
+def nested_options(cls: type, *, roles: tuple[str, ...] = ROLES) -> Any:
+    """A field holding another options dataclass whose fields are given flat, by their own names (the export
+    options of the engines that export on first use)."""
+    return field(default_factory=cls, metadata={"roles": roles, "nested": cls})
+
+
+_O = TypeVar("_O", bound="EngineOptions")
+
+
+@dataclass
+class EngineOptions:
+    """The options of a backend's ``load_classifier`` / ``load_generator``, typed.
+
+    The fields here are those every engine takes, since the study passes them to whichever engine runs
+    (:class:`~breaknli_fast.engines.loading.EngineConfig`); each backend subclasses this beside its
+    implementation with its own fields and sets :attr:`engine`. A field's metadata says which roles' loaders
+    take it; :meth:`build` turns a loader's keyword options into the dataclass and refuses a key the role
+    does not take."""
+
+    engine: ClassVar[str] = "engine"
+
+    threads: int | None = option()  # CPU threads in all (the engines split them into workers)
+    workers: int | str | None = option()  # CPU batches side by side: a number, "auto" or None (the engine's default)
+    label_map: Mapping[str, str] | None = option(roles=(CLASSIFIER,))  # model label name -> canonical label
+    max_length: int = option(256, roles=(CLASSIFIER,))  # tokens of a pair (capped at the model's own limit)
+    token_budget: int = option(8192, roles=(CLASSIFIER,))  # padded tokens per batch
+    max_batch: int | None = option(roles=(CLASSIFIER,))  # pairs per batch (None: the engine's choice)
+    prompt: str = option(DEFAULT_NLI_PROMPT, roles=(CLASSIFIER,))  # text-to-text NLI models: the prompt's name
+    method: str = option("score", roles=(CLASSIFIER,))  # text-to-text NLI models: score or generate
+
+    @classmethod
+    def keys(cls, role: str) -> list[str]:
+        """The option names the ``role`` loader takes, in field order (a nested options class's by their own names)."""
+        out: list[str] = []
+        for f in fields(cls):
+            if role in f.metadata.get("roles", ROLES):
+                sub = f.metadata.get("nested")
+                out.extend(g.name for g in fields(sub)) if sub is not None else out.append(f.name)
+        return out
+
+    @classmethod
+    def build(cls: type[_O], role: str, opts: Mapping[str, Any]) -> _O:
+        """The options of a ``role`` loader from its keyword options; a key it does not take raises
+        :class:`EngineOptionError`."""
+        valid = cls.keys(role)
+        unknown = [k for k in opts if k not in valid]
+        if unknown:
+            raise EngineOptionError(f"unknown {cls.engine} {role} option{'s' if len(unknown) > 1 else ''} "
+                                    f"{', '.join(map(repr, unknown))}; valid: {', '.join(valid) or 'none'}")
+        kw: dict[str, Any] = {}
+        for f in fields(cls):
+            sub = f.metadata.get("nested")
+            if sub is not None:
+                names = {g.name for g in fields(sub)}
+                kw[f.name] = sub(**{k: v for k, v in opts.items() if k in names})
+            elif f.name in opts:
+                kw[f.name] = opts[f.name]
+        return cls(**kw)
+
+
+def parse_flag(value: Any, error: type[Exception] = ValueError) -> bool:
+    """A boolean option that may come from the command line as text (``step_graphs=false``)."""
+    if isinstance(value, str):
+        if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+            raise error(f"expected true or false, not {value!r}")
+        return value.lower() in ("1", "true", "yes")
+    return bool(value)
+
+
 DEFAULT_MAX_BATCH = 64  # pairs per classifier batch unless the engine or the user says otherwise
 
 
@@ -280,7 +373,114 @@ class ClassifierStats:
         self.batch_seconds = []
 
 
-class BatchedClassifier:
+@dataclass
+class GeneratorStats:
+    """Counters kept by a generator (for token rates and call latencies)."""
+
+    prompts: int = 0
+    sequences: int = 0
+    new_tokens: int = 0  # generated ids, padding excluded
+    seconds: float = 0.0
+    call_seconds: list[float] = field(default_factory=list)  # one entry per batch of prompts
+
+    def reset(self) -> None:
+        self.prompts = self.sequences = self.new_tokens = 0
+        self.seconds = 0.0
+        self.call_seconds = []
+
+
+class ClassifierBase:
+    """A :class:`Classifier` with the optional members of the contract and their defaults:
+
+    * ``stats``: the engine's counters, or ``None`` when it keeps none;
+    * ``clear_cache()``: forget the pairs computed so far (default: nothing is cached);
+    * ``reset_stats()``: zero the counters."""
+
+    info: EngineInfo
+    stats: ClassifierStats | None = None
+
+    def classify(self, pairs: Sequence[Pair]) -> Predictions:
+        raise NotImplementedError
+
+    def clear_cache(self) -> None:
+        """Nothing to forget: the engine caches no pairs."""
+
+    def reset_stats(self) -> None:
+        if self.stats is not None:
+            self.stats.reset()
+
+
+class GeneratorBase:
+    """A :class:`Generator` with the optional members of the contract and their defaults:
+
+    * ``stats``: the engine's counters, or ``None`` when it keeps none;
+    * ``generate_ids(...)``: the token ids behind :meth:`generate`'s texts, or ``None`` from an engine that
+      has texts only;
+    * ``reset_stats()``: zero the counters."""
+
+    info: EngineInfo
+    stats: GeneratorStats | None = None
+
+    def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
+        raise NotImplementedError
+
+    def count_tokens(self, texts: Iterable[str]) -> int:
+        raise NotImplementedError
+
+    def generate_ids(self, prompts: Sequence[str], n: int, decoding: Decoding,
+                     seeds: Sequence[int]) -> list[list[list[int]]] | None:
+        """``n`` rows of generated token ids per prompt (without the decoder start token and padding); ``None``:
+        the engine has no token ids."""
+        return None
+
+    def reset_stats(self) -> None:
+        if self.stats is not None:
+            self.stats.reset()
+
+
+class _Completed:
+    """An engine that implements only the protocol, completed with the defaults of its base class. Its other
+    attributes are read from the engine (backend-specific members stay reachable)."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    @property
+    def info(self) -> EngineInfo:
+        return self._engine.info
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_engine":  # not set yet (copying, unpickling)
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+
+class _CompletedClassifier(_Completed, ClassifierBase):
+    def classify(self, pairs: Sequence[Pair]) -> Predictions:
+        return self._engine.classify(pairs)
+
+
+class _CompletedGenerator(_Completed, GeneratorBase):
+    def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
+        return self._engine.generate(prompts, n, decoding, seeds)
+
+    def count_tokens(self, texts: Iterable[str]) -> int:
+        return self._engine.count_tokens(texts)
+
+
+def as_classifier(engine: Classifier) -> ClassifierBase:
+    """``engine`` with every member of the classifier contract (the defaults where it implements only
+    :class:`Classifier`)."""
+    return engine if isinstance(engine, ClassifierBase) else _CompletedClassifier(engine)
+
+
+def as_generator(engine: Generator) -> GeneratorBase:
+    """``engine`` with every member of the generator contract (the defaults where it implements only
+    :class:`Generator`)."""
+    return engine if isinstance(engine, GeneratorBase) else _CompletedGenerator(engine)
+
+
+class BatchedClassifier(ClassifierBase):
     """Shared machinery of every classifier engine: de-duplication and token-budget batching.
 
     Subclasses implement either ``_token_lengths(pairs)`` (token count of each encoded pair, as
@@ -297,6 +497,7 @@ class BatchedClassifier:
     """
 
     info: EngineInfo
+    stats: ClassifierStats
     cpu_max_batch: int | None = None  # the engine's pairs per batch on the CPU when ``max_batch`` is not given
 
     @classmethod
@@ -345,6 +546,7 @@ class BatchedClassifier:
 
     # -- shared -------------------------------------------------------------------------
     def clear_cache(self) -> None:
+        """Forget the pairs computed so far (the next call computes them again)."""
         if self._cache is not None:
             self._cache.clear()
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 import queue
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from breaknli_fast.engines.base import Decoding, EngineInfo, Workers
+from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, EngineOptions, GeneratorBase, GeneratorStats,
+                                        Workers, option)
+from breaknli_fast.engines.hf import use_torch_threads
 from breaknli_fast.engines.models import effective_max_length
 from breaknli_fast.engines.sampling import COMPACT_SHARE, TorchStepper, sample
 
@@ -101,17 +103,12 @@ def diverse_beam_search(model: Any, enc: dict[str, torch.Tensor], n: int, decodi
 
 
 @dataclass
-class GeneratorStats:
-    prompts: int = 0
-    sequences: int = 0
-    new_tokens: int = 0
-    seconds: float = 0.0
-    call_seconds: list[float] = field(default_factory=list)
+class GenerationOptions(EngineOptions):
+    """The options of :class:`HFGenerator` that its engines' generator loaders take (the torch and ort
+    backends' options classes derive from this)."""
 
-    def reset(self) -> None:
-        self.prompts = self.sequences = self.new_tokens = 0
-        self.seconds = 0.0
-        self.call_seconds = []
+    max_input_length: int = option(256, roles=(GENERATOR,))  # prompt tokens (capped at the model's own limit)
+    prompt_batch: int = option(8, roles=(GENERATOR,))  # prompts per generator batch
 
 
 # generation_config fields whose processors the batched sampler does not apply (it then falls back
@@ -147,7 +144,7 @@ def _cut(tokens: list[int], eos: int, pad: int) -> list[int]:
     return out
 
 
-class HFGenerator:
+class HFGenerator(GeneratorBase):
     """A :class:`~breaknli_fast.engines.base.Generator` over a seq2seq model.
 
     Sampling (the default decoding) runs :func:`breaknli_fast.engines.sampling.sample` over the
@@ -166,6 +163,8 @@ class HFGenerator:
     model's own limit (:func:`~breaknli_fast.engines.models.effective_max_length`: the tokenizer's
     ``model_max_length``, else 512 for T5's relative positions); the length used is recorded in
     ``info.details``."""
+
+    stats: GeneratorStats
 
     def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str = "cpu", max_input_length: int = 256,
                  prompt_batch: int = 8, stepper: Any = None, model_loader: Any = None, config: Any = None,
@@ -242,8 +241,6 @@ class HFGenerator:
         if len(seeds) != len(prompts):
             raise ValueError("one seed per prompt is required")
         if self.torch_threads:
-            from breaknli_fast.engines.torch_ref import use_torch_threads
-
             use_torch_threads(self.torch_threads)
         cfg = self.config
         start, eos, pad = int(cfg.decoder_start_token_id or 0), int(cfg.eos_token_id), int(self.tokenizer.pad_token_id)

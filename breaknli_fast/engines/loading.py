@@ -2,7 +2,8 @@
 
 The backends export on first use and cache the export (``breaknli_fast.export``); this module picks the engine
 (``auto``), loads each role a study needs (classifier, generator), and falls back from ``auto``'s choice to the
-torch reference when a model does not export or its export does not match torch.
+torch reference when a model does not export or its export does not match torch. The options go to the
+backends' loaders as keyword options, which each backend turns into its typed options class (and checks).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.base import Classifier, Generator
+from breaknli_fast.engines.base import Classifier, ClassifierBase, Generator, GeneratorBase
 from breaknli_fast.errors import UserError, first_line
+from breaknli_fast.export.errors import ExportError
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT
 
 
@@ -32,20 +34,31 @@ class EngineConfig:
     max_batch: int | None = None
     nli_prompt: str = DEFAULT_NLI_PROMPT
     nli_method: str = "score"
-    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options, passed through
+    # backend-specific options: ``clf.key`` / ``gen.key`` for one role, a plain key for each role that takes it
+    # (registry.split_options)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def _common(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"threads": self.threads} if self.threads else {}
         if self.workers is not None:
             opts["workers"] = self.workers
-        return {**opts, **self.extra}
+        return opts
 
-    def classifier_options(self) -> dict[str, Any]:
+    def classifier_options(self, engine: str | None = None) -> dict[str, Any]:
+        """The keyword options of ``engine``'s classifier loader (``engine``: this config's, ``auto`` resolved)."""
         return {"label_map": self.label_map, "max_length": self.max_length, "token_budget": self.token_budget,
-                "max_batch": self.max_batch, "prompt": self.nli_prompt, "method": self.nli_method, **self._common()}
+                "max_batch": self.max_batch, "prompt": self.nli_prompt, "method": self.nli_method, **self._common(),
+                **self._extra(engine)[0]}
 
-    def generator_options(self) -> dict[str, Any]:
-        return self._common()
+    def generator_options(self, engine: str | None = None) -> dict[str, Any]:
+        """The keyword options of ``engine``'s generator loader (``engine``: this config's, ``auto`` resolved)."""
+        return {**self._common(), **self._extra(engine)[1]}
+
+    def _extra(self, engine: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        if not self.extra:
+            return {}, {}
+        return registry.split_options(engine or registry.resolve_engine(self.engine, self.precision, self.device),
+                                      self.extra)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,10 +75,9 @@ class Models:
     notes: list[str] = field(default_factory=list)
 
 
-def _fallback_errors() -> tuple[type[BaseException], ...]:
-    from breaknli_fast.export.errors import ExportError
-
-    return (ExportError, registry.EngineUnavailable)
+# a backend that cannot take the model (no export, an export that fails validation, missing libraries or hardware):
+# auto falls back to torch
+FALLBACK_ERRORS = (ExportError, registry.EngineUnavailable)
 
 
 def load_models(cfg: EngineConfig, classifier: str, generator: str | None = None,
@@ -75,17 +87,17 @@ def load_models(cfg: EngineConfig, classifier: str, generator: str | None = None
     and ``note`` is told why."""
     engine = registry.resolve_engine(cfg.engine, cfg.precision, cfg.device)
 
-    def load(name: str) -> tuple[Classifier, Generator | None]:
+    def load(name: str) -> tuple[ClassifierBase, GeneratorBase | None]:
         clf = registry.load_classifier(name, classifier, precision=cfg.precision, device=cfg.device,
-                                       **cfg.classifier_options())
+                                       **cfg.classifier_options(name))
         gen = (registry.load_generator(name, generator, precision=cfg.precision, device=cfg.device,
-                                       **cfg.generator_options()) if generator else None)
+                                       **cfg.generator_options(name)) if generator else None)
         return clf, gen
 
     notes: list[str] = []
     try:
         clf, gen = load(engine)
-    except _fallback_errors() as e:
+    except FALLBACK_ERRORS as e:
         if cfg.engine != registry.AUTO or engine == "torch":
             raise
         msg = f"--engine auto: {engine} is not usable here ({first_line(e)}); running on torch"

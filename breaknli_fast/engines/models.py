@@ -1,4 +1,7 @@
-"""Resolving model names: shipped mini models, local folders, Hugging Face hub ids."""
+"""Hugging Face model helpers shared by every backend and by the exporters: model names (shipped mini models,
+local folders, hub ids), configs and tokenizers, the order of a model's labels and answer words, input-length
+limits and fingerprints. Nothing here imports torch (transformers is imported on use), so the command line and
+the exporters import it at no cost."""
 
 from __future__ import annotations
 
@@ -6,9 +9,11 @@ import difflib
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
+from breaknli_fast.data.labels import LABELS, map_id2label
 from breaknli_fast.errors import UserError
+from breaknli_fast.prompts import NLI_ANSWERS
 
 MINI_MODELS = ("mini-nli", "mini-t5", "mini-mlm")
 
@@ -55,6 +60,48 @@ def load_config(name: str) -> Any:
     except OSError as e:  # not found locally, hub unreachable, ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelLoadError(f"cannot load model {name!r}: {first}") from None
+
+
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer of a model folder or hub id, or a one-line :class:`ModelLoadError`."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"cannot load the tokenizer of {path!r}: {first}") from None
+
+
+def label_permutation(config: Any, label_map: Mapping[str, str] | None = None) -> list[int]:
+    """Model output index for each canonical label column (LABELS order), via ``id2label``."""
+    model_labels = map_id2label(config.id2label, label_map)
+    return [model_labels.index(lab) for lab in LABELS]
+
+
+def answer_token_ids(tokenizer: Any) -> list[int]:
+    """First token id of each answer word, in LABELS order (entailment=yes, neutral=it..., contradiction=no)."""
+    ids = []
+    for lab in LABELS:
+        toks = tokenizer(NLI_ANSWERS[lab], add_special_tokens=False)["input_ids"]
+        # skip a bare word-boundary piece ("▁") that some SentencePiece models emit first
+        toks = [t for t in toks if tokenizer.decode([t]).strip()]
+        if not toks:
+            raise ModelLoadError(f"the tokenizer gives no token for the answer {NLI_ANSWERS[lab]!r}")
+        ids.append(int(toks[0]))
+    if len(set(ids)) != 3:
+        raise ModelLoadError("the answer words yes / it / no share a first token under this tokenizer")
+    return ids
+
+
+def parse_nli_answer(text: str) -> str:
+    """Flan-T5 answer text to a label: yes -> entailment, no -> contradiction, anything else -> neutral."""
+    t = text.strip().lower()
+    if t.startswith("yes"):
+        return "entailment"
+    if t.startswith("no") and (len(t) == 2 or not t[2].isalpha()):
+        return "contradiction"
+    return "neutral"
 
 
 def model_kind(config: Any) -> str:

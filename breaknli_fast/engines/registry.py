@@ -1,16 +1,24 @@
-"""Engine registry: name -> (classifier loader, generator loader). Backends import lazily, so
-``torch`` works without onnxruntime or tensorrt installed."""
+"""Engine registry: name -> backend module. Backends import lazily, so ``torch`` works without onnxruntime or
+tensorrt installed.
+
+A backend is one module with ``load_classifier(model, precision, device, **opts)`` and
+``load_generator(model, precision, device, **opts)``, returning engines of the contract of
+:mod:`breaknli_fast.engines.base`, and optionally ``OPTIONS``: its typed options class (an
+:class:`~breaknli_fast.engines.base.EngineOptions` subclass; the loaders build it from ``opts`` and refuse
+unknown keys). Adding an engine is that module and one :func:`register` call (or one line in ``_ENGINES``).
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+import importlib.util
+from typing import Any, Mapping
 
-from breaknli_fast.engines.base import Classifier, Generator
+from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, ClassifierBase, EngineOptionError, EngineOptions,
+                                        GeneratorBase, as_classifier, as_generator)
 from breaknli_fast.errors import UserError
 
-# engine name -> module path; each module provides load_classifier(model, precision, device, **opts)
-# and load_generator(model, precision, device, **opts).
+# engine name -> module path
 _ENGINES: dict[str, str] = {
     "torch": "breaknli_fast.engines.torch_ref",
     "ort": "breaknli_fast.engines.ort", "tensorrt": "breaknli_fast.engines.tensorrt",
@@ -18,6 +26,8 @@ _ENGINES: dict[str, str] = {
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 AUTO = "auto"
+# prefixes of an option meant for one role only (bench specs, EngineConfig.extra)
+ROLE_PREFIXES = {"clf.": CLASSIFIER, "gen.": GENERATOR}
 
 
 class EngineUnavailable(UserError):
@@ -49,8 +59,6 @@ def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") ->
 
 
 def _installed(*modules: str) -> bool:
-    import importlib.util
-
     try:
         return all(importlib.util.find_spec(m) is not None for m in modules)
     except (ImportError, ValueError):  # a parent package missing or broken
@@ -63,11 +71,39 @@ def _module(engine: str) -> Any:
     return importlib.import_module(_ENGINES[engine])
 
 
-def load_classifier(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> Classifier:
-    fn: Callable[..., Classifier] = _module(engine).load_classifier
-    return fn(model, precision=precision, device=device, **opts)
+def options_class(engine: str) -> type[EngineOptions] | None:
+    """The typed options class of ``engine``'s loaders (``None`` for a backend that declares none)."""
+    return getattr(_module(engine), "OPTIONS", None)
 
 
-def load_generator(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> Generator:
-    fn: Callable[..., Generator] = _module(engine).load_generator
-    return fn(model, precision=precision, device=device, **opts)
+def split_options(engine: str, opts: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(classifier options, generator options) of ``engine`` from options meant for either: ``clf.key`` goes to
+    the classifier only, ``gen.key`` to the generator only, a plain key to each role whose loader takes it (to
+    both for a backend without an options class). A plain key that no role takes raises the one-line
+    :class:`~breaknli_fast.engines.base.EngineOptionError`; prefixed keys are checked by the loaders."""
+    cls = options_class(engine)
+    out: dict[str, dict[str, Any]] = {CLASSIFIER: {}, GENERATOR: {}}
+    for key, value in opts.items():
+        prefix = next((p for p in ROLE_PREFIXES if key.startswith(p)), None)
+        if prefix is not None:
+            out[ROLE_PREFIXES[prefix]][key[len(prefix):]] = value
+            continue
+        roles = [r for r in out if cls is None or key in cls.keys(r)]
+        if not roles:
+            valid = sorted(set(cls.keys(CLASSIFIER)) | set(cls.keys(GENERATOR))) if cls else []
+            raise EngineOptionError(f"unknown {engine} option {key!r}; valid: {', '.join(valid)}")
+        for r in roles:
+            out[r][key] = value
+    return out[CLASSIFIER], out[GENERATOR]
+
+
+def load_classifier(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> ClassifierBase:
+    """``engine``'s classifier of ``model``, with every member of the contract (defaults where the backend
+    implements only the :class:`~breaknli_fast.engines.base.Classifier` protocol)."""
+    return as_classifier(_module(engine).load_classifier(model, precision=precision, device=device, **opts))
+
+
+def load_generator(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> GeneratorBase:
+    """``engine``'s generator of ``model``, with every member of the contract (defaults where the backend
+    implements only the :class:`~breaknli_fast.engines.base.Generator` protocol)."""
+    return as_generator(_module(engine).load_generator(model, precision=precision, device=device, **opts))

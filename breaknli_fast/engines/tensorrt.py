@@ -1,64 +1,77 @@
 """The native TensorRT engine (classifiers only; TensorRT 10 Python runtime).
 
 UNTESTED HERE: no TensorRT and no GPU on the development machines (see
-``breaknli_fast/export/tensorrt.py``). Without TensorRT or a CUDA GPU, both loaders raise
+:mod:`breaknli_fast.engines.tensorrt_runtime`). Without TensorRT or a CUDA GPU, both loaders raise
 :class:`EngineUnavailable` with one line saying what to install. Generators are not supported
 yet (an autoregressive decoder with a KV cache needs its own engine pair and a decoding loop);
 use ``--engine ort --device cuda`` for Flan-T5, optionally with ``provider="tensorrt"`` (ONNX
 Runtime's TensorRT execution provider).
+
+The classifier loader builds the plan on first use (:func:`breaknli_fast.export.api.export_model`, format
+``tensorrt``) and runs it on :class:`~breaknli_fast.engines.tensorrt_runtime.TrtRunner`. Its options are
+:class:`TensorRTOptions`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
+from transformers import AutoConfig, AutoTokenizer
 
-from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair
-from breaknli_fast.engines.models import ModelLoadError, effective_max_length, load_config, model_kind
+from breaknli_fast.engines.base import CLASSIFIER, BatchedClassifier, EngineInfo, EngineOptions, Pair, nested_options
+from breaknli_fast.engines.models import ModelLoadError, effective_max_length, label_permutation, load_config, model_kind
+from breaknli_fast.engines.ort_runtime import classifier_feeds
 from breaknli_fast.engines.registry import EngineUnavailable
+from breaknli_fast.engines.tensorrt_runtime import PLAN_FILE, TrtRunner, require_tensorrt
+from breaknli_fast.export.api import ExportOptions, export_model
 
 PRECISIONS = ("fp32", "fp16", "int8")
-EXPORT_OPTS = ("cache_dir", "force", "calibration_pairs", "calibration_size", "validation_size", "tolerances", "validate",
-               "progress", "out_dir")
 GENERATOR_UNSUPPORTED = (
     "the tensorrt engine does not support generators yet: use --engine ort --device cuda for Flan-T5 "
     "(ONNX Runtime, optionally with its TensorRT execution provider)"
 )
 
 
+@dataclass
+class TensorRTOptions(EngineOptions):
+    """The options of the tensorrt engine's classifier loader: the common ones (``threads`` and ``workers``
+    are taken, as the study passes them to every engine, and unused: batches run on the GPU one after another)
+    and the export options."""
+
+    engine = "tensorrt"
+
+    export: ExportOptions = nested_options(ExportOptions, roles=(CLASSIFIER,))  # passed through to export_model
+
+
+OPTIONS = TensorRTOptions  # the registry reads a backend's options class here
+
+
 class TrtClassifier(BatchedClassifier):
     """A sequence classifier as a serialized TensorRT engine (built and validated by ``export_model``)."""
 
-    def __init__(self, model: str, precision: str = "fp32", device: str = "cuda", label_map: Mapping[str, str] | None = None,
-                 max_length: int = 256, token_budget: int = 8192, max_batch: int | None = None, **export_opts: Any):
-        from transformers import AutoConfig, AutoTokenizer
-
-        from breaknli_fast.engines.torch_ref import label_permutation
-        from breaknli_fast.export import export_model
-        from breaknli_fast.export.tensorrt import PLAN_FILE, TrtRunner, require_tensorrt
-
+    def __init__(self, model: str, precision: str = "fp32", device: str = "cuda", opts: TensorRTOptions | None = None):
+        o = opts or TensorRTOptions()
         if precision not in PRECISIONS:
             raise ModelLoadError(f"the tensorrt engine runs fp32, fp16 or int8, not {precision!r}")
         if not device.startswith("cuda"):
             raise ModelLoadError("the tensorrt engine runs on --device cuda only")
         require_tensorrt()
-        max_batch = self.resolve_max_batch(max_batch, device)  # needed by the engine build, before __init__
-        kw = {k: export_opts.pop(k) for k in list(export_opts) if k in EXPORT_OPTS}
-        kw.setdefault("progress", False)
+        max_batch = self.resolve_max_batch(o.max_batch, device)  # needed by the engine build, before __init__
         self.exported = export_model(model, format="tensorrt", precision=precision, device=device,
-                                     max_length=max_length, max_batch=max_batch, **kw)
+                                     max_length=o.max_length, max_batch=max_batch, **o.export.kwargs())
         folder = self.exported.path
         self.runner = TrtRunner(folder / PLAN_FILE, device)
-        super().__init__(token_budget=token_budget, max_batch=min(max_batch, self.runner.max_batch))
+        super().__init__(token_budget=o.token_budget, max_batch=min(max_batch, self.runner.max_batch))
         config = AutoConfig.from_pretrained(str(folder))
-        self.perm = label_permutation(config, label_map)
+        self.perm = label_permutation(config, o.label_map)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         # the model's own limit (export_model built the profile within it) and the engine's profile
-        self.max_length, limits = effective_max_length(min(max_length, self.runner.max_length or max_length), config,
-                                                       self.tokenizer)
-        limits["max_length_requested"] = max_length
-        import onnx
+        self.max_length, limits = effective_max_length(min(o.max_length, self.runner.max_length or o.max_length),
+                                                       config, self.tokenizer)
+        limits["max_length_requested"] = o.max_length
+        import onnx  # optional (the onnx extra): installed where export_model just ran
 
         graph = next(iter(sorted(folder.glob("*.onnx"))))
         self.inputs = list(onnx.load(str(graph), load_external_data=False).graph.input)
@@ -75,15 +88,14 @@ class TrtClassifier(BatchedClassifier):
         return [len(x) for x in enc["input_ids"]]
 
     def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        from breaknli_fast.export.runtime import classifier_feeds
-
         feeds = classifier_feeds(self.tokenizer, pairs, self.inputs, self.max_length)
         return self.runner.run(feeds)["logits"][:, self.perm]
 
 
 def load_classifier(model: str, precision: str = "fp32", device: str = "cuda", **opts: Any) -> BatchedClassifier:
-    from breaknli_fast.export.tensorrt import require_tensorrt
-
+    """A sequence classifier on TensorRT; ``opts``: :class:`TensorRTOptions` of the classifier role (``prompt``
+    and ``method`` are taken and unused: text-to-text models do not run here)."""
+    o = TensorRTOptions.build(CLASSIFIER, opts)
     require_tensorrt()
     if device == "cpu":
         raise ModelLoadError("the tensorrt engine runs on --device cuda only")
@@ -92,8 +104,7 @@ def load_classifier(model: str, precision: str = "fp32", device: str = "cuda", *
         raise EngineUnavailable(
             "the tensorrt engine runs sequence classifiers only; for Flan-T5 as the NLI model use --engine ort --device cuda"
         )
-    opts = {k: v for k, v in opts.items() if k not in ("prompt", "method")}
-    return TrtClassifier(model, precision, device, **opts)
+    return TrtClassifier(model, precision, device, o)
 
 
 def load_generator(model: str, precision: str = "fp32", device: str = "cuda", **opts: Any) -> Any:

@@ -1,19 +1,35 @@
-"""The PyTorch reference engine (fp32 by default): the yardstick every fast engine is checked against."""
+"""The PyTorch reference engine (fp32 by default): the yardstick every fast engine is checked against.
+The loaders' options are :class:`TorchOptions`."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import torch
+from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
-from breaknli_fast.data.labels import LABELS, map_id2label
-from breaknli_fast.engines.base import BatchedClassifier, EngineInfo, Pair, pad_tokens, pad_values
-from breaknli_fast.engines.generation import HFGenerator
-from breaknli_fast.engines.models import ModelLoadError, effective_max_length, load_config, model_kind, resolve_model
-from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_ANSWERS, NLI_PROMPTS
+from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, BatchedClassifier, EngineInfo, Pair, pad_tokens,
+                                        pad_values, split_threads)
+from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
+from breaknli_fast.engines.hf import Seq2SeqNLIMixin, use_torch_threads
+from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
+                                          load_config, load_tokenizer, model_kind, resolve_model)
+from breaknli_fast.prompts import NLI_PROMPTS
 
 _DEFAULT_THREADS = torch.get_num_threads()  # before anything here changes it
+
+
+@dataclass
+class TorchOptions(GenerationOptions):
+    """The options of the torch engine's loaders: the common ones and the generator's. ``workers``: 1 unless
+    asked (the reference runs its batches one after another on all the threads); see :func:`torch_workers`."""
+
+    engine = "torch"
+
+
+OPTIONS = TorchOptions  # the registry reads a backend's options class here
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -30,96 +46,6 @@ def _dtype(precision: str) -> torch.dtype:
     if precision not in DTYPES:
         raise ModelLoadError(f"the torch engine runs fp32, fp16 or bf16, not {precision!r}")
     return DTYPES[precision]
-
-
-def load_tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelLoadError(f"cannot load the tokenizer of {path!r}: {first}") from None
-
-
-def label_permutation(config: Any, label_map: Mapping[str, str] | None = None) -> list[int]:
-    """Model output index for each canonical label column (LABELS order), via ``id2label``."""
-    model_labels = map_id2label(config.id2label, label_map)
-    return [model_labels.index(lab) for lab in LABELS]
-
-
-def answer_token_ids(tokenizer: Any) -> list[int]:
-    """First token id of each answer word, in LABELS order (entailment=yes, neutral=it..., contradiction=no)."""
-    ids = []
-    for lab in LABELS:
-        toks = tokenizer(NLI_ANSWERS[lab], add_special_tokens=False)["input_ids"]
-        # skip a bare word-boundary piece ("▁") that some SentencePiece models emit first
-        toks = [t for t in toks if tokenizer.decode([t]).strip()]
-        if not toks:
-            raise ModelLoadError(f"the tokenizer gives no token for the answer {NLI_ANSWERS[lab]!r}")
-        ids.append(int(toks[0]))
-    if len(set(ids)) != 3:
-        raise ModelLoadError("the answer words yes / it / no share a first token under this tokenizer")
-    return ids
-
-
-def parse_nli_answer(text: str) -> str:
-    """Flan-T5 answer text to a label: yes -> entailment, no -> contradiction, anything else -> neutral."""
-    t = text.strip().lower()
-    if t.startswith("yes"):
-        return "entailment"
-    if t.startswith("no") and (len(t) == 2 or not t[2].isalpha()):
-        return "contradiction"
-    return "neutral"
-
-
-def seq2seq_nli_logits(model: Any, tokenizer: Any, enc: dict[str, Any], method: str, start_id: int,
-                       answer_ids: list[int], device: Any) -> np.ndarray:
-    """(n, 3) scores of a text-to-text NLI model (any model with HF forward / generate, torch or ORT):
-    ``score`` = first decoder step's logits of the answer tokens; ``generate`` = one-hot of the
-    greedy answer parsed by :func:`parse_nli_answer`."""
-    n = int(enc["input_ids"].shape[0])
-    with torch.inference_mode():
-        if method == "score":
-            dec = torch.full((n, 1), start_id, dtype=torch.long, device=device)
-            logits = model(**enc, decoder_input_ids=dec).logits[:, 0, :]
-            return logits[:, answer_ids].float().cpu().numpy()
-        seqs = model.generate(**enc, max_new_tokens=10, do_sample=False, num_beams=1)
-    texts = tokenizer.batch_decode(seqs, skip_special_tokens=True)
-    out = np.zeros((n, len(LABELS)), dtype=np.float32)
-    for i, t in enumerate(texts):
-        out[i, LABELS.index(parse_nli_answer(t))] = 1.0
-    return out
-
-
-def dispatch_classifier(model: str, precision: str, device: str, opts: dict[str, Any], seq_cls: Any, seq2seq: Any) -> Any:
-    """Build the engine's sequence-classifier or seq2seq-classifier class for ``model``, passing each
-    only the options it takes (``label_map`` / ``prompt`` + ``method``)."""
-    kind = model_kind(load_config(model))
-    if kind == "seq-cls":
-        return seq_cls(model, precision, device, **{k: v for k, v in opts.items() if k not in ("prompt", "method")})
-    return seq2seq(model, precision, device, **{k: v for k, v in opts.items() if k != "label_map"})
-
-
-class Seq2SeqNLIMixin:
-    """Prompting, token lengths and scoring of a text-to-text NLI classifier, shared by the torch and
-    ORT engines; a subclass sets ``tokenizer``, ``model``, ``template``, ``method``, ``max_length``
-    (the prompt's token cap, from :func:`~breaknli_fast.engines.models.effective_max_length`),
-    ``start_id``, ``answer_ids`` and ``input_device`` (where the model's inputs go)."""
-
-    def prompts(self, pairs: Sequence[Pair]) -> list[str]:
-        return [self.template.format(premise=p, hypothesis=h) for p, h in pairs]
-
-    def _token_lengths(self, pairs: Sequence[Pair]) -> list[int]:
-        enc = self.tokenizer(self.prompts(pairs), truncation=True, max_length=self.max_length)
-        return [len(x) for x in enc["input_ids"]]
-
-    def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length,
-                             return_tensors="pt")
-        enc = {k: v.to(self.input_device) for k, v in enc.items()}
-        return seq2seq_nli_logits(self.model, self.tokenizer, enc, self.method, self.start_id, self.answer_ids,
-                                  self.input_device)
 
 
 class TorchThreadsMixin:
@@ -140,34 +66,22 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
     # (BENCHMARKS.md, fifth session: 10.27 / 10.86 s and 10.08 / 10.66 s; 16: 10.59 s)
     cpu_max_batch = 32
 
-    def __init__(
-        self,
-        model: str,
-        precision: str = "fp32",
-        device: str = "cpu",
-        label_map: Mapping[str, str] | None = None,
-        max_length: int = 256,
-        token_budget: int = 8192,
-        max_batch: int | None = None,
-        threads: int | None = None,
-        workers: int | str | None = None,
-    ):
-        from transformers import AutoModelForSequenceClassification
-
-        n_workers, self.torch_threads = torch_workers(device, threads, workers)
-        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=n_workers, device=device)
+    def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: TorchOptions | None = None):
+        o = opts or TorchOptions()
+        n_workers, self.torch_threads = torch_workers(device, o.threads, o.workers)
+        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=n_workers, device=device)
         self.device = _check_device(device)
         path = resolve_model(model)
         config = load_config(model)
         if model_kind(config) != "seq-cls":
             raise ModelLoadError(f"{model!r} is not a sequence classifier")
-        self.perm = label_permutation(config, label_map)
+        self.perm = label_permutation(config, o.label_map)
         self.tokenizer = load_tokenizer(path)
         self._pad_values = pad_values(self.tokenizer)
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=_dtype(precision))
         self.model.to(self.device).eval()
         # never more tokens than the model's position table holds (longer inputs crash or index out of range)
-        self.max_length, limits = effective_max_length(max_length, config, self.tokenizer)
+        self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
         self.info = EngineInfo("torch", "classifier", model, precision, device,
                                {"kind": "seq-cls", "family": config.model_type, "workers": self.workers.n,
                                 "torch_threads": self.torch_threads, "max_batch": self.max_batch, **limits})
@@ -182,7 +96,7 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         )
 
     def raw_logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        """Logits in the model's own output order (for export validation)."""
+        """Logits in the model's own output order, the pairs as one batch."""
         return self._raw_run(self._encode(pairs))
 
     def _tokenize(self, pairs: Sequence[Pair]) -> Any:
@@ -205,24 +119,12 @@ class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifi
     """Flan-T5 as the NLI model: a prompt, then the first decoder step's logits over the answer
     words' first tokens (``score``, default), or free greedy generation parsed to a label (``generate``)."""
 
-    def __init__(
-        self,
-        model: str,
-        precision: str = "fp32",
-        device: str = "cpu",
-        prompt: str = DEFAULT_NLI_PROMPT,
-        method: str = "score",
-        max_length: int = 256,
-        token_budget: int = 8192,
-        max_batch: int | None = None,
-        threads: int | None = None,
-        workers: int | str | None = None,
-    ):
-        from transformers import AutoModelForSeq2SeqLM
-
+    def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: TorchOptions | None = None):
+        o = opts or TorchOptions()
+        prompt, method = o.prompt, o.method
         # batches run one at a time here (``workers`` is accepted and ignored), on all the threads
-        self.torch_threads = torch_workers(device, threads, None)[1]
-        super().__init__(token_budget=token_budget, max_batch=max_batch)
+        self.torch_threads = torch_workers(device, o.threads, None)[1]
+        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch)
         if prompt not in NLI_PROMPTS:
             raise ModelLoadError(f"unknown NLI prompt {prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
         if method not in ("score", "generate"):
@@ -234,7 +136,7 @@ class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifi
         self.model.to(self.device).eval()
         self.template = NLI_PROMPTS[prompt]
         self.method = method
-        self.max_length, limits = effective_max_length(max_length, self.model.config, self.tokenizer)
+        self.max_length, limits = effective_max_length(o.max_length, self.model.config, self.tokenizer)
         self.answer_ids = answer_token_ids(self.tokenizer)
         self.start_id = int(self.model.config.decoder_start_token_id or 0)
         self.input_device = self.device
@@ -251,14 +153,12 @@ class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifi
 
 
 def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> BatchedClassifier:
-    return dispatch_classifier(model, precision, device, opts, TorchClassifier, TorchSeq2SeqClassifier)
-
-
-def use_torch_threads(n: int) -> None:
-    """Set torch's process-wide intra-op threads to ``n`` (each torch engine calls it before its work, so
-    engines with different splits can live in one process, as in an interleaved bench)."""
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
+    """A sequence classifier or a text-to-text NLI model (Flan-T5), as the model's config says; ``opts``:
+    :class:`TorchOptions` of the classifier role."""
+    o = TorchOptions.build(CLASSIFIER, opts)
+    if model_kind(load_config(model)) == "seq-cls":
+        return TorchClassifier(model, precision, device, o)
+    return TorchSeq2SeqClassifier(model, precision, device, o)
 
 
 def torch_workers(device: str, threads: int | None, workers: int | str | None) -> tuple[int, int]:
@@ -269,8 +169,6 @@ def torch_workers(device: str, threads: int | None, workers: int | str | None) -
     ``workers``: 1 unless asked (``None``): the reference runs its batches one after another on all
     the threads; a number or ``auto`` splits the threads as
     :func:`~breaknli_fast.engines.base.split_threads` does. On CUDA: one worker."""
-    from breaknli_fast.engines.base import split_threads
-
     total = int(threads) if threads else _DEFAULT_THREADS
     w, intra = 1, total
     if device == "cpu" and workers is not None:
@@ -280,15 +178,17 @@ def torch_workers(device: str, threads: int | None, workers: int | str | None) -
 
 
 def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:
-    from transformers import AutoModelForSeq2SeqLM
-
+    """A text-to-text model (Flan-T5) behind the shared :class:`HFGenerator`; ``opts``: :class:`TorchOptions` of
+    the generator role."""
+    o = TorchOptions.build(GENERATOR, opts)
     _check_device(device)
-    opts["workers"], intra = torch_workers(device, opts.pop("threads", None), opts.pop("workers", None))
+    workers, intra = torch_workers(device, o.threads, o.workers)
     config = load_config(model)
     if model_kind(config) != "seq2seq":
         raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
     path = resolve_model(model)
     tok = load_tokenizer(path)
     m = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=_dtype(precision)).to(device).eval()
-    info = EngineInfo("torch", "generator", model, precision, device, {"workers": opts["workers"], "torch_threads": intra})
-    return HFGenerator(m, tok, info, device=device, torch_threads=intra, **opts)
+    info = EngineInfo("torch", "generator", model, precision, device, {"workers": workers, "torch_threads": intra})
+    return HFGenerator(m, tok, info, device=device, torch_threads=intra, workers=workers,
+                       max_input_length=o.max_input_length, prompt_batch=o.prompt_batch)

@@ -1,4 +1,9 @@
-"""``export_model``: ONNX (fp32 / fp16 / int8) and TensorRT exports, validated and cached."""
+"""``export_model``: ONNX (fp32 / fp16 / int8) and TensorRT exports, validated and cached.
+
+This is the exporters' API for the engines that export on first use (ort, tensorrt): they call
+:func:`export_model` with an :class:`ExportOptions`, and nothing here imports an engine backend (the exports
+are validated against the torch engine loaded through the registry, on the engines' runtimes).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,23 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from breaknli_fast.data.loaders import load_examples
+from breaknli_fast.engines import random_weights
+from breaknli_fast.engines.models import (ModelLoadError, effective_max_length, load_config, model_fingerprint,
+                                          model_kind, resolve_model)
+from breaknli_fast.engines.ort_runtime import classifier_feeds
+from breaknli_fast.engines.registry import EngineUnavailable
+from breaknli_fast.engines.tensorrt_runtime import require_tensorrt
 from breaknli_fast.export import manifest as mf
+from breaknli_fast.export import onnx as ox
+from breaknli_fast.export import quantize as qz
+from breaknli_fast.export import t5_step
+from breaknli_fast.export import tensorrt as trt_export
+from breaknli_fast.export import validate as val
 from breaknli_fast.export.errors import ExportError, ExportValidationError, UnsupportedModelError, first_line
 
 FORMATS = ("onnx", "tensorrt")
@@ -20,6 +37,30 @@ VALIDATION_SIZE = 64
 CALIBRATION_SIZE = 256
 
 Pair = tuple[str, str]
+
+
+@dataclass
+class ExportOptions:
+    """The options of :func:`export_model` that an engine which exports on first use passes through from its
+    loader's options (the engine itself decides the model, format, precision, device, length and batch)."""
+
+    cache_dir: str | Path | None = None  # the export cache (default: ~/.cache/breaknli_fast)
+    out_dir: str | Path | None = None  # export into this folder instead of the cache
+    force: bool = False  # rebuild even when a cached export matches
+    calibration_pairs: Iterable[Any] | None = None  # calibration / validation pairs (default: the embedded sample)
+    calibration_size: int = CALIBRATION_SIZE
+    validation_size: int = VALIDATION_SIZE
+    tolerances: Mapping[str, Any] | None = None  # overrides of the validation tolerances
+    validate: bool = True
+    progress: bool = False  # engines export quietly; the export command shows progress
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`export_model`."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# the option names of ExportOptions (the keys an engine's loader passes through to export_model)
+EXPORT_OPTS = tuple(f.name for f in fields(ExportOptions))
 
 
 @dataclass
@@ -65,19 +106,16 @@ def as_pairs(items: Iterable[Any]) -> list[Pair]:
 
 
 def default_pairs(n: int) -> tuple[list[Pair], str]:
-    """The embedded SNLI sample when it is there, else the template pairs of ``breaknli_fast.testing``."""
+    """The embedded SNLI sample when it is there, else the template pairs of
+    :mod:`breaknli_fast.engines.random_weights`."""
     try:
-        from breaknli_fast.data.loaders import load_examples
-
         data = load_examples("sample", limit=n)
         ps = as_pairs(data.examples)
         if ps:
             return ps, "embedded snli sample"
-    except Exception:  # loader missing, sample missing: fall back
+    except Exception:  # sample missing or unreadable: fall back
         pass
-    from breaknli_fast.testing import pairs
-
-    return as_pairs(pairs(n)), "breaknli_fast.testing.pairs"
+    return as_pairs(random_weights.pairs(n)), "breaknli_fast.engines.random_weights.pairs"
 
 
 def split_pairs(pairs: Sequence[Pair], calibration_size: int, validation_size: int) -> tuple[list[Pair], list[Pair]]:
@@ -107,9 +145,7 @@ def _variant(kind: str, format: str, precision: str, device: str) -> str:
 def _with_step_graphs(kind: str, precision: str, family: str) -> bool:
     """T5 / mT5 exports in fp32 / int8 also get the ort engine's sampling graphs (``export.t5_step``; not
     umT5, whose every layer has its own relative position bias)."""
-    from breaknli_fast.export.t5_step import STEP_FAMILIES
-
-    return kind == "seq2seq" and precision in ("fp32", "int8") and family in STEP_FAMILIES
+    return kind == "seq2seq" and precision in ("fp32", "int8") and family in t5_step.STEP_FAMILIES
 
 
 def _pairs_digest(pairs: Sequence[Pair]) -> str:
@@ -146,9 +182,6 @@ def export_model(
     and a TensorRT profile) is capped at the model's own limit
     (:func:`~breaknli_fast.engines.models.effective_max_length`).
     """
-    from breaknli_fast.engines.models import ModelLoadError, load_config, model_fingerprint, model_kind, resolve_model
-    from breaknli_fast.export import validate as val
-
     t_start = time.perf_counter()
     console = _console(progress)
 
@@ -182,8 +215,6 @@ def export_model(
         )
     variant = _variant(kind, format, precision, dev)
     if format == "tensorrt":
-        from breaknli_fast.export.tensorrt import require_tensorrt
-
         require_tensorrt()  # fail fast, one line, before any work
     tol = val.tolerances_for(kind, precision, tolerances)
 
@@ -209,9 +240,7 @@ def export_model(
         "libraries": mf.library_versions(),
     }
     if _with_step_graphs(kind, precision, family):
-        from breaknli_fast.export.t5_step import STEP_GRAPHS_VERSION
-
-        key["step_graphs"] = STEP_GRAPHS_VERSION
+        key["step_graphs"] = t5_step.STEP_GRAPHS_VERSION
     if variant == "int8-qdq":
         key["calibration"] = {"pairs": len(calib), "sha256": _pairs_digest(calib)}
     if format == "tensorrt":  # an engine is specific to the GPU model and the TensorRT version
@@ -280,8 +309,6 @@ def _capped_max_length(src: str, config: Any, max_length: int) -> tuple[int, dic
     ``model_max_length``), with the record of how."""
     from transformers import AutoTokenizer
 
-    from breaknli_fast.engines.models import ModelLoadError, effective_max_length
-
     try:
         tok = AutoTokenizer.from_pretrained(src)
     except (OSError, ValueError) as e:
@@ -293,8 +320,6 @@ def _capped_max_length(src: str, config: Any, max_length: int) -> tuple[int, dic
 
 
 def _judge(figs: dict[str, Any], tol: Mapping[str, Any], model: str, format: str, precision: str) -> None:
-    from breaknli_fast.export import validate as val
-
     failures = val.check(figs, tol)
     figs["passed"] = not failures
     figs["failures"] = failures
@@ -315,8 +340,6 @@ def _calibration_feeds(folder: Path, graph: str, pairs: Sequence[Pair], max_leng
     import onnx
     from transformers import AutoTokenizer
 
-    from breaknli_fast.export.runtime import classifier_feeds
-
     tok = AutoTokenizer.from_pretrained(str(folder))
     inputs = onnx.load(str(folder / graph), load_external_data=False).graph.input
     return [classifier_feeds(tok, pairs[i:i + batch], inputs, max_length) for i in range(0, len(pairs), batch)]
@@ -325,11 +348,7 @@ def _calibration_feeds(folder: Path, graph: str, pairs: Sequence[Pair], max_leng
 def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_dir: Path, stage: Path,
            calib: Sequence[Pair], val_pairs: Sequence[Pair], device: str, max_length: int, max_batch: int,
            say: Any) -> dict[str, Any]:
-    from breaknli_fast.export import onnx as ox
-    from breaknli_fast.export import quantize as qz
-    from breaknli_fast.export.runtime import require_export_libs
-
-    require_export_libs()
+    ox.require_export_libs()
     t0 = time.perf_counter()
     direct = precision == "fp32"
     out = stage if direct else fp32_dir
@@ -340,8 +359,6 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
         info = ox.export_seq2seq(src, out)
         graphs = list(ox.SEQ2SEQ_FILES)
         if _with_step_graphs(kind, precision, info["family"]):
-            from breaknli_fast.export import t5_step
-
             info["step_graphs"] = t5_step.export_step_graphs(src, out)
             info["graphs"].update(info["step_graphs"].pop("graphs"))
             graphs += list(t5_step.STEP_FILES)
@@ -364,8 +381,6 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
         say(f"  {variant} conversion in {time.perf_counter() - t0:.1f}s")
         info["graphs"] = {g: ox.graph_io(stage / g) for g in graphs}
     if format == "tensorrt":
-        from breaknli_fast.export import tensorrt as trt_export
-
         t0 = time.perf_counter()
         info["tensorrt"] = trt_export.build_for_export(stage, graphs[0], precision, calib or val_pairs, max_length, max_batch)
         say(f"  TensorRT engine in {time.perf_counter() - t0:.1f}s")
@@ -374,14 +389,9 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
 
 def _run_validation(folder: Path, kind: str, format: str, src: str, pairs: Sequence[Pair], device: str,
                     max_length: int, pairs_src: str) -> dict[str, Any]:
-    from breaknli_fast.engines.registry import EngineUnavailable
-    from breaknli_fast.export import validate as val
-
     try:
         if format == "tensorrt":
-            from breaknli_fast.export import tensorrt as trt_export
-
-            figs = trt_export.validate_plan(folder, src, pairs, device, max_length)
+            figs = val.validate_plan(folder, src, pairs, device, max_length)
         elif kind == "seq-cls":
             figs = _validate_on(val.validate_classifier, folder, src, pairs, device, max_length)
         else:
@@ -397,8 +407,6 @@ def _run_validation(folder: Path, kind: str, format: str, src: str, pairs: Seque
 
 def _validate_on(fn: Any, folder: Path, src: str, pairs: Sequence[Pair], device: str, max_length: int) -> dict[str, Any]:
     """Validate on the target device when this machine can run it, else on the CPU (recorded)."""
-    from breaknli_fast.engines.registry import EngineUnavailable
-
     if device != "cpu":
         try:
             return fn(folder, src, pairs, device=device, max_length=max_length)

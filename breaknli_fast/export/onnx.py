@@ -23,6 +23,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from breaknli_fast.engines.models import input_limit
+from breaknli_fast.engines.ort_runtime import INSTALL_ONNX
+from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.export.errors import ExportError, UnsupportedModelError, first_line
 
 CLASSIFIER_OPSET = 17
@@ -35,6 +38,19 @@ TESTED_SEQ2SEQ_FAMILIES = ("t5",)
 SEQ2SEQ_FAMILIES = ("t5", "mt5", "umt5")
 # At most this much weight data inline; bigger graphs keep their weights in an external file.
 INLINE_LIMIT = 1_800_000_000
+
+
+def require_export_libs() -> None:
+    """onnx, onnxruntime and optimum's exporters are installed (optional: imported on use), or a one-line
+    :class:`EngineUnavailable`."""
+    missing = []
+    for mod in ("onnx", "onnxruntime", "optimum.exporters.onnx"):
+        try:
+            __import__(mod)
+        except ImportError:
+            missing.append(mod.split(".")[0])
+    if missing:
+        raise EngineUnavailable(f"ONNX export needs {', '.join(sorted(set(missing)))}: {INSTALL_ONNX}")
 
 
 @contextlib.contextmanager
@@ -96,8 +112,6 @@ def export_classifier(src_path: str, out_dir: Path, sample_pairs: Sequence[tuple
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from breaknli_fast.engines.models import input_limit
-
     tok = AutoTokenizer.from_pretrained(src_path)
     model = AutoModelForSequenceClassification.from_pretrained(src_path, dtype=torch.float32).eval()
     family = model.config.model_type
@@ -143,8 +157,6 @@ def export_classifier(src_path: str, out_dir: Path, sample_pairs: Sequence[tuple
 def export_seq2seq(src_path: str, out_dir: Path, opset: int | None = None) -> dict[str, Any]:
     """Export a T5-style text-to-text model (encoder + decoder + decoder-with-past, fp32) with optimum."""
     from transformers import AutoConfig
-
-    from breaknli_fast.export.runtime import require_export_libs
 
     require_export_libs()
     from optimum.exporters.onnx import main_export

@@ -31,9 +31,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-STEP_ENCODER = "step_encoder_model.onnx"
-STEP_DECODER = "step_decoder_model.onnx"
-STEP_FILES = (STEP_ENCODER, STEP_DECODER)
+# the file names are the runtime's (the ort engine's stepper opens them)
+from breaknli_fast.engines.ort_runtime import STEP_DECODER, STEP_ENCODER, STEP_FILES  # noqa: F401
+from breaknli_fast.export.errors import ExportError, first_line
+from breaknli_fast.export.onnx import graph_io, quiet, save_onnx
 # bump when the graphs' inputs, outputs or arithmetic change (part of the export cache key)
 STEP_GRAPHS_VERSION = 1
 STEP_OPSET = 17
@@ -125,9 +126,6 @@ def export_step_graphs(src_path: str, out_dir: Path) -> dict[str, Any]:
     import onnx
     import torch
     from transformers import AutoModelForSeq2SeqLM
-
-    from breaknli_fast.export.errors import ExportError, first_line
-    from breaknli_fast.export.onnx import graph_io, quiet, save_onnx
 
     model = AutoModelForSeq2SeqLM.from_pretrained(src_path, dtype=torch.float32).eval()
     cfg = model.config

@@ -9,6 +9,13 @@ over the answer words' first tokens), plus greedy generation on up to 8 generato
 token agreement % (position by position) and identical sequences, and non-finite scores. Where the
 export has the ort engine's sampling step graphs (``export.t5_step``), the same for them: the first
 step's top-k logits on the NLI prompts (batched, padded) and greedy generation through them.
+
+TensorRT plans: as classifiers.
+
+The reference classifier is the torch engine at fp32 on the CPU, loaded through the engine registry; the
+exported graphs run on the engines' runtimes (:mod:`breaknli_fast.engines.ort_runtime`,
+:mod:`breaknli_fast.engines.tensorrt_runtime`). torch, transformers and onnx are imported on use (the
+command line imports the exporters at start-up).
 """
 
 from __future__ import annotations
@@ -18,6 +25,15 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from breaknli_fast.engines import registry
+from breaknli_fast.engines.base import ClassifierBase
+from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, input_limit,
+                                          label_permutation)
+from breaknli_fast.engines.ort_runtime import (STEP_FILES, OrtSeq2SeqStepper, classifier_feeds, load_ort_seq2seq,
+                                               make_session)
+from breaknli_fast.engines.tensorrt_runtime import PLAN_FILE, TrtRunner
+from breaknli_fast.prompts import CONTRADICT_PROMPT, DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
 Pair = tuple[str, str]
 
@@ -83,30 +99,63 @@ def _logit_figures(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
     }
 
 
+def _reference_classifier(src_path: str, max_length: int) -> ClassifierBase:
+    """The torch engine at fp32 on the CPU: the yardstick of every export."""
+    return registry.load_classifier("torch", src_path, precision="fp32", device="cpu", max_length=max_length)
+
+
+def _classifier_figures(ref: np.ndarray, out: np.ndarray, n: int, device: str, providers: Any) -> dict[str, Any]:
+    figs = _logit_figures(ref, out)
+    figs.update(n=n, agreement=float((ref.argmax(1) == out.argmax(1)).mean() * 100.0), device=device,
+                providers=providers)
+    return figs
+
+
 def validate_classifier(folder: Any, src_path: str, pairs: Sequence[Pair], device: str = "cpu",
                         provider: str | None = None, max_length: int = 256, graph: str = "model.onnx") -> dict[str, Any]:
-    """Figures of an exported classifier graph against ``TorchClassifier.raw_logits`` (fp32, CPU)."""
-    from transformers import AutoTokenizer
+    """Figures of an exported classifier graph against the reference classifier, in the canonical label order
+    (the graph's outputs mapped through the model's ``id2label``), ``BATCH`` pairs per call on both sides."""
+    from transformers import AutoConfig, AutoTokenizer
 
-    from breaknli_fast.engines.torch_ref import TorchClassifier
-    from breaknli_fast.export.runtime import classifier_feeds, make_session
-
-    ref_model = TorchClassifier(src_path, "fp32", "cpu", max_length=max_length)
+    folder = Path(folder)
+    ref_model = _reference_classifier(src_path, max_length)
     sess, details = make_session(folder / graph, device=device, provider=provider)
     tok = AutoTokenizer.from_pretrained(str(folder))
+    config = AutoConfig.from_pretrained(str(folder))
+    perm = label_permutation(config)
+    length = effective_max_length(max_length, config, tok)[0]  # as the reference caps its pairs
     inputs = sess.get_inputs()
     refs, outs = [], []
     for i in range(0, len(pairs), BATCH):
         chunk = list(pairs[i:i + BATCH])
-        refs.append(ref_model.raw_logits(chunk))
-        outs.append(np.asarray(sess.run(["logits"], classifier_feeds(tok, chunk, inputs, ref_model.max_length))[0],
-                               dtype=np.float32))
-    ref = np.concatenate(refs)
-    out = np.concatenate(outs)
-    figs = _logit_figures(ref, out)
-    figs.update(n=len(pairs), agreement=float((ref.argmax(1) == out.argmax(1)).mean() * 100.0),
-                device=device, providers=details.get("providers"))
-    return figs
+        refs.append(ref_model.classify(chunk).logits)
+        outs.append(np.asarray(sess.run(["logits"], classifier_feeds(tok, chunk, inputs, length))[0],
+                               dtype=np.float32)[:, perm])
+    return _classifier_figures(np.concatenate(refs), np.concatenate(outs), len(pairs), device, details.get("providers"))
+
+
+def validate_plan(folder: Path, src_path: str, pairs: Sequence[Pair], device: str, max_length: int) -> dict[str, Any]:
+    """Figures of a TensorRT plan against the reference classifier, as :func:`validate_classifier`."""
+    import onnx
+    from transformers import AutoConfig, AutoTokenizer
+
+    runner = TrtRunner(folder / PLAN_FILE, device)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    config = AutoConfig.from_pretrained(str(folder))
+    perm = label_permutation(config)
+    graph = next(p for p in sorted(folder.glob("*.onnx")))
+    inputs = onnx.load(str(graph), load_external_data=False).graph.input
+    max_length = min(max_length, runner.max_length or max_length)
+    ref_model = _reference_classifier(src_path, max_length)
+    length = effective_max_length(max_length, config, tok)[0]
+    step = max(1, min(BATCH, runner.max_batch))
+    refs, outs = [], []
+    for i in range(0, len(pairs), step):
+        chunk = list(pairs[i:i + step])
+        refs.append(ref_model.classify(chunk).logits)
+        outs.append(runner.run(classifier_feeds(tok, chunk, inputs, length))["logits"][:, perm])
+    return _classifier_figures(np.concatenate(refs), np.concatenate(outs), len(pairs), device,
+                               [f"TensorRT {runner.trt.__version__}"])
 
 
 def _token_agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, int]:
@@ -124,11 +173,6 @@ def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: 
     """Figures of an exported text-to-text model against the PyTorch fp32 model (CPU)."""
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    from breaknli_fast.engines.models import ModelLoadError, input_limit
-    from breaknli_fast.engines.torch_ref import answer_token_ids
-    from breaknli_fast.export.runtime import load_ort_seq2seq
-    from breaknli_fast.prompts import CONTRADICT_PROMPT, DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
     tok = AutoTokenizer.from_pretrained(str(folder))
     ref_model = AutoModelForSeq2SeqLM.from_pretrained(src_path, dtype=torch.float32).eval()
@@ -174,8 +218,6 @@ def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: 
     figs["nonfinite"] += bad
     figs["generation"] = {"prompts": len(prompts), "max_new_tokens": GEN_MAX_NEW_TOKENS, "token_agreement": agree,
                           "identical_sequences": identical}
-    from breaknli_fast.export.t5_step import STEP_FILES
-
     if device == "cpu" and all((Path(folder) / f).is_file() for f in STEP_FILES):
         figs["step_graphs"] = _validate_step_graphs(folder, tok, ref, pairs, template, prompts, ref_rows, start,
                                                     int(ref_model.config.eos_token_id), max_length)
@@ -190,8 +232,6 @@ def _validate_step_graphs(folder: Any, tok: Any, ref: np.ndarray, pairs: Sequenc
     logits of :func:`validate_seq2seq`; max |Δ|, share of identical ids), and greedy generation
     through ``step_topk(k=1)`` on the generator prompts against ``ref_rows``."""
     import torch
-
-    from breaknli_fast.engines.ort import OrtSeq2SeqStepper
 
     stepper = OrtSeq2SeqStepper(folder, "cpu")
     k = min(50, stepper.vocab_size)

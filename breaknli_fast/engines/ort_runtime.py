@@ -1,0 +1,368 @@
+"""The runtime of the ort engine: ONNX Runtime sessions (providers per device, session options, and the
+one-line errors when the libraries or the hardware are missing), optimum's model over an export folder, the
+numpy feeds of a graph, and :class:`OrtSeq2SeqStepper`, which samples over exported T5 graphs. The ort engine
+(:mod:`breaknli_fast.engines.ort`) runs on it, and the exporters validate their graphs with it; it imports
+nothing from the exporters.
+
+onnxruntime and optimum are optional and imported on use (one-line :class:`EngineUnavailable` without them);
+torch is imported on use too, as the command line imports this module (through the exporters) at start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from breaknli_fast.engines.registry import EngineUnavailable
+
+# the sampling step graphs that the exporters write beside optimum's graphs (breaknli_fast.export.t5_step)
+STEP_ENCODER = "step_encoder_model.onnx"
+STEP_DECODER = "step_decoder_model.onnx"
+STEP_FILES = (STEP_ENCODER, STEP_DECODER)
+
+INSTALL_ONNX = "pip install 'breaknli-fast[onnx]'"
+INSTALL_GPU = "pip install 'breaknli-fast[gpu]' (onnxruntime-gpu) on a machine with a CUDA GPU"
+
+PROVIDER_NAMES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+
+
+def import_ort() -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise EngineUnavailable(f"the ort engine needs onnxruntime and optimum: {INSTALL_ONNX}") from None
+    ort.set_default_logger_severity(3)  # errors only: the CPU provider warns about every unfused fp16 node
+    return ort
+
+
+def physical_cores() -> int:
+    """Physical cores available to this process (hyper-threads share execution units, and ORT's
+    intra-op pool scales worse past them)."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in allowed:
+        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            pkg = (base / "physical_package_id").read_text().strip()
+            core = (base / "core_id").read_text().strip()
+            cores.add((pkg, core))
+        except OSError:
+            cores.add(("?", str(cpu)))
+    return max(1, len(cores))
+
+
+def session_options(threads: int | None = None, optimization: str = "all", spin: bool = True) -> tuple[Any, dict[str, Any]]:
+    """Session options and a record of the choices (for ``EngineInfo.details``). ``spin=False`` stops
+    idle intra-op threads from spinning (for the per-token runs of generation)."""
+    ort = import_ort()
+    so = ort.SessionOptions()
+    levels = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    so.graph_optimization_level = levels[optimization]
+    n = int(threads) if threads else physical_cores()
+    so.intra_op_num_threads = n
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    if not spin:
+        # idle intra-op threads otherwise spin after each run() and take the CPU from the Python work
+        # between runs: generation (a short run per token, sampling in Python in between) was 1.5-2x
+        # slower on 2 cores with spinning threads; classifiers (long runs back to back) gain ~20 % from it
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so, {"graph_optimization": optimization, "intra_op_threads": n, "inter_op_threads": 1,
+                "execution_mode": "sequential", "intra_op_spinning": spin}
+
+
+def providers_for(device: str, provider: str | None = None, trt_cache_dir: str | Path | None = None,
+                  fp16: bool = False) -> list[Any]:
+    """Execution providers for a device (``cpu``, ``cuda[:N]``), optionally the TensorRT EP
+    (``provider="tensorrt"``) in front of CUDA. Raises :class:`EngineUnavailable` with one line
+    when the provider is missing from this onnxruntime build."""
+    ort = import_ort()
+    available = ort.get_available_providers()
+    dev = device.split(":")[0]
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if dev not in ("cpu", "cuda"):
+        raise EngineUnavailable(f"unknown device {device!r}; use cpu or cuda[:N]")
+    provider = (provider or dev).lower()
+    if provider not in PROVIDER_NAMES:
+        raise EngineUnavailable(f"unknown ONNX Runtime provider {provider!r}; use cpu, cuda or tensorrt")
+    if dev == "cpu":
+        if provider != "cpu":
+            raise EngineUnavailable(f"the {provider} provider needs --device cuda")
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in available:
+        raise EngineUnavailable(
+            f"--device cuda needs onnxruntime-gpu (this onnxruntime has only {', '.join(available)}): {INSTALL_GPU}"
+        )
+    cuda = ("CUDAExecutionProvider", {"device_id": index})
+    if provider == "tensorrt":
+        if "TensorrtExecutionProvider" not in available:
+            raise EngineUnavailable(
+                "the TensorRT execution provider is missing from this onnxruntime-gpu build: install TensorRT 10 "
+                "libraries (pip install 'breaknli-fast[tensorrt]') on a machine with a CUDA GPU"
+            )
+        opts: dict[str, Any] = {"device_id": index, "trt_fp16_enable": bool(fp16), "trt_int8_enable": False}
+        if trt_cache_dir:
+            opts.update(trt_engine_cache_enable=True, trt_engine_cache_path=str(trt_cache_dir),
+                        trt_timing_cache_enable=True, trt_timing_cache_path=str(trt_cache_dir))
+        return [("TensorrtExecutionProvider", opts), cuda, "CPUExecutionProvider"]
+    return [cuda, "CPUExecutionProvider"]
+
+
+def provider_label(providers: list[Any]) -> list[str]:
+    return [p[0] if isinstance(p, tuple) else p for p in providers]
+
+
+def make_session(path: str | Path, device: str = "cpu", provider: str | None = None, threads: int | None = None,
+                 optimization: str = "all", fp16: bool = False, trt_cache_dir: str | Path | None = None,
+                 spin: bool = True) -> tuple[Any, dict[str, Any]]:
+    """An ``InferenceSession`` on the device; checks that the requested provider really loaded
+    (onnxruntime-gpu silently falls back to the CPU when no GPU is visible)."""
+    ort = import_ort()
+    providers = providers_for(device, provider, trt_cache_dir=trt_cache_dir, fp16=fp16)
+    so, details = session_options(threads, optimization, spin=spin)
+    names = [p[0] if isinstance(p, tuple) else p for p in providers]
+    opts = [p[1] if isinstance(p, tuple) else {} for p in providers]
+    sess = ort.InferenceSession(str(path), sess_options=so, providers=names, provider_options=opts)
+    active = sess.get_providers()
+    if names[0] != "CPUExecutionProvider" and names[0] not in active:
+        raise EngineUnavailable(
+            f"onnxruntime could not start {names[0]} (no usable CUDA GPU or CUDA/cuDNN libraries?); active: {', '.join(active)}"
+        )
+    details["providers"] = active
+    return sess, details
+
+
+def load_ort_seq2seq(folder: str | Path, device: str = "cpu", provider: str | None = None, threads: int | None = None,
+                     optimization: str = "all") -> tuple[Any, dict[str, Any]]:
+    """optimum's ``ORTModelForSeq2SeqLM`` over an export folder (unmerged decoders, KV cache).
+
+    On CUDA it binds inputs and outputs on the GPU (IO binding) when torch can see the GPU too;
+    with a CPU build of torch, tensors go through host memory instead (optimum would otherwise try
+    to move its outputs to a CUDA device that torch does not have)."""
+    import torch
+
+    import_ort()
+    try:
+        from optimum.onnxruntime import ORTModelForSeq2SeqLM
+    except ImportError:
+        raise EngineUnavailable(f"the ort engine needs optimum[onnxruntime]: {INSTALL_ONNX}") from None
+    providers = providers_for(device, provider)
+    so, details = session_options(threads, optimization, spin=False)
+    names = [p[0] if isinstance(p, tuple) else p for p in providers]
+    opts = [p[1] if isinstance(p, tuple) else {} for p in providers]
+    on_gpu = names[0] != "CPUExecutionProvider"
+    io_binding = bool(on_gpu and torch.cuda.is_available())
+    with _quiet_logs():
+        model = ORTModelForSeq2SeqLM.from_pretrained(
+            str(folder), use_merged=False, use_cache=True, providers=names, provider_options=opts,
+            session_options=so, use_io_binding=io_binding,
+        )
+    active = model.encoder.session.get_providers()
+    if on_gpu and names[0] not in active:
+        raise EngineUnavailable(
+            f"onnxruntime could not start {names[0]} (no usable CUDA GPU or CUDA/cuDNN libraries?); active: {', '.join(active)}"
+        )
+    if on_gpu and not io_binding:
+        for part in model.parts:
+            part._device = torch.device("cpu")
+    details.update(providers=active, io_binding=io_binding, decoders="unmerged (decoder + decoder_with_past)")
+    return model, details
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    lg = logging.getLogger("optimum")
+    old = lg.level
+    lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        lg.setLevel(old)
+
+
+def classifier_feeds(tokenizer: Any, pairs: Any, inputs: Any, max_length: int) -> dict[str, Any]:
+    """Numpy feeds for a classifier graph: the tokenizer's encoding of the pairs (padded to the
+    longest), restricted to the graph's inputs; a ``token_type_ids`` input the tokenizer does not
+    produce is fed zeros."""
+    enc = tokenizer([p for p, _ in pairs], [h for _, h in pairs], padding=True, truncation=True,
+                    max_length=max_length, return_tensors="np")
+    return graph_feeds(enc, inputs)
+
+
+def graph_feeds(enc: Any, inputs: Any) -> dict[str, Any]:
+    """A padded encoding (arrays) restricted to a graph's inputs, as int64; a ``token_type_ids`` input
+    the tokenizer does not produce is fed zeros."""
+    feeds = {}
+    for meta in inputs:
+        name = meta.name
+        if name in enc:
+            feeds[name] = np.asarray(enc[name]).astype(np.int64, copy=False)
+        elif name == "token_type_ids":
+            feeds[name] = np.zeros_like(enc["input_ids"], dtype=np.int64)
+        else:
+            raise EngineUnavailable(f"the graph needs an input {name!r} that the tokenizer does not produce")
+    return feeds
+
+
+class OrtSeq2SeqStepper:
+    """The sampling stepper of the ort engine on the CPU: exported graphs called directly (numpy in,
+    numpy out), the KV cache kept as the arrays ONNX Runtime returns.
+
+    Two ways to step, chosen by the first call after :meth:`start`:
+
+    * :meth:`step_topk` (the ``fast`` sampler with top-k, when the export has the step graphs of
+      :mod:`breaknli_fast.export.t5_step`): cross-attention keys / values once per prompt, and
+      only the top ``k`` logits per row leave the session;
+    * :meth:`step`: optimum's encoder / decoder / decoder-with-past graphs, full-vocabulary
+      logits (the ``transformers`` sampler, top-k 0, exports without the step graphs)."""
+
+    def __init__(self, folder: Any, device: str = "cpu", provider: str | None = None, threads: int | None = None,
+                 step_graphs: bool = True, max_prompts: int | None = None):
+        self.folder = Path(folder)
+        self.max_prompts = max_prompts
+        self._session_args = (device, provider, threads)
+        self._lock = threading.Lock()  # sessions open lazily; forks share them
+        self._sessions: dict[str, Any] = {}
+        self._outputs: dict[str, list[str]] = {}
+        self._session_details: dict[str, Any] = {}  # session options and providers (the same for every graph)
+        have = all((self.folder / f).is_file() for f in STEP_FILES)
+        self.has_step_graphs = step_graphs and have
+        self._ids: np.ndarray | None = None
+        self.vocab_size = int(json.loads((self.folder / "config.json").read_text())["vocab_size"])
+        self._mode: str | None = None
+        # open the sessions of the default path now (a broken graph fails at load, not mid-run); the others
+        # open on first use
+        for name in (STEP_FILES if self.has_step_graphs else ("encoder_model.onnx", "decoder_model.onnx",
+                                                            "decoder_with_past_model.onnx")):
+            self._session(name)
+        self.details = {**self._session_details,
+                        "decoder": ("step graphs (per-prompt cross-attention, top-k in the graph) for fast "
+                                    "top-k sampling; optimum's decoder graphs otherwise" if self.has_step_graphs else
+                                    "optimum's decoder graphs (step graphs switched off)" if have else
+                                    "lean loop over encoder / decoder / decoder_with_past sessions")}
+
+    @property
+    def supports_topk(self) -> bool:
+        """Whether :meth:`step_topk` serves the current batch: the export has the step graphs (and they are
+        not switched off) and the batch has at most ``max_prompts`` prompts (the ort engine's
+        :data:`~breaknli_fast.engines.ort.STEP_MAX_PROMPTS`; ``None``: any batch)."""
+        return self.has_step_graphs and (self.max_prompts is None or self._ids is None
+                                         or self._ids.shape[0] <= self.max_prompts)
+
+    def _session(self, name: str) -> Any:
+        with self._lock:
+            if name not in self._sessions:
+                device, provider, threads = self._session_args
+                sess, details = make_session(self.folder / name, device, provider, threads, spin=False)
+                self._session_details.update(details)
+                self._outputs[name] = [o.name for o in sess.get_outputs()]
+                self._sessions[name] = sess
+            return self._sessions[name]
+
+    def fork(self) -> "OrtSeq2SeqStepper":
+        """Another stepper over the same sessions (ONNX Runtime runs a session from several threads) with
+        its own batch state, for a worker thread."""
+        other = copy.copy(self)  # shares the session, output-name and detail dicts and the lock
+        other._ids, other._mode, other.past = None, None, None
+        return other
+
+    def start(self, input_ids: Any, attention_mask: Any, n: int) -> None:
+        self._ids = input_ids.numpy().astype(np.int64)
+        self._mask = attention_mask.numpy().astype(np.int64)
+        self._n = n
+        self._mode = None
+        self.past: dict[str, np.ndarray] | None = None
+
+    # -- full logits over optimum's graphs
+    def step(self, tokens: Any) -> Any:
+        import torch
+
+        if self._mode is None:
+            self._mode = "logits"
+            enc = self._session("encoder_model.onnx")
+            dec = self._session("decoder_model.onnx")
+            hidden_dtype = next((np.float16 if i.type == "tensor(float16)" else np.float32)
+                                for i in dec.get_inputs() if i.name == "encoder_hidden_states")
+            hidden = enc.run(None, {"input_ids": self._ids, "attention_mask": self._mask})[0]
+            self.hidden = np.repeat(hidden.astype(hidden_dtype, copy=False), self._n, axis=0)
+            self.mask = np.repeat(self._mask, self._n, axis=0)
+        elif self._mode != "logits":
+            raise RuntimeError("step() after step_topk() on the same batch")
+        ids = tokens.numpy().astype(np.int64)[:, None]
+        if self.past is None:
+            outs = self._session("decoder_model.onnx").run(None, {"input_ids": ids, "encoder_hidden_states": self.hidden,
+                                                                  "encoder_attention_mask": self.mask})
+            names = self._outputs["decoder_model.onnx"]
+            self.past = {}
+            self.hidden = None  # the cross-attention keys/values replace it from here on
+        else:
+            outs = self._session("decoder_with_past_model.onnx").run(
+                None, {"input_ids": ids, "encoder_attention_mask": self.mask, **self.past})
+            names = self._outputs["decoder_with_past_model.onnx"]
+        for name, value in zip(names[1:], outs[1:]):
+            self.past[name.replace("present.", "past_key_values.", 1)] = value
+        return torch.from_numpy(np.ascontiguousarray(outs[0][:, -1, :], dtype=np.float32))
+
+    # -- top-k over the step graphs
+    def step_topk(self, tokens: Any, k: int) -> tuple[Any, Any]:
+        """Feed one token per live row; the ``k`` largest logits per row (descending) and their token ids."""
+        import torch
+
+        dec = self._session(STEP_DECODER)
+        if self._mode is None:
+            self._mode = "topk"
+            enc = self._session(STEP_ENCODER)
+            self.cross = dict(zip(self._outputs[STEP_ENCODER],
+                                  enc.run(None, {"input_ids": self._ids, "attention_mask": self._mask})))
+            b, length = self._ids.shape
+            n = self._n
+            # row r of prompt e sees only prompt e's real tokens; float32 min as transformers masks
+            floor = np.finfo(np.float32).min
+            self.bias = np.full((b * n, b * length), floor, dtype=np.float32)
+            for e in range(b):
+                self.bias[e * n:(e + 1) * n, e * length:(e + 1) * length] = np.where(self._mask[e] == 1, 0.0, floor)
+            self._past_names = [i.name for i in dec.get_inputs() if i.name.startswith("past_")]
+            heads, d_kv = (int(x) for x in self.cross[next(iter(self.cross))].shape[::2])
+            self.past = {p: np.zeros((b * n, heads, 0, d_kv), dtype=np.float32) for p in self._past_names}
+        elif self._mode != "topk":
+            raise RuntimeError("step_topk() after step() on the same batch")
+        outs = dec.run(None, {"input_ids": tokens.numpy().astype(np.int64)[:, None], "cross_bias": self.bias,
+                              **self.cross, **self.past, "top_k": np.array([k], dtype=np.int64)})
+        self.past = dict(zip(self._past_names, outs[2:]))
+        return torch.from_numpy(outs[0]), torch.from_numpy(outs[1])
+
+    def keep(self, positions: Any) -> None:
+        import torch
+
+        def rows(a: np.ndarray) -> np.ndarray:  # torch's index_select copies rows faster than numpy indexing
+            return torch.from_numpy(a).index_select(0, positions).numpy()
+
+        if self._mode == "topk":
+            self.bias = rows(self.bias)  # the per-prompt cross keys / values stay as they are
+        else:
+            self.mask = rows(self.mask)
+            if self.hidden is not None:
+                self.hidden = rows(self.hidden)
+        if self.past:
+            self.past = {k: rows(v) for k, v in self.past.items()}
