@@ -126,10 +126,10 @@ def run(
     scheme: str = typer.Option("both", "--scheme", help="permutation: both (premise and hypothesis permuted) or hyp."),
     save_permutations: bool = typer.Option(False, "--save-permutations",
                                            help="permutation: keep every permuted pair in samples.jsonl."),
-    ray: Optional[str] = typer.Option(None, "--ray", is_flag=False, flag_value="local", metavar="[ADDRESS]",
-                                      help="Shard the study over Ray actors: --ray alone starts a local instance, "
-                                           "--ray ADDRESS joins a cluster (pip install 'breaknli-fast[ray]'). Same "
-                                           "records as one process."),
+    ray: bool = typer.Option(False, "--ray", help="Shard the study over Ray actors (pip install 'breaknli-fast[ray]'): a "
+                                                  "local instance, or the cluster of --ray-address. Same records as one process."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
+                                              help="Join this Ray cluster (implies --ray), e.g. 10.0.0.5:6379 or auto."),
     ray_workers: Optional[int] = typer.Option(None, "--ray-workers", min=1,
                                               help="Ray actors (default: one per GPU, else one per --ray-threads CPUs)."),
     ray_gpus_per_worker: float = typer.Option(0.0, "--ray-gpus-per-worker", min=0.0, help="GPUs per Ray actor (1 on GPU clusters)."),
@@ -167,8 +167,9 @@ def run(
                                columns=Columns(premise_col, hypothesis_col, label_col, id_col),
                                generator=generator, classifier=classifier, engine=ecfg, out=out,
                                runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress), by=by,
-                               ray=RayConfig(address=ray, workers=ray_workers, gpus_per_worker=ray_gpus_per_worker,
-                                             threads_per_worker=ray_threads) if ray else None)
+                               ray=RayConfig(address=ray_address, workers=ray_workers,
+                                             gpus_per_worker=ray_gpus_per_worker, threads_per_worker=ray_threads)
+                               if ray or ray_address else None)
     print_summary(result)
 
 

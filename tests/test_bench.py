@@ -16,6 +16,7 @@ from breaknli_fast.bench import parity as par
 from breaknli_fast.bench.command import bench
 from breaknli_fast.bench.measure import Task, latency_stats, repeat, repeat_interleaved
 from breaknli_fast.bench.runner import BenchConfig, BenchResult, run_bench
+from breaknli_fast.pipeline import metrics
 from breaknli_fast.bench.specs import BenchSpecError, parse_engines
 from breaknli_fast.engines.base import Decoding
 from breaknli_fast.pipeline.breaknli import LoopConfig
@@ -242,6 +243,42 @@ def test_tolerance_rule():
                                                                        "relaxed": {"diff": 0.0, "ci": [0.0, 0.0]}}}},
                        "end_to_end": {}}, 1.0, 98.0)
     assert len(fails) == 2 and "label agreement" in fails[0] and "contradictive overall inequality" in fails[1]
+
+
+def test_equivalence_verdicts_on_constructed_differences():
+    rng = np.random.default_rng(0)
+    same = rng.random(4000) < 0.3  # clearly equal: the same outcomes but for 1 % of examples, many examples
+    flip = same.copy()
+    flip[:40] = ~flip[:40]
+    e = par.paired_diff_ci(flip.astype(float), same.astype(float))
+    assert metrics.equivalence(e["diff"], e["ci"], e["n"], 1.0)["verdict"] == "equivalent"
+    worse = same.copy()  # clearly different: 8 % of the examples turn into breaks
+    worse[rng.choice(np.flatnonzero(~same), 320, replace=False)] = True
+    e = par.paired_diff_ci(worse.astype(float), same.astype(float))
+    assert e["diff"] > 1 and metrics.equivalence(e["diff"], e["ci"], e["n"], 1.0)["verdict"] == "different"
+    few_a, few_b = same[:40].copy(), same[:40].copy()  # too few examples: a small difference, a wide CI
+    few_a[:2] = ~few_a[:2]
+    e = par.paired_diff_ci(few_a.astype(float), few_b.astype(float))
+    v = metrics.equivalence(e["diff"], e["ci"], e["n"], 1.0)
+    assert v["verdict"] == "inconclusive" and v["n_needed"] > 40
+    # the rule the bench applies: --strict fails on different only, --require-equivalence on inconclusive too
+    block = {"classifier": {}, "end_to_end": {"entailed": {"overall": {"n": 40, "inequality": e, "relaxed": dict(e)}}}}
+    par.add_verdicts(block, 1.0)
+    assert block["verdicts"] == {"equivalent": 0, "different": 0, "inconclusive": 2}
+    assert par.check(block, 1.0, 0.0) == []
+    assert len(par.check(block, 1.0, 0.0, require_equivalence=True)) == 2
+
+
+def test_end_to_end_parity_is_paired_on_the_examples_both_runs_evaluated():
+    def rec(i, ineq, yhat="entailment", status="evaluated"):
+        return {"mode": "entailed", "id": f"x{i}", "yhat": yhat, "status": status,
+                "verdict": {"inequality": ineq, "relaxed": ineq}}
+
+    ref = [rec(0, True), rec(1, False), rec(2, False), rec(3, True, status="too_few_on_target")]
+    eng = [rec(0, True), rec(1, True), rec(2, False, status="too_few_unique"), rec(3, False)]
+    out = par.end_to_end_parity(ref, eng)["entailed"]["overall"]
+    assert out["n"] == 2 and out["only_reference"] == 1 and out["only_engine"] == 1
+    assert out["inequality"]["diff"] == pytest.approx(50.0)  # x1 turned into a break; x0 the same
 
 
 def test_token_agreement_and_classifier_parity():

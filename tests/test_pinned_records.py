@@ -54,6 +54,8 @@ def _strip(records: list[dict]) -> list[dict]:
 
 
 def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
     return abs(float(a) - float(b)) <= PROB_TOL

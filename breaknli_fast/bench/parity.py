@@ -3,11 +3,14 @@
 * classifier parity on identical pairs: label agreement and max |Δ logit|;
 * breakage on one fixed set of (p, h, h') triples taken from the reference's own run, so
   generation noise is excluded: paired differences with a paired bootstrap CI;
-* end-to-end: each engine's own loop; unpaired differences (``metrics.diff_ci``);
+* end-to-end: each engine's own loop on the same examples and seeds; paired differences over the
+  examples both runs evaluated (the others are counted);
 * generator: greedy-token agreement, and identity of sampled candidates.
 
 Verdicts come from :func:`breaknli_fast.pipeline.verdicts.verdict` and rates from
-:func:`breaknli_fast.pipeline.metrics.rates`; nothing here re-implements the loop.
+:func:`breaknli_fast.pipeline.metrics.rates`; nothing here re-implements the loop. Every difference gets an
+equivalence verdict (:func:`breaknli_fast.pipeline.metrics.equivalence`): equivalent, different or
+inconclusive, with the examples a decision would need.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from breaknli_fast.data.labels import LABELS
-from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, bootstrap_indices, diff_ci, rates
+from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, bootstrap_indices, equivalence, rates
 from breaknli_fast.pipeline.verdicts import verdict
 
 CELLS = tuple(LABELS) + ("overall",)
@@ -113,34 +116,36 @@ def fixed_triple_parity(triples: Sequence[dict[str, Any]], ref_verdicts: Sequenc
 
 # -- end to end -------------------------------------------------------------------------------------
 
-def _indicators(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, list[float]]]]:
-    out: dict[str, dict[str, dict[str, list[float]]]] = {}
-    for r in records:
-        if r.get("status") != "evaluated":
-            continue
-        m = out.setdefault(r["mode"], {})
-        for cell in (r["yhat"], "overall"):
-            c = m.setdefault(cell, {k: [] for k in DIFF_KEYS})
-            for k in DIFF_KEYS:
-                c[k].append(float(r["verdict"][k]))
-    return out
+def _evaluated(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["mode"], r["id"]): r for r in records if r.get("status") == "evaluated"}
 
 
 def end_to_end_parity(ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
                       n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
-    """Per mode x (label, overall): engine - reference of each engine's own loop (different example
-    sets: unpaired bootstrap CI, ``metrics.diff_ci``)."""
-    a_all, b_all = _indicators(records), _indicators(ref_records)
+    """Per mode x (reference label, overall): engine - reference over the examples both runs evaluated (same
+    examples and seeds: a paired bootstrap CI), with the number evaluated by one run only."""
+    a_all, b_all = _evaluated(records), _evaluated(ref_records)
     out: dict[str, Any] = {}
-    for mode in sorted(set(a_all) | set(b_all)):
+    for mode in sorted({m for m, _ in a_all} | {m for m, _ in b_all}):
+        both = [k for k in b_all if k[0] == mode and k in a_all]
+        cells: dict[str, list[tuple[str, str]]] = {"overall": both}
+        for k in both:
+            cells.setdefault(b_all[k]["yhat"], []).append(k)
         table = {}
         for cell in CELLS:
-            a, b = a_all.get(mode, {}).get(cell), b_all.get(mode, {}).get(cell)
-            if not a or not b:
+            keys = cells.get(cell)
+            if not keys:
                 continue
-            entry: dict[str, Any] = {"n": len(a["inequality"]), "n_reference": len(b["inequality"])}
+            entry: dict[str, Any] = {
+                "n": len(keys),
+                "only_reference": sum(1 for k in b_all if k[0] == mode and k not in a_all
+                                      and (cell == "overall" or b_all[k]["yhat"] == cell)),
+                "only_engine": sum(1 for k in a_all if k[0] == mode and k not in b_all
+                                   and (cell == "overall" or a_all[k]["yhat"] == cell)),
+            }
             for k in DIFF_KEYS:
-                entry[k] = diff_ci(a[k], b[k], n_boot, seed)
+                entry[k] = paired_diff_ci([float(a_all[x]["verdict"][k]) for x in keys],
+                                          [float(b_all[x]["verdict"][k]) for x in keys], n_boot, seed)
             table[cell] = entry
         out[mode] = table
     return out
@@ -174,18 +179,36 @@ def token_agreement(ref: Sequence[Sequence[int]], seqs: Sequence[Sequence[int]])
             "identical_sequences_pct": 100.0 * same / len(ref)}
 
 
-# -- the pass / fail rule ----------------------------------------------------------------------------
+# -- verdicts and the pass / fail rule ---------------------------------------------------------------
 
 def out_of_tolerance(entry: dict[str, Any] | None, tolerance: float) -> bool:
-    """The spec's rule: |difference| larger than the tolerance *and* its 95 % CI excludes zero."""
+    """The spec's rule for *different*: |difference| larger than the tolerance and its 95 % CI excludes zero."""
     if not entry or entry.get("diff") is None or entry.get("ci") is None:
         return False
     lo, hi = entry["ci"]
     return abs(entry["diff"]) > tolerance and (lo > 0 or hi < 0)
 
 
-def check(parity: dict[str, Any], tolerance: float, min_agreement: float) -> list[str]:
-    """Failures (one line each) of one engine's parity block."""
+def add_verdicts(parity: dict[str, Any], tolerance: float) -> dict[str, int]:
+    """Give every difference of a parity block its equivalence verdict (in place); returns the counts."""
+    counts = {"equivalent": 0, "different": 0, "inconclusive": 0}
+    for block in ("fixed_triples", "end_to_end"):
+        for table in (parity.get(block) or {}).values():
+            for entry in table.values():
+                for k in DIFF_KEYS:
+                    e = entry.get(k)
+                    if e is None:
+                        continue
+                    e.update(equivalence(e.get("diff"), e.get("ci"), e.get("n") or entry.get("n", 0), tolerance))
+                    counts[e["verdict"]] += 1
+    parity["verdicts"] = counts
+    return counts
+
+
+def check(parity: dict[str, Any], tolerance: float, min_agreement: float,
+          require_equivalence: bool = False) -> list[str]:
+    """Failures (one line each) of one engine's parity block: a *different* cell, a label agreement below the
+    minimum, and with ``require_equivalence`` an *inconclusive* cell too."""
     fails: list[str] = []
     agr = parity.get("classifier", {}).get("all", {}).get("label_agreement_pct")
     if agr is not None and agr < min_agreement:
@@ -195,8 +218,15 @@ def check(parity: dict[str, Any], tolerance: float, min_agreement: float) -> lis
             for cell, entry in table.items():
                 for k in DIFF_KEYS:
                     e = entry.get(k)
-                    if out_of_tolerance(e, tolerance):
-                        lo, hi = e["ci"]
-                        fails.append(f"{name}: {mode} {cell} {k} {e['diff']:+.2f} pp [{lo:+.2f}, {hi:+.2f}] "
-                                     f"(tolerance {tolerance:.2f} pp)")
+                    if not e or e.get("ci") is None:
+                        continue
+                    v = e.get("verdict") or equivalence(e["diff"], e["ci"], e.get("n", 0), tolerance)["verdict"]
+                    lo, hi = e["ci"]
+                    where = f"{name}: {mode} {cell} {k} {e['diff']:+.2f} pp [{lo:+.2f}, {hi:+.2f}]"
+                    if v == "different":
+                        fails.append(f"{where}: different (tolerance {tolerance:.2f} pp)")
+                    elif v == "inconclusive" and require_equivalence:
+                        need = e.get("n_needed")
+                        fails.append(f"{where}: not shown equivalent within {tolerance:.2f} pp"
+                                     + (f" (about {need} examples would decide)" if need else ""))
     return fails

@@ -124,8 +124,10 @@ def bench_markdown(data: dict[str, Any]) -> str:
         f"(p, h') pairs; fixed triples from the reference run: "
         + ", ".join(f"{m} {n}" for m, n in (wl.get("fixed_triples") or {}).items())
         + f"; greedy check on {wl.get('greedy_prompts')} prompts",
-        f"- parity rule: fail when |Δ| > {data.get('tolerance_pp')} pp and the 95 % CI excludes 0, or label agreement < "
-        f"{data.get('min_agreement_pct')} %; reference `{data.get('reference')}`",
+        f"- parity verdicts per cell (δ = {data.get('tolerance_pp')} pp): equivalent when the 95 % CI of the difference "
+        f"lies inside ±δ, different when |Δ| > δ and the CI excludes 0, inconclusive otherwise; `--strict` fails on "
+        f"different (and label agreement < {data.get('min_agreement_pct')} %), `--require-equivalence` on inconclusive "
+        f"too; reference `{data.get('reference')}`",
         "",
     ]
     for n in data.get("notes", []):
@@ -224,7 +226,41 @@ def bench_markdown(data: dict[str, Any]) -> str:
         verdict = "PASS: every measured engine within tolerance" if data["passed"] else "FAIL:"
     lines += ["", "## Verdict", "", verdict]
     lines += [f"- `{lab}`: {f}" for lab, f in fails]
+    if data.get("parity_meaningful", True):
+        lines += ["", "## Has each engine been shown to match the reference?", ""]
+        lines += [f"- `{e['label']}`: {shown_to_match(e)}" for e in data["engines"]
+                  if e["status"] == "ok" and e["label"] != data.get("reference")]
+        lines += _inconclusive_lines(data)
     return "\n".join(lines) + "\n"
+
+
+def shown_to_match(e: dict[str, Any]) -> str:
+    """One sentence per engine: shown to match (every cell equivalent), shown to differ, or not shown either way."""
+    v = _get(e, "parity", "verdicts") or {}
+    if not v:
+        return "no parity verdicts recorded"
+    n = sum(v.values())
+    if v.get("different"):
+        return f"no: {v['different']} of {n} cells differ beyond the tolerance"
+    if v.get("inconclusive"):
+        return (f"not shown: {v.get('equivalent', 0)} of {n} cells equivalent, {v['inconclusive']} inconclusive "
+                "(no difference found, but the sample is too small to show a match)")
+    return f"yes: all {n} cells equivalent within the tolerance"
+
+
+def _inconclusive_lines(data: dict[str, Any]) -> list[str]:
+    out = []
+    for e in data["engines"]:
+        for block in ("fixed_triples", "end_to_end"):
+            for mode, table in (_get(e, "parity", block) or {}).items():
+                for cell, entry in table.items():
+                    for k in ("inequality", "relaxed"):
+                        x = entry.get(k) or {}
+                        if x.get("verdict") == "inconclusive" and x.get("n_needed"):
+                            out.append(f"  - `{e['label']}` {block.replace('_', ' ')} {mode} {cell} {k}: "
+                                       f"{x['diff']:+.2f} pp [{x['ci'][0]:+.2f}, {x['ci'][1]:+.2f}] on {x.get('n')} "
+                                       f"examples; about {x['n_needed']} would decide")
+    return (["", "Inconclusive cells and the examples a decision would need:", ""] + out) if out else []
 
 
 def short_status(e: dict[str, Any]) -> str:

@@ -83,6 +83,7 @@ class BenchConfig:
     greedy_prompts: int = 16  # prompts of the greedy token-agreement check
     tolerance: float = 1.0  # percentage points
     min_agreement: float = 98.0  # percent
+    require_equivalence: bool = False  # fail on inconclusive cells too, not only on different ones
     random_weights: dict[str, str] = field(default_factory=dict)  # role -> built-in shape
     fixed_length: bool = False  # min_new_tokens = max_new_tokens (forced on with random weights)
     cache_dir: str | None = None
@@ -408,7 +409,7 @@ def _parity(eng: _Engine, loop: LoopConfig, cfg: BenchConfig, ref: dict[str, Any
     cls = {k: par.classifier_parity(ref["logits"][k], eng.logits[k]) for k in keys}
     cls["all"] = par.classifier_parity(np.concatenate([ref["logits"][k] for k in keys]),
                                        np.concatenate([eng.logits[k] for k in keys]))
-    return {
+    out = {
         "meaningful": meaningful,
         "classifier": cls,
         "fixed_triples": par.fixed_triple_parity(ref["triples"], ref["verdicts"], verdicts, cfg.n_boot, BOOT_SEED),
@@ -417,6 +418,8 @@ def _parity(eng: _Engine, loop: LoopConfig, cfg: BenchConfig, ref: dict[str, Any
                                  "max_new_tokens": loop.decoding.max_new_tokens},
                       "sampled_candidates": par.sampled_identity(ref["records"], eng.records)},
     }
+    par.add_verdicts(out, cfg.tolerance)
+    return out
 
 
 @dataclass
@@ -647,7 +650,8 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
     _speedups(engines)
     for e in engines:
         if e["status"] == "ok":
-            fails = par.check(e["parity"], cfg.tolerance, cfg.min_agreement) if meaningful else []
+            fails = (par.check(e["parity"], cfg.tolerance, cfg.min_agreement, cfg.require_equivalence)
+                     if meaningful else [])
             e["checks"] = {"applied": meaningful, "failures": fails, "passed": not fails}
         elif e["status"] == "failed":
             e["checks"] = {"applied": True, "failures": [f"engine failed: {e['reason']}"], "passed": False}

@@ -203,7 +203,7 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
     for ex in chunk:
         pred = yhat[ex.id]["label"]
         records[ex.id] = {"mode": mode, "id": ex.id, "line": ex.line, "premise": ex.premise, "hypothesis": ex.hypothesis,
-                          "gold": ex.label, "yhat": pred, "ph_probs": yhat[ex.id]["probs"]}
+                          "gold": ex.label, "yhat": pred, "ph_probs": dict(zip(LABELS, yhat[ex.id]["probs"]))}
         if pred == ex.label:
             correct.append(ex)
         else:
@@ -225,6 +225,7 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
         k, n_distinct = dedup_candidates(ex.hypothesis, cs, cfg.u)
         rec = records[ex.id]
         rec["n_generated"] = len(cs)
+        rec["generated"] = list(cs)  # the raw K candidates in generation order: every funnel step checkable
         rec["n_distinct"] = n_distinct
         if n_distinct < cfg.u:
             rec["status"] = "too_few_unique"
@@ -269,7 +270,7 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
             preds = labels[pos : pos + n]
             rec["evaluated"] = final[ex.id]
             rec["predictions"] = preds
-            rec["eval_probs"] = [[round(float(x), 6) for x in row] for row in probs[pos : pos + n]]
+            rec["eval_probs"] = [{lab: round(float(x), 6) for lab, x in zip(LABELS, row)} for row in probs[pos : pos + n]]
             rec["verdict"] = verdict(mode, rec["yhat"], preds).to_dict()
             rec["status"] = "evaluated"
             pos += n

@@ -1,4 +1,9 @@
-"""Breakage rates per mode and label, pooled Overall, and bootstrap 95 % confidence intervals."""
+"""Breakage rates per mode and label, pooled Overall, and 95 % confidence intervals.
+
+A share of examples (a 0/1 outcome per example: inequality, relaxed, accuracy) gets the Wilson score
+interval, which stays honest at the boundary (0 of 40 gives [0, 8.8], not the bootstrap's [0, 0]); a rate
+per candidate (a ratio of sums over examples) and a mean of shares get a bootstrap interval over examples.
+"""
 
 from __future__ import annotations
 
@@ -24,14 +29,32 @@ def _ci(samples: np.ndarray) -> list[float]:
     return [float(lo), float(hi)]
 
 
+Z95 = 1.959963984540054
+
+
+def wilson_ci(successes: float, n: int, z: float = Z95) -> list[float]:
+    """The Wilson score interval of a proportion, in percent."""
+    if n <= 0:
+        return [0.0, 100.0]
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return [float(100 * max(0.0, centre - half)), float(100 * min(1.0, centre + half))]
+
+
 def rate_ci(hits: Sequence[bool] | Sequence[float], n_boot: int = N_BOOT,
             seed: int = BOOT_SEED) -> tuple[float | None, float | None, float | None]:
-    """A rate in percent over 0/1 ``hits`` with its bootstrap 95 % CI: (point, low, high); Nones when empty.
-    The helper every probe's summary uses for a share of examples."""
+    """A rate in percent with its 95 % CI: (point, low, high); Nones when empty. 0/1 ``hits`` (a share of
+    examples) get the Wilson interval; other values in [0, 1] (a mean of shares) a bootstrap interval over
+    examples. The helper every probe's summary uses."""
     arr = np.asarray(hits, dtype=float)
     if arr.size == 0:
         return None, None, None
-    lo, hi = _ci(100 * arr[bootstrap_indices(arr.size, n_boot, seed)].mean(axis=1))
+    if np.isin(arr, (0.0, 1.0)).all():
+        lo, hi = wilson_ci(float(arr.sum()), int(arr.size))
+    else:
+        lo, hi = _ci(100 * arr[bootstrap_indices(arr.size, n_boot, seed)].mean(axis=1))
     return float(100 * arr.mean()), lo, hi
 
 
@@ -55,8 +78,8 @@ def rates(rows: Sequence[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT
     out["relaxed"] = 100 * rel.mean()
     out["cand_inequality"] = 100 * ni.sum() / nc.sum()
     out["cand_relaxed"] = 100 * nr.sum() / nc.sum()
-    out["inequality_ci"] = _ci(100 * ineq[idx].mean(axis=1))
-    out["relaxed_ci"] = _ci(100 * rel[idx].mean(axis=1))
+    out["inequality_ci"] = wilson_ci(float(ineq.sum()), n)
+    out["relaxed_ci"] = wilson_ci(float(rel.sum()), n)
     out["cand_inequality_ci"] = _ci(100 * ni[idx].sum(axis=1) / nc[idx].sum(axis=1))
     out["cand_relaxed_ci"] = _ci(100 * nr[idx].sum(axis=1) / nc[idx].sum(axis=1))
     return out
@@ -92,3 +115,24 @@ def diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = N_BOOT, seed: 
     ib = rng.integers(0, len(b_arr), size=(n_boot, len(b_arr)))
     d = 100 * (a_arr[ia].mean(axis=1) - b_arr[ib].mean(axis=1))
     return {"diff": float(100 * (a_arr.mean() - b_arr.mean())), "ci": _ci(d)}
+
+
+VERDICTS = ("equivalent", "different", "inconclusive")
+
+
+def equivalence(diff: float | None, ci: Sequence[float] | None, n: int, tolerance: float = 1.0) -> dict[str, Any]:
+    """The parity verdict of a difference (percentage points) with its 95 % CI, against a tolerance δ:
+    **equivalent** when the whole CI lies inside ±δ; **different** when |Δ| > δ and the CI excludes 0;
+    **inconclusive** otherwise. ``n_needed``: the examples a decision would need at the observed variance
+    (the CI's half-width shrinks as 1/√n): for equivalence when |Δ| < δ, for a difference when |Δ| > δ."""
+    if diff is None or ci is None:
+        return {"verdict": "inconclusive", "n_needed": None}
+    lo, hi = ci
+    if -tolerance <= lo and hi <= tolerance:
+        return {"verdict": "equivalent", "n_needed": None}
+    if abs(diff) > tolerance and (lo > 0 or hi < 0):
+        return {"verdict": "different", "n_needed": None}
+    half = (hi - lo) / 2
+    room = tolerance - abs(diff) if abs(diff) < tolerance else abs(diff) if abs(diff) > tolerance else 0.0
+    needed = int(np.ceil(n * (half / room) ** 2)) if room > 0 and half > 0 and n > 0 else None
+    return {"verdict": "inconclusive", "n_needed": needed}
