@@ -98,6 +98,11 @@ def run(
                                     "installed (exactly torch's fp32 results, faster), else torch."),
     precision: str = typer.Option("fp32", "--precision", "-p", help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
     device: str = opts.DEVICE,
+    classifier_precision: Optional[str] = typer.Option(
+        None, "--classifier-precision", help="The classifier at another precision than --precision (e.g. --precision fp32 "
+                                             "--classifier-precision int8: the fp32 generator's candidates, a faster classifier)."),
+    generator_precision: Optional[str] = typer.Option(None, "--generator-precision",
+                                                      help="The generator at another precision than --precision."),
     k: int = opts.K,
     u: int = opts.U,
     s: int = opts.S,
@@ -156,6 +161,7 @@ def run(
                          prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
                          decoding=dec, seed=seed, chunk_size=chunk_size)
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
+                            classifier_precision=classifier_precision, generator_precision=generator_precision,
                             label_map=parse_label_map(label_map), max_length=max_length, token_budget=token_budget,
                             max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)

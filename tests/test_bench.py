@@ -394,3 +394,24 @@ def test_random_weights_bench_is_fixed_length_and_flags_parity(tiny_tsv, tmp_pat
     assert again.data["models"]["random_weights"]["generator"]["path"] == str(gen_dir)
     assert again.data["models"]["changed_during_bench"] == [str(gen_dir)] and again.passed is False
     assert any("changed while the bench ran" in f for f in again.data["failures"])
+
+
+def test_component_split_measures_each_quantised_model_alone(tiny_t5, tiny_roberta, tiny_tsv, tmp_path):
+    specs = parse_engines("ort:int8,torch:fp32", component_split=True)
+    assert [(s.label, s.clf_precision, s.gen_precision) for s in specs] == [
+        ("torch:fp32", "fp32", "fp32"), ("ort:int8", "int8", "int8"),
+        ("ort:int8 generator only", "fp32", "int8"), ("ort:int8 classifier only", "int8", "fp32")]
+    assert parse_engines("ort:int8:clf.precision=fp32")[1].clf_precision == "fp32"
+    # on a tiny model, bf16 on torch: the split engines run each role at the precision they say
+    r = _bench(tiny_t5, tiny_roberta, tiny_tsv, tmp_path / "split", "torch:bf16", "--warmup", "0", "--mode", "contradictive")
+    assert r.exit_code == 0, r.output
+    data = json.loads((tmp_path / "split" / "bench.json").read_text())
+    by = {e["label"]: e for e in data["engines"]}
+    assert set(by) == {"torch:fp32", "torch:bf16", "torch:bf16 generator only", "torch:bf16 classifier only"}
+    gen_only, clf_only = by["torch:bf16 generator only"], by["torch:bf16 classifier only"]
+    assert (gen_only["classifier_precision"], gen_only["generator_precision"]) == ("fp32", "bf16")
+    assert gen_only["component_of"] == "torch:bf16"
+    # identity where identity is the point: the fp32 role is the reference's own model on the same inputs
+    cls = gen_only["parity"]["classifier"]["all"]
+    assert cls["label_agreement_pct"] == 100.0 and cls["max_abs_logit_diff"] == 0.0
+    assert clf_only["parity"]["generator"]["sampled_candidates"]["identical_pct"] == 100.0

@@ -103,3 +103,15 @@ def test_flan_t5_style_classifier_runs(tmp_path, tiny_t5, tiny_tsv):
     details = cfg["engine"]["classifier_details"]["details"]
     assert {k: details[k] for k in ("kind", "prompt", "method", "workers")} == {"kind": "seq2seq", "prompt": "conclude", "method": "score", "workers": 1}
     assert cfg["engine"]["max_batch"] == 64  # no --max-batch: the seq2seq classifier's default, recorded
+
+
+def test_one_role_at_another_precision(tmp_path, tiny_t5, tiny_roberta, tiny_tsv):
+    r = _run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, "--classifier-precision", "bf16", "--limit", "6")
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (cfg["engine"]["classifier_precision"], cfg["engine"]["generator_precision"]) == ("bf16", "fp32")
+    assert cfg["engine"]["classifier_details"]["precision"] == "bf16"
+    assert cfg["engine"]["generator_details"]["precision"] == "fp32"
+    assert cfg["identity"]["classifier_precision"] == "bf16"
+    r = _run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, "--generator-precision", "int4", "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "--generator-precision 'int4'" in r.output

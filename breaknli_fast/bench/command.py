@@ -57,6 +57,10 @@ def bench(
                                 help="Comma-separated ENGINE:PRECISION[:key=value...] (torch:fp32 is the reference, always "
                                      "measured first). Keys: label=NAME, classifier=PATH, generator=PATH; others go to the "
                                      "engine's loaders (clf.KEY / gen.KEY for one role)."),
+    component_split: bool = typer.Option(True, "--component-split/--no-component-split",
+                                         help="After each engine at int8 / fp16 / bf16, also measure it with only its generator "
+                                              "and with only its classifier at that precision (the other at fp32): where a "
+                                              "difference from the reference comes from."),
     generator: str = opts.GENERATOR,
     classifier: str = opts.CLASSIFIER,
     dataset: str = opts.DATASET,
@@ -137,7 +141,7 @@ def bench(
                           prompts=dict(GEN_PROMPTS))
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
         cfg = BenchConfig(
-            engines=parse_engines(engines), generator=generator, classifier=classifier, dataset=dataset, split=split,
+            engines=parse_engines(engines, component_split=component_split), generator=generator, classifier=classifier, dataset=dataset, split=split,
             limit=eff_limit, loop=loop, device=device, warmup=warmup, min_iterations=min_iterations,
             min_seconds=min_seconds, repeats=repeats, gen_prompts=gen_prompts, greedy_prompts=greedy_prompts,
             tolerance=tolerance, min_agreement=min_agreement, require_equivalence=require_equivalence, random_weights=parse_random_weights(random_weights),

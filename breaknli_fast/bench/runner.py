@@ -596,6 +596,8 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
     def load(i: int, spec: EngineSpec) -> _Engine | None:
         is_ref = i == 0
         res: dict[str, Any] = {"label": spec.label, "engine": spec.engine, "precision": spec.precision,
+                               "classifier_precision": spec.clf_precision, "generator_precision": spec.gen_precision,
+                               "component_of": spec.component_of,
                                "device": cfg.device, "reference": is_ref, "spec": spec.to_dict(),
                                "models": {"classifier": spec.classifier or classifier, "generator": spec.generator or generator},
                                "status": "ok", "reason": None}
@@ -609,9 +611,9 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
             if cfg.threads:  # torch's threads are process-wide: its loaders set them again (split by workers)
                 c_extra.setdefault("threads", cfg.threads)
                 g_extra.setdefault("threads", cfg.threads)
-            clf = registry.load_classifier(spec.engine, res["models"]["classifier"], precision=spec.precision,
+            clf = registry.load_classifier(spec.engine, res["models"]["classifier"], precision=spec.clf_precision,
                                            device=cfg.device, **{**clf_opts, **c_extra})
-            gen = registry.load_generator(spec.engine, res["models"]["generator"], precision=spec.precision,
+            gen = registry.load_generator(spec.engine, res["models"]["generator"], precision=spec.gen_precision,
                                           device=cfg.device, **{**gen_opts, **g_extra})
         except Exception as e:  # noqa: BLE001 - any engine may fail to load; report and go on
             gc.collect()

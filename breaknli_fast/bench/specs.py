@@ -34,6 +34,10 @@ class EngineSpec:
     classifier: str | None = None  # model override for this engine only
     generator: str | None = None
     opts: dict[str, Any] = field(default_factory=dict)  # loader options, as given (clf. / gen. prefixes kept)
+    # one role at another precision (clf.precision= / gen.precision=): the component split of a quantised engine
+    classifier_precision: str | None = None
+    generator_precision: str | None = None
+    component_of: str | None = None  # the label of the engine this one splits (derived specs only)
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -42,7 +46,16 @@ class EngineSpec:
     @property
     def is_plain_reference(self) -> bool:
         """torch:fp32 on the bench's own models, without options: a valid reference."""
-        return (self.engine, self.precision) == REFERENCE and not (self.classifier or self.generator or self.opts)
+        return ((self.engine, self.precision) == REFERENCE and not (self.classifier or self.generator or self.opts)
+                and self.classifier_precision in (None, "fp32") and self.generator_precision in (None, "fp32"))
+
+    @property
+    def clf_precision(self) -> str:
+        return self.classifier_precision or self.precision
+
+    @property
+    def gen_precision(self) -> str:
+        return self.generator_precision or self.precision
 
     def role_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(classifier options, generator options) of this engine's loaders."""
@@ -77,6 +90,10 @@ def parse_engine(text: str) -> EngineSpec:
         key, val = (x.strip() for x in kv.split("=", 1))
         if key == "label":
             spec.label = val
+        elif key in ("clf.precision", "gen.precision"):
+            if val.lower() not in PRECISIONS:
+                raise BenchSpecError(f"engine {text!r}: unknown precision {val!r}; use {', '.join(PRECISIONS)}")
+            setattr(spec, "classifier_precision" if key.startswith("clf") else "generator_precision", val.lower())
         elif key in ("classifier", "generator"):
             setattr(spec, key, val)
         else:
@@ -84,11 +101,23 @@ def parse_engine(text: str) -> EngineSpec:
     return spec
 
 
-def parse_engines(text: str | list[str]) -> list[EngineSpec]:
+def parse_engines(text: str | list[str], component_split: bool = False) -> list[EngineSpec]:
     """Parse a comma-separated list; the ``torch:fp32`` reference is put first (added when absent);
-    repeated labels get ``#2``, ``#3``."""
+    repeated labels get ``#2``, ``#3``. ``component_split``: after each engine that runs both models at a
+    reduced precision (int8, fp16, bf16), the same engine with only its generator, and with only its classifier,
+    at that precision (the other role at fp32), so the report shows where a difference comes from."""
     items = text if isinstance(text, list) else [x for x in text.split(",") if x.strip()]
     specs = [parse_engine(x) if isinstance(x, str) else x for x in items]
+    if component_split:
+        out = []
+        for s in specs:
+            out.append(s)
+            if s.precision != "fp32" and s.classifier_precision is None and s.generator_precision is None:
+                out.append(EngineSpec(s.engine, s.precision, f"{s.label} generator only", s.classifier, s.generator,
+                                      dict(s.opts), classifier_precision="fp32", component_of=s.label))
+                out.append(EngineSpec(s.engine, s.precision, f"{s.label} classifier only", s.classifier, s.generator,
+                                      dict(s.opts), generator_precision="fp32", component_of=s.label))
+        specs = out
     return with_reference(specs)
 
 

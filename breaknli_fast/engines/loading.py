@@ -24,6 +24,9 @@ class EngineConfig:
 
     engine: str = registry.AUTO  # auto, torch, ort, tensorrt (or a registered test engine)
     precision: str = "fp32"
+    # one role at another precision (e.g. an int8 classifier with an fp32 generator: the same candidates as fp32)
+    classifier_precision: str | None = None
+    generator_precision: str | None = None
     device: str = "cpu"
     threads: int | None = None  # CPU threads in all (engines split them into workers)
     workers: int | str | None = None  # CPU batches side by side: a number or "auto"
@@ -60,6 +63,21 @@ class EngineConfig:
         return registry.split_options(engine or registry.resolve_engine(self.engine, self.precision, self.device),
                                       self.extra)
 
+    @property
+    def clf_precision(self) -> str:
+        return self.classifier_precision or self.precision
+
+    @property
+    def gen_precision(self) -> str:
+        return self.generator_precision or self.precision
+
+    @property
+    def label(self) -> str:
+        """``fp32``, or ``classifier int8 / generator fp32`` when the roles differ."""
+        if self.clf_precision == self.gen_precision:
+            return self.clf_precision
+        return f"classifier {self.clf_precision} / generator {self.gen_precision}"
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -86,11 +104,14 @@ def load_models(cfg: EngineConfig, classifier: str, generator: str | None = None
     that the chosen backend cannot take (no export, an export that fails validation) is loaded on torch instead,
     and ``note`` is told why."""
     engine = registry.resolve_engine(cfg.engine, cfg.precision, cfg.device)
+    for role, prec in (("classifier", cfg.classifier_precision), ("generator", cfg.generator_precision)):
+        if prec is not None and prec not in registry.PRECISIONS:
+            raise UserError(f"--{role}-precision {prec!r}: use {', '.join(registry.PRECISIONS)}")
 
     def load(name: str) -> tuple[ClassifierBase, GeneratorBase | None]:
-        clf = registry.load_classifier(name, classifier, precision=cfg.precision, device=cfg.device,
+        clf = registry.load_classifier(name, classifier, precision=cfg.clf_precision, device=cfg.device,
                                        **cfg.classifier_options(name))
-        gen = (registry.load_generator(name, generator, precision=cfg.precision, device=cfg.device,
+        gen = (registry.load_generator(name, generator, precision=cfg.gen_precision, device=cfg.device,
                                        **cfg.generator_options(name)) if generator else None)
         return clf, gen
 

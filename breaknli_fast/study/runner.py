@@ -183,7 +183,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                    "classifier_details": clf.info.to_dict(),
                    **({"generator_details": models.generator.info.to_dict()} if models.generator is not None else {})}
     meta = {"models": {"generator": gen_name, "classifier": classifier},
-            "engine": f"{engine_name}:{ecfg.precision}:{ecfg.device}", "dataset": dataset}
+            "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset}
     try:
         if out is None and runs_root is None:
             if pool is not None:
@@ -193,14 +193,17 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             report = _report(probe, records, data, times, None, meta, columns_by, pool)
             return StudyResult(probe, records, report, times, None, models, data, notes)
 
+        prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"
         run_path = Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier,
-                                                                      engine_name, ecfg.precision)
+                                                                      engine_name, prec)
         roles = {"classifier": classifier, **({"generator": generator} if gen_name else {})}
         fingerprints = {role: model_fingerprint(name) for role, name in roles.items()}
         identity = {
             "probe": probe.name,
             **{role: fp.get("files_sha256") or roles[role] for role, fp in fingerprints.items()},
             "engine": engine_name, "precision": ecfg.precision, "device": ecfg.device.split(":")[0],
+            **({"classifier_precision": ecfg.clf_precision, "generator_precision": ecfg.gen_precision}
+               if ecfg.clf_precision != ecfg.gen_precision else {}),
             "dataset": data.source, "split": split, "limit": limit, "columns": vars(columns or Columns()),
             **probe.identity(),
             "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
@@ -210,7 +213,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             **roles, "models": fingerprints,
             "engine": {"name": engine_name, "requested": engine.engine if isinstance(engine, EngineConfig) else engine,
-                       "precision": ecfg.precision, "device": ecfg.device,
+                       "precision": ecfg.precision, "classifier_precision": ecfg.clf_precision,
+                       "generator_precision": ecfg.gen_precision, "device": ecfg.device,
                        "threads": ecfg.threads, "workers": ecfg.workers, "token_budget": ecfg.token_budget,
                        "max_length": ecfg.max_length, **details, "notes": notes},
             "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
