@@ -61,7 +61,10 @@ def dataset_label(value: object) -> str | None:
     if isinstance(value, str):
         s = value.strip()
         if s.lstrip("-").isdigit():
-            return HUB_INDEX.get(int(s))
+            try:
+                return HUB_INDEX.get(int(s))
+            except ValueError:  # digits int() refuses (superscripts, more than Python converts): not a label
+                return None
         return canonical_label(s)
     return None
 
