@@ -66,6 +66,15 @@ class BreakNLIProbe(Probe):
     def markdown(self, report: dict[str, Any]) -> str:
         return to_markdown(report)
 
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {"accuracy (p, h)": {}}
+        for r in records:
+            out["accuracy (p, h)"].setdefault(r["id"], float(r["yhat"] == r["gold"]))
+            if r.get("status") == "evaluated":
+                for k in ("inequality", "relaxed"):
+                    out.setdefault(f"{r['mode']} {k}", {})[r["id"]] = float(r["verdict"][k])
+        return out
+
     def console(self, report: dict[str, Any]) -> list[Any]:
         f = report["funnel"]
         out: list[Any] = []

@@ -265,6 +265,14 @@ class PermutationProbe(Probe):
         lines.append("")
         return "\n".join(lines)
 
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+        kept = [r for r in records if r.get("status") == "kept"]
+        return {"A": {r["id"]: float(r["yhat"] == r["gold"]) for r in kept},
+                "omega_max": {r["id"]: float(r["c"] > 0) for r in kept},
+                "omega_rand": {r["id"]: float(r["c"] > 1 / 3) for r in kept},
+                "P_c": {r["id"]: r["c"] for r in kept if r["yhat"] == r["gold"] and r["c"] > 0},
+                "P_f": {r["id"]: r["c"] for r in kept if r["yhat"] != r["gold"] and r["c"] > 0}}
+
     def console(self, report: dict[str, Any]) -> list[Any]:
         from rich.table import Table
 

@@ -126,6 +126,12 @@ class Probe(ABC):
         ``{"rates": {name: {"n", "rate", "ci"}}, "counts": {name: int}}``, rates in percent."""
         return {"rates": {}, "counts": {}}
 
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+        """The headline metrics as per-example values (0/1 or a share), keyed by example: what a paired
+        comparison of two engines on the same examples takes (parity). A metric defined on a subset of the
+        examples (e.g. rates over evaluated examples) holds only those keys."""
+        return {}
+
     def console(self, report: dict[str, Any]) -> list[Any]:
         """What the command line prints of the report: rich renderables or markup strings."""
         return []
