@@ -23,7 +23,8 @@ least ``--min-iterations`` and ``--min-seconds``; the median and the best iterat
 Generated tokens are counted the same way for all (the generator tokenizer on the decoded texts,
 without special tokens). Loading and ONNX export are not timed.
 
-    python scripts/bench_baselines.py --classifier mini-nli --generator mini-t5 --limit 64 --out runs/baselines
+    python scripts/bench_baselines.py --classifier mini-nli --generator mini-t5 --limit 64 --out runs/baselines \\
+        --result benchmarks/results/baselines.json
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
+
+from provenance import Recorder, script_command
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
@@ -67,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (and intra-op threads of breaknli-fast's other engines)")
     ap.add_argument("--out", type=Path, default=None, help="folder for baselines.json and baselines.md")
+    ap.add_argument("--result", type=Path, default=None, help="write a result file (with provenance) here")
     args = ap.parse_args(argv)
+    rec = Recorder("baselines", script_command("bench_baselines.py", argv))
 
     import torch
     from transformers import AutoTokenizer
@@ -194,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                 skipped.append({"contender": c["name"], "reason": f"{job} failed: {_first_line(t.error)}"})
                 continue
             s = t.rep.summary()
-            row = {"contender": c["name"], "job": job, "load_s": c["load_s"], **s,
+            row = {"contender": c["name"], "job": job, "load_s": c["load_s"], "rss_after_load_mib": c["rss_after_load_mib"],
+                   "peak_rss_load_mib": c["peak_rss_load_mib"], **s,
                    "items": len(pairs) if job == "classify" else len(prompts), "iteration_latency": latency_stats(t.rep.seconds)}
             if job == "classify":
                 row["pairs_per_s"] = len(pairs) / s["median_s"]
@@ -228,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "baselines.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         (args.out / "baselines.md").write_text(md)
+    if args.result:
+        rec.save(args.result, {k: v for k, v in report.items() if k not in ("command", "environment")})
     return 0
 
 

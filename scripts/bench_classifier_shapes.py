@@ -11,6 +11,7 @@ machine slow all engines, ORT's spinning thread pool more than torch's).
 
     python scripts/bench_classifier_shapes.py                 # 32 x 128, 5 repeats
     python scripts/bench_classifier_shapes.py --layers 2      # a quick smoke run
+    python scripts/bench_classifier_shapes.py --result benchmarks/results/classifier-shapes.json
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from provenance import Recorder, script_command
 
 
 def build(folder: Path, layers: int, hidden: int, heads: int, ffn: int, vocab: int) -> Path:
@@ -54,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=50265)
     ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: physical cores)")
     ap.add_argument("--work-dir", type=Path, default=None, help="keep the model and exports here")
+    ap.add_argument("--result", type=Path, default=None, help="write a result file (with provenance) here")
     args = ap.parse_args(argv)
+    rec = Recorder("classifier_shapes", script_command("bench_classifier_shapes.py", argv))
 
     import numpy as np
     import onnxruntime
@@ -63,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from breaknli_fast.envinfo import cpu_model
     from breaknli_fast.export import export_model
-    from breaknli_fast.export.runtime import make_session, physical_cores
+    from breaknli_fast.engines.ort_runtime import make_session, physical_cores
 
     threads = args.threads or physical_cores()
     torch.set_num_threads(threads)
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         feeds = {"input_ids": ids, "attention_mask": mask}
         feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
         engines.append((f"ORT {precision}" + (" (dynamic)" if precision == "int8" else ""),
-                        (lambda s=sess, f=feeds: s.run(["logits"], f)[0]), f"{build_s:.0f}"))
+                        (lambda s=sess, f=feeds: s.run(["logits"], f)[0]), f"{build_s:.1f}"))
     outs = {}
     for name, fn, _ in engines:
         for _ in range(args.warmup):
@@ -110,15 +115,27 @@ def main(argv: list[str] | None = None) -> int:
     ref = outs["torch fp32"]
     t_torch = statistics.median(times["torch fp32"])
     rows = [(name, statistics.median(times[name]), outs[name], b) for name, _, b in engines]
+    load = os.getloadavg()[0]
     print(f"\nbatch {args.batch} x {args.length} tokens, {args.repeats} repeats (median, {args.warmup} warm-up runs excluded), "
-          f"{threads} threads, {cpu_model()}, load average {os.getloadavg()[0]:.1f}, torch {torch.__version__}, "
+          f"{threads} threads, {cpu_model()}, load average {load:.1f}, torch {torch.__version__}, "
           f"onnxruntime {onnxruntime.__version__}\n")
     print("| engine | ms / batch | pairs / s | speed-up vs torch | max abs Δ logit vs torch | argmax agreement | export + validation s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
+    table = []
     for name, t, out, build_s in rows:
         d = float(np.abs(np.asarray(out) - ref).max())
         agree = float((np.asarray(out).argmax(1) == ref.argmax(1)).mean() * 100)
         print(f"| {name} | {t * 1000:.0f} | {args.batch / t:.1f} | {t_torch / t:.2f}x | {d:.2g} | {agree:.0f} % | {build_s} |")
+        table.append({"engine": name, "median_s": round(t, 5), "all_s": [round(x, 5) for x in times[name]],
+                      "pairs_per_s": round(args.batch / t, 2), "speedup_vs_torch": round(t_torch / t, 3),
+                      "max_abs_logit_diff_vs_torch": d, "argmax_agreement_pct": agree,
+                      "export_validation_s": None if build_s == "-" else float(build_s)})
+    if args.result:
+        rec.save(args.result, {"model": {"family": "roberta", "layers": args.layers, "hidden": args.hidden, "heads": args.heads,
+                                         "ffn": args.ffn, "vocab": args.vocab, "parameters": n_params,
+                                         "weights": "random"},
+                               "batch": args.batch, "length": args.length, "repeats": args.repeats, "warmup": args.warmup,
+                               "threads": threads, "load_average_at_end": load, "rows": table})
     tmp.cleanup()
     return 0
 

@@ -17,7 +17,8 @@ batches of 64, padded to the batch's longest. Every variant is timed ``--repeats
 median seconds, speed-up over fp32 and argmax agreement with fp32 are printed as a markdown table,
 then (``--profile``) the share of kernel time per operator type of one variant.
 
-    python scripts/bench_classifier_variants.py --model mini-nli --threads 1 --out runs/clf-variants
+    python scripts/bench_classifier_variants.py --model mini-nli --threads 1 --out runs/clf-variants \\
+        --result benchmarks/results/classifier-variants.json
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import json
 import statistics
 import time
 from pathlib import Path
+
+from provenance import Recorder, script_command
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/clf-variants"))
     ap.add_argument("--profile", default="int8-dynamic",
                     help="also print where this variant's time goes, per operator type (ONNX Runtime's profiler; '' = no)")
+    ap.add_argument("--result", type=Path, default=None, help="write a result file (with provenance) here")
     args = ap.parse_args(argv)
+    rec = Recorder("classifier_variants", script_command("bench_classifier_variants.py", argv))
     args.out.mkdir(parents=True, exist_ok=True)
 
     fp32 = export_model(args.model, precision="fp32", progress=False)
@@ -105,16 +110,29 @@ def main(argv: list[str] | None = None) -> None:
     lines += [f"| {r['variant']} | {r['median_s']:.3f} | {r['speedup_vs_fp32']:.2f}× | {r['label_agreement_vs_fp32_pct']:.2f} % |"
               for r in rows]
     md = "\n".join(lines) + f"\n\n{args.model}: {len(pairs)} pairs in batches of 64, {args.threads} thread(s), {args.repeats} repeats.\n"
+    profile = None
     if args.profile:
-        md += "\n" + op_profile(graphs[args.profile], batches, args.threads, args.profile) + "\n"
+        profile = op_shares(graphs[args.profile], batches, args.threads)
+        md += "\n" + profile_table(profile, args.profile) + "\n"
     (args.out / "variants.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows},
                                                        indent=2) + "\n")
     (args.out / "variants.md").write_text(md)
     print(md)
+    if args.result:
+        rec.save(args.result, {"model": args.model, "pairs": len(pairs), "batch": 64, "threads": args.threads,
+                               "repeats": args.repeats, "rows": rows,
+                               "profile": {"variant": args.profile, "rows": profile} if profile is not None else None})
 
 
-def op_profile(graph: Path, batches: list, threads: int, name: str) -> str:
-    """Share of kernel time per operator type over one pass of ``batches`` (ONNX Runtime's profiler)."""
+def profile_table(shares: list[dict], name: str) -> str:
+    lines = [f"| {name}: operator type | share of kernel time |", "|---|---|"]
+    lines += [f"| {r['op']} | {r['share_pct']:.1f} % |" for r in shares]
+    return "\n".join(lines)
+
+
+def op_shares(graph: Path, batches: list, threads: int) -> list[dict]:
+    """Share of kernel time per operator type over one pass of ``batches`` (ONNX Runtime's profiler),
+    the ten largest."""
     import collections
     import os
 
@@ -133,9 +151,7 @@ def op_profile(graph: Path, batches: list, threads: int, name: str) -> str:
             per_op[ev["args"]["op_name"]] += ev["dur"]
     os.remove(trace)
     total = sum(per_op.values()) or 1
-    lines = [f"| {name}: operator type | share of kernel time |", "|---|---|"]
-    lines += [f"| {op} | {100 * us / total:.1f} % |" for op, us in per_op.most_common(10)]
-    return "\n".join(lines)
+    return [{"op": op, "share_pct": round(100 * us / total, 2)} for op, us in per_op.most_common(10)]
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ rounds (all variants, then all again), median reported. Variants: the ``fast`` a
 ``transformers`` samplers, and compaction (dropping finished rows) on / off. Also reports whether
 each engine's candidates equal those of the first engine under the same variant.
 
-    python scripts/bench_generation.py --engines torch:fp32,ort:fp32,ort:int8 --prompts 32 --k 20
+    python scripts/bench_generation.py --engines torch:fp32,ort:fp32,ort:int8 --prompts 32 --k 20 \\
+        --result benchmarks/results/generation.json
 
 Engines are written as for ``breaknli-fast bench`` (``ENGINE:PRECISION[:key=value...]``; numbers and
 ``true`` / ``false`` are converted, ``generator=`` overrides ``--generator``), e.g. ``ort:int8:step_graphs=false`` samples through optimum's decoder graphs instead of the
@@ -20,6 +21,8 @@ import json
 import statistics
 import time
 from pathlib import Path
+
+from provenance import Recorder, script_command
 
 VARIANTS = {  # name: (sampler, compact_share)
     "fast": ("fast", 0.25),
@@ -49,7 +52,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="largest batch (in prompts) the ort engine's step graphs serve (default: "
                          "breaknli_fast.engines.ort.STEP_MAX_PROMPTS); for measuring where that limit belongs")
     ap.add_argument("--out", type=Path, default=None, help="write generation.json here")
+    ap.add_argument("--result", type=Path, default=None, help="write a result file (with provenance) here")
     args = ap.parse_args(argv)
+    rec = Recorder("generation", script_command("bench_generation.py", argv))
     if args.threads:
         import torch
 
@@ -105,8 +110,14 @@ def main(argv: list[str] | None = None) -> None:
           f"prompt batch {args.prompt_batch or 'default'}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "generation.json").write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows},
+        (args.out / "generation.json").write_text(json.dumps({"args": {k: str(v) if isinstance(v, Path) else v
+                                                                        for k, v in vars(args).items()}, "rows": rows},
                                                              indent=2) + "\n")
+    if args.result:
+        rec.save(args.result, {"generator": args.generator, "prompts": len(prompts), "k": args.k, "repeats": args.repeats,
+                               "threads": args.threads, "prompt_batch": args.prompt_batch,
+                               "step_max_prompts": args.step_max_prompts, "engines": list(engines), "variants": variants,
+                               "rows": rows})
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ rounds, with the per-stage seconds of the median run, and the speed-up over the 
 An engine may carry options of ``breaknli-fast run`` for itself only, as ``key=value`` after the
 precision: ``torch:fp32:workers=2`` runs ``--engine torch --precision fp32 --workers 2``.
 
-Writes ``loop.json`` and ``loop.md`` in ``--out``.
+Writes ``loop.json`` and ``loop.md`` in ``--out`` (the run directories too, each with its log), and with
+``--result FILE`` a result file with provenance (scripts/provenance.py). Each run's peak RSS and CPU
+seconds come from the kernel's rusage of the process.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from provenance import Recorder, run_timed, script_command, tail
 
 
 def run_args(spec: str) -> list[str]:
@@ -50,14 +52,14 @@ def one_run(spec: str, limit: int, out: Path, extra: list[str]) -> dict:
         shutil.rmtree(out)
     cmd = [sys.executable, "-m", "breaknli_fast.cli", "run", "--limit", str(limit), *run_args(spec), "--out", str(out),
            *extra]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{spec} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    log = out.with_name(out.name + ".log")
+    proc = run_timed(cmd, env={**os.environ, "HF_HUB_OFFLINE": "1"}, log=log)
+    if proc["returncode"] != 0:
+        raise SystemExit(f"{spec} failed ({proc['returncode']}): {tail(log, 500)}")
     rep = json.loads((out / "report.json").read_text())
     t = rep["throughput"]
-    return {"process_seconds": round(wall, 2), "loop_seconds": t["wall_seconds"], "stages": t["stage_seconds"],
+    return {"process_seconds": round(proc["wall_seconds"], 2), "loop_seconds": t["wall_seconds"], "stages": t["stage_seconds"],
+            "peak_rss_mib": proc["peak_rss_mib"], "cpu_seconds": proc["cpu_seconds"],
             "examples": t["examples_this_invocation"], "classifier_pairs": t["classifier_pairs"],
             "generated_tokens": t["generated_tokens"],
             "overall_inequality": {mode: m["overall"].get("inequality") for mode, m in rep["metrics"].items()}}
@@ -76,8 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("runs/bench-loop"))
+    ap.add_argument("--result", type=Path, default=None, help="also write a result file (with provenance) here")
     ap.add_argument("extra", nargs="*", help="further arguments for breaknli-fast run (after --)")
     args = ap.parse_args(argv)
+    rec = Recorder("run_loop", script_command("bench_run_loop.py", argv))
     specs = [s.strip() for s in args.engines.split(",") if s.strip()]
     for spec in specs:
         run_args(spec)  # malformed specs stop here, before any run
@@ -103,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         summary[name] = {"loop_seconds_median": med["loop_seconds"],
                          "loop_seconds_all": [x["loop_seconds"] for x in rs],
                          "process_seconds_median": statistics.median(x["process_seconds"] for x in rs),
+                         "peak_rss_mib_max": max(x["peak_rss_mib"] for x in rs),
+                         "overall_inequality_identical": all(x["overall_inequality"] == rs[0]["overall_inequality"] for x in rs),
                          "stages_of_median_run": med["stages"], "examples": med["examples"],
                          "classifier_pairs": med["classifier_pairs"], "generated_tokens": med["generated_tokens"]}
     ref = summary[next(iter(summary))]["loop_seconds_median"]
@@ -113,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
               "rounds": args.rounds, "load_avg_1min": {"min": min(loads), "max": max(loads)},
               "cpu_count": os.cpu_count(), "engines": summary, "runs": runs}
     (args.out / "loop.json").write_text(json.dumps(result, indent=2) + "\n")
+    if args.result:
+        rec.save(args.result, {k: v for k, v in result.items() if k not in ("command", "started", "cpu_count")})
     lines = ["| engine | loop s (median) | speed-up | process s | classify (p,h) s | generate s | relation s | evaluate s |",
              "|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():

@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""Compact markdown tables from saved benches, for BENCHMARKS.md (no figure is typed by hand).
+"""Compact markdown tables of saved benches: a bench.json (or its folder), or a result file of
+scripts/bench_save.py (benchmarks/results/*.json).
 
-    python scripts/bench_tables.py runs/bench-x/bench.json [more bench.json or folders ...]
+    python scripts/bench_tables.py runs/bench-x/bench.json benchmarks/results/bench-mini.json
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -70,9 +72,20 @@ def tables(data: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def load(path: Path) -> dict:
+    p = path / "bench.json" if path.is_dir() else path
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        data = None
+    if isinstance(data, dict) and data.get("schema") == "breaknli-fast-result/1" and data.get("kind") == "bench":
+        return data["payload"]
+    return BenchResult.load(path).data
+
+
 def main(argv: list[str]) -> int:
     for p in argv:
-        print(tables(BenchResult.load(Path(p)).data))
+        print(tables(load(Path(p))))
     return 0
 
 

@@ -6,7 +6,8 @@ against torch fp32 on the first ``--n`` pairs of a dataset (default: the embedde
 Generator: greedy and seeded sampling (``Decoding()`` defaults, ``--k`` candidates) token
 identity at fp32, greedy token agreement at int8, on generator prompts built from the hypotheses.
 
-    python scripts/ort_parity.py --classifier mini-nli --generator mini-t5
+    python scripts/ort_parity.py --classifier mini-nli --generator mini-t5 \\
+        --result benchmarks/results/ort-parity.json
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+from provenance import Recorder, script_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--max-length", type=int, default=256, help="maximum tokens of a pair (classifiers)")
+    ap.add_argument("--result", type=Path, default=None, help="write a result file (with provenance) here")
     args = ap.parse_args(argv)
+    rec = Recorder("ort_parity", script_command("ort_parity.py", argv))
+    payload: dict = {"data": args.data, "seed": args.seed, "classifier": None, "generator": None}
 
     import numpy as np
 
@@ -39,10 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     data = load_examples(args.data, limit=args.n)
     pairs = [(e.premise, e.hypothesis) for e in data.examples]
     gold = [e.label for e in data.examples]
+    payload["pairs"] = len(pairs)
     print(f"{len(pairs)} pairs from {args.data}\n")
     if args.classifier:
         ref = registry.load_classifier("torch", args.classifier, max_length=args.max_length).classify(pairs)
-        print(f"classifier {args.classifier}: torch fp32 accuracy {np.mean([a == b for a, b in zip(ref.labels, gold)]) * 100:.1f} %\n")
+        ref_acc = float(np.mean([a == b for a, b in zip(ref.labels, gold)]) * 100)
+        clf_rows: list[dict] = []
+        payload["classifier"] = {"model": args.classifier, "max_length": args.max_length, "torch_fp32_accuracy_pct": ref_acc,
+                                 "rows": clf_rows}
+        print(f"classifier {args.classifier}: torch fp32 accuracy {ref_acc:.1f} %\n")
         print("| engine | precision | label agreement vs torch fp32 | max abs Δ logit | accuracy | s |")
         print("|---|---|---:|---:|---:|---:|")
         for precision in ("fp32", "int8") + (("fp16",) if args.fp16 else ()):
@@ -53,13 +65,18 @@ def main(argv: list[str] | None = None) -> int:
             dt = time.perf_counter() - t0
             agree = float((out.label_ids == ref.label_ids).mean() * 100)
             acc = float(np.mean([a == b for a, b in zip(out.labels, gold)]) * 100)
-            print(f"| ort | {precision} | {agree:.2f} % | {np.abs(out.logits - ref.logits).max():.3g} | {acc:.1f} % | {dt:.1f} |")
+            dmax = float(np.abs(out.logits - ref.logits).max())
+            clf_rows.append({"engine": "ort", "precision": precision, "label_agreement_pct": agree, "max_abs_logit_diff": dmax,
+                             "accuracy_pct": acc, "seconds_with_load": round(dt, 2)})
+            print(f"| ort | {precision} | {agree:.2f} % | {dmax:.3g} | {acc:.1f} % | {dt:.1f} |")
         print()
     if args.generator:
         hyps = [h for _, h in pairs[: args.prompts]]
         prompts = [CONTRADICT_PROMPT.format(h=h) for h in hyps] + [ENTAIL_PROMPT.format(h=h) for h in hyps]
         seeds = [derive_seed(args.seed, "parity", i) for i in range(len(prompts))]
         tg = registry.load_generator("torch", args.generator)
+        gen_rows: list[dict] = []
+        payload["generator"] = {"model": args.generator, "prompts": len(prompts), "k": args.k, "rows": gen_rows}
         print(f"generator {args.generator}: {len(prompts)} prompts\n")
         print("| engine | precision | decoding | identical outputs | token agreement |")
         print("|---|---|---|---:|---:|")
@@ -76,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                 total = sum(max(len(x), len(y)) for x, y in rows)
                 ident = sum(x == y for x, y in rows)
                 label = f"{dec.strategy}" + (f" K={n}, seeded" if dec.strategy == "sampling" else "")
+                gen_rows.append({"engine": "ort", "precision": precision, "decoding": dec.strategy, "candidates": n,
+                                 "seeded": dec.strategy == "sampling", "identical": ident, "sequences": len(rows),
+                                 "token_agreement_pct": 100.0 * same / max(1, total)})
                 print(f"| ort | {precision} | {label} | {ident}/{len(rows)} | {100.0 * same / max(1, total):.2f} % |")
+    if args.result:
+        rec.save(args.result, payload)
     return 0
 
 

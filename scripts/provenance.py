@@ -1,0 +1,208 @@
+"""Result files of the benchmark scripts: one JSON file per measurement, carrying its own provenance.
+
+Layout of a result file (``benchmarks/results/<name>.json``)::
+
+    {
+      "schema": "breaknli-fast-result/1",
+      "kind": "run_loop",                 # which script measured it (see KINDS)
+      "command": "python scripts/bench_run_loop.py --limit 200 ...",   # the exact command line
+      "date": "2026-01-01T12:00:00+00:00",  # UTC, when the measurement started
+      "finished": "2026-01-01T12:03:10+00:00",
+      "duration_s": 190.2,
+      "commit": "<git rev-parse HEAD>[-dirty]",
+      "machine": {"cpu": ..., "cores": ..., "usable_cores": ..., "memory_gib": ..., "python": ...,
+                  "platform": ..., "packages": {"torch": ..., "onnxruntime": ..., ...},
+                  "env": {"OMP_WAIT_POLICY": ...},      # measurement-relevant variables that were set
+                  "load_average_before": [1, 5, 15 min], "load_average_after": [...]},
+      "payload": {...}                   # what the script measured; its shape depends on "kind"
+    }
+
+The scripts create a :class:`Recorder` before they measure and call :meth:`Recorder.save` after;
+``scripts/make_benchmarks.py`` reads the files with :func:`load_results`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "breaknli-fast-result/1"
+KINDS = ("bench", "run_loop", "busy", "generation", "baselines", "classifier_shapes", "classifier_variants", "probe",
+         "ort_parity")
+# variables that change what a measurement sees; recorded (and put before the command) when set
+ENV_VARS = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+PACKAGES = ("torch", "onnxruntime", "transformers", "optimum", "numpy")
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _env_settings() -> dict[str, str]:
+    return {k: os.environ[k] for k in ENV_VARS if k in os.environ}
+
+
+# as the script was started: importing breaknli_fast sets OMP_WAIT_POLICY for its own process
+_ENV_AT_START = _env_settings()
+
+
+def env_settings() -> dict[str, str]:
+    """The measurement-relevant environment variables the user set (as at this module's import)."""
+    return dict(_ENV_AT_START)
+
+
+def script_command(script: str, argv: list[str] | None = None) -> str:
+    """``python scripts/<script> ARGS`` as typed (``argv`` = the arguments; default ``sys.argv[1:]``),
+    preceded by the measurement-relevant environment variables that are set."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    env = [f"{k}={v}" for k, v in env_settings().items()]
+    return " ".join(env + [shlex.join(["python", f"scripts/{Path(script).name}", *args])])
+
+
+def commit() -> str | None:
+    """``git rev-parse HEAD`` of the checkout, with ``-dirty`` when tracked files differ from it."""
+    from breaknli_fast.envinfo import git_hash
+
+    return git_hash()
+
+
+def machine(load_before: list[float] | None, load_after: list[float] | None) -> dict[str, Any]:
+    from breaknli_fast.envinfo import cpu_model, memory_gib, package_version
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    import breaknli_fast
+
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "usable_cores": usable, "memory_gib": memory_gib(),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "breaknli_fast": breaknli_fast.__version__,
+            "packages": {p: package_version(p) for p in PACKAGES}, "env": env_settings(),
+            "load_average_before": load_before, "load_average_after": load_after}
+
+
+class Recorder:
+    """Provenance of one measurement: created before it starts, :meth:`save` writes the result file."""
+
+    def __init__(self, kind: str, command: str):
+        if kind not in KINDS:
+            raise ValueError(f"unknown result kind {kind!r} (one of {', '.join(KINDS)})")
+        self.kind, self.command = kind, command
+        self.date = utc_now()
+        self.commit = commit()  # the tree as it is when the measurement starts
+        self.load_before = load_average()
+        self._t0 = time.perf_counter()
+
+    def document(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"schema": SCHEMA, "kind": self.kind, "command": self.command, "date": self.date, "finished": utc_now(),
+                "duration_s": round(time.perf_counter() - self._t0, 1), "commit": self.commit,
+                "machine": machine(self.load_before, load_average()), "payload": payload}
+
+    def save(self, path: str | Path, payload: dict[str, Any]) -> Path:
+        doc = self.document(payload)
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
+        tmp.replace(p)
+        print(f"result written to {p}", file=sys.stderr)
+        return p
+
+
+def run_timed(cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None,
+              timeout: float | None = None, start: threading.Barrier | None = None) -> dict[str, Any]:
+    """Run ``cmd`` to its end; its wall seconds, exit code, peak RSS and CPU seconds (the kernel's
+    rusage of that process), and whether ``timeout`` stopped it. stdout and stderr go to ``log``
+    (or nowhere). With ``start``, the process starts once every party of the barrier is ready, so
+    that several processes begin at the same moment."""
+    out = open(log, "w") if log is not None else subprocess.DEVNULL
+    try:
+        if start is not None:
+            start.wait()
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        killed = threading.Event()
+
+        def kill() -> None:
+            killed.set()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timer = threading.Timer(timeout, kill) if timeout else None
+        if timer is not None:
+            timer.start()
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        if timer is not None:
+            timer.cancel()
+        p.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        if log is not None:
+            out.close()
+    return {"returncode": p.returncode, "wall_seconds": round(wall, 3), "timed_out": killed.is_set(),
+            "peak_rss_mib": round(ru.ru_maxrss / 1024, 1),  # Linux: KiB
+            "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 2)}
+
+
+def tail(path: Path, chars: int = 600) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:].strip()
+    except OSError:
+        return ""
+
+
+def _json_default(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.integer):
+            return int(o)
+        if isinstance(o, np.floating):
+            return float(o)
+        if isinstance(o, np.bool_):
+            return bool(o)
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+def load_results(folder: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every result file of ``folder`` (sorted by name), each with ``"file"`` set to its path; and one
+    line per JSON file that is not a result file."""
+    results, problems = [], []
+    for p in sorted(Path(folder).glob("*.json")):
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            problems.append(f"{p}: not readable JSON ({e})")
+            continue
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            problems.append(f"{p}: not a result file (schema {SCHEMA})")
+            continue
+        doc["file"] = str(p)
+        results.append(doc)
+    return results, problems

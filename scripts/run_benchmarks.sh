@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Every measurement behind BENCHMARKS.md, in sequence, each writing one result file into
+# benchmarks/results; then scripts/make_benchmarks.py writes BENCHMARKS.md from those files.
+#
+#   scripts/run_benchmarks.sh            # sized for about 25 minutes on 2 quiet cores (estimated from --smoke runs)
+#   scripts/run_benchmarks.sh --smoke    # tiny sizes, to check the pipeline (figures meaningless)
+#
+# Run it on a quiet machine: every result file records the load average before and after.
+# Environment: RESULTS (result folder, default benchmarks/results), WORK (scratch: run directories,
+# graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md), PYTHON (default .venv/bin/python).
+# A step that fails is reported and the others still run (the exit code is then 1); a result file
+# it would have replaced stays, with its own date and commit.
+
+set -u
+cd "$(dirname "$0")/.."
+export HF_HUB_OFFLINE=1
+
+SMOKE=0
+[ "${1:-}" = "--smoke" ] && SMOKE=1
+PY=${PYTHON:-.venv/bin/python}
+R=${RESULTS:-benchmarks/results}
+W=${WORK:-$(mktemp -d -t breaknli-bench-XXXXXX)}
+OUT_MD=${OUT_MD:-BENCHMARKS.md}
+mkdir -p "$R" "$W"
+
+if [ "$SMOKE" = 1 ]; then
+    BENCH_LIMIT=10; LOOP_LIMIT=10; LOOP_ROUNDS=1; BUSY_LIMIT=10; RW_LIMIT=4
+    SHAPES_ARGS="--layers 2 --repeats 2 --warmup 1"; GEN_ARGS="--prompts 4 --k 4 --repeats 1"
+    VARIANT_PAIRS=128; VARIANT_REPEATS=1; PARITY_ARGS="--n 50 --prompts 2 --k 4"; BASELINE_LIMIT=8
+    BASELINE_ARGS="--gen-prompts 2 --k 4 --min-iterations 1 --min-seconds 0"
+else
+    BENCH_LIMIT=200; LOOP_LIMIT=200; LOOP_ROUNDS=3; BUSY_LIMIT=300; RW_LIMIT=8
+    SHAPES_ARGS="--repeats 3 --warmup 1"; GEN_ARGS="--prompts 16 --k 20 --repeats 3"
+    VARIANT_PAIRS=1000; VARIANT_REPEATS=3; PARITY_ARGS="--n 2000 --prompts 10 --k 20"; BASELINE_LIMIT=64
+    BASELINE_ARGS=""
+fi
+RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --limit $RW_LIMIT --k 4 --u 2 --s 1 \
+--max-new-tokens 16 --gen-prompts 4 --greedy-prompts 4 --min-iterations 5 --min-seconds 0"
+
+FAILED=()
+step() {  # step NAME COMMAND...
+    local name=$1; shift
+    echo "== $name: $*" >&2
+    local t0=$SECONDS
+    if "$@"; then
+        echo "== $name: done in $((SECONDS - t0)) s" >&2
+    else
+        echo "== $name: FAILED after $((SECONDS - t0)) s" >&2
+        FAILED+=("$name")
+    fi
+}
+
+step bench-mini $PY scripts/bench_save.py --result "$R/bench-mini.json" -- \
+    --engines torch:fp32,ort:fp32,ort:int8 --limit "$BENCH_LIMIT"
+step run-loop $PY scripts/bench_run_loop.py --engines torch:fp32,ort:fp32,ort:int8 --limit "$LOOP_LIMIT" \
+    --rounds "$LOOP_ROUNDS" --out "$W/run-loop" --result "$R/run-loop.json"
+step busy $PY scripts/bench_busy.py --engines torch,ort --limit "$BUSY_LIMIT" --timeout 900 --work "$W/busy" \
+    --result "$R/busy.json"
+step bench-random-small $PY scripts/bench_save.py --result "$R/bench-random-small.json" -- $RW_ARGS \
+    --random-weights flan-t5-small,roberta-base
+step bench-random-base $PY scripts/bench_save.py --result "$R/bench-random-base.json" -- $RW_ARGS \
+    --random-weights flan-t5-base,roberta-base
+step classifier-shapes $PY scripts/bench_classifier_shapes.py $SHAPES_ARGS --result "$R/classifier-shapes.json"
+step generation $PY scripts/bench_generation.py --engines torch:fp32,ort:fp32,ort:int8 $GEN_ARGS \
+    --result "$R/generation.json"
+step classifier-variants $PY scripts/bench_classifier_variants.py --model mini-nli --pairs "$VARIANT_PAIRS" --threads 1 \
+    --repeats "$VARIANT_REPEATS" --out "$W/classifier-variants" --result "$R/classifier-variants.json"
+step ort-parity $PY scripts/ort_parity.py --classifier mini-nli --generator mini-t5 $PARITY_ARGS --fp16 \
+    --result "$R/ort-parity.json"
+step baselines $PY scripts/bench_baselines.py --engines torch:fp32,ort:fp32,ort:int8 --limit "$BASELINE_LIMIT" \
+    $BASELINE_ARGS --result "$R/baselines.json"
+step make-benchmarks $PY scripts/make_benchmarks.py --results "$R" --out "$OUT_MD"
+
+if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "failed: ${FAILED[*]}" >&2
+    exit 1
+fi

@@ -1,0 +1,179 @@
+"""scripts/make_benchmarks.py renders result files (scripts/provenance.py) into BENCHMARKS.md: every
+section, each table's command, date, commit and machine, and "not measured" where a file is missing.
+Synthetic result files only: no model runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import make_benchmarks  # noqa: E402
+import provenance  # noqa: E402
+
+MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "usable_cores": 2, "memory_gib": 8.0, "python": "3.11.7",
+           "platform": "Linux", "breaknli_fast": "0.1.0",
+           "packages": {"torch": "2.0.0+cpu", "onnxruntime": "1.20.0", "transformers": "4.50.0"},
+           "env": {}, "load_average_before": [0.25, 0.3, 0.3], "load_average_after": [1.75, 0.9, 0.5]}
+
+
+def write(folder: Path, name: str, kind: str, commit: str, command: str, payload: dict) -> None:
+    doc = {"schema": provenance.SCHEMA, "kind": kind, "command": command, "date": "2030-01-02T03:04:05+00:00",
+           "finished": "2030-01-02T03:06:05+00:00", "duration_s": 120.0, "commit": commit, "machine": MACHINE,
+           "payload": payload}
+    (folder / f"{name}.json").write_text(json.dumps(doc))
+
+
+def stage(median: float, best: float, items: int = 10) -> dict:
+    return {"items": items, "median_s": median, "min_s": best}
+
+
+def bench_engine(label: str, ref: bool, scale: float) -> dict:
+    return {"label": label, "engine": label.split(":")[0], "precision": label.split(":")[1], "reference": ref,
+            "status": "ok", "reason": None, "load_average_start": [0.5, 0.4, 0.3],
+            "speed": {"stages": {k: stage(1.0 * scale, 0.9 * scale) for k in make_benchmarks.STAGES},
+                      "speedup": {"workload": 1 / scale, "workload_best": 1 / scale, "end_to_end": 1 / scale},
+                      "summary": {"classifier_pairs_per_s": 100 / scale, "generated_tokens_per_s": 500 / scale,
+                                  "examples_per_s": 3 / scale}},
+            "memory": {"rss_before_load_mib": 300, "peak_rss_load_mib": 700 + scale, "rss_after_load_mib": 500,
+                       "peak_rss_mib": 654.0},
+            "parity": {"classifier": {"all": {"label_agreement_pct": 99.5, "max_abs_logit_diff": 0.0123}},
+                       "generator": {"greedy": {"token_agreement_pct": 97.5}},
+                       "fixed_triples": {"contradictive": {"overall": {"inequality": {"diff": 0.5, "ci": [-0.25, 1.25]}}}},
+                       "end_to_end": {"contradictive": {"overall": {"inequality": {"diff": -1.5, "ci": [-3.0, 0.5]}}}}},
+            "checks": {"applied": True, "passed": True, "failures": []}}
+
+
+@pytest.fixture()
+def results(tmp_path: Path) -> Path:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    write(folder, "bench-mini", "bench", "aaaa1111-dirty",
+          "python scripts/bench_save.py --result benchmarks/results/bench-mini.json -- --limit 200",
+          {"command": "breaknli-fast bench --limit 200", "reference": "torch:fp32", "tolerance_pp": 1.0,
+           "min_agreement_pct": 98.0, "data": {"name": "sample", "examples": 200},
+           "models": {"generator": "mini-t5", "classifier": "mini-nli", "random_weights": None},
+           "config": {"loop": {"k": 20, "decoding": {"max_new_tokens": 40, "min_new_tokens": 0}}},
+           "workload": {"classify_ph_pairs": 200, "generate_prompts": 8, "relation_pairs": 300, "evaluate_pairs": 16,
+                        "fixed_triples": {"contradictive": 42}, "greedy_prompts": 16},
+           "notes": ["engines ran one after another"],
+           "engines": [bench_engine("torch:fp32", True, 1.0), bench_engine("ort:int8", False, 0.4),
+                       {"label": "tensorrt:fp16", "engine": "tensorrt", "precision": "fp16", "status": "skipped",
+                        "reason": "no GPU", "checks": {"applied": False}}]})
+    write(folder, "run-loop", "run_loop", "bbbb2222",
+          "python scripts/bench_run_loop.py --limit 200 --rounds 3",
+          {"limit": 200, "rounds": 3,
+           "engines": {"torch:fp32": {"loop_seconds_median": 12.34, "loop_seconds_all": [12.34, 12.5, 12.0],
+                                      "speedup_loop": 1.0, "process_seconds_median": 18.0, "peak_rss_mib_max": 612.0,
+                                      "overall_inequality_identical": True, "examples": 330,
+                                      "stages_of_median_run": {"classify_ph": 1.0, "generate": 6.0, "relation": 4.0,
+                                                               "evaluate": 1.3}},
+                       "ort:fp32": {"loop_seconds_median": 8.76, "loop_seconds_all": [8.76], "speedup_loop": 1.41,
+                                    "process_seconds_median": 14.0, "peak_rss_mib_max": 588.0,
+                                    "overall_inequality_identical": True, "examples": 330,
+                                    "stages_of_median_run": {}}},
+           "runs": {"torch:fp32": [{"overall_inequality": {"contradictive": 40.0}, "peak_rss_mib": 612.0}],
+                    "ort:fp32": [{"overall_inequality": {"contradictive": 40.0}, "peak_rss_mib": 588.0}]}})
+    proc = {"returncode": 0, "wall_seconds": 61.5, "loop_seconds": 55.25, "cpu_seconds": 110.0, "peak_rss_mib": 600.0,
+            "timed_out": False}
+    write(folder, "busy", "busy", "cccc3333",
+          "python scripts/bench_busy.py --engines torch,ort --limit 300",
+          {"limit": 300, "timeout_s": 900,
+           "variants": [{"label": "ort", "env": {}, "omp_wait_policy_in_process": "PASSIVE",
+                         "command": "breaknli-fast run --limit 300 --engine ort --out DIR",
+                         "alone": {"load_average_before": [0.1], "processes": [proc]},
+                         "contended": {"load_average_before": [1.0], "processes": [
+                             {**proc, "wall_seconds": 70.0, "same_metrics_as_alone": True},
+                             {**proc, "wall_seconds": 71.0, "same_metrics_as_alone": False}]},
+                         "slowdown_wall": 1.15, "slowdown_loop": 1.2},
+                        {"label": "torch OMP_WAIT_POLICY=ACTIVE", "env": {"OMP_WAIT_POLICY": "ACTIVE"},
+                         "command": "OMP_WAIT_POLICY=ACTIVE breaknli-fast run --limit 300 --engine torch --out DIR",
+                         "alone": {"load_average_before": [0.1], "processes": [proc]},
+                         "contended": {"load_average_before": [1.0],
+                                       "processes": [{**proc, "wall_seconds": 777.7, "same_metrics_as_alone": True},
+                                                     {**proc, "returncode": -9, "timed_out": True,
+                                                      "same_metrics_as_alone": None}]},
+                         "slowdown_wall": None, "slowdown_loop": None}]})
+    write(folder, "baselines", "baselines", "dddd4444", "python scripts/bench_baselines.py --limit 64",
+          {"workload": {"pairs": 64, "prompts": 8, "k": 20, "max_new_tokens": 40}, "peak_rss_all_contenders_mib": 1277.0,
+           "results": [{"contender": "transformers pipeline (torch fp32)", "job": "classify", "iterations": 10,
+                        "median_s": 0.094, "min_s": 0.091, "pairs_per_s": 680.2, "load_s": 1.5},
+                       {"contender": "breaknli-fast ort:int8", "job": "classify", "iterations": 18, "median_s": 0.047,
+                        "min_s": 0.035, "pairs_per_s": 1361.7, "load_s": 2.5}],
+           "skipped": [], "models_changed_during_run": []})
+    write(folder, "probe-x", "probe", "ffff6666", "python scripts/bench_probe.py --probe x", {"rows": []})
+    (folder / "notes.json").write_text(json.dumps({"something": "else"}))  # not a result file: skipped
+    return folder
+
+
+def test_render_every_section(results: Path, tmp_path: Path) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    intro = tmp_path / "intro.md"
+    intro.write_text("## How `breaknli-fast bench` measures\n\nThe intro prose.\n")
+    assert make_benchmarks.main(["--results", str(results), "--out", str(out), "--intro", str(intro)]) == 0
+    md = out.read_text()
+    assert md.startswith("# Benchmarks")
+    assert "generated by scripts/make_benchmarks.py from benchmarks/results; do not edit by hand" in md
+    assert "## How to reproduce" in md and "scripts/run_benchmarks.sh" in md
+    assert "The intro prose." in md
+    for title, _, _ in make_benchmarks.SECTIONS:
+        assert f"## {title}" in md
+    # commands, commits, dates and machine under the tables
+    for cmd in ("python scripts/bench_save.py --result benchmarks/results/bench-mini.json -- --limit 200",
+                "python scripts/bench_run_loop.py --limit 200 --rounds 3",
+                "python scripts/bench_busy.py --engines torch,ort --limit 300",
+                "python scripts/bench_baselines.py --limit 64"):
+        assert f"- command: `{cmd}`" in md
+        assert f"`{cmd}`" in md.split("## How `breaknli-fast bench` measures")[0]  # listed under "how to reproduce"
+    for commit in ("aaaa1111-dirty", "bbbb2222", "cccc3333", "dddd4444"):
+        assert f"commit `{commit}`" in md
+    assert "2030-01-02T03:04:05+00:00" in md
+    assert "Test CPU 9000, 2 cores, 8.0 GiB" in md and "load average (1 min) 0.25 before, 1.75 after" in md
+    # figures from the files
+    assert "12.34" in md and "1.41×" in md  # run loop
+    assert "2.50× / 2.50×" in md  # a bench stage speed-up (median / best)
+    assert "99.50" in md and "+0.50 [-0.25, +1.25]" in md and "-1.50 [-3.00, +0.50]" in md  # bench parity
+    assert "skipped: no GPU" in md
+    assert "777.7" in md and "timed out" in md  # busy
+    assert "OMP_WAIT_POLICY=ACTIVE breaknli-fast run --limit 300 --engine torch --out DIR" in md
+    assert "not set; in the process: OMP_WAIT_POLICY=PASSIVE" in md and "yes, **no**" in md and "1.15×" in md
+    assert "1361.7 pairs/s" in md and "2.00× / 2.60×" in md  # baselines vs the pipeline
+    assert "1277" in md  # memory of the baselines
+    # sections whose result file is missing
+    for script in ("scripts/bench_classifier_shapes.py", "scripts/bench_generation.py",
+                   "scripts/bench_classifier_variants.py", "scripts/ort_parity.py"):
+        assert f"Not measured: no result file in `{results}` " in md and f"(`{script}` measures it" in md
+    random_part = md.split("### Real shapes with random weights")[1].split("###")[0]
+    assert "Not measured" in random_part
+    assert "notes.json" not in md
+    # a kind no table reads is listed, not rendered
+    assert md.rstrip().endswith("- probe: `%s/probe-x.json`, `python scripts/bench_probe.py --probe x`" % results)
+
+
+def test_empty_folder_says_not_measured_everywhere(tmp_path: Path) -> None:
+    md = make_benchmarks.render([], "benchmarks/results", None)
+    n_sub = sum(len(subs) for _, _, subs in make_benchmarks.SECTIONS)
+    assert md.count("Not measured:") == n_sub
+    assert "(no result file in `benchmarks/results`)" in md
+
+
+def test_recorder_writes_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(provenance, "commit", lambda: "eeee5555-dirty")
+    rec = provenance.Recorder("generation", provenance.script_command("bench_generation.py", ["--k", "4"]))
+    path = rec.save(tmp_path / "r" / "generation.json", {"rows": []})
+    loaded, problems = provenance.load_results(path.parent)
+    assert problems == [] and len(loaded) == 1
+    doc = loaded[0]
+    assert doc["command"].endswith("python scripts/bench_generation.py --k 4")
+    assert doc["commit"] == "eeee5555-dirty" and doc["kind"] == "generation" and doc["payload"] == {"rows": []}
+    m = doc["machine"]
+    for key in ("cpu", "cores", "memory_gib", "packages", "load_average_before", "load_average_after"):
+        assert key in m
+    assert {"torch", "onnxruntime"} <= set(m["packages"])
+    with pytest.raises(ValueError):
+        provenance.Recorder("no-such-kind", "x")
