@@ -81,8 +81,9 @@ def print_summary(result: Any) -> None:
 
 @app.command()
 def run(
-    probe: str = typer.Option("breaknli", "--probe", help="The study: breaknli (generate, filter, evaluate) or permutation "
-                                                           "(word-order permutation acceptance, UNLI; classifier only)."),
+    probe: str = typer.Option("breaknli", "--probe", help="The study: breaknli (generate, filter, evaluate), permutation "
+                                                           "(word-order permutation acceptance, UNLI) or accuracy (M on (p, h); "
+                                                           "with --by, per category). The last two need no generator."),
     generator: str = opts.GENERATOR,
     classifier: str = opts.CLASSIFIER,
     dataset: str = opts.DATASET,
@@ -142,12 +143,14 @@ def run(
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
-    chunk_size: int = typer.Option(16, "--chunk-size", min=1, help="Examples per resumable chunk."),
+    chunk_size: Optional[int] = typer.Option(None, "--chunk-size", min=1,
+                                             help="Examples per resumable chunk (default: 16; accuracy 256)."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads in all (default: torch's choice; ort: physical cores)."),
     workers: Optional[str] = typer.Option(None, "--workers", help="CPU batches run side by side, each on threads/workers threads: a number or 'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. ort's results do not change with it; torch's logits may move at the 1e-6 level."),
 ) -> None:
     """Run a study (BreakNLI by default) and write a run directory. Re-running the same command resumes."""
     from breaknli_fast.probes import probe_class
+    from breaknli_fast.probes.accuracy import AccuracyConfig
     from breaknli_fast.probes.permutation import PermutationConfig
     from breaknli_fast.study import run_study
     from breaknli_fast.study.distributed import RayConfig
@@ -159,14 +162,16 @@ def run(
                        diversity_penalty=diversity_penalty)
         cfg = LoopConfig(modes=_modes(mode), k=k, u=u, s=s, bidirectional=bidirectional, relation_filter=relation_filter,
                          prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
-                         decoding=dec, seed=seed, chunk_size=chunk_size)
+                         decoding=dec, seed=seed, chunk_size=chunk_size or 16)
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
                             classifier_precision=classifier_precision, generator_precision=generator_precision,
                             label_map=parse_label_map(label_map), max_length=max_length, token_budget=token_budget,
                             max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
+        if probe == "accuracy":
+            cfg = AccuracyConfig(seed=seed, chunk_size=chunk_size or 256)
         if probe == "permutation":
-            cfg = PermutationConfig(q=q, scheme=scheme, seed=seed, chunk_size=chunk_size,
+            cfg = PermutationConfig(q=q, scheme=scheme, seed=seed, chunk_size=chunk_size or 16,
                                     save_permutations=save_permutations)
         with make_progress() as progress:
             result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit,
@@ -260,6 +265,10 @@ def mini_check(
         except OSError as e:
             fail(f"cannot write {out}: {e.strerror or e}")
         console.print(f"written to {literal(out)}")
+
+
+from breaknli_fast.data.synthetic.command import generate_app  # noqa: E402
+app.add_typer(generate_app, name="generate")
 
 
 def main() -> None:  # pragma: no cover

@@ -113,3 +113,27 @@ def test_breakdown_through_run_on_taxinli(tmp_path):
     except ImportError:
         return
     assert (tmp_path / "run" / "breakdown.png").stat().st_size > 1000
+
+
+def test_accuracy_probe_per_category_on_taxinli(tmp_path):
+    r = runner.invoke(app, ["run", "--probe", "accuracy", "-d", "taxinli", "--limit", "300", "--engine", "torch",
+                            "--out", str(tmp_path / "acc")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "acc" / "report.json").read_text())
+    rows = _tsv_rows(300)
+    assert rep["accuracy"]["n"] == 300 and sum(sum(v.values()) for v in rep["confusion"].values()) == 300
+    assert list(rep["breakdown"]) == list(TAXINLI_CATEGORIES)
+    for cat in TAXINLI_CATEGORIES:
+        g = {x["value"]: x for x in rep["breakdown"][cat]["groups"]}
+        assert g["1"]["examples"] == sum(r[cat] == "1" for r in rows)
+        assert g["1"]["rates"]["accuracy (p, h)"]["n"] == g["1"]["examples"]
+    assert "accuracy on (p, h)" in r.output
+
+
+def test_a_stray_value_in_a_0_1_column_is_counted_and_left_out(tmp_path):
+    src = tmp_path / "x.tsv"
+    src.write_text("premise\thypothesis\tlabel\tnegation_logic\n"
+                   + "".join(f"P{i}.\tH{i}.\tneutral\t{2 if i == 7 else i % 2}\n" for i in range(20)))
+    g = column_groups(load_examples(str(src)), "negation_logic")
+    assert g["kind"] == "category" and g["non_binary"] == 1
+    assert sum(len(ids) for _, _, ids in g["groups"]) == 19

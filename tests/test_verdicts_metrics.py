@@ -74,3 +74,14 @@ def test_bootstrap_cis_bracket_the_point_estimate():
 def test_empty_rates():
     r = rates([])
     assert r["n"] == 0 and r["inequality"] is None
+
+
+def test_wilson_interval_holds_the_point_and_is_honest_at_the_boundary():
+    from breaknli_fast.pipeline.metrics import wilson_ci
+
+    for k, n in [(0, 3), (3, 3), (1, 7), (0, 40), (40, 40), (17, 40)]:
+        lo, hi = wilson_ci(k, n)
+        assert 0.0 <= lo <= 100 * k / n <= hi <= 100.0
+    lo, hi = wilson_ci(40, 40)
+    assert hi == 100.0 and lo == pytest.approx(91.24, abs=0.01)  # not [100, 100]
+    assert wilson_ci(0, 40) == [0.0, pytest.approx(8.76, abs=0.01)]

@@ -40,7 +40,9 @@ def wilson_ci(successes: float, n: int, z: float = Z95) -> list[float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return [float(100 * max(0.0, centre - half)), float(100 * min(1.0, centre + half))]
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)  # exact at the boundary (no rounding residue)
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return [float(100 * lo), float(100 * hi)]
 
 
 def rate_ci(hits: Sequence[bool] | Sequence[float], n_boot: int = N_BOOT,

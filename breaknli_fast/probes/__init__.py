@@ -12,6 +12,7 @@ from breaknli_fast.errors import UserError
 
 _PROBES: dict[str, str] = {
     "breaknli": "breaknli_fast.probes.breaknli:BreakNLIProbe",
+    "accuracy": "breaknli_fast.probes.accuracy:AccuracyProbe",
     "permutation": "breaknli_fast.probes.permutation:PermutationProbe",
 }
 

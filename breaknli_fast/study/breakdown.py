@@ -56,18 +56,22 @@ def column_groups(data: LoadedData, column: str) -> dict[str, Any]:
     values = {ex.id: _value(ex, column) for ex in data.examples}
     present = {v for v in values.values() if v is not None}
     missing = sum(v is None for v in values.values())
-    if present and present <= set(TRUE + FALSE):
+    binary = sum(v in TRUE + FALSE for v in values.values())
+    other = len(values) - missing - binary
+    if present and (other == 0 or (column in TAXINLI_CATEGORIES or other <= 0.01 * (binary + other)) and binary):
+        # a 0/1 column; a few other values in it (a data error) are counted and left out of both groups
         ones = {i for i, v in values.items() if v in TRUE}
         zeros = {i for i, v in values.items() if v in FALSE}
         groups = [(f"{column}", "1", ones), (f"not {column}", "0", zeros)]
         kind = "category"
+        missing += other
     else:
         if len(present) > MAX_VALUES:
             raise DataError(f"--by {column}: {len(present)} distinct values; --by takes 0/1 columns or columns "
                             f"of at most {MAX_VALUES} values")
         groups = [(f"{column}={v}", v, {i for i, x in values.items() if x == v}) for v in sorted(present)]
         kind = "categorical"
-    return {"kind": kind, "missing": missing, "groups": groups}
+    return {"kind": kind, "missing": missing, "non_binary": other if kind == "category" else 0, "groups": groups}
 
 
 def breakdown(probe: Any, records: Sequence[dict[str, Any]], data: LoadedData, columns: Sequence[str]) -> dict[str, Any]:
@@ -88,7 +92,7 @@ def breakdown(probe: Any, records: Sequence[dict[str, Any]], data: LoadedData, c
             rows.append({"group": label, "value": value, "examples": len(exs), "rates": rates,
                          "counts": head.get("counts", {}),
                          "small": sorted(k for k, c in rates.items() if c["n"] < MIN_N)})
-        out[column] = {"kind": spec["kind"], "missing": spec["missing"], "groups": rows}
+        out[column] = {"kind": spec["kind"], "missing": spec["missing"], "non_binary": spec["non_binary"], "groups": rows}
     return out
 
 
@@ -110,8 +114,10 @@ def markdown(bd: dict[str, Any]) -> list[str]:
         groups = spec["groups"]
         rate_keys = list(dict.fromkeys(k for g in groups for k in g["rates"]))
         count_keys = list(dict.fromkeys(k for g in groups for k in g["counts"]))
-        lines += [f"### {column} ({spec['kind']}" + (f"; {spec['missing']} examples without a value" if spec["missing"]
-                                                    else "") + ")", ""]
+        note = f"; {spec['missing']} examples without a 0/1 value" if spec["missing"] else ""
+        if spec.get("non_binary"):
+            note += f" ({spec['non_binary']} with another value, left out)"
+        lines += [f"### {column} ({spec['kind']}{note})", ""]
         lines.append("| group | examples | " + " | ".join(rate_keys + count_keys) + " |")
         lines.append("|---|---|" + "---|" * (len(rate_keys) + len(count_keys)))
         for g in groups:
@@ -153,8 +159,8 @@ def plot(bd: dict[str, Any], path: Any) -> bool:
                     continue
                 xs.append(i + (j - (len(keys) - 1) / 2) * width)
                 ys.append(c["rate"])
-                errs[0].append(c["rate"] - c["ci"][0])
-                errs[1].append(c["ci"][1] - c["rate"])
+                errs[0].append(max(0.0, c["rate"] - c["ci"][0]))  # max: rounding at 0 % and 100 %
+                errs[1].append(max(0.0, c["ci"][1] - c["rate"]))
                 hatch.append(c["n"] < MIN_N)
             bars = ax.bar(xs, ys, width, yerr=errs, capsize=2, label=key)
             for b, h in zip(bars, hatch):
