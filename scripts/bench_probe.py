@@ -5,7 +5,7 @@ the first engine (the torch fp32 reference) over the examples both runs scored, 
 
     python scripts/bench_probe.py --probe permutation --limit 1000 --q 100 --out benchmarks/results/probe-permutation.json
     python scripts/bench_probe.py --probe breaknli --limit 500 --relation-filter lazy,full --engines torch:fp32,ort:fp32,ort:int8 --out ...
-    python scripts/bench_probe.py --probe breaknli --dataset taxinli --limit 1000 --by taxinli --out ...
+    python scripts/bench_probe.py --probe accuracy --dataset taxinli --limit 0 --by taxinli --out ...
     python scripts/bench_probe.py --probe permutation --random-weights roberta-large --limit 40 --q 20 --speed-only --out ...
 
 An engine is ENGINE:PRECISION (e.g. ort:int8); ``--relation-filter`` (BreakNLI) runs every engine with each
@@ -30,6 +30,7 @@ from breaknli_fast.data.loaders import TAXINLI_CATEGORIES, load_examples  # noqa
 from breaknli_fast.engines.loading import EngineConfig, load_models  # noqa: E402
 from breaknli_fast.pipeline.breaknli import LoopConfig  # noqa: E402
 from breaknli_fast.pipeline.metrics import equivalence  # noqa: E402
+from breaknli_fast.probes.accuracy import AccuracyConfig  # noqa: E402
 from breaknli_fast.probes.permutation import PermutationConfig  # noqa: E402
 from breaknli_fast.study import run_study  # noqa: E402
 from breaknli_fast.study.breakdown import column_groups  # noqa: E402
@@ -38,6 +39,8 @@ from breaknli_fast.study.breakdown import column_groups  # noqa: E402
 def _probe_config(args: argparse.Namespace, relation_filter: str | None) -> Any:
     if args.probe == "permutation":
         return PermutationConfig(q=args.q, seed=args.seed)
+    if args.probe == "accuracy":
+        return AccuracyConfig(seed=args.seed)
     return LoopConfig(seed=args.seed, relation_filter=relation_filter or "lazy")
 
 
@@ -54,7 +57,7 @@ def _paired(ref: dict[str, float], other: dict[str, float], tolerance: float) ->
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--probe", default="permutation", choices=["permutation", "breaknli"])
+    ap.add_argument("--probe", default="permutation", choices=["permutation", "breaknli", "accuracy"])
     ap.add_argument("--dataset", default="sample")
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--engines", default="torch:fp32,ort:fp32,ort:int8")

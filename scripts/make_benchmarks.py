@@ -422,6 +422,60 @@ def ort_parity(doc: Result) -> str:
     return "\n".join(out)
 
 
+# -- probes (scripts/bench_probe.py) -------------------------------------------------------------------------
+
+def probe_is(name: str, pred: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[list[Result]], list[Result]]:
+    return of_kind("probe", lambda r: get(r, "payload", "probe") == name and (pred is None or pred(r["payload"])))
+
+
+def probe_title(doc: Result) -> str:
+    p = doc["payload"]
+    extra = f", q = {p['q']}" if p.get("probe") == "permutation" else ""
+    return f"{p.get('probe')} on {p.get('dataset')} ({p.get('examples')} examples{extra}), classifier {p.get('classifier')}"
+
+
+def probe_speed(doc: Result) -> str:
+    p = doc["payload"]
+    rows = []
+    for r in p.get("runs", []):
+        rows.append([r["label"], f(r.get("loop_s"), ".1f"), f(r.get("speedup"), ".2f", "×"),
+                     r.get("classifier_pairs"), f(r.get("classifier_pairs_per_s"), ".0f"),
+                     r.get("relation_pairs") if p.get("probe") == "breaknli" else "–"])
+    header = ["engine", "loop s", "speed-up vs first", "classifier pairs", "pairs/s", "relation pairs"]
+    note = " Random weights: speed only, parity not meaningful." if p.get("speed_only") else ""
+    return "\n".join([f"The same probe, data and seed on each engine, in one process.{note}", "", table(header, rows)])
+
+
+def _verdict_cell(d: dict[str, Any] | None) -> str:
+    if not d or d.get("diff") is None:
+        return "–"
+    lo, hi = d["ci"]
+    extra = f", ~{d['n_needed']} needed" if d.get("n_needed") else ""
+    same = " (identical)" if d.get("identical") else ""
+    return f"{d['diff']:+.2f} [{lo:+.2f}, {hi:+.2f}] n={d['n']}: {d['verdict']}{same}{extra}"
+
+
+def probe_parity(doc: Result) -> str:
+    p = doc["payload"]
+    runs = [r for r in p.get("runs", []) if r.get("parity")]
+    if not runs:
+        return "No parity in this file (speed only)."
+    metrics = list(dict.fromkeys(m for r in runs for m in r["parity"]))
+    rows = [[r["label"]] + [_verdict_cell(r["parity"].get(m)) for m in metrics] for r in runs]
+    out = [f"Paired differences (pp) against `{p['runs'][0]['label']}` over the examples both runs scored, 95 % "
+           f"bootstrap CI, verdict against δ = {p.get('tolerance_pp')} pp (equivalent: CI inside ±δ; different: "
+           "|Δ| > δ and the CI excludes 0; inconclusive otherwise, with the examples a decision would need).", "",
+           table(["engine"] + metrics, rows)]
+    cats = [r for r in runs if r.get("parity_by_category")]
+    for r in cats:
+        metric = next(iter(next(iter(r["parity_by_category"].values()))), None)
+        crow = [[c, p.get("category_sizes", {}).get(c), _verdict_cell(v.get(metric))]
+                for c, v in r["parity_by_category"].items()]
+        out += ["", f"Per category (`{r['label']}` against the first engine, {metric}):", "",
+                table(["category", "examples", "Δ pp [95 % CI]: verdict"], crow)]
+    return "\n".join(out)
+
+
 # -- the document -------------------------------------------------------------------------------------------
 
 # (title, what (for "not measured"), script, selection, renderer, title of each file or None)
@@ -450,6 +504,21 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
          "scripts/bench_save.py", bench_mini, bench_parity, None),
         ("The loop's breakage per engine", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
          run_loop_parity, None),
+    ]),
+    ("2b. The probes on the engines", "Each probe through the study entry point on every engine: speed, and the "
+     "paired parity of its headline metrics with the torch fp32 reference.", [
+        ("Word-order permutation acceptance (UNLI): speed", "a permutation-probe measurement", "scripts/bench_probe.py",
+         probe_is("permutation"), probe_speed, probe_title),
+        ("Word-order permutation acceptance (UNLI): parity", "a permutation-probe measurement",
+         "scripts/bench_probe.py", probe_is("permutation", lambda p: not p.get("speed_only")), probe_parity,
+         probe_title),
+        ("BreakNLI: the lazy relation filter against the full one", "a BreakNLI probe measurement with both filters",
+         "scripts/bench_probe.py", probe_is("breaknli", lambda p: len({r.get("relation_filter") for r in p.get("runs", [])}) > 1),
+         probe_speed, probe_title),
+        ("BreakNLI: parity of the filters and engines", "a BreakNLI probe measurement with both filters",
+         "scripts/bench_probe.py", probe_is("breaknli", lambda p: not p.get("speed_only")), probe_parity, probe_title),
+        ("Accuracy per TaxiNLI category: int8 against fp32", "an accuracy-probe measurement on TaxiNLI",
+         "scripts/bench_probe.py", probe_is("accuracy"), probe_parity, probe_title),
     ]),
     ("3. Memory", "", [
         ("A `breaknli-fast run` process", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),

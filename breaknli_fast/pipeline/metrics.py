@@ -130,7 +130,8 @@ def equivalence(diff: float | None, ci: Sequence[float] | None, n: int, toleranc
     if diff is None or ci is None:
         return {"verdict": "inconclusive", "n_needed": None}
     lo, hi = ci
-    if -tolerance <= lo and hi <= tolerance:
+    eps = 1e-9  # percentile arithmetic leaves residues like -1.0000000000000009 for a bound of exactly -1
+    if -tolerance - eps <= lo and hi <= tolerance + eps:
         return {"verdict": "equivalent", "n_needed": None}
     if abs(diff) > tolerance and (lo > 0 or hi < 0):
         return {"verdict": "different", "n_needed": None}
