@@ -192,7 +192,14 @@ def check_text(e: dict[str, Any]) -> str:
     return "pass" if c.get("passed") else "FAIL: " + "; ".join(c.get("failures") or [])
 
 
+def _verdict_counts(e: dict[str, Any]) -> str:
+    v = get(e, "parity", "verdicts") or {}
+    return f"{v.get('equivalent', 0)} / {v.get('different', 0)} / {v.get('inconclusive', 0)}" if v else "–"
+
+
 def bench_parity(doc: Result) -> str:
+    from breaknli_fast.bench.report import shown_to_match
+
     p = doc["payload"]
     rows = []
     for e in p.get("engines", []):
@@ -200,15 +207,20 @@ def bench_parity(doc: Result) -> str:
                      f(get(e, "parity", "classifier", "all", "label_agreement_pct"), ".2f"),
                      f(get(e, "parity", "classifier", "all", "max_abs_logit_diff"), ".2e"),
                      f(get(e, "parity", "generator", "greedy", "token_agreement_pct"), ".1f"),
-                     overall_diffs(e, "fixed_triples"), overall_diffs(e, "end_to_end"), check_text(e)])
+                     overall_diffs(e, "fixed_triples"), overall_diffs(e, "end_to_end"), _verdict_counts(e),
+                     "reference" if e.get("reference") else (shown_to_match(e) if e.get("status") == "ok" else e.get("status")),
+                     check_text(e)])
     header = ["engine", "label agreement %", "max abs Δ logit", "greedy token agreement %",
-              "Δ Overall inequality pp, fixed triples [95 % CI]", "Δ Overall inequality pp, end to end [95 % CI]",
-              "check"]
+              "Δ Overall inequality pp, fixed triples [95 % CI]", "Δ Overall inequality pp, end to end (paired) [95 % CI]",
+              "cells equivalent / different / inconclusive", "shown to match the reference?", "check"]
     wl = p.get("workload") or {}
     trip = ", ".join(f"{m} {n}" for m, n in (wl.get("fixed_triples") or {}).items())
     return "\n".join([bench_workload(p) + f" Fixed triples: {trip or '–'}; greedy check on {wl.get('greedy_prompts')} "
-                      f"prompts. Check rule: |Δ| > {p.get('tolerance_pp')} pp with a CI that excludes 0, or label "
-                      f"agreement < {p.get('min_agreement_pct')} %.", "", table(header, rows)])
+                      f"prompts. Every cell (mode × label × inequality / relaxed, fixed triples and end to end) gets a "
+                      f"verdict against δ = {p.get('tolerance_pp')} pp: equivalent when its 95 % CI lies inside ±δ, "
+                      "different when |Δ| > δ and the CI excludes 0, inconclusive otherwise. An engine \"generator only\" "
+                      "or \"classifier only\" runs just that model at the reduced precision (the other at fp32).",
+                      "", table(header, rows)])
 
 
 def bench_memory(doc: Result) -> str:
@@ -424,6 +436,11 @@ def ort_parity(doc: Result) -> str:
 
 # -- probes (scripts/bench_probe.py) -------------------------------------------------------------------------
 
+def bench_title(doc: Result) -> str:
+    p = doc["payload"]
+    return f"{get(p, 'data', 'examples')} examples of `{get(p, 'data', 'name')}`"
+
+
 def probe_is(name: str, pred: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[list[Result]], list[Result]]:
     return of_kind("probe", lambda r: get(r, "payload", "probe") == name and (pred is None or pred(r["payload"])))
 
@@ -487,7 +504,7 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
         ("The loop as a user runs it: `breaknli-fast run` per engine", "the run-loop timing",
          "scripts/bench_run_loop.py", of_kind("run_loop"), run_loop_speed, None),
         ("`breaknli-fast bench` on the mini models: speed-ups per stage", "a bench of the mini models",
-         "scripts/bench_save.py", bench_mini, bench_speed, None),
+         "scripts/bench_save.py", bench_mini, bench_speed, bench_title),
         ("Real shapes with random weights", "a bench with --random-weights", "scripts/bench_save.py", bench_random,
          bench_speed, random_title),
         ("A roberta-shaped classifier alone (random weights)", "the classifier-shape timing", "scripts/bench_classifier_shapes.py",
@@ -501,7 +518,7 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
         ("ONNX Runtime against torch fp32 on real pairs", "the ORT parity check", "scripts/ort_parity.py",
          of_kind("ort_parity"), ort_parity, None),
         ("`breaknli-fast bench` on the mini models: labels, logits, breakage", "a bench of the mini models",
-         "scripts/bench_save.py", bench_mini, bench_parity, None),
+         "scripts/bench_save.py", bench_mini, bench_parity, bench_title),
         ("The loop's breakage per engine", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
          run_loop_parity, None),
     ]),

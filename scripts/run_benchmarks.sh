@@ -2,7 +2,7 @@
 # Every measurement behind BENCHMARKS.md, in sequence, each writing one result file into
 # benchmarks/results; then scripts/make_benchmarks.py writes BENCHMARKS.md from those files.
 #
-#   scripts/run_benchmarks.sh            # sized for about 25 minutes on 2 quiet cores (estimated from --smoke runs)
+#   scripts/run_benchmarks.sh            # sized for about 45 minutes on 2 quiet cores
 #   scripts/run_benchmarks.sh --smoke    # tiny sizes, to check the pipeline (figures meaningless)
 #
 # Run it on a quiet machine: every result file records the load average before and after.
@@ -28,11 +28,13 @@ if [ "$SMOKE" = 1 ]; then
     SHAPES_ARGS="--layers 2 --repeats 2 --warmup 1"; GEN_ARGS="--prompts 4 --k 4 --repeats 1"
     VARIANT_PAIRS=128; VARIANT_REPEATS=1; PARITY_ARGS="--n 50 --prompts 2 --k 4"; BASELINE_LIMIT=8
     BASELINE_ARGS="--gen-prompts 2 --k 4 --min-iterations 1 --min-seconds 0"
+    PARITY_LIMIT=20; PERM_LIMIT=20; PERM_Q=5; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
 else
     BENCH_LIMIT=200; LOOP_LIMIT=200; LOOP_ROUNDS=3; BUSY_LIMIT=300; RW_LIMIT=8
     SHAPES_ARGS="--repeats 3 --warmup 1"; GEN_ARGS="--prompts 16 --k 20 --repeats 3"
     VARIANT_PAIRS=1000; VARIANT_REPEATS=3; PARITY_ARGS="--n 2000 --prompts 10 --k 20"; BASELINE_LIMIT=64
     BASELINE_ARGS=""
+    PARITY_LIMIT=0; PERM_LIMIT=1000; PERM_Q=100; PERM_RW_LIMIT=20; FILTER_LIMIT=2000; TAXI_LIMIT=0
 fi
 RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --limit $RW_LIMIT --k 4 --u 2 --s 1 \
 --max-new-tokens 16 --gen-prompts 4 --greedy-prompts 4 --min-iterations 5 --min-seconds 0"
@@ -69,6 +71,18 @@ step ort-parity $PY scripts/ort_parity.py --classifier mini-nli --generator mini
     --result "$R/ort-parity.json"
 step baselines $PY scripts/bench_baselines.py --engines torch:fp32,ort:fp32,ort:int8 --limit "$BASELINE_LIMIT" \
     $BASELINE_ARGS --result "$R/baselines.json"
+# parity on every sample example (0 = all 2,000), with the per-component split of int8 (the bench's default)
+step bench-parity-all $PY scripts/bench_save.py --result "$R/bench-parity-all.json" -- \
+    --engines torch:fp32,ort:fp32,ort:int8 --limit "$PARITY_LIMIT" --warmup 0 --min-iterations 1 --min-seconds 0
+# the probes on the engines (scripts/bench_probe.py): speed and paired parity of their headline metrics
+step probe-permutation $PY scripts/bench_probe.py --probe permutation --limit "$PERM_LIMIT" --q "$PERM_Q" \
+    --out "$R/probe-permutation.json"
+step probe-permutation-roberta-large $PY scripts/bench_probe.py --probe permutation --random-weights roberta-large \
+    --limit "$PERM_RW_LIMIT" --q 10 --out "$R/probe-permutation-roberta-large.json"
+step probe-breaknli-filters $PY scripts/bench_probe.py --probe breaknli --limit "$FILTER_LIMIT" \
+    --relation-filter lazy,full --out "$R/probe-breaknli-filters.json"
+step probe-taxinli-accuracy $PY scripts/bench_probe.py --probe accuracy --dataset taxinli --limit "$TAXI_LIMIT" \
+    --by taxinli --out "$R/probe-taxinli-accuracy.json"
 step make-benchmarks $PY scripts/make_benchmarks.py --results "$R" --out "$OUT_MD"
 
 if [ ${#FAILED[@]} -gt 0 ]; then
