@@ -292,6 +292,10 @@ def busy_proc(p: dict[str, Any] | None) -> str:
     return f"{f(p.get('wall_seconds'), '.1f')} / {f(p.get('loop_seconds'), '.1f')} / {f(p.get('cpu_seconds'), '.1f')}"
 
 
+def busy_title(doc: Result) -> str:
+    return f"{get(doc, 'payload', 'limit')} examples of the embedded sample"
+
+
 def busy(doc: Result) -> str:
     p = doc["payload"]
     rows = []
@@ -549,7 +553,7 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
     ]),
     ("4. A busy machine", "How long the default run takes when another process competes for the cores.", [
         ("The default run alone and beside a second one", "the busy-machine timing", "scripts/bench_busy.py",
-         of_kind("busy"), busy, None),
+         of_kind("busy"), busy, busy_title),
     ]),
     ("5. Against what a user would otherwise run", "The transformers pipeline and optimum's ORTModel on the same "
      "inputs as breaknli-fast's engines, in one process.", [
