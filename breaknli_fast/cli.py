@@ -132,6 +132,21 @@ def run(
     scheme: str = typer.Option("both", "--scheme", help="permutation: both (premise and hypothesis permuted) or hyp."),
     save_permutations: bool = typer.Option(False, "--save-permutations",
                                            help="permutation: keep every permuted pair in samples.jsonl."),
+    mlm: Optional[str] = typer.Option(None, "--mlm", help="merge: the masked LMs that suggest replacements, comma-separated "
+                                                          "(mini-mlm, a folder or a hub id such as bert-base-cased). Default: mini-mlm."),
+    mlm_precision: Optional[str] = typer.Option(None, "--mlm-precision",
+                                                help="merge: the masked LMs at another precision than --precision."),
+    merge_seeds: int = typer.Option(10, "--merge-seeds", min=1, help="merge: random draws of the variants (ALLVar: 10)."),
+    merge_per_pos: int = typer.Option(20, "--merge-per-pos", min=1,
+                                      help="merge: (word, suggestion) variants per POS category and problem in each draw."),
+    merge_min_suggestions: int = typer.Option(20, "--merge-min-suggestions", min=1,
+                                              help="merge: a word with fewer surviving suggestions is dropped."),
+    merge_top_k: int = typer.Option(200, "--merge-top-k", min=1, help="merge: suggestions asked of each masked LM."),
+    merge_pos_filter: bool = typer.Option(True, "--merge-pos-filter/--no-merge-pos-filter",
+                                          help="merge: keep a suggestion only with the original's POS tag in context."),
+    merge_prob_filter: str = typer.Option("below", "--merge-prob-filter",
+                                          help="merge: keep suggestions no more probable than the original (below), "
+                                               "more probable (reversed), or any (off)."),
     ray: bool = typer.Option(False, "--ray", help="Shard the study over Ray actors (pip install 'breaknli-fast[ray]'): a "
                                                   "local instance, or the cluster of --ray-address. Same records as one process."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
@@ -173,6 +188,13 @@ def run(
         if probe == "permutation":
             cfg = PermutationConfig(q=q, scheme=scheme, seed=seed, chunk_size=chunk_size or 16,
                                     save_permutations=save_permutations)
+        elif probe == "merge":
+            from breaknli_fast.probes.merge import MergeConfig
+
+            cfg = MergeConfig(seeds=merge_seeds, per_pos=merge_per_pos, min_suggestions=merge_min_suggestions,
+                              top_k=merge_top_k, pos_filter=merge_pos_filter, prob_filter=merge_prob_filter, seed=seed,
+                              chunk_size=chunk_size or 16)
+            ecfg.mlm_precision = mlm_precision
         with make_progress() as progress:
             result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit,
                                columns=Columns(premise_col, hypothesis_col, label_col, id_col),
@@ -180,7 +202,7 @@ def run(
                                runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress), by=by,
                                ray=RayConfig(address=ray_address, workers=ray_workers,
                                              gpus_per_worker=ray_gpus_per_worker, threads_per_worker=ray_threads)
-                               if ray or ray_address else None)
+                               if ray or ray_address else None, mlm=mlm)
     print_summary(result)
 
 

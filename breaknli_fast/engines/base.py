@@ -1,9 +1,9 @@
 """The engine contract: what every backend (torch, ort, tensorrt) implements.
 
-Engines only *predict* and *generate*. The BreakNLI loop, verdicts and metrics live in
+Engines only *predict*, *generate* and *fill masks*. The BreakNLI loop, verdicts and metrics live in
 ``breaknli_fast.pipeline`` and never know which engine runs.
 
-Two roles:
+Three roles:
 
 * :class:`Classifier` -- maps (premise, hypothesis) pairs to logits over the canonical
   labels ``LABELS = (entailment, neutral, contradiction)`` (columns in that order, whatever
@@ -11,6 +11,10 @@ Two roles:
 * :class:`Generator` -- maps prompts to ``n`` candidate texts each, under a
   :class:`Decoding` configuration and one seed per prompt (so results do not depend on
   how prompts are batched, which makes runs resumable and engines comparable).
+* :class:`MaskFiller` -- a masked language model: for texts with :data:`MASK` placeholders, the ``top_k``
+  most probable whole-word suggestions (one vocabulary token each) with their log-probabilities, averaged
+  over the text's mask positions, and the log-probability of a given word there
+  (:class:`MaskFill`). Batching by token budget and de-duplication live once, in :class:`BatchedMaskFiller`.
 
 Batching by token budget with length bucketing, and de-duplication of repeated pairs,
 live here, once, in :class:`BatchedClassifier`: a backend implements only
@@ -167,10 +171,38 @@ class Generator(Protocol):
         ...
 
 
+# the placeholder that marks a masked word in the texts given to a mask filler (each engine puts its
+# tokenizer's own mask token there)
+MASK = "<<mask>>"
+MaskedItem = tuple[str, ...]  # one text, or a (premise, hypothesis) pair, with MASK placeholders
+
+
+@dataclass
+class MaskFill:
+    """A mask filler's answer for one masked text. Scores are log-probabilities averaged over the text's mask
+    positions (every placeholder of the text stands for the same word)."""
+
+    words: list[str]  # the top-k whole-word suggestions, most probable first
+    logprobs: np.ndarray  # (k,) float32, mean log-probability of each suggestion over the mask positions
+    score: float | None = None  # the same for the word asked for; None when it is not one whole-word token
+    masks: int = 0  # mask positions seen by the model (placeholders cut off by truncation do not count)
+
+
+@runtime_checkable
+class MaskFiller(Protocol):
+    info: EngineInfo
+
+    def fill_mask(self, items: Sequence[MaskedItem], top_k: int,
+                  score: Sequence[str | None] | None = None) -> list[MaskFill]:
+        """For each item, the ``top_k`` most probable whole-word tokens at its :data:`MASK` positions and, when
+        ``score[i]`` is a word, that word's mean log-probability there."""
+        ...
+
+
 # -- typed loader options ---------------------------------------------------------------------------
 
-CLASSIFIER, GENERATOR = "classifier", "generator"
-ROLES = (CLASSIFIER, GENERATOR)
+CLASSIFIER, GENERATOR, MASK_FILLER = "classifier", "generator", "mlm"
+ROLES = (CLASSIFIER, GENERATOR, MASK_FILLER)
 
 
 class EngineOptionError(UserError, ValueError):
@@ -206,9 +238,9 @@ class EngineOptions:
     threads: int | None = option()  # CPU threads in all (the engines split them into workers)
     workers: int | str | None = option()  # CPU batches side by side: a number, "auto" or None (the engine's default)
     label_map: Mapping[str, str] | None = option(roles=(CLASSIFIER,))  # model label name -> canonical label
-    max_length: int = option(256, roles=(CLASSIFIER,))  # tokens of a pair (capped at the model's own limit)
-    token_budget: int = option(8192, roles=(CLASSIFIER,))  # padded tokens per batch
-    max_batch: int | None = option(roles=(CLASSIFIER,))  # pairs per batch (None: the engine's choice)
+    max_length: int = option(256, roles=(CLASSIFIER, MASK_FILLER))  # tokens of a pair (capped at the model's own limit)
+    token_budget: int = option(8192, roles=(CLASSIFIER, MASK_FILLER))  # padded tokens per batch
+    max_batch: int | None = option(roles=(CLASSIFIER, MASK_FILLER))  # pairs per batch (None: the engine's choice)
     prompt: str = option(DEFAULT_NLI_PROMPT, roles=(CLASSIFIER,))  # text-to-text NLI models: the prompt's name
     method: str = option("score", roles=(CLASSIFIER,))  # text-to-text NLI models: score or generate
 
@@ -480,6 +512,61 @@ def as_generator(engine: Generator) -> GeneratorBase:
     return engine if isinstance(engine, GeneratorBase) else _CompletedGenerator(engine)
 
 
+@dataclass
+class MaskFillerStats:
+    """Counters kept by :class:`BatchedMaskFiller`."""
+
+    items_requested: int = 0
+    items_computed: int = 0  # after de-duplication and the cache
+    masks: int = 0  # mask positions computed
+    batches: int = 0
+    seconds: float = 0.0  # summed over batches (with workers, more than the wall time)
+    batch_seconds: list[float] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.items_requested = self.items_computed = self.masks = self.batches = 0
+        self.seconds = 0.0
+        self.batch_seconds = []
+
+
+class MaskFillerBase:
+    """A :class:`MaskFiller` with the optional members of the contract and their defaults:
+
+    * ``stats``: the engine's counters, or ``None`` when it keeps none;
+    * ``score_tokens(items, words)``: only the scores of :meth:`fill_mask` (no suggestions);
+    * ``clear_cache()`` / ``reset_stats()``."""
+
+    info: EngineInfo
+    stats: MaskFillerStats | None = None
+
+    def fill_mask(self, items: Sequence[MaskedItem], top_k: int,
+                  score: Sequence[str | None] | None = None) -> list[MaskFill]:
+        raise NotImplementedError
+
+    def score_tokens(self, items: Sequence[MaskedItem], words: Sequence[str | None]) -> list[float | None]:
+        """The mean log-probability of ``words[i]`` at the mask positions of ``items[i]`` (None where the word is
+        not one whole-word token of the model's vocabulary)."""
+        return [f.score for f in self.fill_mask(items, 0, words)]
+
+    def clear_cache(self) -> None:
+        """Nothing to forget: the engine caches nothing."""
+
+    def reset_stats(self) -> None:
+        if self.stats is not None:
+            self.stats.reset()
+
+
+class _CompletedMaskFiller(_Completed, MaskFillerBase):
+    def fill_mask(self, items: Sequence[MaskedItem], top_k: int,
+                  score: Sequence[str | None] | None = None) -> list[MaskFill]:
+        return self._engine.fill_mask(items, top_k, score)
+
+
+def as_mask_filler(engine: MaskFiller) -> MaskFillerBase:
+    """``engine`` with every member of the mask-filler contract."""
+    return engine if isinstance(engine, MaskFillerBase) else _CompletedMaskFiller(engine)
+
+
 class BatchedClassifier(ClassifierBase):
     """Shared machinery of every classifier engine: de-duplication and token-budget batching.
 
@@ -613,3 +700,161 @@ class BatchedClassifier(ClassifierBase):
                 self.workers.shutdown()
         self.stats.pairs_computed += len(pairs)
         return res
+
+
+def top_k_desc(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest values, largest first; ties broken by the lower index (deterministic)."""
+    n = values.shape[0]
+    k = max(0, min(int(k), n))
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
+    idx = np.arange(n) if k == n else np.argpartition(-values, k - 1)[:k]
+    # the partition's k-th value may tie with values left out: take every index at or above it, then order
+    if k < n:
+        kth = values[idx].min()
+        idx = np.flatnonzero(values >= kth)
+    order = np.lexsort((idx, -values[idx]))
+    return idx[order][:k].astype(np.int64)
+
+
+class BatchedMaskFiller(MaskFillerBase):
+    """Shared machinery of every mask-filler engine: de-duplication, a cache, token-budget batching with length
+    buckets, the mean over an item's mask positions and the top-k among whole-word tokens.
+
+    A subclass sets ``vocab`` (an object with ``candidate_ids``: the ids of whole-word tokens, an int64
+    array; ``word(id)``: a token id's word; ``word_id(word)``: the id of a word that is one whole-word token,
+    else None; see :class:`breaknli_fast.engines.fill_mask.WordVocab`) and ``mask_token_id``, and implements
+
+    * ``_tokenize(items)``: one unpadded tokenizer pass over the items of a call (lists of ids per item, the
+      model's mask token at every placeholder; on the calling thread);
+    * ``_pad(tokens, rows)``: the padded int64 arrays of one batch (``input_ids`` among them);
+    * ``_run(arrays, mask_index)``: the model on one batch; ``mask_index`` holds the flat positions
+      (row * width + column) of the mask tokens in ``arrays["input_ids"]``; returns their log-probabilities
+      over the vocabulary, (len(mask_index), vocabulary) float32, in that order. Thread-safe: batches run on
+      ``workers`` threads side by side, and results do not depend on the number of workers.
+    """
+
+    info: EngineInfo
+    stats: MaskFillerStats
+    vocab: Any
+    mask_token_id: int
+    cpu_max_batch: int | None = None
+
+    def __init__(self, token_budget: int = 8192, max_batch: int | None = None, cache: bool = True,
+                 workers: int = 1, device: str | None = None) -> None:
+        self.token_budget = int(token_budget)
+        if max_batch is None:
+            max_batch = self.cpu_max_batch if device == "cpu" and self.cpu_max_batch else DEFAULT_MAX_BATCH
+        self.max_batch = int(max_batch)
+        self._cache: dict[tuple[MaskedItem, int, str | None], MaskFill] | None = {} if cache else None
+        self.stats = MaskFillerStats()
+        self.workers = Workers(workers)
+
+    def _tokenize(self, items: Sequence[MaskedItem]) -> Mapping[str, Sequence[Sequence[int]]]:
+        raise NotImplementedError
+
+    def _pad(self, tokens: Mapping[str, Sequence[Sequence[int]]], rows: Sequence[int]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _run(self, arrays: dict[str, np.ndarray], mask_index: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _synchronize(self) -> None:
+        """Wait for queued device work (GPU engines override); called before a timer stops."""
+
+    def clear_cache(self) -> None:
+        if self._cache is not None:
+            self._cache.clear()
+
+    def fill_mask(self, items: Sequence[MaskedItem], top_k: int,
+                  score: Sequence[str | None] | None = None) -> list[MaskFill]:
+        items = [tuple(str(x) for x in (it if isinstance(it, (tuple, list)) else (it,))) for it in items]
+        words = list(score) if score is not None else [None] * len(items)
+        if len(words) != len(items):
+            raise ValueError(f"fill_mask: {len(items)} items but {len(words)} words to score")
+        top_k = int(top_k)
+        self.stats.items_requested += len(items)
+        out: list[MaskFill | None] = [None] * len(items)
+        todo: dict[MaskedItem, dict[tuple[int, str | None], list[int]]] = {}
+        for i, (it, w) in enumerate(zip(items, words)):
+            key = (it, top_k, w)
+            if self._cache is not None and key in self._cache:
+                out[i] = self._cache[key]
+            else:
+                todo.setdefault(it, {}).setdefault((top_k, w), []).append(i)
+        if todo:
+            uniq = list(todo)
+            requests = [todo[it] for it in uniq]
+            for it, req, fills in zip(uniq, requests, self._run_batched(uniq, requests)):
+                for (k, w), fill in zip(req, fills):
+                    for i in req[(k, w)]:
+                        out[i] = fill
+                    if self._cache is not None:
+                        self._cache[(it, k, w)] = fill
+        return out  # type: ignore[return-value]
+
+    def _answer(self, row: np.ndarray | None, masks: int,
+                requests: Mapping[tuple[int, str | None], list[int]]) -> list[MaskFill]:
+        fills = []
+        for k, w in requests:
+            if row is None:
+                fills.append(MaskFill([], np.zeros(0, dtype=np.float32), None, 0))
+                continue
+            cand = self.vocab.candidate_ids
+            vals = row[cand]
+            top = top_k_desc(vals, k)
+            wid = self.vocab.word_id(w) if w is not None else None
+            fills.append(MaskFill([self.vocab.word(int(cand[j])) for j in top], vals[top].astype(np.float32),
+                                  None if wid is None else float(row[wid]), masks))
+        return fills
+
+    def _timed_run(self, arrays: dict[str, np.ndarray], mask_index: np.ndarray,
+                   encode_seconds: float) -> tuple[np.ndarray, float]:
+        t0 = time.perf_counter()
+        logp = np.asarray(self._run(arrays, mask_index), dtype=np.float32)
+        self._synchronize()
+        return logp, encode_seconds + time.perf_counter() - t0
+
+    def _run_batched(self, items: list[MaskedItem],
+                     requests: list[dict[tuple[int, str | None], list[int]]]) -> list[list[MaskFill]]:
+        tokens = self._tokenize(items)
+        lengths = [len(x) for x in tokens["input_ids"]]
+        results: list[list[MaskFill] | None] = [None] * len(items)
+        pending: deque[tuple[list[int], np.ndarray, int, Future]] = deque()
+
+        def collect(idx: list[int], rows_of: np.ndarray, width: int, fut: Future) -> None:
+            logp, dt = fut.result()
+            if logp.shape[0] != rows_of.shape[0]:
+                raise RuntimeError(f"engine returned {logp.shape[0]} rows of log-probabilities for "
+                                   f"{rows_of.shape[0]} mask positions")
+            for b, i in enumerate(idx):
+                sel = np.flatnonzero(rows_of == b)
+                row = logp[sel].mean(axis=0) if sel.size else None
+                results[i] = self._answer(row, int(sel.size), requests[i])
+            self.stats.batches += 1
+            self.stats.masks += int(rows_of.shape[0])
+            self.stats.seconds += dt
+            self.stats.batch_seconds.append(dt)
+
+        try:
+            for idx in plan_batches(lengths, self.token_budget, self.max_batch):
+                t0 = time.perf_counter()
+                arrays = self._pad(tokens, idx)
+                ids = arrays["input_ids"]
+                width = int(ids.shape[1])
+                mask_index = np.flatnonzero(ids.reshape(-1) == self.mask_token_id).astype(np.int64)
+                rows_of = mask_index // max(width, 1)
+                if mask_index.size == 0:  # nothing to fill (placeholders truncated away)
+                    for i in idx:
+                        results[i] = self._answer(None, 0, requests[i])
+                    continue
+                fut = self.workers.submit(self._timed_run, arrays, mask_index, time.perf_counter() - t0)
+                pending.append((idx, rows_of, width, fut))
+                while len(pending) > 2 * self.workers.n:
+                    collect(*pending.popleft())
+            while pending:
+                collect(*pending.popleft())
+        finally:
+            self.workers.shutdown()
+        self.stats.items_computed += len(items)
+        return results  # type: ignore[return-value]

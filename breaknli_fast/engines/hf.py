@@ -69,3 +69,42 @@ class Seq2SeqNLIMixin:
         enc = {k: v.to(self.input_device) for k, v in enc.items()}
         return seq2seq_nli_logits(self.model, self.tokenizer, enc, self.method, self.start_id, self.answer_ids,
                                   self.input_device)
+
+
+class MaskedLogProbs(torch.nn.Module):
+    """A masked LM that returns log-probabilities at the mask positions only: ``forward(input_ids,
+    attention_mask[, token_type_ids], mask_index)`` -> (len(mask_index), vocabulary), where ``mask_index`` holds
+    flat positions (row * width + column) into the batch. Where the model has a separate prediction head
+    (``lm_head``: RoBERTa-style; ``cls``: BERT-style) the head runs on the masked positions alone, which saves
+    most of its cost on large vocabularies; other families compute the full logits and gather. The torch
+    engine runs it, and the ONNX exporter traces it (one graph, input ``mask_index``, output ``log_probs``)."""
+
+    def __init__(self, model: Any, input_names: Sequence[str]):
+        super().__init__()
+        self.model = model
+        self.input_names = list(input_names)
+        head = next((h for h in (getattr(model, "lm_head", None), getattr(model, "cls", None))
+                     if isinstance(h, torch.nn.Module)), None)
+        self.head = head
+        self.split = self.head is not None and getattr(model, "base_model", None) is not None
+
+    def forward(self, *args: Any) -> Any:
+        *inputs, mask_index = args
+        kw = dict(zip(self.input_names, inputs))
+        if self.split:
+            hidden = self.model.base_model(**kw)[0]
+            picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, mask_index)
+            logits = self.head(picked)
+        else:
+            logits = self.model(**kw).logits
+            logits = logits.reshape(-1, logits.shape[-1]).index_select(0, mask_index)
+        return torch.log_softmax(logits.float(), dim=-1)
+
+
+def masked_lm_inputs(model: Any, tokenizer: Any) -> list[str]:
+    """The model inputs a masked LM's tokenizer produces, in the order :class:`MaskedLogProbs` takes them."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    produced = set(tokenizer("a", "b").keys())
+    return [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in params and n in produced]

@@ -1,7 +1,7 @@
 """Model + engine + precision + device -> ready engines: the one place that loads the models of a study.
 
 The backends export on first use and cache the export (``breaknli_fast.export``); this module picks the engine
-(``auto``), loads each role a study needs (classifier, generator), and falls back from ``auto``'s choice to the
+(``auto``), loads each role a study needs (classifier, generator, masked LMs), and falls back from ``auto``'s choice to the
 torch reference when a model does not export or its export does not match torch. The options go to the
 backends' loaders as keyword options, which each backend turns into its typed options class (and checks).
 """
@@ -9,10 +9,10 @@ backends' loaders as keyword options, which each backend turns into its typed op
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.base import Classifier, ClassifierBase, Generator, GeneratorBase
+from breaknli_fast.engines.base import Classifier, ClassifierBase, Generator, GeneratorBase, MaskFillerBase
 from breaknli_fast.errors import UserError, first_line
 from breaknli_fast.export.errors import ExportError
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT
@@ -27,6 +27,7 @@ class EngineConfig:
     # one role at another precision (e.g. an int8 classifier with an fp32 generator: the same candidates as fp32)
     classifier_precision: str | None = None
     generator_precision: str | None = None
+    mlm_precision: str | None = None  # the masked LMs (mlm role) at another precision
     device: str = "cpu"
     threads: int | None = None  # CPU threads in all (engines split them into workers)
     workers: int | str | None = None  # CPU batches side by side: a number or "auto"
@@ -57,6 +58,13 @@ class EngineConfig:
         """The keyword options of ``engine``'s generator loader (``engine``: this config's, ``auto`` resolved)."""
         return {**self._common(), **self._extra(engine)[1]}
 
+    def mlm_options(self, engine: str | None = None) -> dict[str, Any]:
+        """The keyword options of ``engine``'s mask-filler loader: the classifier's input length and batching, the
+        common options, and ``mlm.key`` / plain keys of ``extra`` that it takes."""
+        name = engine or registry.resolve_engine(self.engine, self.precision, self.device)
+        return {"max_length": self.max_length, "token_budget": self.token_budget, "max_batch": self.max_batch,
+                **self._common(), **(registry.mlm_options(name, self.extra) if self.extra else {})}
+
     def _extra(self, engine: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
         if not self.extra:
             return {}, {}
@@ -70,6 +78,10 @@ class EngineConfig:
     @property
     def gen_precision(self) -> str:
         return self.generator_precision or self.precision
+
+    @property
+    def mlm_prec(self) -> str:
+        return self.mlm_precision or self.precision
 
     @property
     def label(self) -> str:
@@ -89,6 +101,7 @@ class Models:
     classifier: Classifier
     generator: Generator | None = None
     engine: str = "torch"
+    mlm: dict[str, MaskFillerBase] = field(default_factory=dict)  # masked LMs by name, in the order asked for
     requested: str = "torch"
     notes: list[str] = field(default_factory=list)
 
@@ -98,26 +111,42 @@ class Models:
 FALLBACK_ERRORS = (ExportError, registry.EngineUnavailable)
 
 
+def mlm_names(mlm: str | Sequence[str] | None) -> list[str]:
+    """Masked-LM names from ``"a,b"`` or a sequence (blank entries dropped, duplicates once, order kept)."""
+    if mlm is None:
+        return []
+    parts = mlm.split(",") if isinstance(mlm, str) else [str(x) for x in mlm]
+    out: list[str] = []
+    for p in (x.strip() for x in parts):
+        if p and p not in out:
+            out.append(p)
+    return out
+
+
 def load_models(cfg: EngineConfig, classifier: str, generator: str | None = None,
-                note: Callable[[str], None] | None = None) -> Models:
-    """Load ``classifier`` (and ``generator`` when given) on the engine of ``cfg``. With ``engine="auto"`` a model
-    that the chosen backend cannot take (no export, an export that fails validation) is loaded on torch instead,
-    and ``note`` is told why."""
+                note: Callable[[str], None] | None = None, mlm: str | Sequence[str] | None = None) -> Models:
+    """Load ``classifier`` (and ``generator`` when given, and each masked LM of ``mlm``: ``"a,b"`` or a list) on
+    the engine of ``cfg``. With ``engine="auto"`` a model that the chosen backend cannot take (no export, an
+    export that fails validation) is loaded on torch instead, and ``note`` is told why."""
     engine = registry.resolve_engine(cfg.engine, cfg.precision, cfg.device)
-    for role, prec in (("classifier", cfg.classifier_precision), ("generator", cfg.generator_precision)):
+    for role, prec in (("classifier", cfg.classifier_precision), ("generator", cfg.generator_precision),
+                       ("mlm", cfg.mlm_precision)):
         if prec is not None and prec not in registry.PRECISIONS:
             raise UserError(f"--{role}-precision {prec!r}: use {', '.join(registry.PRECISIONS)}")
+    mlms = mlm_names(mlm)
 
-    def load(name: str) -> tuple[ClassifierBase, GeneratorBase | None]:
+    def load(name: str) -> tuple[ClassifierBase, GeneratorBase | None, dict[str, MaskFillerBase]]:
         clf = registry.load_classifier(name, classifier, precision=cfg.clf_precision, device=cfg.device,
                                        **cfg.classifier_options(name))
         gen = (registry.load_generator(name, generator, precision=cfg.gen_precision, device=cfg.device,
                                        **cfg.generator_options(name)) if generator else None)
-        return clf, gen
+        fillers = {m: registry.load_mask_filler(name, m, precision=cfg.mlm_prec, device=cfg.device,
+                                                **cfg.mlm_options(name)) for m in mlms}
+        return clf, gen, fillers
 
     notes: list[str] = []
     try:
-        clf, gen = load(engine)
+        clf, gen, fillers = load(engine)
     except FALLBACK_ERRORS as e:
         if cfg.engine != registry.AUTO or engine == "torch":
             raise
@@ -126,7 +155,7 @@ def load_models(cfg: EngineConfig, classifier: str, generator: str | None = None
         if note:
             note(msg)
         engine = "torch"
-        clf, gen = load(engine)
+        clf, gen, fillers = load(engine)
     except UserError:
         raise
-    return Models(clf, gen, engine=engine, requested=cfg.engine, notes=notes)
+    return Models(clf, gen, engine=engine, requested=cfg.engine, notes=notes, mlm=fillers)

@@ -121,6 +121,22 @@ def model_kind(config: Any) -> str:
     )
 
 
+def is_masked_lm(config: Any) -> bool:
+    """Whether a config describes a masked language model (``…ForMaskedLM``): the mask-filler role's models.
+    :func:`model_kind` names the classifier and generator kinds only and refuses these."""
+    return any(a.endswith("ForMaskedLM") for a in (getattr(config, "architectures", None) or []))
+
+
+def require_masked_lm(name: str) -> Any:
+    """The config of ``name`` when it is a masked LM, else a one-line :class:`ModelLoadError`."""
+    config = load_config(name)
+    if not is_masked_lm(config):
+        archs = list(getattr(config, "architectures", None) or [])
+        raise ModelLoadError(f"{name!r} is not a masked language model (architectures {archs}); the mlm role needs "
+                             "one such as mini-mlm, bert-base-cased or roberta-base")
+    return config
+
+
 def model_fingerprint(name: str) -> dict[str, Any]:
     """Identity of a model for config.json / manifests: the id, and file hashes for local folders."""
     path = resolve_model(name)

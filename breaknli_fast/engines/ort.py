@@ -22,14 +22,14 @@ from typing import Any, Sequence
 import numpy as np
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, BatchedClassifier, EngineInfo, Pair, nested_options,
-                                        option, pad_tokens, pad_values, parse_flag, split_threads)
+from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, BatchedClassifier, EngineInfo, Pair,
+                                        nested_options, option, pad_tokens, pad_values, parse_flag, split_threads)
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import Seq2SeqNLIMixin
 from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
-                                          load_config, model_kind)
-from breaknli_fast.engines.ort_runtime import (OrtSeq2SeqStepper, graph_feeds, import_ort, load_ort_seq2seq,
-                                               make_session, physical_cores, providers_for)
+                                          load_config, model_kind, require_masked_lm)
+from breaknli_fast.engines.ort_runtime import (OrtSeq2SeqStepper, SessionMaskFiller, graph_feeds, import_ort,
+                                               load_ort_seq2seq, make_session, physical_cores, providers_for)
 from breaknli_fast.export.api import ExportOptions, ExportResult, export_model
 from breaknli_fast.prompts import NLI_PROMPTS
 
@@ -92,7 +92,8 @@ def _details(exported: ExportResult, session: dict[str, Any]) -> dict[str, Any]:
         "export_reused": exported.reused,
         "variant": m.get("variant"),
         "opset": m.get("opset"),
-        "validation": {k: v.get(k) for k in ("n", "max_abs_logit", "agreement", "generation", "step_graphs", "passed")
+        "validation": {k: v.get(k) for k in ("n", "max_abs_logit", "agreement", "topk_agreement", "generation",
+                                             "step_graphs", "passed")
                        if k in v},
         **session,
     }
@@ -236,3 +237,25 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     hf_device = "cuda" if sess_details.get("io_binding") else "cpu"
     return HFGenerator(m, tok, info, device=hf_device, **gen_opts)
 
+
+
+def load_mask_filler(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> SessionMaskFiller:
+    """A masked language model exported to ONNX (``export_model(task="mlm")``: fp32, fp16, or int8 dynamic
+    quantisation on the CPU; validated against torch fp32 by top-k suggestion agreement and cached) behind the
+    mask-filler contract; ``opts``: :class:`OrtOptions` of the mlm role."""
+    o = OrtOptions.build(MASK_FILLER, opts)
+    _check(precision, device)
+    config = require_masked_lm(model)
+    n_workers, threads = cpu_workers(device, o.threads, o.workers)
+    exported = export_model(model, format="onnx", precision=precision, device="cpu" if device == "cpu" else "cuda",
+                            max_length=int(o.max_length), task="mlm", **o.export.kwargs())
+    folder = exported.path
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    max_length, limits = effective_max_length(o.max_length, config, tok)
+    info = EngineInfo("ort", MASK_FILLER, model, precision, device, {"workers": n_workers, **limits})
+    filler = SessionMaskFiller(folder / "model.onnx", tok, int(config.vocab_size), max_length, device=device,
+                               provider=o.provider, threads=threads, workers=n_workers, token_budget=o.token_budget,
+                               max_batch=o.max_batch, info=info, fp16=precision == "fp16")
+    info.details.update({**_details(exported, {}), "max_batch": filler.max_batch,
+                         "whole_word_tokens": len(filler.vocab), "tokens": filler.vocab.scheme})
+    return filler

@@ -21,6 +21,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from breaknli_fast.engines.base import MASK_FILLER, BatchedMaskFiller, EngineInfo
+from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.registry import EngineUnavailable
 
 # the sampling step graphs that the exporters write beside optimum's graphs (breaknli_fast.export.t5_step)
@@ -371,3 +373,27 @@ class OrtSeq2SeqStepper:
                 self.hidden = rows(self.hidden)
         if self.past:
             self.past = {k: rows(v) for k, v in self.past.items()}
+
+
+class SessionMaskFiller(HFMaskFillerMixin, BatchedMaskFiller):
+    """A masked-LM graph (inputs as the tokenizer produces them and ``mask_index``; output ``log_probs``, as the
+    exporters write it) on an ONNX Runtime session, behind the mask-filler contract. The ort engine's mask filler
+    is one (after its export); the exporters validate with one."""
+
+    cpu_max_batch = 16
+
+    def __init__(self, graph: str | Path, tokenizer: Any, model_vocab_size: int, max_length: int, device: str = "cpu",
+                 provider: str | None = None, threads: int | None = None, workers: int = 1, token_budget: int = 8192,
+                 max_batch: int | None = None, info: EngineInfo | None = None, fp16: bool = False):
+        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=workers, device=device)
+        self._setup_tokenizer(tokenizer, max_length, model_vocab_size)
+        self.session, details = make_session(graph, device=device, provider=provider, threads=threads, fp16=fp16)
+        self.inputs = [i for i in self.session.get_inputs() if i.name != "mask_index"]
+        self.device = device
+        self.info = info or EngineInfo("ort", MASK_FILLER, str(graph), "fp32", device, {})
+        self.info.details.update(details)
+
+    def _run(self, arrays: dict[str, np.ndarray], mask_index: np.ndarray) -> np.ndarray:
+        feeds = graph_feeds(arrays, self.inputs)
+        feeds["mask_index"] = mask_index.astype(np.int64, copy=False)
+        return np.asarray(self.session.run(["log_probs"], feeds)[0], dtype=np.float32)

@@ -2,7 +2,8 @@
 tensorrt installed.
 
 A backend is one module with ``load_classifier(model, precision, device, **opts)`` and
-``load_generator(model, precision, device, **opts)``, returning engines of the contract of
+``load_generator(model, precision, device, **opts)`` (and ``load_mask_filler(...)`` for the masked-LM role,
+which a backend may lack), returning engines of the contract of
 :mod:`breaknli_fast.engines.base`, and optionally ``OPTIONS``: its typed options class (an
 :class:`~breaknli_fast.engines.base.EngineOptions` subclass; the loaders build it from ``opts`` and refuse
 unknown keys). Adding an engine is that module and one :func:`register` call (or one line in ``_ENGINES``).
@@ -14,8 +15,9 @@ import importlib
 import importlib.util
 from typing import Any, Mapping
 
-from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, ClassifierBase, EngineOptionError, EngineOptions,
-                                        GeneratorBase, as_classifier, as_generator)
+from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, ClassifierBase, EngineOptionError,
+                                        EngineOptions, GeneratorBase, MaskFillerBase, as_classifier, as_generator,
+                                        as_mask_filler)
 from breaknli_fast.errors import UserError
 
 # engine name -> module path
@@ -28,6 +30,7 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 AUTO = "auto"
 # prefixes of an option meant for one role only (bench specs, EngineConfig.extra)
 ROLE_PREFIXES = {"clf.": CLASSIFIER, "gen.": GENERATOR}
+MLM_PREFIX = "mlm."  # an option for the mask filler only (mlm_options)
 
 
 class EngineUnavailable(UserError):
@@ -107,3 +110,28 @@ def load_generator(engine: str, model: str, precision: str = "fp32", device: str
     """``engine``'s generator of ``model``, with every member of the contract (defaults where the backend
     implements only the :class:`~breaknli_fast.engines.base.Generator` protocol)."""
     return as_generator(_module(engine).load_generator(model, precision=precision, device=device, **opts))
+
+
+def mlm_options(engine: str, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The mask filler's options of ``engine`` from options meant for any role: ``mlm.key`` goes to the mask
+    filler only; a plain key goes to it when its loader takes it; ``clf.`` / ``gen.`` keys are left out."""
+    cls = options_class(engine)
+    out: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key.startswith(MLM_PREFIX):
+            out[key[len(MLM_PREFIX):]] = value
+        elif any(key.startswith(p) for p in ROLE_PREFIXES):
+            continue
+        elif cls is None or key in cls.keys(MASK_FILLER):
+            out[key] = value
+    return out
+
+
+def load_mask_filler(engine: str, model: str, precision: str = "fp32", device: str = "cpu",
+                     **opts: Any) -> MaskFillerBase:
+    """``engine``'s mask filler (masked language model) of ``model``, with every member of the contract; a
+    backend without the role raises :class:`EngineUnavailable`."""
+    module = _module(engine)
+    if not hasattr(module, "load_mask_filler"):
+        raise EngineUnavailable(f"the {engine} engine has no masked-LM (mlm) role; use torch or ort")
+    return as_mask_filler(module.load_mask_filler(model, precision=precision, device=device, **opts))

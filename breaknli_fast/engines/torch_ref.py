@@ -8,14 +8,15 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+from transformers import AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
-from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, BatchedClassifier, EngineInfo, Pair, pad_tokens,
-                                        pad_values, split_threads)
+from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, BatchedClassifier, BatchedMaskFiller,
+                                        EngineInfo, Pair, pad_tokens, pad_values, split_threads)
+from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
-from breaknli_fast.engines.hf import Seq2SeqNLIMixin, use_torch_threads
+from breaknli_fast.engines.hf import MaskedLogProbs, Seq2SeqNLIMixin, masked_lm_inputs, use_torch_threads
 from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
-                                          load_config, load_tokenizer, model_kind, resolve_model)
+                                          load_config, load_tokenizer, model_kind, require_masked_lm, resolve_model)
 from breaknli_fast.prompts import NLI_PROMPTS
 
 _DEFAULT_THREADS = torch.get_num_threads()  # before anything here changes it
@@ -192,3 +193,49 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     info = EngineInfo("torch", "generator", model, precision, device, {"workers": workers, "torch_threads": intra})
     return HFGenerator(m, tok, info, device=device, torch_threads=intra, workers=workers,
                        max_input_length=o.max_input_length, prompt_batch=o.prompt_batch)
+
+
+class TorchMaskFiller(HFMaskFillerMixin, BatchedMaskFiller):
+    """Any ``AutoModelForMaskedLM`` (:class:`~breaknli_fast.engines.hf.MaskedLogProbs`: log-probabilities at the
+    mask positions only)."""
+
+    cpu_max_batch = 32
+
+    def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: TorchOptions | None = None):
+        o = opts or TorchOptions()
+        n_workers, self.torch_threads = torch_workers(device, o.threads, o.workers)
+        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=n_workers, device=device)
+        self.device = _check_device(device)
+        config = require_masked_lm(model)
+        path = resolve_model(model)
+        tok = load_tokenizer(path)
+        m = AutoModelForMaskedLM.from_pretrained(path, dtype=_dtype(precision)).to(self.device).eval()
+        self.input_names = masked_lm_inputs(m, tok)
+        self.net = MaskedLogProbs(m, self.input_names).eval()
+        max_length, limits = effective_max_length(o.max_length, config, tok)
+        self._setup_tokenizer(tok, max_length, int(config.vocab_size))
+        self.info = EngineInfo("torch", MASK_FILLER, model, precision, device,
+                               {"kind": "mlm", "family": config.model_type, "workers": self.workers.n,
+                                "torch_threads": self.torch_threads, "max_batch": self.max_batch,
+                                "whole_word_tokens": len(self.vocab), "tokens": self.vocab.scheme,
+                                "head_on_masks_only": self.net.split, **limits})
+
+    def fill_mask(self, items: Any, top_k: int, score: Any = None) -> Any:
+        use_torch_threads(self.torch_threads)
+        return super().fill_mask(items, top_k, score)
+
+    def _synchronize(self) -> None:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def _run(self, arrays: dict[str, np.ndarray], mask_index: np.ndarray) -> np.ndarray:
+        args = [torch.from_numpy(arrays[n]).to(self.device) for n in self.input_names]
+        with torch.inference_mode():
+            out = self.net(*args, torch.from_numpy(mask_index).to(self.device))
+        return out.float().cpu().numpy()
+
+
+def load_mask_filler(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> TorchMaskFiller:
+    """A masked language model (``…ForMaskedLM``) as a mask filler; ``opts``: :class:`TorchOptions` of the mlm
+    role."""
+    return TorchMaskFiller(model, precision, device, TorchOptions.build(MASK_FILLER, opts))

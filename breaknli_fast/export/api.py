@@ -18,8 +18,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from breaknli_fast.data.loaders import load_examples
 from breaknli_fast.engines import random_weights
-from breaknli_fast.engines.models import (ModelLoadError, effective_max_length, load_config, model_fingerprint,
-                                          model_kind, resolve_model)
+from breaknli_fast.engines.models import (ModelLoadError, effective_max_length, is_masked_lm, load_config,
+                                          model_fingerprint, model_kind, resolve_model)
 from breaknli_fast.engines.ort_runtime import classifier_feeds
 from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.engines.tensorrt_runtime import require_tensorrt
@@ -32,6 +32,7 @@ from breaknli_fast.export import validate as val
 from breaknli_fast.export.errors import ExportError, ExportValidationError, UnsupportedModelError, first_line
 
 FORMATS = ("onnx", "tensorrt")
+TASKS = ("mlm",)  # roles exported only when asked (the kind of the other models follows from their config)
 PRECISIONS = ("fp32", "fp16", "int8")
 VALIDATION_SIZE = 64
 CALIBRATION_SIZE = 256
@@ -134,6 +135,9 @@ def _variant(kind: str, format: str, precision: str, device: str) -> str:
         return precision
     if format == "onnx" and device == "cpu":
         return "int8-dynamic"
+    if kind == "mlm":
+        raise UnsupportedModelError("int8 masked LMs on the GPU are not supported (no static calibration of the "
+                                    "mask positions): use fp16 on cuda, or int8 on the CPU")
     if kind == "seq2seq":
         raise UnsupportedModelError(
             "int8 for text-to-text models on the GPU is not supported (static QDQ calibration of the decoder with "
@@ -168,6 +172,7 @@ def export_model(
     cache_dir: str | Path | None = None,
     max_length: int = 256,
     max_batch: int = 64,
+    task: str | None = None,
 ) -> ExportResult:
     """Export ``model`` (a shipped mini-model name, a local folder or a hub id) and validate it.
 
@@ -181,6 +186,10 @@ def export_model(
     ``max_length`` (tokens of a pair or prompt, for the traced inputs, the validation, the calibration
     and a TensorRT profile) is capped at the model's own limit
     (:func:`~breaknli_fast.engines.models.effective_max_length`).
+
+    ``task="mlm"``: a masked language model for the mask-filler role (ONNX only; one graph with log-probabilities
+    at the mask positions), validated by top-1 and top-k agreement of the suggestions with torch fp32 on masked
+    pairs (``validate.validate_masked_lm``).
     """
     t_start = time.perf_counter()
     console = _console(progress)
@@ -189,6 +198,8 @@ def export_model(
         if console is not None:
             console.print(msg, style=style, markup=False)
 
+    if task is not None and task not in TASKS:
+        raise UnsupportedModelError(f"unknown export task {task!r}; choose one of {', '.join(TASKS)}")
     if format not in FORMATS:
         raise UnsupportedModelError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
     if precision not in PRECISIONS:
@@ -203,11 +214,18 @@ def export_model(
     try:
         resolved = resolve_model(model)
         config = load_config(model)
-        kind = model_kind(config)
+        if task == "mlm":
+            if not is_masked_lm(config):
+                raise UnsupportedModelError(f"{model!r} is not a masked language model (…ForMaskedLM)")
+            kind = "mlm"
+        else:
+            kind = model_kind(config)
     except ModelLoadError as e:
         raise UnsupportedModelError(str(e)) from None
     family = getattr(config, "model_type", "?")
     max_length, limits = _capped_max_length(resolved, config, max_length)
+    if format == "tensorrt" and kind == "mlm":
+        raise UnsupportedModelError("TensorRT engines of masked LMs are not supported: use --engine ort")
     if format == "tensorrt" and kind == "seq2seq":
         raise UnsupportedModelError(
             "TensorRT engines for text-to-text models (Flan-T5) are not supported yet: use --engine ort --device cuda "
@@ -355,6 +373,13 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
     if kind == "seq-cls":
         info = ox.export_classifier(src, out, val_pairs, max_length=max_length)
         graphs = [ox.CLASSIFIER_FILE]
+    elif kind == "mlm":
+        from transformers import AutoTokenizer
+
+        mask = AutoTokenizer.from_pretrained(src).mask_token
+        items = [tuple(x.replace(val.MASK, mask or "") for x in it) for it in val.masked_items(val_pairs[:2])]
+        info = ox.export_masked_lm(src, out, items, max_length=max_length)
+        graphs = [ox.MLM_FILE]
     else:
         info = ox.export_seq2seq(src, out)
         graphs = list(ox.SEQ2SEQ_FILES)
@@ -394,6 +419,8 @@ def _run_validation(folder: Path, kind: str, format: str, src: str, pairs: Seque
             figs = val.validate_plan(folder, src, pairs, device, max_length)
         elif kind == "seq-cls":
             figs = _validate_on(val.validate_classifier, folder, src, pairs, device, max_length)
+        elif kind == "mlm":
+            figs = _validate_on(val.validate_masked_lm, folder, src, pairs, device, max_length)
         else:
             figs = _validate_on(val.validate_seq2seq, folder, src, pairs, device, max_length)
     except (ExportError, EngineUnavailable):

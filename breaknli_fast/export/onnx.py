@@ -6,6 +6,10 @@
   model's own label order. The dynamo exporter fails on BART in transformers 4.57 (a
   data-dependent check of the eos counts); the legacy tracer records the eos pooling of the
   traced inputs, which have the same number of ``</s>`` per row as every premise/hypothesis pair.
+* Masked language models (the mask-filler role): the same exporter over
+  :class:`~breaknli_fast.engines.hf.MaskedLogProbs`: inputs as the tokenizer produces them plus
+  ``mask_index`` (flat positions of the masks in the batch), one output ``log_probs`` (masks, vocabulary), so
+  the prediction head runs on the masked positions only.
 * Text-to-text models (Flan-T5): optimum's ``main_export`` with
   ``task="text2text-generation-with-past"`` and *no* post-processing, i.e. three graphs
   (``encoder_model.onnx``, ``decoder_model.onnx``, ``decoder_with_past_model.onnx``) and no merged
@@ -30,6 +34,8 @@ from breaknli_fast.export.errors import ExportError, UnsupportedModelError, firs
 
 CLASSIFIER_OPSET = 17
 CLASSIFIER_FILE = "model.onnx"
+MLM_FILE = "model.onnx"
+MLM_OUTPUT = "log_probs"
 SEQ2SEQ_FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
 # Families exported and validated by the test-suite; others are attempted and must pass validation.
 TESTED_CLASSIFIER_FAMILIES = ("roberta", "bart", "deberta", "deberta-v2")
@@ -154,30 +160,98 @@ def export_classifier(src_path: str, out_dir: Path, sample_pairs: Sequence[tuple
             "graphs": {CLASSIFIER_FILE: io_}}
 
 
-def export_seq2seq(src_path: str, out_dir: Path, opset: int | None = None) -> dict[str, Any]:
-    """Export a T5-style text-to-text model (encoder + decoder + decoder-with-past, fp32) with optimum."""
-    from transformers import AutoConfig
+def export_masked_lm(src_path: str, out_dir: Path, sample_texts: Sequence[tuple[str, ...]],
+                     opset: int = CLASSIFIER_OPSET, max_length: int = 256) -> dict[str, Any]:
+    """Export a masked LM to ``out_dir/model.onnx`` (fp32; :class:`~breaknli_fast.engines.hf.MaskedLogProbs`) and
+    copy its tokenizer and config. ``sample_texts``: masked items (texts with the tokenizer's mask token) to
+    trace with; two of different lengths are used."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    require_export_libs()
-    from optimum.exporters.onnx import main_export
+    from breaknli_fast.engines.hf import MaskedLogProbs, masked_lm_inputs
 
-    family = AutoConfig.from_pretrained(src_path).model_type
-    if family not in SEQ2SEQ_FAMILIES:
-        raise UnsupportedModelError(
-            f"{family}: only T5-family text-to-text models (t5, mt5, umt5: Flan-T5) are exported; this one is untested"
-        )
+    tok = AutoTokenizer.from_pretrained(src_path)
+    model = AutoModelForMaskedLM.from_pretrained(src_path, dtype=torch.float32).eval()
+    family = model.config.model_type
+    if tok.mask_token_id is None:
+        raise UnsupportedModelError(f"{family}: the tokenizer has no mask token")
+    max_length = min(max_length, input_limit(model.config, tok)[0])
+    names = masked_lm_inputs(model, tok)
+    if "input_ids" not in names:
+        raise UnsupportedModelError(f"{family}: the masked LM does not take input_ids; cannot export it")
+    texts = [t for t in sample_texts[:2]] or [(f"A man is {tok.mask_token} a guitar.", "A person plays music."),
+                                              (f"Two {tok.mask_token} run.", f"Two {tok.mask_token} move fast outside.")]
+    if len(texts) == 1:
+        texts.append((texts[0][0] + " " + texts[0][0],) + tuple(texts[0][1:]))
+    if len({len(t) for t in texts}) > 1:
+        texts = [t[:1] for t in texts]
+    enc = (tok([t[0] for t in texts], padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+           if len(texts[0]) == 1 else
+           tok([t[0] for t in texts], [t[1] for t in texts], padding=True, truncation=True, max_length=max_length,
+               return_tensors="pt"))
+    flat = np.flatnonzero(enc["input_ids"].numpy().reshape(-1) == tok.mask_token_id)
+    if flat.size == 0:
+        flat = np.array([1], dtype=np.int64)
+    args = tuple(enc[n] for n in names) + (torch.from_numpy(flat.astype(np.int64)),)
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes["mask_index"] = {0: "masks"}
+    axes[MLM_OUTPUT] = {0: "masks"}
+    out = out_dir / MLM_FILE
+    wrapper = MaskedLogProbs(model, names).eval()
     try:
-        with quiet():
-            main_export(src_path, output=out_dir, task="text2text-generation-with-past", device="cpu", opset=opset,
-                        no_post_process=True, do_validation=False)
+        with quiet(), torch.inference_mode(False), torch.no_grad():
+            torch.onnx.export(wrapper, args, str(out), input_names=[*names, "mask_index"], output_names=[MLM_OUTPUT],
+                              dynamic_axes=axes, opset_version=opset, do_constant_folding=True, dynamo=False)
     except Exception as e:
-        raise ExportError(f"{family}: optimum export failed: {first_line(e)}") from e
-    for f in SEQ2SEQ_FILES:
-        if not (out_dir / f).exists():
-            raise ExportError(f"{family}: optimum did not write {f}")
+        raise ExportError(f"{family}: torch.onnx.export of the masked LM failed: {first_line(e)}") from e
+    untied = untie_initializers(out)
+    tok.save_pretrained(out_dir)
+    model.config.save_pretrained(out_dir)
+    return {"family": family, "opset": opset, "exporter": "torch.onnx.export (legacy, dynamo=False)",
+            "head_on_masks_only": wrapper.split, "untied_initializers": untied, "graphs": {MLM_FILE: graph_io(out)}}
+
+
+def untie_initializers(path: Path) -> list[str]:
+    """Give every ``MatMul`` / ``Gemm`` its own copy of a weight that another node reads too, in place. A masked
+    LM's output layer shares its weight with the input embeddings, and the exporter writes one initializer read
+    by the embeddings' ``Gather`` and the output ``Gemm`` (directly or through an ``Identity``); dynamic int8
+    quantisation of the ``Gemm`` would rewrite the shared initializer under the ``Gather`` too (ONNX Runtime then
+    refuses the graph). Returns the names of the copies."""
     import onnx
 
-    used_opset = max((o.version for o in onnx.load(str(out_dir / SEQ2SEQ_FILES[0]), load_external_data=False).opset_import
-                      if o.domain in ("", "ai.onnx")), default=None)
-    return {"family": family, "opset": used_opset, "exporter": "optimum main_export (text2text-generation-with-past)",
-            "graphs": {f: graph_io(out_dir / f) for f in SEQ2SEQ_FILES}}
+    model = onnx.load(str(path))
+    g = model.graph
+    inits = {i.name: i for i in g.initializer}
+    nodes = []
+    alias: dict[str, str] = {}
+    for n in g.node:  # an Identity of an initializer: its readers read the initializer
+        if n.op_type == "Identity" and n.input and n.input[0] in inits:
+            alias[n.output[0]] = n.input[0]
+        else:
+            nodes.append(n)
+    readers: dict[str, list[Any]] = {}
+    for n in nodes:
+        for k, name in enumerate(n.input):
+            name = alias.get(name, name)
+            if name in inits:
+                n.input[k] = name
+                readers.setdefault(name, []).append(n)
+    copies = []
+    for name, rs in readers.items():
+        if len(rs) < 2 or not any(r.op_type in ("MatMul", "Gemm") for r in rs):
+            continue
+        for j, r in enumerate(x for x in rs if x.op_type in ("MatMul", "Gemm")):
+            if j == 0 and all(x.op_type in ("MatMul", "Gemm") for x in rs):
+                continue  # the first of several weight readers keeps the original
+            t = onnx.TensorProto()
+            t.CopyFrom(inits[name])
+            t.name = f"{name}.untied{j}"
+            g.initializer.append(t)
+            r.input[list(r.input).index(name)] = t.name
+            copies.append(t.name)
+    if copies or alias:
+        del g.node[:]
+        g.node.extend(nodes)
+        save_onnx(model, path)
+    return copies

@@ -12,6 +12,11 @@ step's top-k logits on the NLI prompts (batched, padded) and greedy generation t
 
 TensorRT plans: as classifiers.
 
+Masked language models (the mask-filler role): on masked pairs (:func:`masked_items`: the longest word of
+each hypothesis masked wherever it occurs in the pair), the top-10 whole-word suggestions of the export
+against torch fp32's: top-1 agreement % (``agreement``), the share of torch's top 10 that the export's top 10
+holds (``topk_agreement``), max |Δ log-probability| over the suggestions both give, and non-finite outputs.
+
 The reference classifier is the torch engine at fp32 on the CPU, loaded through the engine registry; the
 exported graphs run on the engines' runtimes (:mod:`breaknli_fast.engines.ort_runtime`,
 :mod:`breaknli_fast.engines.tensorrt_runtime`). torch, transformers and onnx are imported on use (the
@@ -21,23 +26,24 @@ command line imports the exporters at start-up).
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.base import ClassifierBase
+from breaknli_fast.engines.base import MASK, ClassifierBase
 from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, input_limit,
                                           label_permutation)
-from breaknli_fast.engines.ort_runtime import (STEP_FILES, OrtSeq2SeqStepper, classifier_feeds, load_ort_seq2seq,
-                                               make_session)
+from breaknli_fast.engines.ort_runtime import (STEP_FILES, OrtSeq2SeqStepper, SessionMaskFiller, classifier_feeds,
+                                               load_ort_seq2seq, make_session)
 from breaknli_fast.engines.tensorrt_runtime import PLAN_FILE, TrtRunner
 from breaknli_fast.prompts import CONTRADICT_PROMPT, DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
 Pair = tuple[str, str]
 
-TOLERANCE_KEYS = ("max_abs_logit", "min_agreement", "min_token_agreement", "max_nonfinite")
+TOLERANCE_KEYS = ("max_abs_logit", "min_agreement", "min_token_agreement", "min_topk_agreement", "max_nonfinite")
 
 # (kind, precision) -> defaults; None disables a check (the figure is still reported).
 DEFAULT_TOLERANCES: dict[tuple[str, str], dict[str, float | None]] = {
@@ -47,7 +53,13 @@ DEFAULT_TOLERANCES: dict[tuple[str, str], dict[str, float | None]] = {
     ("seq2seq", "fp32"): {"max_abs_logit": 1e-3, "min_agreement": 100.0, "min_token_agreement": 100.0, "max_nonfinite": 0},
     ("seq2seq", "fp16"): {"max_abs_logit": None, "min_agreement": 95.0, "min_token_agreement": 90.0, "max_nonfinite": 0},
     ("seq2seq", "int8"): {"max_abs_logit": None, "min_agreement": 90.0, "min_token_agreement": 70.0, "max_nonfinite": 0},
+    # masked LMs: max_abs_logit is in log-probability units; min_agreement is top-1 agreement, min_topk_agreement
+    # the share of torch's top MLM_TOP_K suggestions found in the export's
+    ("mlm", "fp32"): {"max_abs_logit": 1e-3, "min_agreement": 98.0, "min_topk_agreement": 95.0, "max_nonfinite": 0},
+    ("mlm", "fp16"): {"max_abs_logit": None, "min_agreement": 90.0, "min_topk_agreement": 85.0, "max_nonfinite": 0},
+    ("mlm", "int8"): {"max_abs_logit": None, "min_agreement": 85.0, "min_topk_agreement": 80.0, "max_nonfinite": 0},
 }
+MLM_TOP_K = 10
 GEN_PROMPTS_MAX = 8
 GEN_MAX_NEW_TOKENS = 20
 BATCH = 16
@@ -61,6 +73,8 @@ def tolerances_for(kind: str, precision: str, overrides: Mapping[str, Any] | Non
         tol[k] = None if v is None else float(v)
     if kind == "seq-cls":
         tol.pop("min_token_agreement", None)
+    if kind != "mlm":
+        tol.pop("min_topk_agreement", None)
     return tol
 
 
@@ -82,6 +96,9 @@ def check(figures: Mapping[str, Any], tol: Mapping[str, Any]) -> list[str]:
         limit = tol.get("min_token_agreement")
         if limit is not None and tokens is not None and tokens < limit:
             out.append(f"{prefix}greedy token agreement {tokens:.2f}% < {limit:.2f}%")
+        v, limit = (figs.get("topk_agreement") if figs is figures else None), tol.get("min_topk_agreement")
+        if limit is not None and v is not None and v < limit:
+            out.append(f"top-{figs.get('k', MLM_TOP_K)} suggestion agreement {v:.2f}% < {limit:.2f}%")
         v, limit = figs.get("nonfinite", 0), tol.get("max_nonfinite")
         if limit is not None and v > limit:
             out.append(f"{prefix}{v} non-finite outputs (NaN/inf)")
@@ -266,3 +283,58 @@ def _validate_step_graphs(folder: Any, tok: Any, ref: np.ndarray, pairs: Sequenc
     return {"max_abs_top_logit": max(diffs) if diffs else 0.0, "top_ids_identical": 100.0 * same / max(total, 1),
             "k": k, "nonfinite": bad, "token_agreement": agree, "identical_sequences": identical,
             "prompts": len(prompts)}
+
+
+_WORD = re.compile(r"[A-Za-z]{3,}")
+
+
+def masked_items(pairs: Sequence[Pair]) -> list[tuple[str, str]]:
+    """Validation inputs of a masked LM: each pair with the longest word of its hypothesis (3 letters or more;
+    the first of equals) replaced by :data:`~breaknli_fast.engines.base.MASK` wherever it occurs as a word in
+    the pair (a hypothesis without such a word masks its first word)."""
+    out = []
+    for p, h in pairs:
+        words = _WORD.findall(h)
+        w = max(words, key=len) if words else (h.split() or ["x"])[0]
+        pat = re.compile(r"(?<!\w)" + re.escape(w) + r"(?!\w)")
+        hm = pat.sub(MASK, h)
+        out.append((pat.sub(MASK, p), hm if MASK in hm else MASK + " " + h))
+    return out
+
+
+def validate_masked_lm(folder: Any, src_path: str, pairs: Sequence[Pair], device: str = "cpu",
+                       provider: str | None = None, max_length: int = 256, graph: str = "model.onnx") -> dict[str, Any]:
+    """Figures of an exported masked LM against the torch engine at fp32 on the CPU (see the module's notes)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    folder = Path(folder)
+    items = masked_items(pairs)
+    ref_model = registry.load_mask_filler("torch", src_path, precision="fp32", device="cpu", max_length=max_length)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    config = AutoConfig.from_pretrained(str(folder))
+    length = effective_max_length(max_length, config, tok)[0]
+    out_model = SessionMaskFiller(folder / graph, tok, int(config.vocab_size), length, device=device, provider=provider)
+    ref = ref_model.fill_mask(items, MLM_TOP_K)
+    out = out_model.fill_mask(items, MLM_TOP_K, [r.words[0] if r.words else None for r in ref])
+    top1 = same = total = 0
+    diffs: list[float] = []
+    bad = 0
+    n = 0
+    for r, o in zip(ref, out):
+        if not r.words:
+            continue
+        n += 1
+        bad += int((~np.isfinite(o.logprobs)).sum()) + int(o.score is not None and not math.isfinite(o.score))
+        top1 += int(bool(o.words) and o.words[0] == r.words[0])
+        common = set(r.words) & set(o.words)
+        same += len(common)
+        total += len(r.words)
+        rv, ov = dict(zip(r.words, r.logprobs.tolist())), dict(zip(o.words, o.logprobs.tolist()))
+        diffs += [abs(rv[w] - ov[w]) for w in common]
+        if o.score is not None:
+            diffs.append(abs(float(r.logprobs[0]) - o.score))
+    return {"n": n, "k": MLM_TOP_K, "agreement": 100.0 * top1 / max(n, 1),
+            "topk_agreement": 100.0 * same / max(total, 1),
+            "max_abs_logit": max(diffs) if diffs else 0.0, "mean_abs_logit": float(np.mean(diffs)) if diffs else 0.0,
+            "nonfinite": bad, "device": device, "providers": out_model.info.details.get("providers"),
+            "inputs": "masked pairs: the longest hypothesis word masked wherever it occurs"}

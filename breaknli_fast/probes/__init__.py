@@ -14,6 +14,7 @@ _PROBES: dict[str, str] = {
     "breaknli": "breaknli_fast.probes.breaknli:BreakNLIProbe",
     "accuracy": "breaknli_fast.probes.accuracy:AccuracyProbe",
     "permutation": "breaknli_fast.probes.permutation:PermutationProbe",
+    "merge": "breaknli_fast.probes.merge:MergeProbe",
 }
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
-from breaknli_fast.engines.loading import EngineConfig, Models, load_models
+from breaknli_fast.engines.loading import EngineConfig, Models, load_models, mlm_names
 from breaknli_fast.engines.models import model_fingerprint
+from breaknli_fast.errors import UserError
 from breaknli_fast.pipeline.rundir import RunDir
 from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
@@ -129,7 +130,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
               precision: str = "fp32", device: str = "cpu", models: Models | None = None,
               out: str | Path | None = None, runs_root: str | Path | None = None, overwrite: bool = False,
               hook: ProgressHook | None = None, command: str = "run", by: str | Sequence[str] | None = None,
-              ray: Any = None) -> StudyResult:
+              ray: Any = None, mlm: str | Sequence[str] | None = None) -> StudyResult:
     """Run a probe (an instance, or a registered name with its ``config``) and return its records and report.
 
     - data: ``dataset`` (``sample``, a hub name or a file; ``split``, ``limit``, ``columns``), or ``data``
@@ -142,7 +143,9 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     - ``by``: dataset columns to break the headline metrics down by (report.json, report.md, breakdown.png);
       default: what the dataset asks for (TaxiNLI's reasoning categories);
     - ``ray``: a :class:`~breaknli_fast.study.distributed.RayConfig` to shard the chunks over Ray actors (same
-      records as one process; the driver alone writes the run directory).
+      records as one process; the driver alone writes the run directory);
+    - ``mlm``: the masked language models of a probe whose roles include ``"mlm"`` (``"a,b"`` or a list;
+      default ``mini-mlm``); ignored by other probes.
     """
     from breaknli_fast.envinfo import environment
 
@@ -158,7 +161,10 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     for column in columns_by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
     gen_name = generator if "generator" in probe.roles else None
+    mlms = (mlm_names(mlm) or ["mini-mlm"]) if "mlm" in probe.roles else []
     pool = None
+    if ray is not None and mlms:
+        raise UserError(f"--ray does not run the {probe.name} probe yet: its masked LMs load in the driver only")
     if ray is not None:
         # the actors load the engines; "auto" is resolved here so that every actor runs the same backend
         from breaknli_fast.engines import registry
@@ -176,13 +182,14 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
 
                 torch.set_num_threads(ecfg.threads)
             with hook.status("loading models"):
-                models = load_models(ecfg, classifier, gen_name, note=hook.message)
+                models = load_models(ecfg, classifier, gen_name, note=hook.message, mlm=mlms)
         clf = models.classifier
         engine_name, notes = models.engine, list(models.notes)
         details = {"max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
                    "classifier_details": clf.info.to_dict(),
-                   **({"generator_details": models.generator.info.to_dict()} if models.generator is not None else {})}
-    meta = {"models": {"generator": gen_name, "classifier": classifier},
+                   **({"generator_details": models.generator.info.to_dict()} if models.generator is not None else {}),
+                   **({"mlm_details": {k: m.info.to_dict() for k, m in models.mlm.items()}} if models.mlm else {})}
+    meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
             "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset}
     try:
         if out is None and runs_root is None:
@@ -198,9 +205,12 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                                                                       engine_name, prec)
         roles = {"classifier": classifier, **({"generator": generator} if gen_name else {})}
         fingerprints = {role: model_fingerprint(name) for role, name in roles.items()}
+        mlm_prints = {name: model_fingerprint(name) for name in mlms}
         identity = {
             "probe": probe.name,
             **{role: fp.get("files_sha256") or roles[role] for role, fp in fingerprints.items()},
+            **({"mlm": {n: fp.get("files_sha256") or n for n, fp in mlm_prints.items()},
+                "mlm_precision": ecfg.mlm_prec} if mlms else {}),
             "engine": engine_name, "precision": ecfg.precision, "device": ecfg.device.split(":")[0],
             **({"classifier_precision": ecfg.clf_precision, "generator_precision": ecfg.gen_precision}
                if ecfg.clf_precision != ecfg.gen_precision else {}),
@@ -211,10 +221,11 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
         }
         config_json = {
             "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **roles, "models": fingerprints,
+            **roles, "models": fingerprints, **({"mlm": mlms, "mlm_models": mlm_prints} if mlms else {}),
             "engine": {"name": engine_name, "requested": engine.engine if isinstance(engine, EngineConfig) else engine,
                        "precision": ecfg.precision, "classifier_precision": ecfg.clf_precision,
-                       "generator_precision": ecfg.gen_precision, "device": ecfg.device,
+                       "generator_precision": ecfg.gen_precision,
+                       **({"mlm_precision": ecfg.mlm_prec} if mlms else {}), "device": ecfg.device,
                        "threads": ecfg.threads, "workers": ecfg.workers, "token_budget": ecfg.token_budget,
                        "max_length": ecfg.max_length, **details, "notes": notes},
             "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
