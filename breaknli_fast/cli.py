@@ -289,6 +289,10 @@ def mini_check(
         console.print(f"written to {literal(out)}")
 
 
+from breaknli_fast.data.synthetic.command import generate_app  # noqa: E402
+app.add_typer(generate_app, name="generate")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -32,6 +32,7 @@ TAXINLI_CATEGORIES = ("lexical_linguistic", "syntactic_linguistic", "factivity_l
                       "relational_reasoning", "spatial_reasoning", "temporal_reasoning", "causal_reasoning",
                       "coreference_reasoning", "world_knowledge", "taxonomic_knowledge")
 HUB_DATASETS = ("mnli", "snli", "anli")
+GENERATED_DATASETS = ("aenli", "kinship")  # name[:N], generated in memory (breaknli_fast.data.synthetic)
 MAX_LINES_KEPT = 5
 # csv's own limit on a field (131,072 characters) would make a row with a long text malformed; the
 # loader raises it, process-wide, to this many characters.
@@ -383,9 +384,10 @@ def load_hub(name: str, split: str | None = None, limit: int | None = None) -> L
 
 
 def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, limit: int | None = None,
-                  cols: Columns | None = None, label_values: dict[str, str] | None = None) -> LoadedData:
+                  cols: Columns | None = None, label_values: dict[str, str] | None = None, seed: int = 0) -> LoadedData:
     """Load a dataset by short name (``sample``, ``taxinli``, ``mnli[:mismatched]``, ``snli[:test]``,
-    ``anli[:r1|r2|r3]``) or by file path. Every example keeps its row's other columns in ``meta``."""
+    ``anli[:r1|r2|r3]``, ``aenli[:N]`` and ``kinship[:N]`` generated from ``seed``) or by file path. Every
+    example keeps its row's other columns in ``meta``."""
     if limit is not None and limit < 0:
         raise DataError("--limit must be positive")
     if name_or_path == SAMPLE_NAME:
@@ -402,6 +404,15 @@ def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, lim
         data = load_file(p, cols or Columns(premise="prem", hypothesis="hyp", label="label", id="pairID"), limit)
         data.source = {"type": "embedded", "name": "taxinli", "path": str(p), "breakdown": list(TAXINLI_CATEGORIES)}
         return data
+    if name_or_path.partition(":")[0] in GENERATED_DATASETS and not Path(name_or_path).exists():
+        from breaknli_fast.data.synthetic import SyntheticError, generate_named
+
+        try:
+            rows, source = generate_named(name_or_path, seed=seed, limit=limit)
+        except SyntheticError as e:
+            raise DataError(str(e)) from None
+        stats = SkipStats()
+        return LoadedData(rows_to_examples(enumerate(rows, start=1), Columns(id="id"), limit, stats), stats, source)
     base, _ = parse_hub_name(name_or_path)
     if base in HUB_SPLITS and not Path(name_or_path).exists():
         return load_hub(name_or_path, split, limit)

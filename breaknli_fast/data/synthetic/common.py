@@ -1,0 +1,92 @@
+"""What the generators share: errors, the asset folder, the balanced label schedule, and streamed writing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from breaknli_fast.data.labels import LABELS
+from breaknli_fast.errors import UserError
+
+GENERATOR_VERSION = "1"  # bump when a generator's output for a given seed changes
+
+
+class SyntheticError(UserError, ValueError):
+    """A bad option of a generator (one line for the CLI)."""
+
+
+def asset_path(name: str) -> Path:
+    return Path(__file__).resolve().parent.parent.parent / "assets" / "synthetic" / name
+
+
+def load_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SyntheticError(f"cannot read {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise SyntheticError(f"{path} is not valid JSON: {e}") from None
+
+
+def check_rate(name: str, value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise SyntheticError(f"--{name} must be between 0 and 1 (got {value})")
+    return value
+
+
+def label_schedule(rng: random.Random) -> Iterator[str]:
+    """Target labels in blocks of three, each block a random order of the three labels: any prefix of the
+    stream is balanced to within one example per label."""
+    while True:
+        block = list(LABELS)
+        rng.shuffle(block)
+        yield from block
+
+
+def check_out(out: str | Path) -> Path:
+    """An output path that :func:`write_jsonl` can write (``.jsonl`` or ``.jsonl.gz``, not a folder)."""
+    out = Path(out).expanduser()
+    name = out.name.lower()
+    if not (name.endswith(".jsonl") or name.endswith(".jsonl.gz")):
+        raise SyntheticError(f"--out must name a .jsonl or .jsonl.gz file (got {out.name})")
+    if out.is_dir():
+        raise SyntheticError(f"{out} is a directory")
+    return out
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], out: str | Path,
+                advance: Callable[[int], None] | None = None) -> dict[str, int]:
+    """Stream ``rows`` to ``out`` (``.jsonl`` or ``.jsonl.gz``) through a temporary file renamed at the end, so an
+    interrupted run leaves no partial file. Returns the label counts."""
+    out = check_out(out)
+    name = out.name.lower()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SyntheticError(f"cannot create {out.parent}: {e.strerror or e}") from None
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    counts = {lab: 0 for lab in LABELS}
+    try:
+        opener = (lambda: gzip.open(tmp, "wt", encoding="utf-8", compresslevel=6)) if name.endswith(".gz") \
+            else (lambda: open(tmp, "w", encoding="utf-8"))
+        with opener() as fh:
+            done = 0
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                counts[row["label"]] += 1
+                done += 1
+                if advance is not None and done % 1000 == 0:
+                    advance(1000)
+            if advance is not None and done % 1000:
+                advance(done % 1000)
+        os.replace(tmp, out)
+    except OSError as e:
+        raise SyntheticError(f"cannot write {out}: {e.strerror or e}") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return counts
