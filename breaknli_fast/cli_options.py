@@ -12,7 +12,8 @@ GENERATOR = typer.Option("mini-t5", "--generator", "-g", help="Generator: hub id
 CLASSIFIER = typer.Option("mini-nli", "--classifier", "-c", help="NLI model: sequence classifier or Flan-T5-style seq2seq.")
 DATASET = typer.Option(SAMPLE_NAME, "--dataset", "-d",
     help="'sample' (embedded SNLI sample), 'taxinli' (embedded TaxiNLI, 10,071 MNLI pairs with 15 reasoning categories), "
-         "mnli[:mismatched], snli[:test], anli[:r1|r2|r3], or a .jsonl/.csv/.tsv file (its other columns work with --by).")
+         "aenli[:N] / kinship[:N] (generated from --seed, labels computed by logic), mnli[:mismatched], snli[:test], "
+         "anli[:r1|r2|r3], or a .jsonl/.csv/.tsv file (its other columns work with --by).")
 SPLIT = typer.Option(None, "--split", help="Split of a hub dataset (e.g. mismatched, test, r2).")
 MODE = typer.Option("both", "--mode", help="contradictive, entailed or both.")
 DEVICE = typer.Option("cpu", "--device", help="cpu or cuda[:N].")

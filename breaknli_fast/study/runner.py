@@ -153,7 +153,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     probe = get_probe(probe, config) if isinstance(probe, str) else probe
     ecfg = engine if isinstance(engine, EngineConfig) else EngineConfig(engine=engine, precision=precision, device=device)
     if data is None:
-        data = load_examples(dataset, split=split, limit=limit, cols=columns)
+        data = load_examples(dataset, split=split, limit=limit, cols=columns, seed=probe.seed)  # seed: generated data
     if not data.examples:
         counts = ", ".join(f"{k} {v}" for k, v in data.skips.counts.items() if v) or "none"
         raise DataError(f"no valid example in {dataset!r} ({data.skips.skipped} rows skipped: {counts})")
