@@ -352,7 +352,7 @@ def test_end_to_end_without_spacy_deterministic_by_seed_and_resumes(tmp_path, ti
 
 
 def test_spacy_missing_is_one_line(monkeypatch, tmp_path, tiny_roberta):
-    monkeypatch.setattr(mg.importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setattr(mg, "_module_found", lambda name: False)
     with pytest.raises(mg.SpacyMissing, match=r"pip install 'breaknli-fast\[merge\]'"):
         MergeProbe()
     r = runner.invoke(app, ["run", "--probe", "merge", "-c", tiny_roberta, "--engine", "torch", "--limit", "2",
@@ -360,6 +360,9 @@ def test_spacy_missing_is_one_line(monkeypatch, tmp_path, tiny_roberta):
     assert r.exit_code == 2, r.output
     assert "pip install 'breaknli-fast[merge]'" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "x").exists()  # refused before any model loads
+    monkeypatch.setattr(mg, "_module_found", lambda name: name == "spacy")  # spaCy without its pipeline
+    with pytest.raises(mg.SpacyMissing, match="small English pipeline"):
+        MergeProbe()
 
 
 @pytest.mark.skipif(SPACY_MISSING is not None, reason=f"spaCy is not installed: {SPACY_MISSING}")

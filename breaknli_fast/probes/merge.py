@@ -112,15 +112,17 @@ class Tagger(Protocol):
     def tag(self, texts: Sequence[str]) -> list[list[Token]]: ...
 
 
+def _module_found(mod: str) -> bool:
+    try:
+        return importlib.util.find_spec(mod) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def spacy_model() -> str:
     """The installed spaCy small English pipeline (the official ``en_core_web_sm`` first), or a one-line
     :class:`SpacyMissing` saying how to install it."""
-    def found(mod: str) -> bool:
-        try:
-            return importlib.util.find_spec(mod) is not None
-        except (ImportError, ValueError):
-            return False
-
+    found = _module_found
     if not found("spacy"):
         raise SpacyMissing(f"the merge probe needs spaCy for POS tags: {INSTALL_SPACY}")
     for name in SPACY_MODELS:
