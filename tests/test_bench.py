@@ -63,7 +63,8 @@ def permuted(tiny_roberta, tmp_path_factory) -> str:
 def same_run(tiny_t5, tiny_roberta, tiny_tsv, tmp_path_factory):
     """Reference + an identical candidate + an engine that cannot load, with --strict."""
     out = tmp_path_factory.mktemp("bench") / "same"
-    r = _bench(tiny_t5, tiny_roberta, tiny_tsv, out, "torch:fp32,torch:fp32:label=same,tensorrt:fp16", "--warmup", "1", "--strict")
+    r = _bench(tiny_t5, tiny_roberta, tiny_tsv, out, "torch:fp32,torch:fp32:label=same,tensorrt:fp16", "--warmup", "1", "--strict",
+               "--no-component-split")
     return r, out
 
 
