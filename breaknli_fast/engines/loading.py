@@ -101,9 +101,9 @@ class Models:
     classifier: Classifier
     generator: Generator | None = None
     engine: str = "torch"
-    mlm: dict[str, MaskFillerBase] = field(default_factory=dict)  # masked LMs by name, in the order asked for
     requested: str = "torch"
     notes: list[str] = field(default_factory=list)
+    mlm: dict[str, MaskFillerBase] = field(default_factory=dict)  # masked LMs by name, in the order asked for
 
 
 # a backend that cannot take the model (no export, an export that fails validation, missing libraries or hardware):

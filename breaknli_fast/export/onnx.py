@@ -255,3 +255,32 @@ def untie_initializers(path: Path) -> list[str]:
         g.node.extend(nodes)
         save_onnx(model, path)
     return copies
+
+
+def export_seq2seq(src_path: str, out_dir: Path, opset: int | None = None) -> dict[str, Any]:
+    """Export a T5-style text-to-text model (encoder + decoder + decoder-with-past, fp32) with optimum."""
+    from transformers import AutoConfig
+
+    require_export_libs()
+    from optimum.exporters.onnx import main_export
+
+    family = AutoConfig.from_pretrained(src_path).model_type
+    if family not in SEQ2SEQ_FAMILIES:
+        raise UnsupportedModelError(
+            f"{family}: only T5-family text-to-text models (t5, mt5, umt5: Flan-T5) are exported; this one is untested"
+        )
+    try:
+        with quiet():
+            main_export(src_path, output=out_dir, task="text2text-generation-with-past", device="cpu", opset=opset,
+                        no_post_process=True, do_validation=False)
+    except Exception as e:
+        raise ExportError(f"{family}: optimum export failed: {first_line(e)}") from e
+    for f in SEQ2SEQ_FILES:
+        if not (out_dir / f).exists():
+            raise ExportError(f"{family}: optimum did not write {f}")
+    import onnx
+
+    used_opset = max((o.version for o in onnx.load(str(out_dir / SEQ2SEQ_FILES[0]), load_external_data=False).opset_import
+                      if o.domain in ("", "ai.onnx")), default=None)
+    return {"family": family, "opset": used_opset, "exporter": "optimum main_export (text2text-generation-with-past)",
+            "graphs": {f: graph_io(out_dir / f) for f in SEQ2SEQ_FILES}}
