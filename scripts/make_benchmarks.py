@@ -497,6 +497,35 @@ def probe_parity(doc: Result) -> str:
     return "\n".join(out)
 
 
+def merge_speed(doc: Result) -> str:
+    p = doc["payload"]
+    rows = [[k, v.get("items"), f(v.get("suggestions_per_s"), ".0f"), f(v.get("items_per_s"), ".1f"),
+             (f"top-1 {f(get(v, 'agreement_with_first', 'top1_agreement'), '.1f')} %, top-10 "
+              f"{f(get(v, 'agreement_with_first', 'top10_overlap'), '.1f')} %") if v.get("agreement_with_first") else "first"]
+            for k, v in (p.get("fill_mask") or {}).items()]
+    crow = [[k, v.get("pairs"), f(v.get("pairs_per_s"), ".0f")] for k, v in (p.get("classify") or {}).items()]
+    return "\n".join([f"{p.get('examples')} sample examples, {p.get('fill_mask_inputs')} fill-mask inputs at top-k "
+                      f"{p.get('top_k')}; POS tagger {p.get('tagger')} ({f(p.get('tag_sentences_per_s'), '.0f')} sentences/s); "
+                      f"the torch fp32 probe run took {f(p.get('probe_torch_fp32_seconds'), '.1f')} s (stage seconds: "
+                      + ", ".join(f"{k} {v}" for k, v in (p.get("probe_stage_seconds") or {}).items()) + ").", "",
+                      table(["masked LM, engine", "inputs", "suggestions/s", "inputs/s", "agreement with the first"], rows),
+                      "", table(["classifier on the variants, engine", "pairs", "pairs/s"], crow)])
+
+
+def merge_parity(doc: Result) -> str:
+    p = doc["payload"]
+    rows = []
+    for key, v in (p.get("parity") or {}).items():
+        cells = []
+        for m in ("sample_accuracy", "pa_0.9", "seed_accuracy"):
+            d = v.get(m) or {}
+            cells.append("–" if d.get("diff") is None else
+                         f"{d['diff']:+.2f} [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}] n={d['n']}: {d.get('verdict')}")
+        rows.append([key, f(v.get("variant_label_agreement"), ".2f")] + cells)
+    return "\n".join([str(p.get("note", "")), "", table(["engines", "variant label agreement %", "sample accuracy Δ pp",
+                                                          "PA(0.9) Δ pp", "seed accuracy Δ pp"], rows)])
+
+
 # -- the document -------------------------------------------------------------------------------------------
 
 # (title, what (for "not measured"), script, selection, renderer, title of each file or None)
@@ -540,6 +569,10 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
          "scripts/bench_probe.py", probe_is("breaknli", lambda p: not p.get("speed_only")), probe_parity, probe_title),
         ("Accuracy per TaxiNLI category: int8 against fp32", "an accuracy-probe measurement on TaxiNLI",
          "scripts/bench_probe.py", probe_is("accuracy"), probe_parity, probe_title),
+        ("MERGE (minimal word replacement): suggestions/s and variant pairs/s", "a MERGE measurement",
+         "scripts/bench_merge.py", of_kind("merge"), merge_speed, None),
+        ("MERGE: parity of sample accuracy and PA(0.9) on the same variants", "a MERGE measurement",
+         "scripts/bench_merge.py", of_kind("merge"), merge_parity, None),
     ]),
     ("3. Memory", "", [
         ("A `breaknli-fast run` process", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
