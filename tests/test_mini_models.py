@@ -343,19 +343,13 @@ def test_generator_check_accounts_for_every_checked_example():
     """The generator check of the model cards: every checked example either survives or stops at one of
     the two filters, overall and in each hypothesis-length bucket; the buckets add up to the totals; and the
     per-candidate counts are those of the first U distinct candidates of the examples that reach the filter."""
-    import torch
-    from transformers import T5ForConditionalGeneration, T5TokenizerFast
-
-    from breaknli_fast.mini.evaluate import LENGTH_BUCKETS, NliClassifier, generator_check, length_bucket, load_sample
+    from breaknli_fast.mini.evaluate import LENGTH_BUCKETS, generator_check, length_bucket
 
     assert [length_bucket(h) for h in ("A man sleeps.", "A man is sleeping on a red couch.",
                                        "A man in a blue shirt is sleeping on a red couch.")] == list(LENGTH_BUCKETS)
-    path = assets_models_dir() / "mini-t5"
-    t5 = T5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
-    tok = T5TokenizerFast.from_pretrained(path)
-    clf = NliClassifier(assets_models_dir() / "mini-nli")
-    examples = load_sample(sample_path())[:200]
-    r = generator_check(t5, tok, clf, examples, "entailed", n=12, k=20, progress=False)
+    examples = load_examples("sample", limit=200)
+    r = generator_check(assets_models_dir() / "mini-t5", assets_models_dir() / "mini-nli", examples, "entailed",
+                        n=12, k=20, progress=False)
     assert r["checked"] == 12
     assert r["survivors"] + r["too_few_unique"] + r["too_few_on_target"] == r["checked"]
     buckets = r["by_hypothesis_length"]
@@ -374,11 +368,9 @@ def test_generator_check_accounts_for_every_checked_example():
 
 def test_mini_check_command(tmp_path):
     """`breaknli-fast mini check`: the generator check of the cards from the command line, the same numbers as
-    `generator_check` on the embedded sample; bad folders and modes are one-line errors."""
-    import torch
-    from transformers import T5ForConditionalGeneration, T5TokenizerFast
-
-    from breaknli_fast.mini.evaluate import NliClassifier, generator_check, load_sample
+    `generator_check` (the BreakNLI probe through the study entry point) on the embedded sample; bad folders and
+    modes are one-line errors."""
+    from breaknli_fast.mini.evaluate import generator_check
 
     out = tmp_path / "check.json"
     res = CliRunner().invoke(app, ["mini", "check", "--n", "4", "--mode", "entailed", "--no-progress", "--out", str(out)])
@@ -386,10 +378,8 @@ def test_mini_check_command(tmp_path):
     assert "entailed" in res.output and "survive" in res.output
     got = json.loads(out.read_text())
     assert list(got) == ["entailed"] and got["entailed"]["checked"] == 4
-    path = assets_models_dir() / "mini-t5"
-    want = generator_check(T5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval(),
-                           T5TokenizerFast.from_pretrained(path), NliClassifier(assets_models_dir() / "mini-nli"),
-                           load_sample(sample_path()), "entailed", n=4, progress=False)
+    want = generator_check(assets_models_dir() / "mini-t5", assets_models_dir() / "mini-nli",
+                           load_examples("sample"), "entailed", n=4, progress=False)
     for key in ("correct", "survivors", "too_few_unique", "too_few_on_target", "share_target_all_outputs"):
         assert got["entailed"][key] == want[key], key
     for args, msg in ((["--mode", "sideways"], "unknown mode 'sideways'"),

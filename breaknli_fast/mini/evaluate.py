@@ -2,10 +2,10 @@
 
 - mini-nli: accuracy on the held-out dev pairs;
 - mini-t5 as an NLI classifier: first decoder step's logits over the first tokens of "yes" / "no" / "it";
-- mini-t5 as the BreakNLI generator: K samples per dev hypothesis (top_p 0.95, top_k 50, temperature 1.0,
-  max_new_tokens 40, fixed seed), the share labelled with the target relation by mini-nli, and the share of
-  correctly classified examples that survive the default filters (U=10 distinct, S=5 of them on target in
-  both directions).
+- mini-t5 as the BreakNLI generator: the BreakNLI probe through the study entry point on the torch engines (K
+  samples per hypothesis with the loop's sampler and seeds), the share of outputs labelled with the target
+  relation by mini-nli, and the share of correctly classified examples that survive the default filters
+  (U=10 distinct, S=5 of them on target in both directions).
 """
 
 from __future__ import annotations
@@ -25,8 +25,13 @@ from breaknli_fast.mini.cards import write_cards as _write_cards
 from breaknli_fast.mini.common import (LENGTH_BUCKETS, folder_size, hardware, length_bucket, log, make_progress,
                                        pad_batch, write_json)
 from breaknli_fast.mini.data import Pair, SnliSplit
-from breaknli_fast.pipeline.breaknli import dedup_candidates
-from breaknli_fast.prompts import GEN_PROMPTS, NLI_ANSWERS, NLI_PROMPTS
+from breaknli_fast.data.loaders import Example, LoadedData, SkipStats, load_file
+from breaknli_fast.engines.loading import EngineConfig, Models, load_models
+from breaknli_fast.pipeline.breaknli import LoopConfig, dedup_candidates
+from breaknli_fast.pipeline.verdicts import SELECTED
+from breaknli_fast.probes.breaknli import BreakNLIProbe
+from breaknli_fast.study import ProgressHook, run_study
+from breaknli_fast.prompts import NLI_ANSWERS, NLI_PROMPTS
 
 EVAL_FILE = "eval_results.json"
 GEN_SETTINGS = dict(do_sample=True, top_p=0.95, top_k=50, temperature=1.0, max_new_tokens=40)
@@ -87,76 +92,54 @@ def t5_nli_accuracy(model: Any, tok: Any, pairs: Sequence[Pair], batch_size: int
 
 
 @torch.inference_mode()
-def generate(model: Any, tok: Any, prompts: Sequence[str], k: int, seed: int, batch_size: int = 10,
-             progress=None, task=None) -> list[list[str]]:
-    torch.manual_seed(seed)
-    out: list[list[str]] = []
-    for b in range(0, len(prompts), batch_size):
-        enc = tok(list(prompts[b:b + batch_size]), padding=True, truncation=True, max_length=96, return_tensors="pt")
-        seqs = model.generate(**enc, num_return_sequences=k, **GEN_SETTINGS)
-        texts = tok.batch_decode(seqs, skip_special_tokens=True)
-        out.extend(texts[i * k:(i + 1) * k] for i in range(len(texts) // k))
-        if progress is not None:
-            progress.update(task, advance=len(prompts[b:b + batch_size]))
-    return out
-
-
-def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence[dict], mode: str, n: int = 200,
-                    k: int = 20, unique: int = 10, keep: int = 5, seed: int = 0, progress: bool = True) -> dict:
-    """The BreakNLI loop up to the relation filter, on the first ``n`` selected and correctly classified examples."""
+def generator_check(t5: str | Path, judge: str | Path, examples: LoadedData, mode: str, n: int = 200, k: int = 20,
+                    unique: int = 10, keep: int = 5, seed: int = 0, progress: bool = True,
+                    models: Models | None = None) -> dict:
+    """The BreakNLI probe up to its verdicts, through the study entry point (``run_study``, torch fp32 engines), on
+    the first ``n`` correctly classified examples of ``examples`` that ``mode`` selects: the share of the K raw
+    outputs that the judge labels with the target relation, the distinct candidates, and how many examples survive
+    U = ``unique`` and S = ``keep`` (both directions, the full relation filter), overall and by length of h."""
     target = MODE_TARGET[mode]
-    sel = [e for e in examples if e["label"] in MODE_LABELS[mode]]
-    preds = clf.predict([(e["premise"], e["hypothesis"]) for e in sel])
-    correct = [e for e, p in zip(sel, preds) if p == e["label"]]
+    if models is None:
+        models = load_models(EngineConfig(engine="torch"), str(judge), str(t5))
+    clf = models.classifier
+    sel = [e for e in examples.examples if e.label in SELECTED[mode]]
+    ph = clf.classify([(e.premise, e.hypothesis) for e in sel]).labels if sel else []
+    correct = [e for e, p in zip(sel, ph) if p == e.label]
     chosen = correct[:n]
-    prompts = [GEN_PROMPTS[mode].format(h=e["hypothesis"]) for e in chosen]
-    t0 = time.perf_counter()
+    loop = LoopConfig(modes=(mode,), k=k, u=unique, s=keep, seed=seed, relation_filter="full")
     with make_progress(progress) as bar:
-        task = bar.add_task(f"generate {mode}", total=len(prompts), info="")
-        outs = generate(t5, t5_tok, prompts, k, seed, progress=bar, task=task)
-    gen_secs = time.perf_counter() - t0
+        hook = _BarHook(bar)
+        res = run_study(BreakNLIProbe(loop), data=LoadedData(chosen, examples.skips, examples.source),
+                        models=models, hook=hook)
+    gen_secs = round(res.times.seconds.get("generate", 0.0), 1)
+    by_id = {r["id"]: r for r in res.records}
+    recs = [by_id[e.id] for e in chosen]
     # share of all raw outputs (normalised) labelled with the target relation, direction (h, h')
-    flat = [(e["hypothesis"], normalize_text(c)) for e, cs in zip(chosen, outs) for c in cs]
-    flat_pred = clf.predict(flat)
-    share_all = float(np.mean([p == target for p in flat_pred]))
-    # filters
-    distinct_pairs: list[tuple[str, str]] = []
-    per_example: list[list[str]] = []
-    for e, cs in zip(chosen, outs):
-        h = e["hypothesis"]
-        seen = dedup_candidates(h, cs, len(cs))[0]  # the loop's own step 4, all distinct kept
-        per_example.append(seen)
-        distinct_pairs.extend((h, c) for c in seen)
-    dist_pred = clf.predict(distinct_pairs)
-    share_distinct = float(np.mean([p == target for p in dist_pred])) if dist_pred else 0.0
-    n_distinct = [len(s) for s in per_example]
-    fw, bw = [], []
-    for e, seen in zip(chosen, per_example):
-        if len(seen) >= unique:
-            for c in seen[:unique]:
-                fw.append((e["hypothesis"], c))
-                bw.append((c, e["hypothesis"]))
-    fwp, bwp = clf.predict(fw) if fw else [], clf.predict(bw) if bw else []
-    j = 0
+    flat = [(r["hypothesis"], normalize_text(c)) for r in recs for c in r.get("generated", [])]
+    share_all = float(np.mean([p == target for p in clf.classify(flat).labels])) if flat else 0.0
+    distinct = {r["id"]: dedup_candidates(r["hypothesis"], r.get("generated", []), k)[0] for r in recs}
+    dist_pairs = [(r["hypothesis"], c) for r in recs for c in distinct[r["id"]]]
+    share_distinct = float(np.mean([p == target for p in clf.classify(dist_pairs).labels])) if dist_pairs else 0.0
     by_length: dict[str, dict[str, int]] = {}
-    for e, seen in zip(chosen, per_example):
-        b = by_length.setdefault(length_bucket(e["hypothesis"]), dict(
+    fw_all, both_all = [], []
+    for r in recs:
+        b = by_length.setdefault(length_bucket(r["hypothesis"]), dict(
             checked=0, too_few_unique=0, too_few_on_target=0, survivors=0, candidates_checked=0, candidates_passed=0))
         b["checked"] += 1
-        if len(seen) < unique:
+        if r["status"] == "too_few_unique":
             b["too_few_unique"] += 1
             continue
-        passed = sum(1 for i in range(unique) if fwp[j + i] == target and bwp[j + i] == target)
-        j += unique
-        b["candidates_checked"] += unique
+        rels = r["relations"]
+        passed = sum(all(x == target for x in rel) for rel in rels)
+        fw_all += [rel[0] == target for rel in rels]
+        both_all += [all(x == target for x in rel) for rel in rels]
+        b["candidates_checked"] += len(rels)
         b["candidates_passed"] += passed
-        if passed >= keep:
-            b["survivors"] += 1
-        else:
-            b["too_few_on_target"] += 1
+        b["survivors" if r["status"] == "evaluated" else "too_few_on_target"] += 1
     too_few_unique, too_few_target, survivors = (sum(b[key] for b in by_length.values())
                                                  for key in ("too_few_unique", "too_few_on_target", "survivors"))
-    examples_out = [{"hypothesis": e["hypothesis"], "candidates": cs[:5]} for e, cs in zip(chosen[:3], per_example)]
+    n_distinct = [r.get("n_distinct", 0) for r in recs]
     return {
         "mode": mode, "target": target, "selected": len(sel), "correct": len(correct), "checked": len(chosen),
         "k": k, "unique": unique, "keep": keep, "outputs": len(flat),
@@ -165,12 +148,26 @@ def generator_check(t5: Any, t5_tok: Any, clf: NliClassifier, examples: Sequence
         "mean_distinct_candidates": round(float(np.mean(n_distinct)), 2) if n_distinct else 0.0,
         "too_few_unique": too_few_unique, "too_few_on_target": too_few_target, "survivors": survivors,
         "survival_rate": round(survivors / max(1, len(chosen)), 4),
-        "forward_share_target_first10": round(float(np.mean([p == target for p in fwp])), 4) if fwp else None,
-        "both_directions_share_target_first10": round(float(np.mean(
-            [a == target and b == target for a, b in zip(fwp, bwp)])), 4) if fwp else None,
-        "by_hypothesis_length": {k: by_length[k] for k in LENGTH_BUCKETS if k in by_length},
-        "generation_seconds": round(gen_secs, 1), "examples": examples_out,
+        "forward_share_target_first10": round(float(np.mean(fw_all)), 4) if fw_all else None,
+        "both_directions_share_target_first10": round(float(np.mean(both_all)), 4) if both_all else None,
+        "by_hypothesis_length": {key: by_length[key] for key in LENGTH_BUCKETS if key in by_length},
+        "generation_seconds": gen_secs,
+        "examples": [{"hypothesis": r["hypothesis"], "candidates": distinct[r["id"]][:5]} for r in recs[:3]],
+        "sampler": "the engines' fast sampler, one seed per (run seed, mode, example) (breaknli-fast run's)",
     }
+
+
+class _BarHook(ProgressHook):
+    """The study's progress on the trainer's progress bar."""
+
+    def __init__(self, bar: Any):
+        self.bar, self.tasks = bar, {}
+
+    def start(self, stage: str, total: int, completed: int = 0) -> None:
+        self.tasks[stage] = self.bar.add_task(stage, total=total, completed=completed, info="")
+
+    def advance(self, stage: str, n: int = 1) -> None:
+        self.bar.update(self.tasks[stage], advance=n)
 
 
 def check_generator(t5: str, judge: str, sample: str | Path, n: int = 200,
@@ -178,22 +175,18 @@ def check_generator(t5: str, judge: str, sample: str | Path, n: int = 200,
                     progress: bool = True) -> dict[str, dict]:
     """:func:`generator_check` of the mini-t5 ``t5`` judged by the classifier ``judge`` (each a shipped mini model's
     name or a folder, as ``breaknli-fast run`` takes them), on the first ``n`` (0: every) correctly classified example
-    of ``sample`` per mode; the per-example excerpts left out. The numbers of ``eval_results.json`` with ``n=200``."""
-    from transformers import AutoTokenizer, T5ForConditionalGeneration
-
+    of ``sample`` per mode; the per-example excerpts left out (``eval_results.json`` holds them with ``n=200``)."""
     bad = [m for m in modes if m not in MODE_TARGET]
     if bad:
         raise ValueError(f"unknown mode {bad[0]!r}; use contradictive, entailed or both")
     for name in (t5, judge):
         load_config(name)  # a missing folder, a folder without a model or an unreachable hub id: ModelLoadError
-    t5_dir = resolve_model(t5)
-    tok = AutoTokenizer.from_pretrained(t5_dir)
-    model = T5ForConditionalGeneration.from_pretrained(t5_dir, dtype=torch.float32).eval()
-    clf = NliClassifier(resolve_model(judge))
-    examples = load_sample(sample)
+    models = load_models(EngineConfig(engine="torch"), resolve_model(judge), resolve_model(t5))
+    examples = load_file(sample)
     out = {}
     for mode in modes:
-        r = generator_check(model, tok, clf, examples, mode, n=n or len(examples), k=k, seed=seed, progress=progress)
+        r = generator_check(t5, judge, examples, mode, n=n or len(examples.examples), k=k, seed=seed,
+                            progress=progress, models=models)
         out[mode] = {a: b for a, b in r.items() if a != "examples"}
     return out
 
@@ -234,13 +227,16 @@ def evaluate_models(out_dir: str | Path, split: SnliSplit, seed: int = 0, n_gen:
         log.info("eval mini-t5 NLI: %s", res["mini-t5"])
         if clf is not None and n_gen > 0:
             if sample is not None and Path(sample).exists():
-                examples = load_sample(sample)
+                examples = load_file(sample)
                 res["generator_examples_from"] = "embedded sample (held-out dev pairs)"
             else:
-                examples = [{"premise": p.premise, "hypothesis": p.hypothesis, "label": p.label} for p in split.dev]
+                examples = LoadedData([Example(p.pair_id, p.premise, p.hypothesis, p.label, i + 1)
+                                       for i, p in enumerate(split.dev)], SkipStats(), {"type": "dev split"})
                 res["generator_examples_from"] = "held-out dev pairs"
+            models = load_models(EngineConfig(engine="torch"), str(out_dir / "mini-nli"), str(out_dir / "mini-t5"))
             for mode in ("contradictive", "entailed"):
-                r = generator_check(t5, t5_tok, clf, examples, mode, n=n_gen, k=k, seed=seed, progress=progress)
+                r = generator_check(out_dir / "mini-t5", out_dir / "mini-nli", examples, mode, n=n_gen, k=k, seed=seed,
+                                    progress=progress, models=models)
                 res["mini-t5"][mode] = r
                 log.info("eval generator %s: %s", mode, {a: b for a, b in r.items() if a != "examples"})
     res["eval_seconds"] = round(time.perf_counter() - t0, 1)
