@@ -73,6 +73,10 @@ def print_summary(result: Any) -> None:
         parts.append(f"{t['generated_tokens_per_s']:.0f} generated tokens/s")
     scope = "" if n_inv == 1 else f" (summed over the {n_inv} invocations that computed the records)"
     console.print(f"throughput{scope}: " + ", ".join(parts))
+    for w in t.get("workers") or []:  # a study sharded over Ray actors
+        rate = f"{w['examples_per_s']:.2f} examples/s" if w.get("examples_per_s") else "no chunk"
+        console.print(f"  worker {w['worker']} on {literal(w.get('node'))}: {w['chunks']} chunks, {w['examples']} examples, "
+                      f"{rate}" + (f", restarted {w['restarts']}×" if w.get("restarts") else ""))
     if run_dir is not None:
         files = ["config.json", "samples.jsonl", "report.json", "report.md"]
         files += sorted(p.name for p in run_dir.glob("*.png"))

@@ -526,6 +526,24 @@ def merge_parity(doc: Result) -> str:
                                                           "PA(0.9) Δ pp", "seed accuracy Δ pp"], rows)])
 
 
+def ray_runs(doc: Result) -> str:
+    p = doc["payload"]
+    rows = [[r["label"], f(r.get("loop_s"), ".1f"), f(r.get("speedup_vs_first"), ".2f", "×"),
+             f(r.get("examples_per_s"), ".2f"), yes_no(r.get("same_records_as_first")),
+             "; ".join(f"worker {w['worker']}: {w['chunks']} chunks, {f(w.get('examples_per_s'), '.2f')} ex/s"
+                       for w in (r.get("per_worker") or [])) or "–"] for r in p.get("runs", [])]
+    est = p.get("estimate") or {}
+    erows = [[n, h] for n, h in (est.get("hours_by_workers") or {}).items()]
+    return "\n".join([f"BreakNLI on {p.get('limit')} sample examples (mini models, engine {p.get('engine')}, chunks of "
+                      f"{p.get('chunk_size')}). Ray's overhead per chunk (1 worker against one process, both 1 thread): "
+                      f"{f(p.get('ray_overhead_s_per_chunk'), '.3f')} s.", "",
+                      table(["configuration", "loop s", "speed-up vs first", "examples/s", "same records as first",
+                             "per worker"], rows), "",
+                      f"Paper estimate of a full study ({est.get('units')} units): hours = units / (per-worker rate "
+                      f"{f(p.get('per_worker_examples_per_s'), '.2f')} examples/s × N workers); assumes {est.get('assumes')}.",
+                      "", table(["workers N", "hours"], erows)])
+
+
 # -- the document -------------------------------------------------------------------------------------------
 
 # (title, what (for "not measured"), script, selection, renderer, title of each file or None)
@@ -573,6 +591,9 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
          "scripts/bench_merge.py", of_kind("merge"), merge_speed, None),
         ("MERGE: parity of sample accuracy and PA(0.9) on the same variants", "a MERGE measurement",
          "scripts/bench_merge.py", of_kind("merge"), merge_parity, None),
+    ]),
+    ("2c. Past one machine: a study sharded over Ray", "One process against Ray actors on the same study.", [
+        ("1 vs 2 workers on this machine", "a Ray measurement", "scripts/bench_ray.py", of_kind("ray"), ray_runs, None),
     ]),
     ("3. Memory", "", [
         ("A `breaknli-fast run` process", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
