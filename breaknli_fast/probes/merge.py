@@ -431,6 +431,8 @@ class MergeProbe(Probe):
     def process(self, ctx: StudyContext, group: str, chunk: Sequence[Example]) -> list[dict[str, Any]]:
         cfg = self.cfg
         mlms = list(ctx.models.mlm)
+        if self.tagger is None:  # a Ray worker gets the probe before any prepare() ran in its process
+            self.tagger = SpacyTagger()
         t0 = time.perf_counter()
         tagged = self.tagger.tag([t for ex in chunk for t in (ex.premise, ex.hypothesis)])
         ctx.times.add("tag", time.perf_counter() - t0)

@@ -82,7 +82,8 @@ def connect(cfg: RayConfig) -> Any:
 class _Worker:
     """The actor: loads the engines once, then runs the probe's steps on what the driver sends."""
 
-    def __init__(self, probe: Probe, engine: EngineConfig, classifier: str, generator: str | None, threads: int):
+    def __init__(self, probe: Probe, engine: EngineConfig, classifier: str, generator: str | None, threads: int,
+                 mlm: list[str] | None = None):
         import torch
 
         from breaknli_fast.engines.loading import load_models
@@ -90,7 +91,7 @@ class _Worker:
         torch.set_num_threads(max(1, threads))
         engine = EngineConfig(**{**engine.to_dict(), "threads": threads})
         self.probe = probe
-        self.models = load_models(engine, classifier, generator)
+        self.models = load_models(engine, classifier, generator, mlm=mlm)
         self.state: dict[str, Any] = {}
 
     def info(self) -> dict[str, Any]:
@@ -99,9 +100,11 @@ class _Worker:
         return {"node": socket.gethostname(), "pid": os.getpid(), "engine": self.models.engine}
 
     def details(self) -> dict[str, Any]:
-        clf, gen = self.models.classifier, self.models.generator
+        clf, gen, mlm = self.models.classifier, self.models.generator, self.models.mlm
         return {"max_batch": getattr(clf, "max_batch", None), "classifier_details": clf.info.to_dict(),
-                **({"generator_details": gen.info.to_dict()} if gen is not None else {}), "notes": self.models.notes}
+                **({"generator_details": gen.info.to_dict()} if gen is not None else {}),
+                **({"mlm_details": {k: m.info.to_dict() for k, m in mlm.items()}} if mlm else {}),
+                "notes": self.models.notes}
 
     def prepare(self, data: LoadedData, todo: bool) -> dict[str, Any]:
         from breaknli_fast.study.probe import StudyContext
@@ -137,14 +140,14 @@ class RayPool:
     :meth:`execute` runs the probe's chunks on them."""
 
     def __init__(self, probe: Probe, engine: EngineConfig, classifier: str, generator: str | None, cfg: RayConfig,
-                 n_chunks_hint: int | None = None):
+                 n_chunks_hint: int | None = None, mlm: list[str] | None = None):
         self.ray = ray = connect(cfg)
         self.probe, self.cfg = probe, cfg
         n = max(1, int(cfg.workers or 1))
         if n_chunks_hint is not None:
             n = max(1, min(n, n_chunks_hint))
         self._cls = ray.remote(num_cpus=cfg.threads_per_worker, num_gpus=cfg.gpus_per_worker)(_Worker)
-        self._args = (probe, engine, classifier, generator, cfg.threads_per_worker)
+        self._args = (probe, engine, classifier, generator, cfg.threads_per_worker, mlm)
         self.actors = [self._cls.remote(*self._args) for _ in range(n)]
         try:
             self.infos = ray.get([a.info.remote() for a in self.actors])

@@ -18,7 +18,6 @@ from typing import Any, Sequence
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
 from breaknli_fast.engines.loading import EngineConfig, Models, load_models, mlm_names
 from breaknli_fast.engines.models import model_fingerprint
-from breaknli_fast.errors import UserError
 from breaknli_fast.pipeline.rundir import RunDir
 from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
@@ -163,8 +162,6 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     gen_name = generator if "generator" in probe.roles else None
     mlms = (mlm_names(mlm) or ["mini-mlm"]) if "mlm" in probe.roles else []
     pool = None
-    if ray is not None and mlms:
-        raise UserError(f"--ray does not run the {probe.name} probe yet: its masked LMs load in the driver only")
     if ray is not None:
         # the actors load the engines; "auto" is resolved here so that every actor runs the same backend
         from breaknli_fast.engines import registry
@@ -172,7 +169,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
 
         ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device))
         with hook.status("starting Ray workers"):
-            pool = RayPool(probe, ecfg, classifier, gen_name, ray)
+            pool = RayPool(probe, ecfg, classifier, gen_name, ray, mlm=mlms or None)
         engine_name, details = ecfg.engine, pool.details()
         notes = list(details.pop("notes", []))
     else:
