@@ -46,7 +46,7 @@ from breaknli_fast.pipeline.verdicts import SELECTED
 from breaknli_fast.probes.breaknli import BreakNLIProbe
 from breaknli_fast.prompts import NLI_PROMPTS
 from breaknli_fast.study import ProgressHook, run_study
-from breaknli_fast.errors import UserError
+from breaknli_fast.errors import UserError, first_line
 
 SCHEMA = "breaknli-fast-bench/1"
 STAGES = ("classify_ph", "generate", "relation", "evaluate")
@@ -57,12 +57,6 @@ WARMUP_EXAMPLES = 4  # examples of the end-to-end warm-up run
 class BenchError(UserError):
     """A bench that cannot run (the reference does not load, no data, ...): one line for the CLI."""
 
-
-def first_line(exc: BaseException) -> str:
-    for line in str(exc).strip().splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
 
 
 @dataclass

@@ -21,7 +21,7 @@ from breaknli_fast.data.loaders import LoadedData
 from breaknli_fast.engines.loading import EngineConfig
 from breaknli_fast.errors import UserError
 from breaknli_fast.pipeline.rundir import RunDir
-from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes
+from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, pending_chunks
 
 IN_FLIGHT_PER_WORKER = 2  # chunks queued on each actor, so none waits for the driver between chunks
 
@@ -183,13 +183,7 @@ class RayPool:
         records = run_dir.load_samples() if run_dir is not None else []
         done = {probe.key(r) for r in records}
         groups = probe.groups(data)
-        size = max(1, int(probe.chunk_size))
-        chunks: list[tuple[str, list]] = []
-        for group, selected in groups:
-            for i in range(0, len(selected), size):
-                chunk = [ex for ex in selected[i : i + size] if (group, ex.id) not in done]
-                if chunk:
-                    chunks.append((group, chunk))
+        chunks = pending_chunks(probe, groups, done)
         prep = ray.get(self.actors[0].prepare.remote(data, bool(chunks)))
         _merge(times, prep["times"])
         state_ref = ray.put(prep["state"])

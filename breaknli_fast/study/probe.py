@@ -147,3 +147,17 @@ class Probe(ABC):
     def key(self, record: dict[str, Any]) -> tuple[str, str]:
         """The resume key of a record: (group, example id)."""
         return record[self.group_key], record["id"]
+
+
+def pending_chunks(probe: Probe, groups: Sequence[tuple[str, list[Example]]],
+                   done: set[tuple[str, str]]) -> list[tuple[str, list[Example]]]:
+    """The chunks still to compute, in order: each group cut into ``probe.chunk_size`` examples, then the
+    examples already done taken out (so a chunk is the same chunk whether or not a run was resumed)."""
+    size = max(1, int(probe.chunk_size))
+    out = []
+    for group, selected in groups:
+        for i in range(0, len(selected), size):
+            chunk = [ex for ex in selected[i : i + size] if (group, ex.id) not in done]
+            if chunk:
+                out.append((group, chunk))
+    return out

@@ -23,7 +23,7 @@ from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
 from breaknli_fast.study.breakdown import markdown as breakdown_markdown
 from breaknli_fast.study.breakdown import plot as plot_breakdown
-from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, StudyContext
+from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, StudyContext, pending_chunks
 from breaknli_fast.study.report import throughput, throughput_markdown
 
 
@@ -60,22 +60,20 @@ def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | No
     ctx = StudyContext(models=models, run_dir=run_dir, times=times, hook=hook)
     probe.prepare(ctx, data, todo)
     written = 0
-    size = max(1, int(probe.chunk_size))
+    chunks = pending_chunks(probe, groups, done)
     for group, selected in groups:
         hook.start(group, len(selected), sum((group, ex.id) in done for ex in selected))
-        for i in range(0, len(selected), size):
-            chunk = [ex for ex in selected[i : i + size] if (group, ex.id) not in done]
-            if not chunk:
-                continue
-            if stop_after is not None and written >= stop_after:
-                break
-            recs = probe.process(ctx, group, chunk)
-            if run_dir is not None:
-                run_dir.append_samples(recs)
-            records.extend(recs)
-            written += len(recs)
-            times.examples, times.wall = written, time.perf_counter() - wall0
-            hook.advance(group, len(chunk))
+    for group, chunk in chunks:
+        if stop_after is not None and written >= stop_after:
+            break
+        recs = probe.process(ctx, group, chunk)
+        if run_dir is not None:
+            run_dir.append_samples(recs)
+        records.extend(recs)
+        written += len(recs)
+        times.examples, times.wall = written, time.perf_counter() - wall0
+        hook.advance(group, len(chunk))
+    for group, _ in groups:
         hook.finish(group)
     times.examples, times.wall = written, time.perf_counter() - wall0
     return records, times
