@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         for rf in filters:
             label = spec + (f" ({rf})" if rf else "")
             print(f"[{label}] running", file=sys.stderr)
+            # the engines keep the pairs they classified: a second run on the same models would reuse them
+            for m in (models.classifier, *(models.mlm or {}).values()):
+                m.clear_cache()
             t0 = time.perf_counter()
             res = run_study(args.probe, _probe_config(args, rf), data=data, dataset=args.dataset, models=models)
             wall = time.perf_counter() - t0
