@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from breaknli_fast.bench import parity as par
+import breaknli_fast.bench.parity as par
 from breaknli_fast.bench.measure import PeakMemory, Task, latency_stats, repeat_interleaved, synchronize
 from breaknli_fast.bench.specs import EngineSpec, parse_engines, with_reference
 from breaknli_fast.data.labels import LABELS

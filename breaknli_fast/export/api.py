@@ -23,12 +23,12 @@ from breaknli_fast.engines.models import (ModelLoadError, effective_max_length, 
 from breaknli_fast.engines.ort_runtime import classifier_feeds
 from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.engines.tensorrt_runtime import require_tensorrt
-from breaknli_fast.export import manifest as mf
-from breaknli_fast.export import onnx as ox
-from breaknli_fast.export import quantize as qz
-from breaknli_fast.export import t5_step
-from breaknli_fast.export import tensorrt as trt_export
-from breaknli_fast.export import validate as val
+import breaknli_fast.export.manifest as mf
+import breaknli_fast.export.onnx as ox
+import breaknli_fast.export.quantize as qz
+import breaknli_fast.export.t5_step as t5_step
+import breaknli_fast.export.tensorrt as trt_export
+import breaknli_fast.export.validate as val
 from breaknli_fast.export.errors import ExportError, ExportValidationError, UnsupportedModelError, first_line
 
 FORMATS = ("onnx", "tensorrt")

@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
-from breaknli_fast.data.synthetic import logic
+import breaknli_fast.data.synthetic.logic as logic
 from breaknli_fast.data.synthetic.common import SyntheticError, asset_path, check_rate, label_schedule, load_json
 from breaknli_fast.data.synthetic.logic import DETERMINERS, Clause, Sentence
 
