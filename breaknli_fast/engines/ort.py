@@ -102,9 +102,9 @@ def _details(exported: ExportResult, session: dict[str, Any]) -> dict[str, Any]:
 class OrtClassifier(BatchedClassifier):
     """A sequence classifier graph (``model.onnx``, output ``logits``) on ONNX Runtime."""
 
-    # Smaller batches were faster on the CPU: the full loop on the mini models (BENCHMARKS.md, fifth session)
-    # took 4.46 s at 64 pairs, 4.20 s at 32, 3.96 s at 16, 3.92 s at 8 (ort:int8, 2 workers); 16 keeps the
-    # number of calls moderate. Other providers keep DEFAULT_MAX_BATCH.
+    # Smaller batches run the full loop on the mini models faster on a 2-core CPU (ort:int8, 2 workers: 8 and 16
+    # pairs about equal, 64 the slowest); 16 keeps the number of calls moderate. Other providers keep
+    # DEFAULT_MAX_BATCH.
     cpu_max_batch = 16
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: OrtOptions | None = None):

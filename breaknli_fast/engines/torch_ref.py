@@ -63,8 +63,7 @@ class TorchThreadsMixin:
 class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
     """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
 
-    # 32 pairs ran the mini-model loop about 6 % faster on the CPU than 64 in two measurements
-    # (BENCHMARKS.md, fifth session: 10.27 / 10.86 s and 10.08 / 10.66 s; 16: 10.59 s)
+    # 32 pairs run the mini-model loop a few per cent faster on a 2-core CPU than 64 (and than 16)
     cpu_max_batch = 32
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: TorchOptions | None = None):
