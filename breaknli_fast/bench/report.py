@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from breaknli_fast.study.report import pyplot
+
 MODE_SHORT = {"contradictive": "contr.", "entailed": "ent."}
 
 
@@ -302,12 +304,8 @@ def rich_table(data: dict[str, Any]) -> Any:
 def plot_speed_vs_breakage(data: dict[str, Any], path: str | Path) -> Path | None:
     """Speed-up (fixed workload) against the largest |Δ Overall| (inequality or relaxed, fixed
     triples) of each engine. Returns None when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     pts = [(e["label"], max_abs_breakage_diff(e), _get(e, "speed", "speedup", "workload"), e.get("checks", {}).get("passed"))
            for e in data["engines"] if e["status"] == "ok"]

@@ -60,6 +60,12 @@ def rate_ci(hits: Sequence[bool] | Sequence[float], n_boot: int = N_BOOT,
     return float(100 * arr.mean()), lo, hi
 
 
+def rate_cell(values: Sequence[bool] | Sequence[float], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+    """:func:`rate_ci` as a report cell: ``{"n", "rate", "ci"}`` (rate and CI None when empty)."""
+    point, lo, hi = rate_ci(values, n_boot, seed)
+    return {"n": len(values), "rate": point, "ci": None if point is None else [lo, hi]}
+
+
 def rates(rows: Sequence[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
     """Rates (percent) over evaluated examples; each row has the verdict fields
     inequality, relaxed (bools), n_candidates, n_inequality, n_relaxed."""

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
-from breaknli_fast.pipeline.metrics import rate_ci
+from breaknli_fast.pipeline.metrics import rate_cell
 from breaknli_fast.study.probe import Probe, StageTimes, StudyContext
 
 
@@ -28,11 +28,6 @@ class AccuracyConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _cell(hits: Sequence[bool]) -> dict[str, Any]:
-    point, lo, hi = rate_ci(hits)
-    return {"n": len(hits), "rate": point, "ci": None if point is None else [lo, hi]}
 
 
 class AccuracyProbe(Probe):
@@ -66,12 +61,12 @@ class AccuracyProbe(Probe):
     def summarise(self, records: Sequence[dict[str, Any]], data: LoadedData) -> dict[str, Any]:
         confusion = {g: {p: sum(1 for r in records if r["gold"] == g and r["yhat"] == p) for p in LABELS}
                      for g in LABELS}
-        return {"accuracy": _cell([r["correct"] for r in records]),
-                "per_label": {lab: _cell([r["correct"] for r in records if r["gold"] == lab]) for lab in LABELS},
+        return {"accuracy": rate_cell([r["correct"] for r in records]),
+                "per_label": {lab: rate_cell([r["correct"] for r in records if r["gold"] == lab]) for lab in LABELS},
                 "confusion": confusion, "skips": data.skips.to_dict()}
 
     def headline(self, records: Sequence[dict[str, Any]], examples: Sequence[Example]) -> dict[str, Any]:
-        return {"rates": {"accuracy (p, h)": _cell([r["correct"] for r in records])},
+        return {"rates": {"accuracy (p, h)": rate_cell([r["correct"] for r in records])},
                 "counts": {"examples": len(records)}}
 
     def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:

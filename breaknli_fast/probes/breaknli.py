@@ -19,7 +19,7 @@ from breaknli_fast.engines.base import Classifier, Generator
 from breaknli_fast.engines.loading import Models
 from breaknli_fast.pipeline.breaknli import (LoopConfig, classify_premise_hypothesis, funnel, new_times,
                                              process_chunk)
-from breaknli_fast.pipeline.metrics import breakdown, rate_ci
+from breaknli_fast.pipeline.metrics import breakdown, rate_cell
 from breaknli_fast.pipeline.report import fmt_rate, to_markdown
 from breaknli_fast.pipeline.rundir import RunDir
 from breaknli_fast.pipeline.verdicts import SELECTED
@@ -96,22 +96,17 @@ class BreakNLIProbe(Probe):
         seen: dict[str, bool] = {}
         for r in records:
             seen.setdefault(r["id"], r["yhat"] == r["gold"])
-        rates["accuracy (p, h)"] = _cell(list(seen.values()))
+        rates["accuracy (p, h)"] = rate_cell(list(seen.values()))
         counts: dict[str, int] = {}
         for mode in self.cfg.modes:
             rs = [r for r in records if r["mode"] == mode]
             ev = [r["verdict"] for r in rs if r.get("status") == "evaluated"]
-            rates[f"{mode} inequality"] = _cell([v["inequality"] for v in ev])
-            rates[f"{mode} relaxed"] = _cell([v["relaxed"] for v in ev])
+            rates[f"{mode} inequality"] = rate_cell([v["inequality"] for v in ev])
+            rates[f"{mode} relaxed"] = rate_cell([v["relaxed"] for v in ev])
             counts[f"{mode} selected"] = sum(ex.label in SELECTED[mode] for ex in examples)
             counts[f"{mode} correct"] = sum(r["status"] != "incorrect" for r in rs)
             counts[f"{mode} evaluated"] = len(ev)
         return {"rates": rates, "counts": counts}
-
-
-def _cell(hits: Sequence[bool]) -> dict[str, Any]:
-    point, lo, hi = rate_ci(hits)
-    return {"n": len(hits), "rate": point, "ci": None if point is None else [lo, hi]}
 
 
 def results_table(report: dict[str, Any]) -> Table:

@@ -45,8 +45,9 @@ from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import MASK, derive_seed
 from breaknli_fast.errors import UserError
-from breaknli_fast.pipeline.metrics import N_BOOT, _ci, bootstrap_indices, rate_ci
+from breaknli_fast.pipeline.metrics import N_BOOT, _ci, bootstrap_indices, rate_cell
 from breaknli_fast.study.probe import Probe, StageTimes, StudyContext
+from breaknli_fast.study.report import pyplot
 
 GROUP = "merge"
 CATEGORIES = {"NOUN": "noun", "VERB": "verb", "ADJ": "adjective"}
@@ -598,11 +599,6 @@ def pattern_accuracy(shares: np.ndarray, x: float) -> np.ndarray:
         return np.nanmean(hit, axis=1)
 
 
-def _cell(values: Sequence[float]) -> dict[str, Any]:
-    point, lo, hi = rate_ci(values)
-    return {"n": len(values), "rate": point, "ci": None if point is None else [lo, hi]}
-
-
 def ratio_ci(num: np.ndarray, den: np.ndarray) -> dict[str, Any]:
     """A pooled rate Σ num / Σ den (percent) with a 95 % bootstrap CI that resamples problems (clusters)."""
     keep = den > 0
@@ -620,14 +616,14 @@ def _metrics(seeds: Sequence[dict[str, Any]], n_draws: int, keep: Any = None, pa
     ok = np.array([x[1].sum() for x in rows])
     n = np.array([x[2].sum() for x in rows])
     shares = np.array([x[3] for x in rows]) if rows else np.zeros((0, n_draws))
-    out: dict[str, Any] = {"seed_accuracy": _cell([float(r["yhat"] == r["gold"]) for r, *_ in rows]),
+    out: dict[str, Any] = {"seed_accuracy": rate_cell([float(r["yhat"] == r["gold"]) for r, *_ in rows]),
                            "sample_accuracy": ratio_ci(ok, n),
                            # variants per draw (the study's count), and distinct variants over the draws
                            "variants": round(float(n.sum()) / max(n_draws, 1), 1) if rows else 0,
                            "variants_distinct": int(sum(sum(1 for v in r["variants"] if keep is None or keep(v))
                                                         for r, *_ in rows))}
     for x in PA_TABLE:
-        out[f"pa_{x}"] = _cell(pattern_accuracy(shares, x).tolist() if rows else [])
+        out[f"pa_{x}"] = rate_cell(pattern_accuracy(shares, x).tolist() if rows else [])
     # spread over the draws: the sample accuracy of each draw
     per = [float(100 * sum(x[1][d] for x in rows) / s) for d in range(n_draws)
            if (s := sum(x[2][d] for x in rows)) > 0]
@@ -778,12 +774,8 @@ def _markdown(report: dict[str, Any]) -> str:
 
 def plot(report: dict[str, Any], path: Any) -> bool:
     """pa_curve.png: PA(x) over x, all seed problems and per POS category (needs matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     curve = report["pa_curve"]
     if not curve["pa"] or curve["pa"][0] is None:

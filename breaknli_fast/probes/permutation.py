@@ -28,8 +28,9 @@ import numpy as np
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import derive_seed
-from breaknli_fast.pipeline.metrics import rate_ci
+from breaknli_fast.pipeline.metrics import rate_cell
 from breaknli_fast.study.probe import Probe, StageTimes, StudyContext
+from breaknli_fast.study.report import pyplot
 
 GROUP = "permutation"
 SCHEMES = ("both", "hyp")
@@ -311,11 +312,6 @@ def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.4f}"
 
 
-def _cell(values: Sequence[float]) -> dict[str, Any]:
-    point, lo, hi = rate_ci(values)
-    return {"n": len(values), "rate": point, "ci": None if point is None else [lo, hi]}
-
-
 def _metrics(kept: Sequence[dict[str, Any]]) -> dict[str, Any]:
     correct = [r for r in kept if r["yhat"] == r["gold"]]
     wrong = [r for r in kept if r["yhat"] != r["gold"]]
@@ -325,23 +321,19 @@ def _metrics(kept: Sequence[dict[str, Any]]) -> dict[str, Any]:
         n = sum(r["n_correct"] for r in rs)
         return sum(r["entropy_correct_sum"] for r in rs) / n if n else None
 
-    return {"A": _cell([r["yhat"] == r["gold"] for r in kept]),
-            "omega_max": _cell([r["c"] > 0 for r in kept]),
-            "omega_rand": _cell([r["c"] > 1 / 3 for r in kept]),
-            "P_c": _cell([r["c"] for r in correct if r["c"] > 0]),
-            "P_f": _cell([r["c"] for r in flips]),
+    return {"A": rate_cell([r["yhat"] == r["gold"] for r in kept]),
+            "omega_max": rate_cell([r["c"] > 0 for r in kept]),
+            "omega_rand": rate_cell([r["c"] > 1 / 3 for r in kept]),
+            "P_c": rate_cell([r["c"] for r in correct if r["c"] > 0]),
+            "P_f": rate_cell([r["c"] for r in flips]),
             "flips": len(flips), "wrong": len(wrong), "correct": len(correct),
             "entropy_correct_orig_correct": ent(correct), "entropy_correct_orig_wrong": ent(wrong)}
 
 
 def plot(report: dict[str, Any], path: Any) -> bool:
     """omega.png: the Ω_x curve and acceptance by BLEU-2 bucket (needs matplotlib, the ``bench`` extra)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     curve = report["omega_curve"]
     if curve["omega"][0] is None:

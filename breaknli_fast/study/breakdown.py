@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from breaknli_fast.data.loaders import DataError, Example, LoadedData, TAXINLI_CATEGORIES
+from breaknli_fast.study.report import pyplot
 
 MIN_N = 30  # fewer examples behind a rate than this: flagged as too few for a meaningful rate
 MAX_VALUES = 50  # a categorical column with more distinct values is refused (an id or a text, not a category)
@@ -131,12 +132,8 @@ def markdown(bd: dict[str, Any]) -> list[str]:
 def plot(bd: dict[str, Any], path: Any) -> bool:
     """breakdown.png: per column set, groups x headline rates as bars with CI whiskers (groups with too few
     examples hatched). Needs matplotlib (the ``bench`` extra); returns False without it."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     # one panel for all 0/1 categories (their "= 1" groups), one per categorical column
     panels: list[tuple[str, list[dict[str, Any]]]] = []

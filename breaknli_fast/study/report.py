@@ -7,6 +7,19 @@ from typing import Any
 from breaknli_fast.study.probe import StageTimes
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None without matplotlib (the ``bench`` extra): every
+    plot of a report is optional."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
 def throughput(times: StageTimes, invocations: int = 1, this_invocation: StageTimes | None = None) -> dict[str, Any]:
     """Throughput of ``times``: the sum over the ``invocations`` that computed the run's records (a resume
     with nothing left to do adds none). ``this_invocation``: the current invocation's own timings.
