@@ -11,7 +11,7 @@ from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 GENERATOR = typer.Option("mini-t5", "--generator", "-g", help="Generator: hub id, local folder, or a shipped mini model.")
 CLASSIFIER = typer.Option("mini-nli", "--classifier", "-c", help="NLI model: sequence classifier or Flan-T5-style seq2seq.")
 DATASET = typer.Option(SAMPLE_NAME, "--dataset", "-d",
-    help="'sample' (embedded SNLI sample), 'taxinli' (embedded TaxiNLI, 10,071 MNLI pairs with 15 reasoning categories), "
+    help="'sample' (embedded SNLI evaluation slice: 2,724 held-out pairs no mini model was trained or tuned on), 'sample-tuning' (the 2,002 held-out pairs mini-nli was tuned on), 'taxinli' (embedded TaxiNLI, 10,071 MNLI pairs with 15 reasoning categories), "
          "aenli[:N] / kinship[:N] (generated from --seed, labels computed by logic), mnli[:mismatched], snli[:test], "
          "anli[:r1|r2|r3], or a .jsonl/.csv/.tsv file (its other columns work with --by).")
 SPLIT = typer.Option(None, "--split", help="Split of a hub dataset (e.g. mismatched, test, r2).")

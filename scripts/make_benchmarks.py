@@ -293,7 +293,7 @@ def busy_proc(p: dict[str, Any] | None) -> str:
 
 
 def busy_title(doc: Result) -> str:
-    return f"{get(doc, 'payload', 'limit')} examples of the embedded sample"
+    return f"{get(doc, 'payload', 'limit')} examples of the embedded evaluation slice (`--dataset sample`)"
 
 
 def busy(doc: Result) -> str:
@@ -313,7 +313,7 @@ def busy(doc: Result) -> str:
               "contended, process 2", "slowdown (wall)", "slowdown (loop)", "contended metrics identical to alone",
               "load avg before (alone / contended)"]
     cmds = "\n".join(f"- {v.get('label')}: `{v.get('command')}`" for v in p.get("variants", []))
-    return "\n".join([f"The default `breaknli-fast run` (mini models, embedded sample, --limit {p.get('limit')}) per "
+    return "\n".join([f"The default `breaknli-fast run` (mini models, embedded evaluation slice, --limit {p.get('limit')}) per "
                       "engine, as a subprocess into a fresh `--out`: alone, then two identical processes started at "
                       "the same moment. Wall = process start to exit (loading included); loop = the run's "
                       "`throughput.wall_seconds`; CPU = user + system seconds of the process; slowdown = the slower "

@@ -7,7 +7,8 @@
 #
 # Run it on a quiet machine: every result file records the load average before and after.
 # Environment: RESULTS (result folder, default benchmarks/results), WORK (scratch: run directories,
-# graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md), PYTHON (default .venv/bin/python).
+# graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md), PYTHON (default .venv/bin/python),
+# ONLY / SKIP (space-separated step names: run only these / all but these; make-benchmarks always runs).
 # A step that fails is reported and the others still run (the exit code is then 1); a result file
 # it would have replaced stays, with its own date and commit.
 
@@ -42,6 +43,10 @@ RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --
 FAILED=()
 step() {  # step NAME COMMAND...
     local name=$1; shift
+    if [ "$name" != make-benchmarks ]; then
+        if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+        if [[ " ${SKIP:-} " == *" $name "* ]]; then return 0; fi
+    fi
     echo "== $name: $*" >&2
     local t0=$SECONDS
     if "$@"; then
@@ -74,7 +79,7 @@ step ort-parity $PY scripts/ort_parity.py --classifier mini-nli --generator mini
     --result "$R/ort-parity.json"
 step baselines $PY scripts/bench_baselines.py --engines torch:fp32,ort:fp32,ort:int8 --limit "$BASELINE_LIMIT" \
     $BASELINE_ARGS --result "$R/baselines.json"
-# parity on every sample example (0 = all 2,000), with the per-component split of int8 (the bench's default)
+# parity on every example of the evaluation slice (0 = all 2,724), with the per-component split of int8 (the bench's default)
 step bench-parity-all $PY scripts/bench_save.py --result "$R/bench-parity-all.json" -- \
     --engines torch:fp32,ort:fp32,ort:int8 --limit "$PARITY_LIMIT" --warmup 0 --min-iterations 1 --min-seconds 0
 # the probes on the engines (scripts/bench_probe.py): speed and paired parity of their headline metrics

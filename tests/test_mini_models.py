@@ -29,7 +29,7 @@ def test_shipped_model_files_and_card(name):
     for f in ("config.json", "model.safetensors", "MODEL_CARD.md"):
         assert (d / f).exists(), f"{name}/{f}"
     card = (d / "MODEL_CARD.md").read_text()
-    measured = {"mini-nli": "accuracy", "mini-t5": "NLI on the held-out dev pairs", "mini-mlm": "loss"}[name]
+    measured = {"mini-nli": "accuracy", "mini-t5": "NLI on the evaluation slice", "mini-mlm": "loss"}[name]
     for word in ("SNLI", "CC BY-SA 4.0", "parameters", measured):
         assert word in card, f"{name} card lacks {word!r}"
     cfg = json.loads((d / "config.json").read_text())
@@ -115,7 +115,7 @@ def test_runtime_does_not_import_training_code():
 
 def test_official_snli_jsonl_is_read(tmp_path):
     """snli_1.0_train.jsonl of the official archive (sentence1 / sentence2 / gold_label, '-' for no gold label)
-    is split and sampled like the premise / hypothesis / label form."""
+    is split and sliced like the premise / hypothesis / label form."""
     from breaknli_fast.mini.data import caption_id, is_dev, load_split, write_sample
 
     dev_cap = next(c for c in (f"{i}.jpg#0" for i in range(1000)) if is_dev(c))
@@ -131,7 +131,10 @@ def test_official_snli_jsonl_is_read(tmp_path):
     assert (len(split.train), len(split.dev), split.no_gold) == (1, 1, 1)
     assert caption_id(split.dev[0].pair_id) == dev_cap and split.dev[0].hypothesis == "A man rests."
     sample = write_sample(src, tmp_path / "data")
-    assert [json.loads(line)["hypothesis"] for line in sample.read_text().splitlines()] == ["A man rests."]
+    # one held-out caption: it belongs to the tuning slice (captions of the first 2,000 held-out pairs)
+    tuning = (tmp_path / "data" / "snli_tuning.jsonl").read_text().splitlines()
+    assert [json.loads(line)["hypothesis"] for line in tuning] == ["A man rests."]
+    assert sample.read_text() == ""
     assert "snli_1.0_train.jsonl" in (tmp_path / "data" / "DATA_CARD.md").read_text()
 
 
@@ -158,12 +161,60 @@ def test_assets_fit_the_size_cap():
 
 def test_sample_and_data_card_with_attribution():
     data = load_examples("sample", limit=None)
-    assert len(data.examples) == 2000 and data.skips.skipped == 0
+    assert len(data.examples) == 2724 and data.skips.skipped == 0
     assert {e.label for e in data.examples} == {"entailment", "neutral", "contradiction"}
+    tuning = load_examples("sample-tuning", limit=None)
+    assert len(tuning.examples) == 2002 and tuning.source["name"] == "snli-tuning"
     card = (sample_path().parent / "DATA_CARD.md").read_text()
-    assert "CC BY-SA 4.0" in card and "Bowman" in card
+    assert "CC BY-SA 4.0" in card and "Bowman" in card and "2,724 pairs" in card and "2,002 pairs" in card
     readme = (ROOT / "README.md").read_text()
     assert "CC BY-SA 4.0" in readme and "Bowman" in readme
+
+
+SNLI_SUBSET = ROOT.parent / "shared" / "data" / "snli" / "snli_1.0_train_subset.jsonl.gz"
+
+
+def test_evaluation_slice_is_disjoint_from_training_and_tuning():
+    """The default dataset (the evaluation slice) shares no pair and no caption (premise) with the tuning
+    slice, every pair of both is held out by the caption rule (training reads only the other captions), and
+    the slices are what the split the models were trained with records."""
+    from breaknli_fast.mini.common import read_json
+    from breaknli_fast.mini.data import TUNING_PAIRS, caption_id, is_dev
+
+    def ids(name):
+        return [json.loads(line)["pairID"] for line in
+                (sample_path().parent / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    ev, tu = ids("snli_sample.jsonl"), ids("snli_tuning.jsonl")
+    assert len(set(ev)) == len(ev) and len(set(tu)) == len(tu)
+    assert not set(ev) & set(tu)
+    assert not {caption_id(i) for i in ev} & {caption_id(i) for i in tu}
+    assert all(is_dev(caption_id(i)) for i in ev + tu)
+    # the tuning captions are those of the first TUNING_PAIRS held-out pairs in file order
+    assert len({caption_id(i) for i in tu}) == len({caption_id(i) for i in tu[:TUNING_PAIRS]})
+    nli = read_json(assets_models_dir() / "mini-nli" / "train_info.json")
+    assert nli["tuning_pairs"] == len(tu) and nli["data"]["evaluation_pairs"] == len(ev)
+    ev_res = read_json(assets_models_dir() / "eval_results.json")
+    assert ev_res["evaluation_pairs"] == len(ev)
+
+
+@pytest.mark.skipif(not SNLI_SUBSET.exists(), reason=f"the SNLI training subset is not at {SNLI_SUBSET}")
+def test_slices_against_the_training_file():
+    """With the training file at hand: recompute the split and compare pair ids (train vs both slices)."""
+    from breaknli_fast.mini.data import load_split
+
+    split = load_split(SNLI_SUBSET)
+
+    def ids(name):
+        return {json.loads(line)["pairID"] for line in
+                (sample_path().parent / name).read_text(encoding="utf-8").splitlines() if line.strip()}
+
+    ev, tu = ids("snli_sample.jsonl"), ids("snli_tuning.jsonl")
+    train = {p.pair_id for p in split.train}
+    assert not train & ev and not train & tu
+    assert ev == {p.pair_id for p in split.evaluation} and tu == {p.pair_id for p in split.tuning}
+    train_caps = {p.caption_id for p in split.train}
+    assert not train_caps & {p.caption_id for p in split.evaluation}
 
 
 @pytest.fixture(scope="module")
@@ -183,17 +234,17 @@ def test_mini_nli_beats_chance_clearly_on_held_out_pairs(mini_nli):
     data = load_examples("sample", limit=300)
     out = mini_nli.classify([(e.premise, e.hypothesis) for e in data.examples])
     acc = float(np.mean([a == e.label for a, e in zip(out.labels, data.examples)]))
-    assert acc >= 0.55, acc  # 74.4 % on the 2,000 sample pairs (BENCHMARKS.md section 3)
+    assert acc >= 0.55, acc  # 81.3 % on these 300, 76.9 % on all 2,724 sample pairs (mini-nli's card)
 
 
 def test_ort_int8_and_fp16_mini_nli_agree_with_torch(mini_nli, tmp_path_factory):
     """The ort engine's lower precisions on the trained classifier against torch fp32, on the first 200
-    sample pairs. int8 agrees on all of them here (AVX-512 VNNI; 99.4 % of the 2,000) and on 99 % of the
-    first 400 with the 16-bit saturating sums of CPUs without VNNI emulated. A label flips only where the
-    int8 error exceeds the pair's top-two margin; 16 of the 200 margins are below 0.35 (twice the 99th
-    percentile of the int8 error on either kind of CPU), so even with all of those and two outliers
-    flipped, 91 % >= 90 % holds on any CPU. fp16 errs by 5e-3 at most (its precision, not the CPU's),
-    and the smallest margin of these pairs is 4.1e-2, beyond twice three times that: every label agrees."""
+    sample pairs. int8 agrees on 199 of them on a 2-core AMD EPYC with AVX-512 VNNI (99.4 % of all 2,724);
+    its per-pair logit error has a 99th percentile of 0.19 there. A label flips only where the int8 error
+    exceeds the pair's top-two margin: 27 of the 200 margins are below 0.75 (four times that percentile,
+    room for a CPU without VNNI, whose 16-bit saturating sums err more), so even with all of them flipped,
+    86.5 % >= 85 % holds. fp16 errs by 6e-3 at most on these pairs (its precision, not the CPU's), and
+    their smallest margin is 3.2e-2, beyond twice the 1.5e-2 allowed: every label agrees."""
     pytest.importorskip("onnxruntime")
     pairs = [(e.premise, e.hypothesis) for e in load_examples("sample", limit=200).examples]
     ref = mini_nli.classify(pairs)
@@ -202,10 +253,10 @@ def test_ort_int8_and_fp16_mini_nli_agree_with_torch(mini_nli, tmp_path_factory)
     out = int8.classify(pairs)
     assert np.isfinite(out.logits).all() and int8.info.details["validation"]["passed"]
     agreement = float(np.mean(out.label_ids == ref.label_ids))
-    assert agreement >= 0.90, agreement
+    assert agreement >= 0.85, agreement
     fp16 = registry.load_classifier("ort", "mini-nli", precision="fp16", cache_dir=cache)
     out = fp16.classify(pairs)
-    assert float(np.abs(out.logits - ref.logits).max()) <= 5e-2
+    assert float(np.abs(out.logits - ref.logits).max()) <= 1.5e-2
     assert (out.label_ids == ref.label_ids).all()
 
 
@@ -524,7 +575,7 @@ def test_mlm_continuation_round_grows_a_layer_and_records_rounds(tmp_path):
     saved = RobertaForMaskedLM.from_pretrained(tmp_path / "mini-mlm")
     assert saved.config.num_hidden_layers == n + 1
     nli = finetune_nli(split, tmp_path, seed=0, max_steps=2, progress=False, ema=0.9)
-    assert "dev_accuracy_ema" in nli["history"][-1]
+    assert "tuning_accuracy_ema" in nli["history"][-1]
     assert read_json(tmp_path / "mini-nli" / "config.json")["num_hidden_layers"] == n + 1
 
 

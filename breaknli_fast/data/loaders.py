@@ -24,7 +24,8 @@ from breaknli_fast.data.labels import dataset_label, is_missing_label
 from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.errors import UserError
 
-SAMPLE_NAME = "sample"
+SAMPLE_NAME = "sample"  # the evaluation slice of the shipped held-out SNLI pairs (the default dataset)
+TUNING_NAME = "sample-tuning"  # the tuning slice (mini-nli's checkpoint selection, the recipe's comparisons)
 TAXINLI_NAME = "taxinli"
 # TaxiNLI's 15 reasoning categories (0/1 columns of taxinli10k.tsv), in the paper's order
 TAXINLI_CATEGORIES = ("lexical_linguistic", "syntactic_linguistic", "factivity_linguistic", "negation_logic",
@@ -112,7 +113,13 @@ class Columns:
 
 
 def sample_path() -> Path:
+    """The evaluation slice: held-out SNLI pairs no training or tuning step of the mini models read."""
     return Path(__file__).resolve().parent.parent / "assets" / "data" / "snli_sample.jsonl"
+
+
+def tuning_path() -> Path:
+    """The tuning slice: the held-out SNLI pairs mini-nli's checkpoints were selected on."""
+    return sample_path().with_name("snli_tuning.jsonl")
 
 
 def taxinli_path() -> Path:
@@ -355,7 +362,7 @@ def parse_hub_name(name: str) -> tuple[str, str | None]:
 def load_hub(name: str, split: str | None = None, limit: int | None = None) -> LoadedData:
     base, inline_split = parse_hub_name(name)
     if base not in HUB_SPLITS:
-        raise DataError(f"unknown dataset {name!r}: use one of {', '.join(HUB_DATASETS)}, 'sample', or a file path")
+        raise DataError(f"unknown dataset {name!r}: use one of {', '.join(HUB_DATASETS)}, 'sample', 'sample-tuning', or a file path")
     repo, config, splits, default = HUB_SPLITS[base]
     want = split or inline_split or default
     if want not in splits:
@@ -385,17 +392,18 @@ def load_hub(name: str, split: str | None = None, limit: int | None = None) -> L
 
 def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, limit: int | None = None,
                   cols: Columns | None = None, label_values: dict[str, str] | None = None, seed: int = 0) -> LoadedData:
-    """Load a dataset by short name (``sample``, ``taxinli``, ``mnli[:mismatched]``, ``snli[:test]``,
+    """Load a dataset by short name (``sample`` (the evaluation slice), ``sample-tuning``, ``taxinli``, ``mnli[:mismatched]``, ``snli[:test]``,
     ``anli[:r1|r2|r3]``, ``aenli[:N]`` and ``kinship[:N]`` generated from ``seed``) or by file path. Every
     example keeps its row's other columns in ``meta``."""
     if limit is not None and limit < 0:
         raise DataError("--limit must be positive")
-    if name_or_path == SAMPLE_NAME:
-        p = sample_path()
+    if name_or_path in (SAMPLE_NAME, TUNING_NAME):
+        p = sample_path() if name_or_path == SAMPLE_NAME else tuning_path()
         if not p.exists():
-            raise DataError(f"the embedded sample is missing from {p}; reinstall breaknli-fast")
+            raise DataError(f"the embedded SNLI file is missing from {p}; reinstall breaknli-fast")
         data = load_file(p, cols, limit)
-        data.source = {"type": "embedded", "name": "snli-sample", "path": str(p)}
+        data.source = {"type": "embedded", "name": "snli-sample" if name_or_path == SAMPLE_NAME else "snli-tuning",
+                       "path": str(p)}
         return data
     if name_or_path == TAXINLI_NAME:
         p = taxinli_path()

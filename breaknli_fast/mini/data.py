@@ -1,4 +1,10 @@
-"""SNLI training data for the mini models: reading, the deterministic caption-level dev split, the sample."""
+"""SNLI training data for the mini models: reading, the deterministic caption-level dev split, its tuning and
+evaluation slices, the shipped samples.
+
+The held-out (dev) captions are split once more, by file order: the captions of the first
+:data:`TUNING_PAIRS` held-out pairs are the **tuning slice** (mini-nli's checkpoint selection, the pairs
+mini-t5's rounds were judged on), the other held-out captions the **evaluation slice**, which no training
+or tuning step reads; it is the default dataset of ``breaknli-fast run``."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from breaknli_fast.data.labels import LABELS, dataset_label, is_missing_label
 from breaknli_fast.data.normalize import normalize_text
 
 DEV_MODULUS = 20  # caption ids with sha1 % 20 == 0 are held out (about 5 %)
-SAMPLE_SIZE = 2000
+TUNING_PAIRS = 2000  # the captions of the first 2,000 held-out pairs (file order) form the tuning slice
 
 SNLI_CITATION = (
     "Samuel R. Bowman, Gabor Angeli, Christopher Potts, and Christopher D. Manning. 2015. "
@@ -73,7 +79,25 @@ class SnliSplit:
     no_gold: int
     unknown: int
 
+    @property
+    def tuning_captions(self) -> set[str]:
+        """Captions of the first :data:`TUNING_PAIRS` held-out pairs in file order."""
+        return {p.caption_id for p in self.dev[:TUNING_PAIRS]}
+
+    @property
+    def tuning(self) -> list[Pair]:
+        """Held-out pairs of the tuning captions (checkpoint selection and every other choice made on dev)."""
+        caps = self.tuning_captions
+        return [p for p in self.dev if p.caption_id in caps]
+
+    @property
+    def evaluation(self) -> list[Pair]:
+        """Held-out pairs of the other captions: read by no training or tuning step."""
+        caps = self.tuning_captions
+        return [p for p in self.dev if p.caption_id not in caps]
+
     def summary(self) -> dict:
+        tuning, evaluation = self.tuning, self.evaluation
         return {
             "rows_read": self.rows_read,
             "skipped_no_gold_label": self.no_gold,
@@ -84,6 +108,10 @@ class SnliSplit:
             "dev_captions": len({p.caption_id for p in self.dev}),
             "train_label_counts": dict(Counter(p.label for p in self.train)),
             "dev_label_counts": dict(Counter(p.label for p in self.dev)),
+            "tuning_pairs": len(tuning),
+            "tuning_captions": len({p.caption_id for p in tuning}),
+            "evaluation_pairs": len(evaluation),
+            "evaluation_captions": len({p.caption_id for p in evaluation}),
         }
 
 
@@ -114,37 +142,66 @@ def load_split(path: str | Path) -> SnliSplit:
     return SnliSplit(train, dev, n, no_gold, unknown)
 
 
-def sample_rows(path: str | Path, size: int = SAMPLE_SIZE) -> list[dict]:
-    """The embedded sample: the first ``size`` gold-labelled held-out pairs in file order (texts as in the file)."""
+def held_out_rows(path: str | Path) -> list[dict]:
+    """Every gold-labelled held-out pair of ``path`` in file order, texts as in the file."""
     out = []
     for row in iter_rows(path):
         raw = row.get("label", row.get("gold_label"))
         if is_missing_label(raw) or dataset_label(raw) is None:
             continue
-        pid = str(row["pairID"])
+        pid = str(row.get("pairID", row.get("pair_id", "")))
         if not is_dev(caption_id(pid)):
             continue
-        out.append({"pairID": pid, "premise": row.get("premise", row.get("sentence1", "")),
-                    "hypothesis": row.get("hypothesis", row.get("sentence2", "")), "label": dataset_label(raw)})
-        if len(out) >= size:
-            break
+        prem = row.get("premise", row.get("sentence1", ""))
+        hyp = row.get("hypothesis", row.get("sentence2", ""))
+        if not normalize_text(prem) or not normalize_text(hyp):  # load_split skips these too
+            continue
+        out.append({"pairID": pid, "premise": prem, "hypothesis": hyp, "label": dataset_label(raw)})
     return out
 
 
-def write_sample(data_path: str | Path, out_dir: str | Path, size: int = SAMPLE_SIZE) -> Path:
-    """Write ``snli_sample.jsonl`` and ``DATA_CARD.md`` (the sample of ``data_path`` and its card) into ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows = sample_rows(data_path, size)
-    path = out_dir / "snli_sample.jsonl"
+def slice_rows(path: str | Path, tuning_pairs: int = TUNING_PAIRS) -> tuple[list[dict], list[dict]]:
+    """(evaluation slice, tuning slice) of the held-out pairs of ``path``: the tuning slice is every held-out pair
+    whose caption is among those of the first ``tuning_pairs`` held-out pairs (file order); the evaluation slice
+    is the rest. The same rule as :attr:`SnliSplit.tuning` / :attr:`SnliSplit.evaluation`."""
+    rows = held_out_rows(path)
+    caps = {caption_id(r["pairID"]) for r in rows[:tuning_pairs]}
+    tuning = [r for r in rows if caption_id(r["pairID"]) in caps]
+    evaluation = [r for r in rows if caption_id(r["pairID"]) not in caps]
+    return evaluation, tuning
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for r in rows:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def _describe(rows: list[dict]) -> str:
     counts = Counter(r["label"] for r in rows)
     caps = len({caption_id(r["pairID"]) for r in rows})
-    card = f"""# Embedded SNLI sample (`snli_sample.jsonl`)
+    return (f"{len(rows):,} pairs from {caps:,} premises (captions); labels: "
+            + ", ".join(f"{lab} {counts.get(lab, 0):,}" for lab in LABELS))
 
-The default dataset of `breaknli-fast run` (`--data sample`), so that the tool runs offline.
+
+SAMPLE_FILE, TUNING_FILE = "snli_sample.jsonl", "snli_tuning.jsonl"
+
+
+def write_sample(data_path: str | Path, out_dir: str | Path, tuning_pairs: int = TUNING_PAIRS) -> Path:
+    """Write the evaluation slice (``snli_sample.jsonl``, the default dataset), the tuning slice
+    (``snli_tuning.jsonl``) and their ``DATA_CARD.md`` into ``out_dir``; returns the evaluation slice's path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    evaluation, tuning = slice_rows(data_path, tuning_pairs)
+    path = out_dir / SAMPLE_FILE
+    _write_jsonl(path, evaluation)
+    _write_jsonl(out_dir / TUNING_FILE, tuning)
+    card = f"""# Embedded SNLI held-out pairs (`{SAMPLE_FILE}`, `{TUNING_FILE}`)
+
+`{SAMPLE_FILE}` is the default dataset of `breaknli-fast run` (`--dataset sample`), so that the tool
+runs offline: the **evaluation slice**, which no training or tuning step of the shipped mini models
+read. `{TUNING_FILE}` (`--dataset sample-tuning`) is the **tuning slice**: mini-nli's checkpoint
+selection used it, and so did every comparison made while the mini models' recipe was developed.
 
 ## Source
 
@@ -159,14 +216,17 @@ Stanford Natural Language Inference (SNLI) corpus 1.0, training split
 3. A pair is **held out** when `int(sha1(caption_id).hexdigest(), 16) % 20 == 0` (about 5 % of the
    captions, so no premise is both in training and held out). The shipped mini models
    (`mini-mlm`, `mini-nli`, `mini-t5`) were never trained on held-out pairs.
-4. The sample is the first {len(rows):,} gold-labelled held-out pairs in file order.
+4. The **tuning slice** is every held-out pair whose caption is among the captions of the first
+   {tuning_pairs:,} held-out pairs in file order; the **evaluation slice** is every other held-out
+   pair. The two share no caption (premise); both keep file order.
 
-Code: `breaknli_fast/mini/data.py` (`write_sample`).
+Code: `breaknli_fast/mini/data.py` (`slice_rows`, `write_sample`); `tests/test_mini_models.py` checks
+that the slices share no caption and that neither holds a training caption.
 
 ## Size and labels
 
-- {len(rows):,} pairs from {caps:,} premises (captions)
-- labels: """ + ", ".join(f"{lab} {counts.get(lab, 0):,}" for lab in LABELS) + f"""
+- evaluation slice (`{SAMPLE_FILE}`): {_describe(evaluation)}
+- tuning slice (`{TUNING_FILE}`): {_describe(tuning)}
 
 ## Fields and changes made
 
@@ -177,8 +237,8 @@ texts are unchanged (the loader normalises them at read time: strip, end with `.
 ## License and attribution
 
 SNLI is distributed under the Creative Commons Attribution-ShareAlike 4.0 International license
-(CC BY-SA 4.0, <https://creativecommons.org/licenses/by-sa/4.0/>). This sample is a derivative
-(a selection, with the label field renamed as described above) and is shared under the same license.
+(CC BY-SA 4.0, <https://creativecommons.org/licenses/by-sa/4.0/>). These files are a derivative
+(a selection, with the label field renamed as described above) and are shared under the same license.
 The premises are Flickr30k image captions (Young et al. 2014).
 
 Please cite:
