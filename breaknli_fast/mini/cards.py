@@ -25,14 +25,31 @@ def _pct(x: Any) -> str:
     return "n/a" if x is None else f"{100 * float(x):.1f} %"
 
 
-def _split_text(info: dict) -> str:
-    d = info.get("data", {})
+def _split_text(info: dict, ev: dict | None = None) -> str:
+    d = (ev or {}).get("data") or info.get("data", {})
     return (f"SNLI 1.0 train, 100,000-pair subset; rows without gold label skipped ({d.get('skipped_no_gold_label', '?')}). "
             f"Held out: every pair whose caption id (`pairID.rsplit('r', 1)[0]`) has "
             f"`int(sha1(caption_id).hexdigest(), 16) % {DEV_MODULUS} == 0` - {d.get('dev_pairs', '?'):,} dev pairs "
             f"from {d.get('dev_captions', '?'):,} premises; training used the other {d.get('train_pairs', '?'):,} pairs "
-            f"({d.get('train_captions', '?'):,} premises). The embedded sample "
-            f"(`breaknli_fast/assets/data/snli_sample.jsonl`) is the first 2,000 held-out pairs.")
+            f"({d.get('train_captions', '?'):,} premises). The held-out pairs are split by caption into a tuning slice "
+            f"({d.get('tuning_pairs', '?'):,} pairs: the captions of the first 2,000 held-out pairs; "
+            f"`breaknli_fast/assets/data/snli_tuning.jsonl`), on which mini-nli's checkpoints were selected, and an "
+            f"evaluation slice ({d.get('evaluation_pairs', '?'):,} pairs, `breaknli_fast/assets/data/snli_sample.jsonl`, "
+            f"the default dataset), which no training or tuning step read"
+            + ("." if info.get("name") == "mini-mlm" else "; the results below are on the evaluation slice.")
+            + _judge_caveat(info))
+
+
+def _judge_caveat(info: dict) -> str:
+    """mini-t5's paraphrase rounds keep rewrites that the saved mini-nli judges entailed both ways. A mini-t5
+    trained before the held-out pairs were split (its ``data`` summary has no ``tuning_pairs``) was filtered
+    by a mini-nli whose checkpoints were selected on all held-out pairs, evaluation slice included."""
+    if info.get("name") != "mini-t5" or "tuning_pairs" in (info.get("data") or {}):
+        return ""
+    return (" One indirect exception: this mini-t5 was trained before that split, and its paraphrase rounds kept "
+            "the rewrites that the mini-nli of that time judged entailed both ways; that mini-nli's checkpoints were "
+            f"selected on all {(info.get('data') or {}).get('dev_pairs', '?'):,} held-out pairs, the evaluation "
+            "slice among them. mini-t5 never read a held-out pair itself.")
 
 
 def _hw(info: dict) -> str:
@@ -62,7 +79,7 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
     head = f"# {name}\n\nPart of breaknli-fast: a small model trained from scratch on CPU so that " \
            "`breaknli-fast run` works offline. It is a stand-in for the real checkpoints, *not* a substitute: its " \
            "breakage rates say nothing about roberta-large-mnli or Flan-T5.\n\n"
-    common = (f"## Training data and split\n\n{_split_text(info)}\n\n"
+    common = (f"## Training data and split\n\n{_split_text(info, ev)}\n\n"
               f"## Training\n\n- seed {info.get('seed')}; steps {info.get('steps')} "
               f"({info.get('epochs_done', 0):.2f} epochs); time {info.get('train_seconds', 0) / 60:.1f} min\n"
               f"- hardware: {_hw(info)}\n- parameters: {info.get('params', 0):,}; folder size {size / 1e6:.1f} MB "
@@ -80,8 +97,8 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
         return head + body + common + LICENSE
     if name == "mini-nli":
         e = ev.get("mini-nli", {})
-        hist = "\n".join(f"| {h.get('round', 1)} | {h['epoch']} | {h['step']} | {h['loss']} | {_pct(h['dev_accuracy'])} | "
-                         f"{_pct(h['dev_accuracy_ema']) if 'dev_accuracy_ema' in h else '-'}"
+        hist = "\n".join(f"| {h.get('round', 1)} | {h['epoch']} | {h['step']} | {h['loss']} | {_pct(h['tuning_accuracy'])} | "
+                         f"{_pct(h['tuning_accuracy_ema']) if 'tuning_accuracy_ema' in h else '-'}"
                          f"{' (saved)' if h.get('saved') == 'ema' else ''} |"
                          for h in info.get("history", []))
         rounds = info.get("rounds") or []
@@ -93,11 +110,12 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
                 "train pairs. `id2label = {0: contradiction, 1: neutral, 2: entailment}` (the order of the common "
                 "MNLI checkpoints). Tokenizer: the BPE of `mini-mlm`; input `<s> premise</s></s>hypothesis</s>`, "
                 "max 128 tokens.\n\n"
-                f"## Results (after the fp16 round trip, loaded in fp32)\n\n- held-out dev accuracy: "
-                f"**{_pct(e.get('dev_accuracy', info.get('dev_accuracy')))}** on {ev.get('dev_pairs', info.get('dev_pairs'))} pairs "
+                f"## Results (after the fp16 round trip, loaded in fp32)\n\n- accuracy on the evaluation slice: "
+                f"**{_pct(e.get('evaluation_accuracy'))}** on {ev.get('evaluation_pairs')} pairs "
                 f"(per label: " + ", ".join(f"{k} {_pct(v)}" for k, v in e.get("per_label_accuracy", {}).items()) +
-                f")\n- best epoch in fp32: {_pct(info.get('best_dev_accuracy_fp32'))}\n\n"
-                f"| round | epoch | step | train loss | dev accuracy (fp32) | weight average (`--nli-ema`) |\n"
+                f")\n- best checkpoint on the tuning slice ({info.get('tuning_pairs')} pairs), fp32: "
+                f"{_pct(info.get('best_tuning_accuracy_fp32'))}\n\n"
+                f"| round | epoch | step | train loss | tuning-slice accuracy (fp32) | weight average (`--nli-ema`) |\n"
                 f"|---|---|---|---|---|---|\n{hist}\n\n")
         return head + body + common + LICENSE
     e = ev.get("mini-t5", {})
@@ -131,9 +149,9 @@ def _card(name: str, info: dict, ev: dict, size: int) -> str:
             f"Examples per task: {tasks}; max 96 input / 48 target tokens. Final loss {info.get('final_loss')}"
             + ("" if info.get("complete", True) else " (**training incomplete: checkpoint**)") + ".\n\n"
             "## Results (after the fp16 round trip, loaded in fp32)\n\n"
-            f"- NLI on the held-out dev pairs (first decoder step, logits of the first tokens of yes / no / it): "
-            f"**{_pct(e.get('dev_nli_accuracy'))}**\n"
-            "- As the BreakNLI generator, judged by `mini-nli`, on held-out hypotheses that mini-nli classifies "
+            f"- NLI on the evaluation slice (first decoder step, logits of the first tokens of yes / no / it): "
+            f"**{_pct(e.get('evaluation_nli_accuracy'))}**\n"
+            "- As the BreakNLI generator, judged by `mini-nli`, on evaluation-slice hypotheses that mini-nli classifies "
             "correctly (K = 20 samples, top_p 0.95, top_k 50, temperature 1.0, max_new_tokens 40, seed 0; filters "
             "U = 10 distinct, S = 5 on target in both directions):\n\n"
             "| mode | target | examples | (h, h') on target, all outputs | distinct outputs | mean distinct | "
@@ -205,11 +223,11 @@ def _t5_limits(e: dict) -> str:
              "for short sentences it often has fewer than 10 distinct rewrites among its 20 samples (the 'too few "
              "unique' column). The 'on target' shares above are judged by mini-nli, itself a weak classifier, and say "
              "as much about the judge as about the generator."]
-    acc, dist = e.get("dev_nli_accuracy"), e.get("dev_pred_counts") or {}
+    acc, dist = e.get("evaluation_nli_accuracy"), e.get("evaluation_pred_counts") or {}
     if acc is not None and acc < 0.45:
         top = max(dist, key=dist.get) if dist else "?"
         notes.append(f"- As an NLI model it is near chance level ({_pct(acc)}; chance 33.3 %): the first-step scores favour "
-                     f"`{top}` for {dist.get(top, 0):,} of {sum(dist.values()):,} dev pairs. Use mini-nli as the "
+                     f"`{top}` for {dist.get(top, 0):,} of {sum(dist.values()):,} evaluation-slice pairs. Use mini-nli as the "
                      "classifier; mini-t5 as a classifier only exercises the seq2seq code path.")
     return "\n".join(notes) + "\n"
 

@@ -204,35 +204,40 @@ def load_sample(path: str | Path) -> list[dict]:
 
 def evaluate_models(out_dir: str | Path, split: SnliSplit, seed: int = 0, n_gen: int = 200, k: int = 20,
                     sample: str | Path | None = None, progress: bool = True, write_cards: bool = True) -> dict:
-    """Evaluate whatever models exist in ``out_dir``; results go to ``out_dir/eval_results.json`` and the cards."""
+    """Evaluate whatever models exist in ``out_dir`` on the evaluation slice of the held-out pairs
+    (:attr:`SnliSplit.evaluation`, which no training or tuning step reads); results go to
+    ``out_dir/eval_results.json`` and the cards. ``sample``: the shipped evaluation slice file, whose first
+    ``n_gen`` examples per mode the generator check uses (else the split's evaluation pairs)."""
     from transformers import AutoTokenizer, T5ForConditionalGeneration
 
     out_dir = Path(out_dir)
-    res: dict[str, Any] = {"seed": seed, "dev_pairs": len(split.dev), "hardware": hardware()}
+    pairs = split.evaluation
+    res: dict[str, Any] = {"seed": seed, "evaluation_pairs": len(pairs), "data": split.summary(),
+                           "hardware": hardware()}
     t0 = time.perf_counter()
     clf = None
     if (out_dir / "mini-nli" / "config.json").exists():
         clf = NliClassifier(out_dir / "mini-nli")
-        preds = clf.predict([(p.premise, p.hypothesis) for p in split.dev])
-        res["mini-nli"] = {"dev_accuracy": round(float(np.mean([a == p.label for a, p in zip(preds, split.dev)])), 4),
-                           "dev_pred_counts": {lab: preds.count(lab) for lab in LABELS},
+        preds = clf.predict([(p.premise, p.hypothesis) for p in pairs])
+        res["mini-nli"] = {"evaluation_accuracy": round(float(np.mean([a == p.label for a, p in zip(preds, pairs)])), 4),
+                           "evaluation_pred_counts": {lab: preds.count(lab) for lab in LABELS},
                            "per_label_accuracy": {lab: round(float(np.mean(
-                               [a == lab for a, p in zip(preds, split.dev) if p.label == lab])), 4) for lab in LABELS}}
+                               [a == lab for a, p in zip(preds, pairs) if p.label == lab])), 4) for lab in LABELS}}
         log.info("eval mini-nli: %s", res["mini-nli"])
     if (out_dir / "mini-t5" / "config.json").exists():
         t5_tok = AutoTokenizer.from_pretrained(out_dir / "mini-t5")
         t5 = T5ForConditionalGeneration.from_pretrained(out_dir / "mini-t5", dtype=torch.float32).eval()
-        acc, dist = t5_nli_accuracy(t5, t5_tok, split.dev)
-        res["mini-t5"] = {"dev_nli_accuracy": round(acc, 4), "dev_pred_counts": dist}
+        acc, dist = t5_nli_accuracy(t5, t5_tok, pairs)
+        res["mini-t5"] = {"evaluation_nli_accuracy": round(acc, 4), "evaluation_pred_counts": dist}
         log.info("eval mini-t5 NLI: %s", res["mini-t5"])
         if clf is not None and n_gen > 0:
             if sample is not None and Path(sample).exists():
                 examples = load_file(sample)
-                res["generator_examples_from"] = "embedded sample (held-out dev pairs)"
+                res["generator_examples_from"] = "embedded evaluation slice (snli_sample.jsonl)"
             else:
                 examples = LoadedData([Example(p.pair_id, p.premise, p.hypothesis, p.label, i + 1)
-                                       for i, p in enumerate(split.dev)], SkipStats(), {"type": "dev split"})
-                res["generator_examples_from"] = "held-out dev pairs"
+                                       for i, p in enumerate(pairs)], SkipStats(), {"type": "evaluation slice"})
+                res["generator_examples_from"] = "evaluation slice of the held-out pairs"
             models = load_models(EngineConfig(engine="torch"), str(out_dir / "mini-nli"), str(out_dir / "mini-t5"))
             for mode in ("contradictive", "entailed"):
                 r = generator_check(out_dir / "mini-t5", out_dir / "mini-nli", examples, mode, n=n_gen, k=k, seed=seed,

@@ -362,8 +362,9 @@ def nli_accuracy(model: Any, tok: Any, pairs: Sequence[Pair], max_length: int = 
 
 def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps: int | None = None,
                  progress: bool = True, init: str = "mlm", **hp: Any) -> dict:
-    """Fine-tune ``mini-nli`` (RobertaForSequenceClassification) from the saved ``mini-mlm``; the best evaluation
-    on the held-out dev pairs is kept (saved after every improvement).
+    """Fine-tune ``mini-nli`` (RobertaForSequenceClassification) from the saved ``mini-mlm``; the checkpoint
+    with the best accuracy on the tuning slice of the held-out pairs (:attr:`SnliSplit.tuning`) is kept (saved
+    after every improvement); the evaluation slice is not read.
 
     ``init="nli"`` continues from the saved ``mini-nli`` instead (a second round with a fresh schedule); the
     rounds are recorded in ``train_info.json``."""
@@ -397,14 +398,14 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
     sched = _linear_schedule(opt, int(cfg["warmup"] * total), total)
     eval_every = max(1, int(per_epoch * cfg["eval_every_epochs"]))
     gen = torch.Generator().manual_seed(seed + 2)
-    log.info("mini-nli: %d train pairs, %d dev pairs; %d params; %d steps", len(train_enc), len(split.dev),
+    log.info("mini-nli: %d train pairs, %d tuning pairs; %d params; %d steps", len(train_enc), len(split.tuning),
              n_params(model), total)
     model.train()
     t0 = time.perf_counter()
     step, run_loss, best, history = 0, 0.0, -1.0, []
     if init == "nli":  # only replace the saved model when the continuation beats it
-        best = nli_accuracy(model, tok, split.dev, cfg["max_length"])
-        log.info("mini-nli: continuing from the saved model (dev accuracy %.4f)", best)
+        best = nli_accuracy(model, tok, split.tuning, cfg["max_length"])
+        log.info("mini-nli: continuing from the saved model (tuning accuracy %.4f)", best)
     ema = WeightAverage(model, cfg["ema"]) if cfg.get("ema") else None
     with make_progress(progress) as bar:
         task = bar.add_task("mini-nli", total=total, info="")
@@ -419,19 +420,19 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
                 log.info("mini-nli epoch %d step %d/%d loss %.4f (%.0f s)", epoch, step, total, run_loss,
                          time.perf_counter() - t0)
             if step % eval_every == 0 or step == total:
-                acc = nli_accuracy(model, tok, split.dev, cfg["max_length"])
+                acc = nli_accuracy(model, tok, split.tuning, cfg["max_length"])
                 point = {"epoch": round(step / per_epoch, 2), "step": step, "loss": round(run_loss, 4),
-                         "dev_accuracy": round(acc, 4)}
-                log.info("mini-nli epoch %.2f: dev accuracy %.4f (loss %.4f)", step / per_epoch, acc, run_loss)
+                         "tuning_accuracy": round(acc, 4)}
+                log.info("mini-nli epoch %.2f: tuning accuracy %.4f (loss %.4f)", step / per_epoch, acc, run_loss)
                 if acc > best:
                     best = acc
                     save_fp16(model, out, tok)
                     log.info("mini-nli: saved the new best to %s", out)
                 if ema is not None:  # the averaged weights are a second candidate, judged the same way
                     with ema.swapped_in(model):
-                        acc_ema = nli_accuracy(model, tok, split.dev, cfg["max_length"])
-                        point["dev_accuracy_ema"] = round(acc_ema, 4)
-                        log.info("mini-nli epoch %.2f: dev accuracy of the weight average %.4f", step / per_epoch,
+                        acc_ema = nli_accuracy(model, tok, split.tuning, cfg["max_length"])
+                        point["tuning_accuracy_ema"] = round(acc_ema, 4)
+                        log.info("mini-nli epoch %.2f: tuning accuracy of the weight average %.4f", step / per_epoch,
                                  acc_ema)
                         if acc_ema > best:
                             best = acc_ema
@@ -442,24 +443,24 @@ def finetune_nli(split: SnliSplit, out_dir: str | Path, seed: int = 0, max_steps
     secs = time.perf_counter() - t0
     # accuracy after the fp16 round trip, loaded from the saved folder in fp32
     reloaded = RobertaForSequenceClassification.from_pretrained(out)
-    acc16 = nli_accuracy(reloaded, RobertaTokenizerFast.from_pretrained(out), split.dev, cfg["max_length"])
+    acc16 = nli_accuracy(reloaded, RobertaTokenizerFast.from_pretrained(out), split.tuning, cfg["max_length"])
     this_round = {"init": "mini-nli" if init == "nli" else "mini-mlm", "hyperparameters": cfg, "steps": total,
                   "epochs": round(total / per_epoch, 3), "history": history, "train_seconds": round(secs, 1),
-                  "best_dev_accuracy_fp32": round(best, 4)}
-    rounds = _earlier_rounds(previous, ("hyperparameters", "steps", "history", "train_seconds", "best_dev_accuracy_fp32"),
+                  "best_tuning_accuracy_fp32": round(best, 4)}
+    rounds = _earlier_rounds(previous, ("hyperparameters", "steps", "history", "train_seconds", "best_tuning_accuracy_fp32"),
                              init="mini-mlm", epochs=previous.get("epochs_done"))
     rounds.append(this_round)
     info = {
         "name": "mini-nli", "architecture": "RobertaForSequenceClassification", "init": "mini-mlm",
         "rounds": rounds, "params": n_params(model), "seed": seed, "hyperparameters": cfg,
-        **_round_totals(rounds), "train_pairs": len(train_enc), "dev_pairs": len(split.dev),
+        **_round_totals(rounds), "train_pairs": len(train_enc), "tuning_pairs": len(split.tuning),
         "history": [h | {"round": i + 1} for i, r in enumerate(rounds) for h in (r["history"] or [])],
-        "best_dev_accuracy_fp32": round(best, 4), "dev_accuracy": round(acc16, 4),
+        "best_tuning_accuracy_fp32": round(best, 4), "tuning_accuracy": round(acc16, 4),
         "hardware": hardware(), "data": split.summary(),
         "id2label": NLI_ID2LABEL,
     }
     write_json(out / INFO_FILE, info)
-    log.info("mini-nli: dev accuracy after the fp16 round trip %.4f (%.1f min)", acc16, secs / 60)
+    log.info("mini-nli: tuning accuracy after the fp16 round trip %.4f (%.1f min)", acc16, secs / 60)
     return info
 
 
