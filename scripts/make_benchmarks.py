@@ -544,6 +544,38 @@ def ray_runs(doc: Result) -> str:
                       "", table(["workers N", "hours"], erows)])
 
 
+# -- studies (scripts/bench_study.py) ----------------------------------------------------------------------
+
+def _rate_ci(r: dict[str, Any] | None) -> str:
+    if not r or r.get("rate") is None:
+        return "–"
+    ci = r.get("ci") or [None, None]
+    return f"{r['rate']:.1f} [{f(ci[0], '.1f')}, {f(ci[1], '.1f')}]"
+
+
+def study_title(doc: Result) -> str:
+    p = doc["payload"]
+    return f"{p.get('probe')} on {p.get('dataset')} ({p.get('examples')} examples), classifier {get(p, 'models', 'classifier')}"
+
+
+def study(doc: Result) -> str:
+    """The headline rates, then one table per breakdown column: each group's examples and rates with CIs."""
+    p = doc["payload"]
+    rates = get(p, "headline", "rates") or {}
+    out = [f"Engine `{p.get('engine')}`, seed {p.get('seed')}, generator {get(p, 'models', 'generator') or '–'}; "
+           f"loop {f(p.get('loop_s'), '.0f')} s. Rates in %, 95 % CI in brackets, n = examples the rate is over.", "",
+           table(["metric", "rate % [95 % CI]", "n"], [[m, _rate_ci(r), r.get("n")] for m, r in rates.items()])]
+    for column, b in (p.get("breakdown") or {}).items():
+        groups = b.get("groups") or []
+        metrics = list(dict.fromkeys(m for g in groups for m in (g.get("rates") or {})))
+        rows = [[g.get("value"), str(g.get("examples")) + (" (few)" if metrics and metrics[0] in (g.get("small") or []) else "")]
+                + [_rate_ci((g.get("rates") or {}).get(m)) + f" n={get(g, 'rates', m, 'n')}" for m in metrics]
+                for g in sorted(groups, key=lambda g: -(get(g, "rates", metrics[0], "rate") or -1) if metrics else 0)]
+        out += ["", f"By `{column}` (groups sorted by {metrics[0] if metrics else 'value'}; \"few\": too few examples "
+                "for a narrow CI):", "", table([column, "examples"] + metrics, rows)]
+    return "\n".join(out)
+
+
 # -- the document -------------------------------------------------------------------------------------------
 
 # (title, what (for "not measured"), script, selection, renderer, title of each file or None)
@@ -591,6 +623,11 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
          "scripts/bench_merge.py", of_kind("merge"), merge_speed, None),
         ("MERGE: parity of sample accuracy and PA(0.9) on the same variants", "a MERGE measurement",
          "scripts/bench_merge.py", of_kind("merge"), merge_parity, None),
+    ]),
+    ("2d. What the studies measure: the mini models on generated data", "A probe on one engine (the torch fp32 "
+     "reference) through the study entry point: headline rates and the dataset's own breakdown.", [
+        ("Synthetic corpora with computed labels (aenli, kinship)", "a study of a synthetic corpus",
+         "scripts/bench_study.py", of_kind("study"), study, study_title),
     ]),
     ("2c. Past one machine: a study sharded over Ray", "One process against Ray actors on the same study.", [
         ("1 vs 2 workers on this machine", "a Ray measurement", "scripts/bench_ray.py", of_kind("ray"), ray_runs, None),

@@ -177,3 +177,33 @@ def test_recorder_writes_provenance(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert {"torch", "onnxruntime"} <= set(m["packages"])
     with pytest.raises(ValueError):
         provenance.Recorder("no-such-kind", "x")
+
+
+def test_study_renders_headline_and_breakdown(tmp_path: Path) -> None:
+    """A 'study' result file (scripts/bench_study.py): headline rates with CIs, then each breakdown column's
+    groups sorted by the first metric, small groups flagged."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+
+    def rate(r, n, lo, hi):
+        return {"n": n, "rate": r, "ci": [lo, hi]}
+
+    groups = [{"group": "k=2", "value": "2", "examples": 10, "small": ["accuracy (p, h)"],
+               "rates": {"accuracy (p, h)": rate(30.0, 10, 10.8, 60.3), "entailed inequality": rate(None, 0, None, None)}},
+              {"group": "k=3", "value": "3", "examples": 400, "small": [],
+               "rates": {"accuracy (p, h)": rate(55.5, 400, 50.6, 60.3), "entailed inequality": rate(12.5, 8, 2.2, 47.1)}}]
+    write(folder, "study-x", "study", "eeee5555", "python scripts/bench_study.py --dataset kinship:410 --out x",
+          {"probe": "breaknli", "dataset": "kinship:410", "examples": 410, "seed": 0, "engine": "torch:fp32:cpu",
+           "models": {"classifier": "mini-nli", "generator": "mini-t5"}, "loop_s": 42.0,
+           "headline": {"rates": {"accuracy (p, h)": rate(54.6, 410, 49.8, 59.4)}},
+           "breakdown": {"k": {"kind": "categorical", "groups": groups}}})
+    results, problems = make_benchmarks.load_results(folder)
+    assert not problems
+    md = make_benchmarks.render(results, "benchmarks/results", None)
+    part = md.split("### Synthetic corpora with computed labels")[1].split("\n## ")[0]
+    assert "#### breaknli on kinship:410 (410 examples), classifier mini-nli" in part
+    assert "| accuracy (p, h) | 54.6 [49.8, 59.4] | 410 |" in part
+    assert part.index("| 3 | 400 |") < part.index("| 2 | 10 (few) |")  # sorted by accuracy, the small group flagged
+    assert "55.5 [50.6, 60.3] n=400" in part and "| – n=0 |" in part
+    assert "- command: `python scripts/bench_study.py --dataset kinship:410 --out x`" in part
+    assert "Not measured" not in part and "Other result files" not in md
