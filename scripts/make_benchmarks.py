@@ -624,13 +624,13 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
         ("MERGE: parity of sample accuracy and PA(0.9) on the same variants", "a MERGE measurement",
          "scripts/bench_merge.py", of_kind("merge"), merge_parity, None),
     ]),
+    ("2c. Past one machine: a study sharded over Ray", "One process against Ray actors on the same study.", [
+        ("1 vs 2 workers on this machine", "a Ray measurement", "scripts/bench_ray.py", of_kind("ray"), ray_runs, None),
+    ]),
     ("2d. What the studies measure: the mini models on generated data", "A probe on one engine (the torch fp32 "
      "reference) through the study entry point: headline rates and the dataset's own breakdown.", [
         ("Synthetic corpora with computed labels (aenli, kinship)", "a study of a synthetic corpus",
          "scripts/bench_study.py", of_kind("study"), study, study_title),
-    ]),
-    ("2c. Past one machine: a study sharded over Ray", "One process against Ray actors on the same study.", [
-        ("1 vs 2 workers on this machine", "a Ray measurement", "scripts/bench_ray.py", of_kind("ray"), ray_runs, None),
     ]),
     ("3. Memory", "", [
         ("A `breaknli-fast run` process", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),

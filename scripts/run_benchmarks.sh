@@ -29,13 +29,13 @@ if [ "$SMOKE" = 1 ]; then
     SHAPES_ARGS="--layers 2 --repeats 2 --warmup 1"; GEN_ARGS="--prompts 4 --k 4 --repeats 1"
     VARIANT_PAIRS=128; VARIANT_REPEATS=1; PARITY_ARGS="--n 50 --prompts 2 --k 4"; BASELINE_LIMIT=8
     BASELINE_ARGS="--gen-prompts 2 --k 4 --min-iterations 1 --min-seconds 0"
-    RAY_LIMIT=10; MERGE_LIMIT=20; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PERM_LIMIT=20; PERM_Q=5; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
+    RAY_LIMIT=10; MERGE_LIMIT=20; STUDY_LIMIT=60; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PERM_LIMIT=20; PERM_Q=5; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
 else
     BENCH_LIMIT=200; LOOP_LIMIT=200; LOOP_ROUNDS=3; BUSY_LIMIT=300; RW_LIMIT=8
     SHAPES_ARGS="--repeats 3 --warmup 1"; GEN_ARGS="--prompts 16 --k 20 --repeats 3"
     VARIANT_PAIRS=1000; VARIANT_REPEATS=3; PARITY_ARGS="--n 2000 --prompts 10 --k 20"; BASELINE_LIMIT=64
     BASELINE_ARGS=""
-    RAY_LIMIT=200; MERGE_LIMIT=100; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PERM_LIMIT=300; PERM_Q=100; PERM_RW_LIMIT=10; FILTER_LIMIT=500; TAXI_LIMIT=0
+    RAY_LIMIT=200; MERGE_LIMIT=100; STUDY_LIMIT=3000; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PERM_LIMIT=300; PERM_Q=100; PERM_RW_LIMIT=10; FILTER_LIMIT=500; TAXI_LIMIT=0
 fi
 RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --limit $RW_LIMIT --k 4 --u 2 --s 1 \
 --max-new-tokens 16 --gen-prompts 4 --greedy-prompts 4 --min-iterations 5 --min-seconds 0"
@@ -93,6 +93,9 @@ step probe-taxinli-accuracy $PY scripts/bench_probe.py --probe accuracy --datase
     --by taxinli --out "$R/probe-taxinli-accuracy.json"
 step ray $PY scripts/bench_ray.py --limit "$RAY_LIMIT" --out "$R/ray.json"
 step merge $PY scripts/bench_merge.py --limit "$MERGE_LIMIT" --out "$R/merge.json"
+# what the studies measure: the mini models (torch fp32) on the generated corpora, by their own breakdown
+step study-aenli $PY scripts/bench_study.py --probe breaknli --dataset "aenli:$STUDY_LIMIT" --out "$R/study-aenli.json"
+step study-kinship $PY scripts/bench_study.py --probe breaknli --dataset "kinship:$STUDY_LIMIT" --out "$R/study-kinship.json"
 step make-benchmarks $PY scripts/make_benchmarks.py --results "$R" --out "$OUT_MD"
 
 if [ ${#FAILED[@]} -gt 0 ]; then
