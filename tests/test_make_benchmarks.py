@@ -207,3 +207,29 @@ def test_study_renders_headline_and_breakdown(tmp_path: Path) -> None:
     assert "55.5 [50.6, 60.3] n=400" in part and "| – n=0 |" in part
     assert "- command: `python scripts/bench_study.py --dataset kinship:410 --out x`" in part
     assert "Not measured" not in part and "Other result files" not in md
+
+
+def test_commit_ignores_the_benchmark_outputs(tmp_path: Path) -> None:
+    """A result file or BENCHMARKS.md rewritten by an earlier step leaves the commit clean; a changed script
+    marks it dirty."""
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    files = {"benchmarks/results/a.json": "{}", "BENCHMARKS.md": "# B", "scripts/x.py": "x = 1"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    head = provenance.commit(tmp_path)
+    assert head and len(head) == 40
+    (tmp_path / "benchmarks" / "results" / "a.json").write_text('{"new": 1}')
+    (tmp_path / "BENCHMARKS.md").write_text("# B2")
+    assert provenance.commit(tmp_path) == head
+    (tmp_path / "scripts" / "x.py").write_text("x = 2")
+    assert provenance.commit(tmp_path) == head + "-dirty"
+    assert provenance.commit(tmp_path / "scripts") is None  # not a checkout's root
