@@ -205,6 +205,21 @@ CLASSIFIER, GENERATOR, MASK_FILLER = "classifier", "generator", "mlm"
 ROLES = (CLASSIFIER, GENERATOR, MASK_FILLER)
 
 
+class NonFiniteError(UserError):
+    """A model returned NaN or infinite scores. They are reported, never turned into labels or tokens: an argmax
+    or a sampling draw over NaN picks an arbitrary entry. At fp16 the usual cause is an overflow (T5's
+    feed-forward output, or logits past 65,504)."""
+
+
+def nonfinite_error(info: EngineInfo | None, detail: str) -> NonFiniteError:
+    """The one-line error for non-finite outputs of the engine described by ``info``, with the way out."""
+    who = (f"the {info.role} {info.model} ({info.engine} {info.precision} on {info.device})" if info is not None
+           else "the model")
+    advice = (f" At {info.precision} this is usually an overflow: run the {info.role} at fp32 or bf16 "
+              f"(--{info.role}-precision)" if info is not None and info.precision not in ("fp32", "bf16") else "")
+    return NonFiniteError(f"{who} returned non-finite scores (NaN/inf): {detail}.{advice}")
+
+
 class EngineOptionError(UserError, ValueError):
     """An option that an engine's loader does not take (one line naming those it takes)."""
 
@@ -672,6 +687,13 @@ class BatchedClassifier(ClassifierBase):
         def collect(idx: list[int], logits: np.ndarray, dt: float) -> None:
             if logits.shape != (len(idx), len(LABELS)):
                 raise RuntimeError(f"engine returned logits of shape {logits.shape}, expected {(len(idx), len(LABELS))}")
+            finite = np.isfinite(logits).all(axis=1)
+            if not finite.all():
+                bad = int((~finite).sum())
+                first = pairs[idx[int(np.argmin(finite))]]
+                raise nonfinite_error(getattr(self, "info", None),
+                                      f"logits of {bad} of {len(idx)} pairs in a batch, the first for premise "
+                                      f"{first[0][:60]!r}")
             res[idx] = logits
             self.stats.batches += 1
             self.stats.seconds += dt

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, EngineOptions, GeneratorBase, GeneratorStats,
-                                        Workers, option)
+                                        NonFiniteError, Workers, nonfinite_error, option)
 from breaknli_fast.engines.hf import use_torch_threads
 from breaknli_fast.engines.models import effective_max_length
 from breaknli_fast.engines.sampling import COMPACT_SHARE, TorchStepper, sample
@@ -240,6 +240,13 @@ class HFGenerator(GeneratorBase):
         diverse beam runs per prompt."""
         if len(seeds) != len(prompts):
             raise ValueError("one seed per prompt is required")
+        try:
+            return self._generate_ids(prompts, n, decoding, seeds)
+        except NonFiniteError as e:  # the sampler knows the step; the engine, which model and precision
+            raise nonfinite_error(self.info, str(e)) from None
+
+    def _generate_ids(self, prompts: Sequence[str], n: int, decoding: Decoding,
+                      seeds: Sequence[int]) -> list[list[list[int]]]:
         if self.torch_threads:
             use_torch_threads(self.torch_threads)
         cfg = self.config

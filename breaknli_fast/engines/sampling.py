@@ -28,7 +28,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 import torch
 
-from breaknli_fast.engines.base import Decoding
+from breaknli_fast.engines.base import Decoding, NonFiniteError
 
 # drop finished rows from the model batch once they are at least this share of it
 COMPACT_SHARE = 0.25
@@ -132,6 +132,15 @@ def fast_draw(idx: torch.Tensor, cdf: torch.Tensor, u: torch.Tensor) -> torch.Te
     return idx.gather(1, j).squeeze(1)
 
 
+def _check_finite(totals: torch.Tensor, step: int) -> None:
+    """Each row's kept probability mass must be a positive number: NaN or infinite logits (an fp16 overflow,
+    say) make it NaN, and a draw over them would pick an arbitrary token without a word."""
+    ok = torch.isfinite(totals) & (totals > 0)
+    if not bool(ok.all()):
+        bad = int((~ok).sum())
+        raise NonFiniteError(f"next-token scores of {bad} of {totals.shape[0]} sequences at decoding step {step + 1}")
+
+
 def _hf_processors(decoding: Decoding, eos_id: int, device: Any) -> Any:
     from transformers.generation.logits_process import (LogitsProcessorList, MinNewTokensLengthLogitsProcessor,
                                                          TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
@@ -194,6 +203,7 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
                     logits = logits.clone()
                     logits[:, eos_id] = float("-inf")
                 idx, cdf = fast_candidates(logits, decoding)
+            _check_finite(cdf[:, -1], t)
             u = np.zeros(rows)
             for e in live:  # every live prompt draws n numbers per step, finished rows included
                 u[e * n : (e + 1) * n] = rngs[e].random(n)
@@ -204,6 +214,7 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
                 gens = [torch.Generator(device=logits.device).manual_seed(int(sd)) for sd in seeds]
             length_view = torch.zeros((logits.shape[0], t + 1), dtype=torch.long, device=logits.device)
             probs = torch.softmax(procs(length_view, logits), dim=-1)
+            _check_finite(probs.sum(-1), t)
             nxt = torch.full((logits.shape[0],), pad_id, dtype=torch.long)
             pos_of = {int(g): i for i, g in enumerate(active.tolist())}
             for e in live:
