@@ -120,3 +120,35 @@ def test_fp16_overflow_is_one_error_line_and_fp32_runs(hot_t5, tmp_path):
     text = " ".join(r.output.split())
     assert f"the generator {hot_t5} (torch fp16 on cpu) returned non-finite scores (NaN/inf)" in text
     assert "run the generator at fp32 or bf16 (--generator-precision)" in text
+
+
+@pytest.mark.parametrize("strategy,n", [("greedy", 1), ("beam", 3), ("diverse-beam", 2)])
+def test_generate_and_beam_search_refuse_non_finite_scores(hot_t5, strategy, n):
+    """The decoders that do not sample here (transformers' greedy and beam search, diverse beam) check every
+    step too: fp16 stops with the error, fp32 generates."""
+    from breaknli_fast.engines import registry
+
+    prompts = ["Write a sentence that contradicts: A dog runs on the beach."]
+    dec = Decoding(strategy=strategy, max_new_tokens=8)
+    out = registry.load_generator("torch", str(hot_t5), "fp32").generate(prompts, n, dec, [0])
+    assert len(out) == 1 and len(out[0]) == n
+    gen16 = registry.load_generator("torch", str(hot_t5), "fp16")
+    with pytest.raises(NonFiniteError, match=r"the generator .* \(torch fp16 on cpu\) .* decoding step 1"):
+        gen16.generate(prompts, n, dec, [0])
+
+
+def test_check_scores_rows():
+    from breaknli_fast.engines.sampling import check_scores
+
+    ok = torch.zeros((3, 5))
+    ok[1, 2] = -math.inf  # a masked token (eos before min_new_tokens, say) is fine
+    check_scores(ok, 0)
+    for bad in (math.nan, math.inf):
+        s = ok.clone()
+        s[2, 4] = bad
+        with pytest.raises(NonFiniteError, match="1 of 3 sequences at decoding step 5"):
+            check_scores(s, 4)
+    s = ok.clone()
+    s[0] = -math.inf
+    with pytest.raises(NonFiniteError, match="1 of 3 sequences"):
+        check_scores(s, 0)

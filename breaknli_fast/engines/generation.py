@@ -17,7 +17,7 @@ from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, EngineO
                                         NonFiniteError, Workers, nonfinite_error, option)
 from breaknli_fast.engines.hf import use_torch_threads
 from breaknli_fast.engines.models import effective_max_length
-from breaknli_fast.engines.sampling import COMPACT_SHARE, TorchStepper, sample
+from breaknli_fast.engines.sampling import COMPACT_SHARE, FiniteScores, TorchStepper, check_scores, sample
 
 
 def diverse_beam_search(model: Any, enc: dict[str, torch.Tensor], n: int, decoding: Decoding, start_id: int,
@@ -58,6 +58,7 @@ def diverse_beam_search(model: Any, enc: dict[str, torch.Tensor], n: int, decodi
             else:
                 kwargs["input_ids"] = enc["input_ids"].expand(rep, -1)
             logits = model(**kwargs).logits[:, -1, :].float()
+            check_scores(logits, step)
             logprobs = torch.log_softmax(logits, dim=-1)
             if step < decoding.min_new_tokens:
                 logprobs[:, eos_id] = float("-inf")
@@ -289,8 +290,11 @@ class HFGenerator(GeneratorBase):
             else:
                 enc = {k: v.to(self.device) for k, v in enc.items()}
                 torch.manual_seed(int(part_seeds[0]))
+                from transformers import LogitsProcessorList
+
                 with torch.inference_mode():
-                    seqs = self.model.generate(**enc, **decoding.hf_kwargs(n))
+                    seqs = self.model.generate(**enc, **decoding.hf_kwargs(n),
+                                               logits_processor=LogitsProcessorList([FiniteScores()]))
                 flat = [_cut(row[1:].tolist(), eos, pad) for row in seqs.detach().cpu()]
                 res = [flat[j * n : (j + 1) * n] for j in range(len(part))]
             self._synchronize()

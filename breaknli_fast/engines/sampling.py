@@ -141,6 +141,28 @@ def _check_finite(totals: torch.Tensor, step: int) -> None:
         raise NonFiniteError(f"next-token scores of {bad} of {totals.shape[0]} sequences at decoding step {step + 1}")
 
 
+def check_scores(scores: torch.Tensor, step: int) -> None:
+    """Next-token scores ``(rows, vocab)`` (logits or log-probabilities) of the decoders that do not sample
+    here (transformers' beam and greedy search, diverse beam): a NaN or +inf anywhere in a row, or a row of
+    -inf only, is refused as in :func:`sample`."""
+    bad = torch.isnan(scores).any(-1) | torch.isposinf(scores).any(-1) | torch.isneginf(scores).all(-1)
+    if bool(bad.any()):
+        raise NonFiniteError(f"next-token scores of {int(bad.sum())} of {scores.shape[0]} sequences at decoding "
+                             f"step {step + 1}")
+
+
+class FiniteScores:
+    """A logits processor for transformers' ``generate`` that applies :func:`check_scores` at every step."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        check_scores(scores, self.step)
+        self.step += 1
+        return scores
+
+
 def _hf_processors(decoding: Decoding, eos_id: int, device: Any) -> Any:
     from transformers.generation.logits_process import (LogitsProcessorList, MinNewTokensLengthLogitsProcessor,
                                                          TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
