@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from breaknli_fast.cli import app
-from breaknli_fast.engines.base import BatchedClassifier, Decoding, EngineInfo, NonFiniteError
+from breaknli_fast.engines.base import MASK, BatchedClassifier, Decoding, EngineInfo, NonFiniteError
 from breaknli_fast.engines.sampling import sample
 
 VOCAB, EOS, PAD = 60, 1, 0
@@ -152,3 +152,25 @@ def test_check_scores_rows():
     s[0] = -math.inf
     with pytest.raises(NonFiniteError, match="1 of 3 sequences"):
         check_scores(s, 0)
+
+
+def test_mask_filler_refuses_non_finite_log_probabilities(monkeypatch):
+    from breaknli_fast.engines import registry
+
+    filler = registry.load_mask_filler("torch", "mini-mlm", "fp32")
+    items = [(f"A {MASK} runs on the beach.",), (f"Two {MASK} sleep.",)]
+    good = filler.fill_mask(items, 5)
+    assert [f.masks for f in good] == [1, 1] and all(len(f.words) == 5 for f in good)
+    run = filler._run
+
+    def nan_run(arrays, mask_index):
+        out = np.array(run(arrays, mask_index), dtype=np.float32)
+        out[-1, 7] = math.nan
+        return out
+
+    filler.clear_cache()
+    monkeypatch.setattr(filler, "_run", nan_run)
+    filler.info.precision = "fp16"  # the advice names the way out below fp32
+    with pytest.raises(NonFiniteError, match=r"the masked LM mini-mlm \(torch fp16 on cpu\) .* 1 of 2 mask positions"
+                                             r".* run the masked LM at fp32 or bf16 \(--mlm-precision\)"):
+        filler.fill_mask(items, 5)

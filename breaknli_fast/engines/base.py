@@ -213,9 +213,10 @@ class NonFiniteError(UserError):
 
 def nonfinite_error(info: EngineInfo | None, detail: str) -> NonFiniteError:
     """The one-line error for non-finite outputs of the engine described by ``info``, with the way out."""
-    who = (f"the {info.role} {info.model} ({info.engine} {info.precision} on {info.device})" if info is not None
+    role = {"mlm": "masked LM"}.get(info.role, info.role) if info is not None else ""
+    who = (f"the {role} {info.model} ({info.engine} {info.precision} on {info.device})" if info is not None
            else "the model")
-    advice = (f" At {info.precision} this is usually an overflow: run the {info.role} at fp32 or bf16 "
+    advice = (f" At {info.precision} this is usually an overflow: run the {role} at fp32 or bf16 "
               f"(--{info.role}-precision)" if info is not None and info.precision not in ("fp32", "bf16") else "")
     return NonFiniteError(f"{who} returned non-finite scores (NaN/inf): {detail}.{advice}")
 
@@ -849,6 +850,10 @@ class BatchedMaskFiller(MaskFillerBase):
             if logp.shape[0] != rows_of.shape[0]:
                 raise RuntimeError(f"engine returned {logp.shape[0]} rows of log-probabilities for "
                                    f"{rows_of.shape[0]} mask positions")
+            bad = np.isnan(logp).any(1) | np.isposinf(logp).any(1) | np.isneginf(logp).all(1)
+            if bad.any():
+                raise nonfinite_error(getattr(self, "info", None), f"log-probabilities at {int(bad.sum())} of "
+                                      f"{logp.shape[0]} mask positions in a batch")
             for b, i in enumerate(idx):
                 sel = np.flatnonzero(rows_of == b)
                 row = logp[sel].mean(axis=0) if sel.size else None
