@@ -8,7 +8,7 @@ import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 PACKAGES = ("torch", "transformers", "tokenizers", "optimum", "optimum.onnx", "onnxruntime", "onnx", "onnxscript",
             "tensorrt", "datasets", "huggingface_hub", "numpy", "typer", "rich")
@@ -53,14 +53,21 @@ def memory_gib() -> float | None:
 
 @lru_cache(maxsize=1)
 def git_hash() -> str | None:
-    root = Path(__file__).resolve().parent.parent
+    """:func:`git_commit` of this package's checkout, read once per process."""
+    return git_commit(Path(__file__).resolve().parent.parent)
+
+
+def git_commit(root: Path, exclude: Sequence[str] = ()) -> str | None:
+    """``git rev-parse HEAD`` of the checkout at ``root``, with ``-dirty`` when tracked files differ from it,
+    leaving out the paths in ``exclude``; None outside a git checkout. Not cached: the tree may change."""
     if not (root / ".git").exists():
         return None
+    git = ["git", "-C", str(root)]
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
-        if out.returncode != 0:
+        out = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no", "--", "."]
+                               + [f":(exclude){p}" for p in exclude], capture_output=True, text=True, timeout=5)
+        if out.returncode != 0 or dirty.returncode != 0:
             return None
         return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):

@@ -84,19 +84,9 @@ def commit(root: Path | None = None) -> str | None:
     """``git rev-parse HEAD`` of the checkout, with ``-dirty`` when tracked files other than the benchmark
     outputs (:data:`OUTPUTS`) differ from it: ``scripts/run_benchmarks.sh`` rewrites result files as it goes,
     and that alone must not mark the later steps' code as uncommitted. None outside a git checkout."""
-    root = root or Path(__file__).resolve().parent.parent
-    if not (root / ".git").exists():
-        return None
-    git = ["git", "-C", str(root)]
-    try:
-        head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        status = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no", "--", "."]
-                                + [f":(exclude){p}" for p in OUTPUTS], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if head.returncode != 0 or status.returncode != 0:
-        return None
-    return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
+    from breaknli_fast.envinfo import git_commit
+
+    return git_commit(root or Path(__file__).resolve().parent.parent, exclude=OUTPUTS)
 
 
 def machine(load_before: list[float] | None, load_after: list[float] | None) -> dict[str, Any]:
