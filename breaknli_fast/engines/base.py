@@ -850,7 +850,8 @@ class BatchedMaskFiller(MaskFillerBase):
             if logp.shape[0] != rows_of.shape[0]:
                 raise RuntimeError(f"engine returned {logp.shape[0]} rows of log-probabilities for "
                                    f"{rows_of.shape[0]} mask positions")
-            bad = np.isnan(logp).any(1) | np.isposinf(logp).any(1) | np.isneginf(logp).all(1)
+            # a NaN or +inf anywhere in a row, or a row of -inf only: its maximum is not finite (one pass)
+            bad = ~np.isfinite(logp.max(axis=1))
             if bad.any():
                 raise nonfinite_error(getattr(self, "info", None), f"log-probabilities at {int(bad.sum())} of "
                                       f"{logp.shape[0]} mask positions in a batch")

@@ -132,23 +132,24 @@ def fast_draw(idx: torch.Tensor, cdf: torch.Tensor, u: torch.Tensor) -> torch.Te
     return idx.gather(1, j).squeeze(1)
 
 
+def _refuse(bad: torch.Tensor, step: int) -> None:
+    """Raise :class:`NonFiniteError` when any of the rows flagged in ``bad`` ``(rows,)`` is set."""
+    if bool(bad.any()):
+        raise NonFiniteError(f"next-token scores of {int(bad.sum())} of {bad.shape[0]} sequences at decoding "
+                             f"step {step + 1}")
+
+
 def _check_finite(totals: torch.Tensor, step: int) -> None:
     """Each row's kept probability mass must be a positive number: NaN or infinite logits (an fp16 overflow,
     say) make it NaN, and a draw over them would pick an arbitrary token without a word."""
-    ok = torch.isfinite(totals) & (totals > 0)
-    if not bool(ok.all()):
-        bad = int((~ok).sum())
-        raise NonFiniteError(f"next-token scores of {bad} of {totals.shape[0]} sequences at decoding step {step + 1}")
+    _refuse(~(torch.isfinite(totals) & (totals > 0)), step)
 
 
 def check_scores(scores: torch.Tensor, step: int) -> None:
     """Next-token scores ``(rows, vocab)`` (logits or log-probabilities) of the decoders that do not sample
     here (transformers' beam and greedy search, diverse beam): a NaN or +inf anywhere in a row, or a row of
-    -inf only, is refused as in :func:`sample`."""
-    bad = torch.isnan(scores).any(-1) | torch.isposinf(scores).any(-1) | torch.isneginf(scores).all(-1)
-    if bool(bad.any()):
-        raise NonFiniteError(f"next-token scores of {int(bad.sum())} of {scores.shape[0]} sequences at decoding "
-                             f"step {step + 1}")
+    -inf only, is refused as in :func:`sample`. One pass: a row's maximum is NaN, +inf or -inf exactly then."""
+    _refuse(~torch.isfinite(scores.amax(-1)), step)
 
 
 class FiniteScores:
