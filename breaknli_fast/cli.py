@@ -15,7 +15,7 @@ from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
 from breaknli_fast.engines.base import Decoding
 from breaknli_fast.engines.loading import EngineConfig
-from breaknli_fast.pipeline.breaknli import LoopConfig
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
 from breaknli_fast.prompts import GEN_PROMPTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
@@ -179,7 +179,7 @@ def run(
         dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler,
                        max_new_tokens=max_new_tokens, num_beams=num_beams, num_beam_groups=num_beam_groups,
                        diversity_penalty=diversity_penalty)
-        cfg = LoopConfig(modes=_modes(mode), k=k, u=u, s=s, bidirectional=bidirectional, relation_filter=relation_filter,
+        cfg = BreakNLIConfig(modes=_modes(mode), k=k, u=u, s=s, bidirectional=bidirectional, relation_filter=relation_filter,
                          prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
                          decoding=dec, seed=seed, chunk_size=chunk_size or 16)
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,

@@ -21,7 +21,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
 from rich.text import Text
 
 from breaknli_fast.errors import UserError, first_line
-from breaknli_fast.study.probe import ProgressHook
+from breaknli_fast.progress import ProgressHook
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)

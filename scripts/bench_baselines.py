@@ -85,14 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     from breaknli_fast.engines.base import Decoding
     from breaknli_fast.engines.models import model_fingerprint, resolve_model
     from breaknli_fast.envinfo import environment
-    from breaknli_fast.pipeline.breaknli import LoopConfig
+    from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)
     data = load_examples(args.dataset, limit=args.limit)
     pairs = [(ex.premise, ex.hypothesis) for ex in data.examples]
     dec = Decoding(top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens)
-    loop = LoopConfig(k=args.k, u=1, s=1, decoding=dec, seed=args.seed)  # only K and the prompts matter here
+    loop = BreakNLIConfig(k=args.k, u=1, s=1, decoding=dec, seed=args.seed)  # only K and the prompts matter here
     items = workload_prompts(data.examples, loop, args.gen_prompts)
     prompts, seeds = [x["prompt"] for x in items], [x["seed"] for x in items]
     clf_path, gen_path = resolve_model(args.classifier), resolve_model(args.generator)

@@ -31,7 +31,7 @@ def build(folder: Path, layers: int, hidden: int, heads: int, ffn: int, vocab: i
     import torch
     from transformers import AutoModelForSequenceClassification, RobertaConfig
 
-    from breaknli_fast.testing import ID2LABEL, train_bpe_tokenizer
+    from breaknli_fast.engines.random_weights import ID2LABEL, train_bpe_tokenizer
 
     tok = train_bpe_tokenizer(folder)
     cfg = RobertaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,

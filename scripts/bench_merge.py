@@ -157,7 +157,7 @@ def paired(records_a: list, records_b: list, n_draws: int, tolerance: float) -> 
     draws) and PA(0.9), with a paired bootstrap over seed problems and the spec's verdict."""
     import numpy as np
 
-    from breaknli_fast.pipeline.metrics import N_BOOT, bootstrap_indices, equivalence
+    from breaknli_fast.stats import N_BOOT, bootstrap_indices, equivalence
     from breaknli_fast.probes.merge import _problem_draws, pattern_accuracy
 
     def per_problem(recs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -28,8 +28,8 @@ from provenance import Recorder, script_command  # noqa: E402
 from breaknli_fast.bench.parity import paired_diff_ci  # noqa: E402
 from breaknli_fast.data.loaders import TAXINLI_CATEGORIES, load_examples  # noqa: E402
 from breaknli_fast.engines.loading import EngineConfig, load_models  # noqa: E402
-from breaknli_fast.pipeline.breaknli import LoopConfig  # noqa: E402
-from breaknli_fast.pipeline.metrics import equivalence  # noqa: E402
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig  # noqa: E402
+from breaknli_fast.stats import equivalence  # noqa: E402
 from breaknli_fast.probes.accuracy import AccuracyConfig  # noqa: E402
 from breaknli_fast.probes.permutation import PermutationConfig  # noqa: E402
 from breaknli_fast.study import run_study  # noqa: E402
@@ -41,7 +41,7 @@ def _probe_config(args: argparse.Namespace, relation_filter: str | None) -> Any:
         return PermutationConfig(q=args.q, seed=args.seed)
     if args.probe == "accuracy":
         return AccuracyConfig(seed=args.seed)
-    return LoopConfig(seed=args.seed, relation_filter=relation_filter or "lazy")
+    return BreakNLIConfig(seed=args.seed, relation_filter=relation_filter or "lazy")
 
 
 def _paired(ref: dict[str, float], other: dict[str, float], tolerance: float) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from provenance import Recorder, script_command  # noqa: E402
 
 from breaknli_fast.data.loaders import load_examples  # noqa: E402
 from breaknli_fast.engines.loading import EngineConfig  # noqa: E402
-from breaknli_fast.pipeline.breaknli import LoopConfig  # noqa: E402
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig  # noqa: E402
 from breaknli_fast.study import run_study  # noqa: E402
 from breaknli_fast.study.distributed import RayConfig  # noqa: E402
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rec = Recorder("ray", script_command(__file__, argv))
     data = load_examples("sample", limit=args.limit)
-    loop = LoopConfig(chunk_size=args.chunk_size)
+    loop = BreakNLIConfig(chunk_size=args.chunk_size)
     runs, keys = [], {}
     configs = [("one process, 1 thread", 1, None), ("one process, 2 threads", 2, None),
                ("Ray, 1 worker x 1 thread", 1, RayConfig(workers=1, threads_per_worker=1)),

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from provenance import Recorder, script_command  # noqa: E402
 
 from breaknli_fast.engines.loading import EngineConfig  # noqa: E402
-from breaknli_fast.pipeline.breaknli import LoopConfig  # noqa: E402
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig  # noqa: E402
 from breaknli_fast.probes.accuracy import AccuracyConfig  # noqa: E402
 from breaknli_fast.study import run_study  # noqa: E402
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     rec = Recorder("study", script_command(__file__, argv))
 
     engine, precision = (args.engine.split(":") + ["fp32"])[:2]
-    config = LoopConfig(seed=args.seed) if args.probe == "breaknli" else AccuracyConfig(seed=args.seed)
+    config = BreakNLIConfig(seed=args.seed) if args.probe == "breaknli" else AccuracyConfig(seed=args.seed)
     res = run_study(args.probe, config, dataset=args.dataset, limit=args.limit or None,
                     classifier=args.classifier, generator=args.generator,
                     engine=EngineConfig(engine=engine, precision=precision, threads=args.threads), by=args.by)

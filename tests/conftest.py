@@ -14,7 +14,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from breaknli_fast import testing  # noqa: E402
+import tiny_models as testing  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from breaknli_fast.bench.runner import BenchConfig, BenchResult, run_bench
 from breaknli_fast.pipeline import metrics
 from breaknli_fast.bench.specs import BenchSpecError, parse_engines
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.pipeline.breaknli import LoopConfig
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
 
 runner = CliRunner()
 
@@ -359,7 +359,7 @@ def test_random_weights_bench_is_fixed_length_and_flags_parity(tiny_tsv, tmp_pat
     monkeypatch.setitem(shapes.SHAPES, "mini-roberta-shape", {
         "family": "roberta", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 64,
         "vocab_size": 8200, "max_position_embeddings": 130, "type_vocab_size": 1})
-    loop = LoopConfig(k=4, u=2, s=1, decoding=Decoding(top_p=1.0, top_k=0, max_new_tokens=6), seed=0)
+    loop = BreakNLIConfig(k=4, u=2, s=1, decoding=Decoding(top_p=1.0, top_k=0, max_new_tokens=6), seed=0)
     cfg = BenchConfig(engines="torch:fp32", dataset=str(tiny_tsv), limit=6, loop=loop, warmup=0, min_iterations=1,
                       min_seconds=0.0, gen_prompts=2, greedy_prompts=2, cache_dir=str(tmp_path / "cache"),
                       random_weights={"generator": "mini-t5-shape", "classifier": "mini-roberta-shape"})

@@ -12,8 +12,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from breaknli_fast.cli import app
-from breaknli_fast.probes.breaknli import funnel_table, results_table
-from breaknli_fast.pipeline.rundir import RunDir
+from breaknli_fast.probes.breaknli.probe import funnel_table, results_table
+from breaknli_fast.study.rundir import RunDir
 
 runner = CliRunner()
 

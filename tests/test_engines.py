@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from breaknli_fast import testing
+import tiny_models as testing
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding, derive_seed, plan_batches

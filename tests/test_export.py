@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 pytest.importorskip("optimum.onnxruntime")
 
-from breaknli_fast import testing  # noqa: E402
+import tiny_models as testing  # noqa: E402
 from breaknli_fast.engines.registry import EngineUnavailable  # noqa: E402
 from breaknli_fast.export import (ExportValidationError, UnsupportedModelError,  # noqa: E402
                                   export_model)

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import DataError, load_file
-from breaknli_fast.pipeline.metrics import RATE_KEYS, breakdown, diff_ci, rates
-from breaknli_fast.pipeline.verdicts import RULES, verdict
+from breaknli_fast.probes.breaknli.metrics import RATE_KEYS, mode_label_rates as breakdown, rates
+from breaknli_fast.stats import diff_ci
+from breaknli_fast.probes.breaknli.verdicts import RULES, verdict
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SUFFIXES = (".jsonl", ".tsv", ".csv", ".jsonl.gz", ".tsv.gz", ".csv.gz", ".txt", ".ndjson")

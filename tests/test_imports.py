@@ -8,7 +8,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "breaknli_fast"
 TRAINING = ("breaknli_fast.mini",)  # training code: only the CLI's `mini` commands may reach it
-TEST_HELPERS = ("breaknli_fast.testing",)
+TEST_HELPERS = ("tiny_models",)
 # modules that may import training code: the command line (its `mini train` / `mini check` commands)
 MAY_IMPORT_TRAINING = ("breaknli_fast.cli",)
 

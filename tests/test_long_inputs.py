@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from breaknli_fast import testing
+import tiny_models as testing
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding, derive_seed
 from breaknli_fast.engines.models import DEFAULT_INPUT_LIMIT, effective_max_length, input_limit, position_limit

@@ -12,9 +12,9 @@ import pytest
 from breaknli_fast.data.loaders import load_file
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.pipeline.breaknli import LoopConfig, dedup_candidates, funnel
-from breaknli_fast.probes.breaknli import run_loop
-from breaknli_fast.pipeline.rundir import RunDir
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, dedup_candidates, funnel
+from study_helpers import run_loop
+from breaknli_fast.study.rundir import RunDir
 
 # Wide sampling so the tiny T5 gives enough distinct candidates.
 WIDE = Decoding(top_p=1.0, top_k=0, temperature=1.0, max_new_tokens=12)
@@ -33,7 +33,7 @@ def models(tiny_t5, tiny_roberta):
 def _cfg(**kw):
     base = dict(k=12, u=4, s=2, decoding=WIDE, seed=3, chunk_size=5)
     base.update(kw)
-    return LoopConfig(**base)
+    return BreakNLIConfig(**base)
 
 
 def test_funnel_counts_add_up(models, tiny_tsv, tmp_path):

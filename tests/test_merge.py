@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from breaknli_fast import testing
+import tiny_models as testing
 from breaknli_fast.cli import app
 from breaknli_fast.data.loaders import load_examples
 from breaknli_fast.engines import registry

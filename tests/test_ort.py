@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("optimum.onnxruntime")
 
-from breaknli_fast import testing  # noqa: E402
+import tiny_models as testing  # noqa: E402
 from breaknli_fast.engines import registry  # noqa: E402
 from breaknli_fast.engines.base import Decoding, derive_seed  # noqa: E402
 from breaknli_fast.engines.models import ModelLoadError  # noqa: E402

@@ -37,12 +37,12 @@ def _cases(tiny: dict[str, str] | None) -> dict[str, dict[str, Any]]:
 def run_case(case: dict[str, Any], out: Path | None = None) -> tuple[list[dict], dict]:
     """The case through the library's study entry point with the torch fp32 reference."""
     from breaknli_fast.engines.base import Decoding
-    from breaknli_fast.pipeline.breaknli import LoopConfig
+    from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
     from breaknli_fast.study import run_study
 
     dec = Decoding(top_p=case.get("top_p", 0.95), top_k=case.get("top_k", 50),
                    max_new_tokens=case.get("max_new_tokens", 40))
-    loop = LoopConfig(k=case["k"], u=case["u"], s=case["s"], decoding=dec, seed=case["seed"], chunk_size=5,
+    loop = BreakNLIConfig(k=case["k"], u=case["u"], s=case["s"], decoding=dec, seed=case["seed"], chunk_size=5,
                       relation_filter=case.get("relation_filter", "full"))
     res = run_study("breaknli", loop, dataset=case["dataset"], limit=case["limit"], generator=case["generator"],
                     classifier=case["classifier"], engine="torch", out=out)

@@ -10,8 +10,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (the optional 'ray' extra)")
 
-from breaknli_fast.pipeline.breaknli import LoopConfig  # noqa: E402
-from breaknli_fast.study import ProgressHook, run_study  # noqa: E402
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig  # noqa: E402
+from breaknli_fast.study import run_study  # noqa: E402
+from breaknli_fast.progress import ProgressHook
 from breaknli_fast.study.distributed import RayConfig  # noqa: E402
 
 
@@ -37,7 +38,7 @@ def _key(r):
 
 
 def test_ray_equals_one_process_and_resumes(local_ray, tiny_t5, tiny_roberta, tiny_tsv, tmp_path):
-    loop = LoopConfig(k=8, u=3, s=1, seed=2, chunk_size=4)
+    loop = BreakNLIConfig(k=8, u=3, s=1, seed=2, chunk_size=4)
     common = dict(dataset=str(tiny_tsv), limit=24, classifier=tiny_roberta, generator=tiny_t5, engine="torch")
     single = run_study("breaknli", loop, **common, out=tmp_path / "single")
     cfg = RayConfig(workers=2, threads_per_worker=1)
@@ -96,11 +97,11 @@ class KillOneWorker(ProgressHook):
 def test_a_killed_worker_loses_and_repeats_nothing(local_ray, tiny_t5, tiny_roberta, tiny_tsv, tmp_path):
     from breaknli_fast.data.loaders import load_examples
     from breaknli_fast.engines.loading import EngineConfig
-    from breaknli_fast.pipeline.rundir import RunDir
+    from breaknli_fast.study.rundir import RunDir
     from breaknli_fast.probes.breaknli import BreakNLIProbe
     from breaknli_fast.study.distributed import RayPool
 
-    loop = LoopConfig(k=8, u=3, s=1, seed=2, chunk_size=2)
+    loop = BreakNLIConfig(k=8, u=3, s=1, seed=2, chunk_size=2)
     data = load_examples(str(tiny_tsv), limit=24)
     single = run_study("breaknli", loop, data=data, classifier=tiny_roberta, generator=tiny_t5, engine="torch")
     pool = RayPool(BreakNLIProbe(loop), EngineConfig(engine="torch"), tiny_roberta, tiny_t5, RayConfig(workers=2))
@@ -143,7 +144,7 @@ def test_kill_minus_9_of_the_driver_then_rerun_resumes(tiny_t5, tiny_roberta, ti
     r = subprocess.run(args + ["--out", str(out)], env=env, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "resuming" in r.stderr
-    full = run_study("breaknli", LoopConfig(k=8, u=3, s=1, seed=2, chunk_size=2), dataset=str(tiny_tsv), limit=40,
+    full = run_study("breaknli", BreakNLIConfig(k=8, u=3, s=1, seed=2, chunk_size=2), dataset=str(tiny_tsv), limit=40,
                      classifier=tiny_roberta, generator=tiny_t5, engine="torch")
     on_disk = [json.loads(x) for x in samples.read_text().splitlines()]
     assert len(on_disk) == len(full.records) > n_at_kill

@@ -12,9 +12,10 @@ from breaknli_fast import probes
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines import registry
 from breaknli_fast.errors import UserError
-from breaknli_fast.pipeline.breaknli import LoopConfig
-from breaknli_fast.pipeline.metrics import rate_ci
-from breaknli_fast.study import Probe, ProgressHook, StudyContext, run_study
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
+from breaknli_fast.stats import rate_ci
+from breaknli_fast.study import Probe, StudyContext, run_study
+from breaknli_fast.progress import ProgressHook
 
 
 @pytest.fixture()
@@ -26,7 +27,7 @@ def words_engine():
 
 def test_an_engine_registered_from_the_tests_runs_the_breaknli_loop(words_engine, tiny_tsv, tmp_path):
     # models are resolved by the backend: the word engine takes any name
-    res = run_study("breaknli", LoopConfig(k=6, u=2, s=1), dataset=str(tiny_tsv), engine=words_engine,
+    res = run_study("breaknli", BreakNLIConfig(k=6, u=2, s=1), dataset=str(tiny_tsv), engine=words_engine,
                     classifier="bag-of-words", generator="word-dropper", out=tmp_path / "run")
     assert res.models.engine == "words"
     f = res.report["funnel"]

@@ -2,8 +2,8 @@ import itertools
 
 import pytest
 
-from breaknli_fast.pipeline.metrics import breakdown, rates
-from breaknli_fast.pipeline.verdicts import RULES, verdict
+from breaknli_fast.probes.breaknli.metrics import mode_label_rates as breakdown, rates
+from breaknli_fast.probes.breaknli.verdicts import RULES, verdict
 
 E, N, C = "entailment", "neutral", "contradiction"
 
@@ -77,7 +77,7 @@ def test_empty_rates():
 
 
 def test_wilson_interval_holds_the_point_and_is_honest_at_the_boundary():
-    from breaknli_fast.pipeline.metrics import wilson_ci
+    from breaknli_fast.stats import wilson_ci
 
     for k, n in [(0, 3), (3, 3), (1, 7), (0, 40), (40, 40), (17, 40)]:
         lo, hi = wilson_ci(k, n)

@@ -118,7 +118,7 @@ def bench(
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
     from breaknli_fast.data.labels import parse_label_map
     from breaknli_fast.engines.base import Decoding
-    from breaknli_fast.pipeline.breaknli import LoopConfig
+    from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
     from rich.markup import escape
 
     with user_errors(extra=(OSError,)):  # an output folder that cannot be written: one line too
@@ -136,7 +136,7 @@ def bench(
             return
         modes = ("contradictive", "entailed") if mode == "both" else (mode,)
         dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler, max_new_tokens=max_new_tokens)
-        loop = LoopConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional, decoding=dec, seed=seed,
+        loop = BreakNLIConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional, decoding=dec, seed=seed,
                           relation_filter=relation_filter,
                           prompts=dict(GEN_PROMPTS))
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)

@@ -7,9 +7,9 @@
   examples both runs evaluated (the others are counted);
 * generator: greedy-token agreement, and identity of sampled candidates.
 
-Verdicts come from :func:`breaknli_fast.pipeline.verdicts.verdict` and rates from
-:func:`breaknli_fast.pipeline.metrics.rates`; nothing here re-implements the loop. Every difference gets an
-equivalence verdict (:func:`breaknli_fast.pipeline.metrics.equivalence`): equivalent, different or
+Verdicts come from :func:`breaknli_fast.probes.breaknli.verdicts.verdict` and rates from
+:func:`breaknli_fast.stats.rates`; nothing here re-implements the loop. Every difference gets an
+equivalence verdict (:func:`breaknli_fast.stats.equivalence`): equivalent, different or
 inconclusive, with the examples a decision would need.
 """
 
@@ -20,8 +20,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from breaknli_fast.data.labels import LABELS
-from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, bootstrap_indices, equivalence, rates
-from breaknli_fast.pipeline.verdicts import verdict
+from breaknli_fast.probes.breaknli.metrics import rates
+from breaknli_fast.stats import BOOT_SEED, N_BOOT, bootstrap_indices, equivalence
+from breaknli_fast.probes.breaknli.verdicts import verdict
 
 CELLS = tuple(LABELS) + ("overall",)
 DIFF_KEYS = ("inequality", "relaxed")

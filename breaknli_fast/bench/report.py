@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from breaknli_fast.study.report import pyplot
+from breaknli_fast.plotting import pyplot
 
 MODE_SHORT = {"contradictive": "contr.", "entailed": "ent."}
 

@@ -4,7 +4,7 @@ Per engine, in order (the torch:fp32 reference first):
 
 1. **load** the classifier and generator through the engine registry (an engine that cannot load
    is *skipped* with its one-line reason; the reference must load);
-2. **end to end**: the real loop (:func:`~breaknli_fast.pipeline.breaknli.run_loop`) on the whole
+2. **end to end**: the real loop (:func:`~breaknli_fast.probes.breaknli.loop.run_loop`) on the whole
    dataset, after a warm-up on its first examples, ``repeats`` times; its records give the
    end-to-end breakage and, for the reference, the fixed (p, h, h') triples;
 3. **stages on a fixed workload** (identical inputs for every engine, independent of the engine's
@@ -40,12 +40,14 @@ from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import ClassifierBase, Decoding, GeneratorBase, derive_seed
 from breaknli_fast.engines.loading import Models
 from breaknli_fast.engines.models import model_fingerprint
-from breaknli_fast.pipeline.breaknli import LoopConfig, dedup_candidates, funnel
-from breaknli_fast.pipeline.metrics import BOOT_SEED, N_BOOT, breakdown
-from breaknli_fast.pipeline.verdicts import SELECTED
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, dedup_candidates, funnel
+from breaknli_fast.probes.breaknli.metrics import mode_label_rates
+from breaknli_fast.stats import BOOT_SEED, N_BOOT
+from breaknli_fast.probes.breaknli.verdicts import SELECTED
 from breaknli_fast.probes.breaknli import BreakNLIProbe
 from breaknli_fast.prompts import NLI_PROMPTS
-from breaknli_fast.study import ProgressHook, run_study
+from breaknli_fast.study import run_study
+from breaknli_fast.progress import ProgressHook
 from breaknli_fast.errors import UserError, first_line
 
 SCHEMA = "breaknli-fast-bench/1"
@@ -67,7 +69,7 @@ class BenchConfig:
     dataset: str = SAMPLE_NAME
     split: str | None = None
     limit: int | None = None
-    loop: LoopConfig = field(default_factory=LoopConfig)
+    loop: BreakNLIConfig = field(default_factory=BreakNLIConfig)
     device: str = "cpu"
     warmup: int = 1
     min_iterations: int = 3
@@ -203,7 +205,7 @@ def _fingerprint(model: str) -> dict[str, Any] | None:
         return {"id": model, "error": first_line(e)}
 
 
-def workload_prompts(examples: list[Example], loop: LoopConfig, n: int) -> list[dict[str, Any]]:
+def workload_prompts(examples: list[Example], loop: BreakNLIConfig, n: int) -> list[dict[str, Any]]:
     """The first examples selected by each mode (half of ``n`` per mode), independent of any classifier."""
     per_mode = max(1, math.ceil(n / max(1, len(loop.modes))))
     out = []
@@ -215,7 +217,7 @@ def workload_prompts(examples: list[Example], loop: LoopConfig, n: int) -> list[
     return out[: max(n, 0)]
 
 
-def _pairs_from_candidates(items: list[dict[str, Any]], cands: list[list[str]], loop: LoopConfig):
+def _pairs_from_candidates(items: list[dict[str, Any]], cands: list[list[str]], loop: BreakNLIConfig):
     rel, ev = [], []
     for it, cs in zip(items, cands):
         kept, _ = dedup_candidates(it["hypothesis"], cs, loop.u)
@@ -258,7 +260,7 @@ class _Engine:
         self.load_mem: dict[str, Any] = {}
 
 
-def _e2e_warmup(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig) -> int:
+def _e2e_warmup(eng: _Engine, data: LoadedData, loop: BreakNLIConfig, cfg: BenchConfig) -> int:
     warm = LoadedData(data.examples[: min(len(data.examples), WARMUP_EXAMPLES)], data.skips, data.source)
     for _ in range(max(0, cfg.warmup)):
         eng.clf.clear_cache()
@@ -266,7 +268,7 @@ def _e2e_warmup(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConf
     return len(warm.examples)
 
 
-def _e2e_once(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig, hook: ProgressHook | None) -> None:
+def _e2e_once(eng: _Engine, data: LoadedData, loop: BreakNLIConfig, cfg: BenchConfig, hook: ProgressHook | None) -> None:
     clf, gen = eng.clf, eng.gen
     clf.clear_cache()
     clf.reset_stats()
@@ -299,7 +301,7 @@ def _e2e_once(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig
     }
 
 
-def _e2e_summary(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchConfig, warm_n: int) -> dict[str, Any]:
+def _e2e_summary(eng: _Engine, data: LoadedData, loop: BreakNLIConfig, cfg: BenchConfig, warm_n: int) -> dict[str, Any]:
     assert eng.first is not None
     med = float(np.median(eng.walls))
     f = funnel(eng.records, data, loop.modes)
@@ -309,7 +311,7 @@ def _e2e_summary(eng: _Engine, data: LoadedData, loop: LoopConfig, cfg: BenchCon
             **eng.first, "repeats_identical": eng.identical if len(eng.walls) > 1 else None,
             "accuracy_ph": f.get("accuracy_ph"),
             "funnel": {m: f[m] for m in loop.modes if m in f},
-            "metrics": breakdown(eng.records, cfg.n_boot, BOOT_SEED)}
+            "metrics": mode_label_rates(eng.records, cfg.n_boot, BOOT_SEED)}
 
 
 def _classify_task(eng: _Engine, stage: str, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], dict[str, Any]]]:
@@ -339,7 +341,7 @@ def _classify_task(eng: _Engine, stage: str, pairs: list[tuple[str, str]]) -> tu
     return task, finish
 
 
-def _generate_task(eng: _Engine, items: list[dict[str, Any]], loop: LoopConfig, cfg: BenchConfig) -> tuple[Task, Callable[[], dict[str, Any]]]:
+def _generate_task(eng: _Engine, items: list[dict[str, Any]], loop: BreakNLIConfig, cfg: BenchConfig) -> tuple[Task, Callable[[], dict[str, Any]]]:
     gen = eng.gen
     prompts = [it["prompt"] for it in items]
     seeds = [it["seed"] for it in items]
@@ -387,7 +389,7 @@ def _generate_task(eng: _Engine, items: list[dict[str, Any]], loop: LoopConfig, 
     return task, finish
 
 
-def _parity(eng: _Engine, loop: LoopConfig, cfg: BenchConfig, ref: dict[str, Any], meaningful: bool) -> dict[str, Any]:
+def _parity(eng: _Engine, loop: BreakNLIConfig, cfg: BenchConfig, ref: dict[str, Any], meaningful: bool) -> dict[str, Any]:
     """Untimed: re-classify the fixed triples, greedy-decode the check prompts, compare with the reference."""
     clf, gen = eng.clf, eng.gen
     clf.clear_cache()
@@ -420,7 +422,7 @@ def _parity(eng: _Engine, loop: LoopConfig, cfg: BenchConfig, ref: dict[str, Any
 class _Context:
     cfg: BenchConfig
     data: LoadedData
-    loop: LoopConfig
+    loop: BreakNLIConfig
     workload: dict[str, Any]
     ref: dict[str, Any]
     hook: ProgressHook | None

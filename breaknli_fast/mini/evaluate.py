@@ -27,10 +27,11 @@ from breaknli_fast.mini.common import (LENGTH_BUCKETS, folder_size, hardware, le
 from breaknli_fast.mini.data import Pair, SnliSplit
 from breaknli_fast.data.loaders import Example, LoadedData, SkipStats, load_file
 from breaknli_fast.engines.loading import EngineConfig, Models, load_models
-from breaknli_fast.pipeline.breaknli import LoopConfig, dedup_candidates
-from breaknli_fast.pipeline.verdicts import SELECTED
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, dedup_candidates
+from breaknli_fast.probes.breaknli.verdicts import SELECTED
 from breaknli_fast.probes.breaknli import BreakNLIProbe
-from breaknli_fast.study import ProgressHook, run_study
+from breaknli_fast.study import run_study
+from breaknli_fast.progress import ProgressHook
 from breaknli_fast.prompts import NLI_ANSWERS, NLI_PROMPTS
 
 EVAL_FILE = "eval_results.json"
@@ -107,7 +108,7 @@ def generator_check(t5: str | Path, judge: str | Path, examples: LoadedData, mod
     ph = clf.classify([(e.premise, e.hypothesis) for e in sel]).labels if sel else []
     correct = [e for e, p in zip(sel, ph) if p == e.label]
     chosen = correct[:n]
-    loop = LoopConfig(modes=(mode,), k=k, u=unique, s=keep, seed=seed, relation_filter="full")
+    loop = BreakNLIConfig(modes=(mode,), k=k, u=unique, s=keep, seed=seed, relation_filter="full")
     with make_progress(progress) as bar:
         hook = _BarHook(bar)
         res = run_study(BreakNLIProbe(loop), data=LoadedData(chosen, examples.skips, examples.source),

@@ -48,7 +48,7 @@ from breaknli_fast.mini.evaluate import NliClassifier, evaluate_models
 from breaknli_fast.mini.paraphrase_rules import keeps_content, rule_paraphrases
 from breaknli_fast.mini.richhelp import RichArgumentParser
 from breaknli_fast.mini.tokenizers_mini import prompt_lines, train_bpe, train_sentencepiece
-from breaknli_fast.pipeline.breaknli import dedup_candidates
+from breaknli_fast.probes.breaknli.loop import dedup_candidates
 from breaknli_fast.prompts import CONTRADICT_PROMPT, ENTAIL_PROMPT, NLI_ANSWERS, NLI_PROMPTS
 
 # id2label order of the common MNLI checkpoints

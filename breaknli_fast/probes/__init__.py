@@ -1,6 +1,6 @@
 """The registry of probes: name -> the class that implements it (imported when first asked for).
 
-To add a probe: write a :class:`~breaknli_fast.study.probe.Probe` subclass in a module of its own and add one
+To add a probe: write a :class:`~breaknli_fast.probes.base.Probe` subclass in a module of its own and add one
 line here (or call :func:`register` from your code or a test)."""
 
 from __future__ import annotations

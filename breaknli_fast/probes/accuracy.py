@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
-from breaknli_fast.pipeline.metrics import rate_cell
-from breaknli_fast.study.probe import Probe, StageTimes, StudyContext
+from breaknli_fast.stats import rate_cell
+from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
 
 
 @dataclass

@@ -45,9 +45,9 @@ from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import MASK, derive_seed
 from breaknli_fast.errors import UserError
-from breaknli_fast.pipeline.metrics import N_BOOT, _ci, bootstrap_indices, rate_cell
-from breaknli_fast.study.probe import Probe, StageTimes, StudyContext
-from breaknli_fast.study.report import pyplot
+from breaknli_fast.stats import N_BOOT, _ci, bootstrap_indices, rate_cell
+from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
+from breaknli_fast.plotting import pyplot
 
 GROUP = "merge"
 CATEGORIES = {"NOUN": "noun", "VERB": "verb", "ADJ": "adjective"}

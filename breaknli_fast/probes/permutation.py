@@ -28,9 +28,9 @@ import numpy as np
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import derive_seed
-from breaknli_fast.pipeline.metrics import rate_cell
-from breaknli_fast.study.probe import Probe, StageTimes, StudyContext
-from breaknli_fast.study.report import pyplot
+from breaknli_fast.stats import rate_cell
+from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
+from breaknli_fast.plotting import pyplot
 
 GROUP = "permutation"
 SCHEMES = ("both", "hyp")

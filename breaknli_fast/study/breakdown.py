@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from breaknli_fast.data.loaders import DataError, Example, LoadedData, TAXINLI_CATEGORIES
-from breaknli_fast.study.report import pyplot
+from breaknli_fast.plotting import pyplot
 
 MIN_N = 30  # fewer examples behind a rate than this: flagged as too few for a meaningful rate
 MAX_VALUES = 50  # a categorical column with more distinct values is refused (an id or a text, not a category)

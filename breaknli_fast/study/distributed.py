@@ -20,8 +20,9 @@ from typing import Any
 from breaknli_fast.data.loaders import LoadedData
 from breaknli_fast.engines.loading import EngineConfig
 from breaknli_fast.errors import UserError
-from breaknli_fast.pipeline.rundir import RunDir
-from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, pending_chunks
+from breaknli_fast.study.rundir import RunDir
+from breaknli_fast.probes.base import Probe, StageTimes, pending_chunks
+from breaknli_fast.progress import ProgressHook
 
 IN_FLIGHT_PER_WORKER = 2  # chunks queued on each actor, so none waits for the driver between chunks
 
@@ -107,9 +108,9 @@ class _Worker:
                 "notes": self.models.notes}
 
     def prepare(self, data: LoadedData, todo: bool) -> dict[str, Any]:
-        from breaknli_fast.study.probe import StudyContext
+        from breaknli_fast.probes.base import StudyContext
 
-        ctx = StudyContext(models=self.models, run_dir=None, times=self.probe.new_times(), hook=ProgressHook())
+        ctx = StudyContext(models=self.models, stages=None, times=self.probe.new_times(), hook=ProgressHook())
         self.probe.prepare(ctx, data, todo)
         return {"state": ctx.state, "times": ctx.times.to_dict()}
 
@@ -117,9 +118,9 @@ class _Worker:
         self.state = state
 
     def process(self, group: str, chunk: list) -> dict[str, Any]:
-        from breaknli_fast.study.probe import StudyContext
+        from breaknli_fast.probes.base import StudyContext
 
-        ctx = StudyContext(models=self.models, run_dir=None, times=self.probe.new_times(), hook=ProgressHook(),
+        ctx = StudyContext(models=self.models, stages=None, times=self.probe.new_times(), hook=ProgressHook(),
                            state=self.state)
         t0 = time.perf_counter()
         records = self.probe.process(ctx, group, chunk)

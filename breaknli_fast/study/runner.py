@@ -18,13 +18,14 @@ from typing import Any, Sequence
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
 from breaknli_fast.engines.loading import EngineConfig, Models, load_models, mlm_names
 from breaknli_fast.engines.models import model_fingerprint
-from breaknli_fast.pipeline.rundir import RunDir
+from breaknli_fast.study.rundir import RunDir
 from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
 from breaknli_fast.study.breakdown import markdown as breakdown_markdown
 from breaknli_fast.study.breakdown import plot as plot_breakdown
-from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, StudyContext, pending_chunks
-from breaknli_fast.study.report import throughput, throughput_markdown
+from breaknli_fast.probes.base import Probe, StageTimes, StudyContext, pending_chunks
+from breaknli_fast.progress import ProgressHook
+from breaknli_fast.study.throughput import throughput, throughput_markdown
 
 
 @dataclass
@@ -57,7 +58,7 @@ def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | No
     done = {probe.key(r) for r in records}
     groups = probe.groups(data)
     todo = any((g, ex.id) not in done for g, exs in groups for ex in exs)
-    ctx = StudyContext(models=models, run_dir=run_dir, times=times, hook=hook)
+    ctx = StudyContext(models=models, stages=run_dir, times=times, hook=hook)
     probe.prepare(ctx, data, todo)
     written = 0
     chunks = pending_chunks(probe, groups, done)

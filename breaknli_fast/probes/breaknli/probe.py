@@ -2,7 +2,7 @@
 
 Units: one group per mode (contradictive, then entailed), each the examples whose gold label the mode selects.
 Before the chunks, M(p, h) of every selected example (cached in the run directory); per chunk, the loop's
-steps (:func:`breaknli_fast.pipeline.breaknli.process_chunk`): generate K, deduplicate to U, the relation
+steps (:func:`breaknli_fast.probes.breaknli.loop.process_chunk`): generate K, deduplicate to U, the relation
 filter to S, evaluate (p, h') and the triangle verdict. Summary: the funnel and the breakage rates with
 bootstrap CIs per mode x label and Overall.
 """
@@ -17,14 +17,14 @@ from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import Classifier, Generator
 from breaknli_fast.engines.loading import Models
-from breaknli_fast.pipeline.breaknli import (LoopConfig, classify_premise_hypothesis, funnel, new_times,
+from breaknli_fast.probes.breaknli.loop import (BreakNLIConfig, classify_premise_hypothesis, funnel, new_times,
                                              process_chunk)
-from breaknli_fast.pipeline.metrics import breakdown, rate_cell
-from breaknli_fast.pipeline.report import fmt_rate, to_markdown
-from breaknli_fast.pipeline.rundir import RunDir
-from breaknli_fast.pipeline.verdicts import SELECTED
-from breaknli_fast.study.probe import Probe, ProgressHook, StageTimes, StudyContext
-from breaknli_fast.study.runner import execute
+from breaknli_fast.probes.breaknli.metrics import mode_label_rates
+from breaknli_fast.stats import rate_cell
+from breaknli_fast.probes.breaknli.report import fmt_rate, to_markdown
+from breaknli_fast.probes.breaknli.verdicts import SELECTED
+from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
+from breaknli_fast.progress import ProgressHook
 
 
 class BreakNLIProbe(Probe):
@@ -32,8 +32,8 @@ class BreakNLIProbe(Probe):
     roles = ("classifier", "generator")
     group_key = "mode"
 
-    def __init__(self, config: LoopConfig | None = None):
-        self.cfg = config or LoopConfig()
+    def __init__(self, config: BreakNLIConfig | None = None):
+        self.cfg = config or BreakNLIConfig()
         self.chunk_size = self.cfg.chunk_size
         self.seed = self.cfg.seed
 
@@ -52,7 +52,7 @@ class BreakNLIProbe(Probe):
         return [(mode, [ex for ex in pool if ex.label in SELECTED[mode]]) for mode in self.cfg.modes]
 
     def prepare(self, ctx: StudyContext, data: LoadedData, todo: bool) -> None:
-        ctx.state["yhat"] = (classify_premise_hypothesis(self._pool(data), ctx.models.classifier, ctx.run_dir,
+        ctx.state["yhat"] = (classify_premise_hypothesis(self._pool(data), ctx.models.classifier, ctx.stages,
                                                          ctx.times, ctx.hook) if todo else {})
 
     def process(self, ctx: StudyContext, group: str, chunk: Sequence[Example]) -> list[dict[str, Any]]:
@@ -60,7 +60,7 @@ class BreakNLIProbe(Probe):
                              ctx.times)
 
     def summarise(self, records: Sequence[dict[str, Any]], data: LoadedData) -> dict[str, Any]:
-        return {"funnel": funnel(records, data, self.cfg.modes), "metrics": breakdown(records),
+        return {"funnel": funnel(records, data, self.cfg.modes), "metrics": mode_label_rates(records),
                 "loop": self.cfg.to_dict()}
 
     def markdown(self, report: dict[str, Any]) -> str:
@@ -144,11 +144,3 @@ def funnel_table(report: dict[str, Any]) -> Table:
     for key, label in FUNNEL_ROWS:
         t.add_row(label, *(str(f[m][key]) for m in modes))
     return t
-
-
-def run_loop(data: LoadedData, classifier: Classifier, generator: Generator, cfg: LoopConfig,
-             run_dir: RunDir | None = None, hook: ProgressHook | None = None,
-             stop_after: int | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
-    """The BreakNLI probe's chunk loop on loaded engines (no report files): every record of the run (earlier
-    ones included) and this invocation's timings."""
-    return execute(BreakNLIProbe(cfg), Models(classifier, generator), data, run_dir, hook, stop_after=stop_after)

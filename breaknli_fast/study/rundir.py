@@ -52,13 +52,12 @@ def _reason(e: OSError) -> str:
 class RunDir:
     CONFIG = "config.json"
     SAMPLES = "samples.jsonl"
-    STAGE_PH = "stage_premise_hypothesis.json"
     REPORT_JSON = "report.json"
     REPORT_MD = "report.md"
     INVOCATIONS = "invocations.jsonl"
     LOCK = ".lock"
     BREAKDOWN_PNG = "breakdown.png"
-    OUTPUTS = (SAMPLES, STAGE_PH, REPORT_JSON, REPORT_MD, INVOCATIONS, BREAKDOWN_PNG, CONFIG)  # what --overwrite removes
+    OUTPUTS = (SAMPLES, REPORT_JSON, REPORT_MD, INVOCATIONS, BREAKDOWN_PNG, CONFIG)  # what --overwrite removes (with every stage_*.json)
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -146,7 +145,7 @@ class RunDir:
         if same and old is not None:
             config = dict(config, first_started=old.get("first_started", old.get("started")))
         else:
-            for name in self.OUTPUTS:
+            for name in (*self.OUTPUTS, *(p.name for p in self.path.glob("stage_*.json"))):
                 try:
                     (self.path / name).unlink(missing_ok=True)
                 except OSError as e:
@@ -237,8 +236,13 @@ class RunDir:
         return out
 
     # -- stage cache -------------------------------------------------------------------------
-    def load_stage(self, key: str) -> dict[str, Any] | None:
-        p = self.path / self.STAGE_PH
+    def stage_path(self, name: str) -> Path:
+        """The file of a probe's stage cache ``name`` (``stage_<name>.json``)."""
+        return self.path / f"stage_{name}.json"
+
+    def load_stage(self, name: str, key: str) -> dict[str, Any] | None:
+        """What :meth:`save_stage` kept under ``name`` for ``key`` (a hash of the stage's inputs), else None."""
+        p = self.stage_path(name)
         if not p.exists():
             return None
         try:
@@ -247,8 +251,9 @@ class RunDir:
             return None
         return obj if obj.get("key") == key else None
 
-    def save_stage(self, obj: dict[str, Any]) -> None:
-        self._write_json(self.path / self.STAGE_PH, obj)
+    def save_stage(self, name: str, key: str, obj: dict[str, Any]) -> None:
+        """Keep a probe's stage result ``obj`` for the inputs ``key`` (the last one only)."""
+        self._write_json(self.stage_path(name), {**obj, "key": key})
 
     def write_report(self, report: dict[str, Any], markdown: str) -> None:
         self._write_json(self.path / self.REPORT_JSON, report)

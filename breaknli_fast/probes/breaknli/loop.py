@@ -17,17 +17,17 @@ from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.engines.base import Classifier, Decoding, Generator, derive_seed
-from breaknli_fast.pipeline.rundir import RunDir
-from breaknli_fast.pipeline.verdicts import MODES, SELECTED, TARGET, verdict
+from breaknli_fast.probes.breaknli.verdicts import MODES, SELECTED, TARGET, verdict
 from breaknli_fast.prompts import GEN_PROMPTS
-from breaknli_fast.study.probe import ProgressHook, StageTimes
+from breaknli_fast.probes.base import StageCache, StageTimes
+from breaknli_fast.progress import ProgressHook
 
 STATUSES = ("incorrect", "too_few_unique", "too_few_on_target", "evaluated")
 RELATION_FILTERS = ("lazy", "full")
 
 
 @dataclass
-class LoopConfig:
+class BreakNLIConfig:
     modes: tuple[str, ...] = MODES
     k: int = 20  # candidates generated per hypothesis
     u: int = 10  # distinct candidates kept
@@ -90,12 +90,15 @@ def data_key(examples: Sequence[Example]) -> str:
     return h.hexdigest()
 
 
-def classify_premise_hypothesis(examples: Sequence[Example], classifier: Classifier, run_dir: RunDir | None,
+STAGE_PH = "premise_hypothesis"  # the stage cache of M(p, h): stage_premise_hypothesis.json
+
+
+def classify_premise_hypothesis(examples: Sequence[Example], classifier: Classifier, stages: StageCache | None,
                                 times: StageTimes, hook: ProgressHook, batch: int = 256) -> dict[str, dict[str, Any]]:
     """M(p, h) for every example, cached in the run directory (keyed by the data)."""
     key = data_key(examples)
-    if run_dir is not None:
-        cached = run_dir.load_stage(key)
+    if stages is not None:
+        cached = stages.load_stage(STAGE_PH, key)
         if cached is not None:
             return cached["predictions"]
     preds: dict[str, dict[str, Any]] = {}
@@ -110,15 +113,15 @@ def classify_premise_hypothesis(examples: Sequence[Example], classifier: Classif
         hook.advance("classify (p, h)", len(part))
     times.add("classify_ph", time.perf_counter() - t0, len(examples))
     hook.finish("classify (p, h)")
-    if run_dir is not None:
-        run_dir.save_stage({"key": key, "predictions": preds})
+    if stages is not None:
+        stages.save_stage(STAGE_PH, key, {"predictions": preds})
     return preds
 
 
 RelationResult = tuple[list[list[Any]], list[str], "int | None", int]  # relations, passing, n on target, pairs
 
 
-def relation_filter_full(examples: Sequence[Example], kept: dict[str, list[str]], target: str, cfg: LoopConfig,
+def relation_filter_full(examples: Sequence[Example], kept: dict[str, list[str]], target: str, cfg: BreakNLIConfig,
                          classifier: Classifier) -> tuple[dict[str, RelationResult], int]:
     """Every kept candidate in both directions (one direction with ``bidirectional`` off), in one call."""
     step = 2 if cfg.bidirectional else 1
@@ -143,7 +146,7 @@ def relation_filter_full(examples: Sequence[Example], kept: dict[str, list[str]]
     return out, len(pairs)
 
 
-def relation_filter_lazy(examples: Sequence[Example], kept: dict[str, list[str]], target: str, cfg: LoopConfig,
+def relation_filter_lazy(examples: Sequence[Example], kept: dict[str, list[str]], target: str, cfg: BreakNLIConfig,
                          classifier: Classifier) -> tuple[dict[str, RelationResult], int]:
     """The same first S passing candidates with fewer pairs. Wave 1: (h, h') of every kept candidate. Then, in
     waves batched over the chunk's examples, (h', h) of just as many forward-passing candidates, in generation
@@ -196,7 +199,7 @@ def relation_filter_lazy(examples: Sequence[Example], kept: dict[str, list[str]]
 
 
 def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str, Any]], classifier: Classifier,
-                  generator: Generator, cfg: LoopConfig, times: StageTimes) -> list[dict[str, Any]]:
+                  generator: Generator, cfg: BreakNLIConfig, times: StageTimes) -> list[dict[str, Any]]:
     target = TARGET[mode]
     records: dict[str, dict[str, Any]] = {}
     correct: list[Example] = []

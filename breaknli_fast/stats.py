@@ -1,4 +1,4 @@
-"""Breakage rates per mode and label, pooled Overall, and 95 % confidence intervals.
+"""Rates with 95 % confidence intervals, differences of rates, and the parity verdicts on top of them.
 
 A share of examples (a 0/1 outcome per example: inequality, relaxed, accuracy) gets the Wilson score
 interval, which stays honest at the boundary (0 of 40 gives [0, 8.8], not the bootstrap's [0, 0]); a rate
@@ -7,15 +7,13 @@ per candidate (a ratio of sums over examples) and a mean of shares get a bootstr
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from breaknli_fast.data.labels import LABELS
 
 N_BOOT = 1000
 BOOT_SEED = 12345
-RATE_KEYS = ("inequality", "relaxed", "cand_inequality", "cand_relaxed")
 
 
 def bootstrap_indices(n: int, n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> np.ndarray:
@@ -64,51 +62,6 @@ def rate_cell(values: Sequence[bool] | Sequence[float], n_boot: int = N_BOOT, se
     """:func:`rate_ci` as a report cell: ``{"n", "rate", "ci"}`` (rate and CI None when empty)."""
     point, lo, hi = rate_ci(values, n_boot, seed)
     return {"n": len(values), "rate": point, "ci": None if point is None else [lo, hi]}
-
-
-def rates(rows: Sequence[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
-    """Rates (percent) over evaluated examples; each row has the verdict fields
-    inequality, relaxed (bools), n_candidates, n_inequality, n_relaxed."""
-    n = len(rows)
-    out: dict[str, Any] = {"n": n, "n_candidates": int(sum(r["n_candidates"] for r in rows))}
-    if n == 0:
-        for k in RATE_KEYS:
-            out[k] = None
-            out[k + "_ci"] = None
-        return out
-    ineq = np.array([r["inequality"] for r in rows], dtype=float)
-    rel = np.array([r["relaxed"] for r in rows], dtype=float)
-    nc = np.array([r["n_candidates"] for r in rows], dtype=float)
-    ni = np.array([r["n_inequality"] for r in rows], dtype=float)
-    nr = np.array([r["n_relaxed"] for r in rows], dtype=float)
-    idx = bootstrap_indices(n, n_boot, seed)
-    out["inequality"] = 100 * ineq.mean()
-    out["relaxed"] = 100 * rel.mean()
-    out["cand_inequality"] = 100 * ni.sum() / nc.sum()
-    out["cand_relaxed"] = 100 * nr.sum() / nc.sum()
-    out["inequality_ci"] = wilson_ci(float(ineq.sum()), n)
-    out["relaxed_ci"] = wilson_ci(float(rel.sum()), n)
-    out["cand_inequality_ci"] = _ci(100 * ni[idx].sum(axis=1) / nc[idx].sum(axis=1))
-    out["cand_relaxed_ci"] = _ci(100 * nr[idx].sum(axis=1) / nc[idx].sum(axis=1))
-    return out
-
-
-def breakdown(records: Iterable[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
-    """Per mode: per ŷ label and Overall (pooled over the examples of every label)."""
-    by_mode: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        if r.get("status") == "evaluated":
-            by_mode.setdefault(r["mode"], []).append(r)
-    out: dict[str, Any] = {}
-    for mode, rows in by_mode.items():
-        table: dict[str, Any] = {}
-        for lab in LABELS:
-            sub = [x["verdict"] for x in rows if x["yhat"] == lab]
-            if sub:
-                table[lab] = rates(sub, n_boot, seed)
-        table["overall"] = rates([x["verdict"] for x in rows], n_boot, seed)
-        out[mode] = table
-    return out
 
 
 def diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:

@@ -1,23 +1,10 @@
-"""What every study's report shares: throughput over the invocations that did the work, and its Markdown."""
+"""Throughput over the invocations that did a study's work, and its Markdown (every study's report has it)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from breaknli_fast.study.probe import StageTimes
-
-
-def pyplot() -> Any:
-    """matplotlib's pyplot on the file-only Agg backend, or None without matplotlib (the ``bench`` extra): every
-    plot of a report is optional."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    return plt
+from breaknli_fast.probes.base import StageTimes
 
 
 def throughput(times: StageTimes, invocations: int = 1, this_invocation: StageTimes | None = None) -> dict[str, Any]:

@@ -18,28 +18,11 @@ resume, chunks, progress, throughput and report files.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, ContextManager, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
 from breaknli_fast.data.loaders import Example, LoadedData
-
-
-class ProgressHook:
-    """What a study tells a UI. The default does nothing; the CLI draws rich progress bars."""
-
-    def start(self, stage: str, total: int, completed: int = 0) -> None: ...
-
-    def advance(self, stage: str, n: int = 1) -> None: ...
-
-    def finish(self, stage: str) -> None: ...
-
-    def message(self, text: str) -> None:
-        """A one-line notice (resuming, an engine fallback)."""
-
-    def status(self, text: str) -> ContextManager[Any]:
-        """A spinner around a step without a count (loading models)."""
-        return nullcontext()
+from breaknli_fast.progress import ProgressHook
 
 
 @dataclass
@@ -78,12 +61,21 @@ class StageTimes:
         return t
 
 
+class StageCache(Protocol):
+    """Where a probe keeps a stage's result between invocations (the run directory: ``stage_<name>.json``), keyed by
+    a hash of the stage's inputs, so a resumed run does not compute it again."""
+
+    def load_stage(self, name: str, key: str) -> dict[str, Any] | None: ...
+
+    def save_stage(self, name: str, key: str, obj: dict[str, Any]) -> None: ...
+
+
 @dataclass
 class StudyContext:
     """What a probe's steps get: the loaded engines, the run directory (None in memory), timings, progress."""
 
     models: Any  # breaknli_fast.engines.loading.Models
-    run_dir: Any  # breaknli_fast.pipeline.rundir.RunDir | None
+    stages: StageCache | None  # the run directory's stage cache; None for a study in memory
     times: StageTimes
     hook: ProgressHook
     state: dict[str, Any] = field(default_factory=dict)  # what prepare() leaves for process()
