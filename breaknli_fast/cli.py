@@ -78,7 +78,7 @@ def print_summary(result: Any) -> None:
         console.print(f"  worker {w['worker']} on {literal(w.get('node'))}: {w['chunks']} chunks, {w['examples']} examples, "
                       f"{rate}" + (f", restarted {w['restarts']}×" if w.get("restarts") else ""))
     if run_dir is not None:
-        files = ["config.json", "samples.jsonl", "report.json", "report.md"]
+        files = ["config.json", "samples.jsonl", "report.json", "report.md", "report.html"]
         files += sorted(p.name for p in run_dir.glob("*.png"))
         console.print(f"run directory: [bold]{literal(run_dir)}[/] ({', '.join(files)})")
 

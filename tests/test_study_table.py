@@ -387,3 +387,35 @@ def test_merge_view_shows_each_variant_with_its_label():
     assert table["marks"] == ["ok", "bad"]
     words = next(s for s in view["sections"] if s["title"].startswith("candidate words"))
     assert words["rows"][1][:4] == ["ran/runs", "verb", "dropped", "inflection_mismatch"]
+
+
+def test_one_progress_display_keeps_one_cell_at_a_time():
+    from breaknli_fast.progress import ProgressHook
+    from breaknli_fast.study.grid import CellHook, cells_of, split_names
+
+    class Recorder(ProgressHook):
+        def __init__(self):
+            self.live: dict[str, int] = {}
+            self.events: list[str] = []
+
+        def start(self, stage, total, completed=0):
+            self.live[stage] = completed
+            self.events.append(f"start {stage}")
+
+        def advance(self, stage, n=1):
+            self.live[stage] += n
+
+        def remove(self, stage):
+            del self.live[stage]
+
+    rec = Recorder()
+    for prefix in ("1/2 ", "2/2 "):
+        hook = CellHook(rec, prefix)
+        hook.start("contradictive", 4)
+        hook.advance("contradictive", 4)
+        assert rec.live == {f"{prefix}contradictive": 4}
+        hook.close()
+        assert rec.live == {}
+    assert rec.events == ["start 1/2 contradictive", "start 2/2 contradictive"]
+    assert split_names(" a, b,a,,") == ["a", "b"]
+    assert [c.dir for c in cells_of(["x/d.tsv", "y/d.tsv"], ["m"])] == ["d.tsv-m", "d.tsv-m-2"]
