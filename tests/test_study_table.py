@@ -165,9 +165,11 @@ def test_report_on_the_study_gives_the_same_files(study, tmp_path):
     assert (tmp_path / "c" / "report.html").read_bytes() == (Path(cells[0]) / "report.html").read_bytes()
 
 
-def _copy(src: Path, dst: Path, **identity_changes) -> Path:
+def _copy(src: Path, dst: Path, requested: str | None = None, **identity_changes) -> Path:
     shutil.copytree(src, dst)
     cfg = json.loads((dst / "config.json").read_text())
+    if requested:
+        cfg["engine"]["requested"] = requested
     for dotted, value in identity_changes.items():
         obj = cfg["identity"]
         *path, last = dotted.split("__")
@@ -193,6 +195,13 @@ def test_report_refuses_runs_that_do_not_measure_the_same_thing(study, tmp_path)
         r = runner.invoke(app, ["report", *map(str, dirs), "--out", str(tmp_path / "out")])
         assert r.exit_code == 2 and msg in r.output, (msg, r.output)
         assert "Traceback" not in r.output
+    # --engine auto at fp32 picks ort or torch per model (the reference's results either way): not refused, named
+    comp = compare(load_runs([_copy(a, tmp_path / "auto-a", requested="auto"),
+                              _copy(b, tmp_path / "auto-b", requested="auto", engine="ort")]))
+    assert "ort: roberta-b on alpha.tsv" in comp.settings[0] and "torch: roberta on alpha.tsv" in comp.settings[0]
+    with pytest.raises(CompareError, match="the setting engine differs"):
+        compare(load_runs([_copy(a, tmp_path / "auto-c", requested="auto", precision="int8"),
+                           _copy(b, tmp_path / "auto-d", requested="auto", precision="int8", engine="ort")]))
     # the same data under another name is fine; other examples under the same name are refused
     recs = _records(b)
     (tmp_path / "other").mkdir()

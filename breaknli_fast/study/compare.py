@@ -209,16 +209,26 @@ def records_digest(run: Run) -> str:
     return h.hexdigest()
 
 
+def auto_fp32(run: Run) -> bool:
+    """A run of ``--engine auto`` at fp32 for every role: ONNX Runtime where a model's export validated against the
+    torch fp32 reference, torch where it did not (a note in config.json), i.e. the reference's results either way."""
+    eng = run.config.get("engine") or {}
+    return (eng.get("requested") == "auto" and run.identity.get("precision") == "fp32"
+            and "classifier_precision" not in run.identity and run.identity.get("mlm_precision") in (None, "fp32"))
+
+
 def check_compatible(runs: Sequence[Run]) -> None:
     """Refuse (CompareError, naming the setting) runs that do not measure the same thing: another probe, any
     shared setting (generator, engine, precision, the probe's settings, ...), for one dataset other data, for one
-    model other model settings, or two runs of the same model on the same dataset."""
+    model other model settings, or two runs of the same model on the same dataset. The engine may differ between
+    runs of ``--engine auto`` at fp32 (:func:`auto_fp32`), where it is a speed choice, not a setting."""
     first = runs[0]
+    free = MODEL_KEYS + DATA_KEYS + (("engine",) if all(auto_fp32(r) for r in runs) else ())
     for r in runs[1:]:
         if r.probe != first.probe:
             raise _refuse("the probe", first, r, first.probe, r.probe)
-        a = {k: v for k, v in first.identity.items() if k not in MODEL_KEYS + DATA_KEYS}
-        b = {k: v for k, v in r.identity.items() if k not in MODEL_KEYS + DATA_KEYS}
+        a = {k: v for k, v in first.identity.items() if k not in free}
+        b = {k: v for k, v in r.identity.items() if k not in free}
         d = _diff_path(a, b, "")
         if d is not None:
             raise _refuse(f"the setting {d}", first, r, _get(a, d), _get(b, d),
@@ -300,14 +310,23 @@ def compare(runs: Sequence[Run]) -> Comparison:
     return Comparison(probe=runs[0].probe, measures=tuple(cls.comparison_measures),
                       header=tuple(getattr(cls, "comparison_header", ("", "metric"))),  # type: ignore[arg-type]
                       note=str(getattr(cls, "comparison_note", "")), models=models, datasets=datasets, rows=rows,
-                      cells=cells, accuracy=accuracy, runs=runs, settings=settings_lines(runs[0]))
+                      cells=cells, accuracy=accuracy, runs=runs, settings=settings_lines(runs))
 
 
-def settings_lines(run: Run) -> list[str]:
+def settings_lines(runs: Sequence[Run]) -> list[str]:
     """The settings every column shares, one line each (for the table's caption)."""
+    run = runs[0]
     c, ident = run.config, run.identity
     eng = c.get("engine") or {}
-    out = [f"probe {run.probe}; engine {ident.get('engine')} {ident.get('precision')} on {ident.get('device')}"
+    engines = list(dict.fromkeys(str(r.identity.get("engine")) for r in runs))
+    if len(engines) > 1:
+        per = "; ".join(f"{e}: " + ", ".join(f"{r.model} on {r.dataset}" for r in runs if r.identity.get("engine") == e)
+                        for e in engines)
+        engine = (f"engine auto {ident.get('precision')} on {ident.get('device')} (ONNX Runtime where a model's export "
+                  f"validated against torch fp32, else torch; {per})")
+    else:
+        engine = f"engine {ident.get('engine')} {ident.get('precision')} on {ident.get('device')}"
+    out = [f"probe {run.probe}; {engine}"
            + (f" (classifier {eng.get('classifier_precision')}, generator {eng.get('generator_precision')})"
               if ident.get("classifier_precision") else "")]
     if c.get("generator"):
