@@ -63,7 +63,7 @@ class TorchThreadsMixin:
 class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
     """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
 
-    # 32 pairs run the mini-model loop a few per cent faster on a 2-core CPU than 64 (and than 16)
+    # 32 pairs per batch run the small models' loop faster on the CPU than 64 or 16 (BENCHMARKS.md, batch sizes)
     cpu_max_batch = 32
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: TorchOptions | None = None):

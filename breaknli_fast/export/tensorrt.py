@@ -1,8 +1,8 @@
 """Building TensorRT engines of the classifiers (TensorRT 10 Python API): ONNX graph -> serialized plan. The
 plan is loaded and run by the tensorrt engine's runtime (:mod:`breaknli_fast.engines.tensorrt_runtime`).
 
-UNTESTED HERE: the development machines have neither TensorRT nor a GPU. This module was
-written against the TensorRT 10 API documentation (``Builder``, ``OnnxParser``,
+Not yet run on a GPU (TensorRT for Hopper GPUs is not installable from the package index; docs/stack.md). This
+module follows the TensorRT 10 API documentation (``Builder``, ``OnnxParser``,
 ``create_network(STRONGLY_TYPED)``, ``IBuilderConfig.set_memory_pool_limit``, optimization
 profiles, timing caches); the test-suite only checks that it refuses cleanly without TensorRT.
 
