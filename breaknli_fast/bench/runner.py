@@ -39,7 +39,7 @@ from breaknli_fast.data.loaders import SAMPLE_NAME, Example, LoadedData, load_ex
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import ClassifierBase, Decoding, GeneratorBase, derive_seed
 from breaknli_fast.engines.roles import Models
-from breaknli_fast.engines.models import model_fingerprint
+from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, dedup_candidates, funnel
 from breaknli_fast.probes.breaknli.metrics import mode_label_rates
 from breaknli_fast.stats import BOOT_SEED, N_BOOT

@@ -28,7 +28,7 @@ from breaknli_fast.engines.options import nested_options, option, parse_flag
 from breaknli_fast.engines.batching import BatchedClassifier, pad_tokens, pad_values, split_threads
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import Seq2SeqNLIMixin
-from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
+from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
                                           load_config, model_kind, require_masked_lm)
 from breaknli_fast.engines.ort_runtime import (OrtSeq2SeqStepper, SessionMaskFiller, graph_feeds, import_ort,
                                                load_ort_seq2seq, make_session, physical_cores, providers_for)

@@ -15,7 +15,7 @@ from breaknli_fast.engines.batching import BatchedClassifier, BatchedMaskFiller,
 from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import MaskedLogProbs, Seq2SeqNLIMixin, masked_lm_inputs, use_torch_threads
-from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
+from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
                                           load_config, load_tokenizer, model_kind, require_masked_lm, resolve_model)
 from breaknli_fast.prompts import NLI_PROMPTS
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from breaknli_fast.data.loaders import load_examples
 from breaknli_fast.engines import random_weights
-from breaknli_fast.engines.models import (ModelLoadError, effective_max_length, is_masked_lm, load_config,
+from breaknli_fast.engines.model_info import (ModelLoadError, effective_max_length, is_masked_lm, load_config,
                                           model_fingerprint, model_kind, resolve_model)
 from breaknli_fast.engines.ort_runtime import classifier_feeds
 from breaknli_fast.engines.registry import EngineUnavailable
@@ -138,7 +138,7 @@ def export_model(
 
     ``max_length`` (tokens of a pair or prompt, for the traced inputs, the validation, the calibration
     and a TensorRT profile) is capped at the model's own limit
-    (:func:`~breaknli_fast.engines.models.effective_max_length`).
+    (:func:`~breaknli_fast.engines.model_info.effective_max_length`).
 
     ``task="mlm"``: a masked language model for the mask-filler role (ONNX only; one graph with log-probabilities
     at the mask positions), validated by top-1 and top-k agreement of the suggestions with torch fp32 on masked

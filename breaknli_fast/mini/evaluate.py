@@ -19,7 +19,7 @@ import torch
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, LABELS
 from breaknli_fast.data.normalize import normalize_text
-from breaknli_fast.engines.models import load_config, resolve_model
+from breaknli_fast.engines.model_info import load_config, resolve_model
 from breaknli_fast.mini.cards import write_cards as _write_cards
 from breaknli_fast.mini.common import (LENGTH_BUCKETS, folder_size, hardware, length_bucket, log, make_progress,
                                        pad_batch, write_json)

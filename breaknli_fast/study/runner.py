@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
 from breaknli_fast.engines.roles import ROLES, Models, role
 from breaknli_fast.study.loading import EngineConfig, load_models, mlm_names
-from breaknli_fast.engines.models import model_fingerprint
+from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.study.rundir import RunDir
 from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
