@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import tiny_models as testing
 from breaknli_fast.cli import app
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.engines.loading import EngineConfig
+from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.probes.breaknli import BreakNLIConfig
 from breaknli_fast.probes.breaknli.probe import verdict_code
 from breaknli_fast.study import run_study
@@ -324,7 +324,7 @@ def test_study_cli_resumes_after_kill_9_with_the_same_records(study, tiny_t5, ti
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = out / study.cells[0][0].dir / "samples.jsonl"
-    deadline = time.time() + 180
+    deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
         if first.exists() and first.read_bytes().count(b"\n") >= 2:
             break
@@ -333,7 +333,7 @@ def test_study_cli_resumes_after_kill_9_with_the_same_records(study, tiny_t5, ti
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "table.md").exists()
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)  # a busy machine is slow
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resuming" in r.stderr
     for cell, _ in study.cells:

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from breaknli_fast.data.loaders import Columns, DataError, load_examples
-from breaknli_fast.engines.loading import EngineConfig
-from breaknli_fast.engines.models import resolve_model
+from breaknli_fast.study.loading import EngineConfig
+from breaknli_fast.engines.model_info import resolve_model
 from breaknli_fast.errors import UserError
 from breaknli_fast.progress import ProgressHook
 from breaknli_fast.study.compare import STUDY_FILE, Comparison, compare, load_runs, write_table
