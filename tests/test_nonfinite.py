@@ -14,7 +14,8 @@ import torch
 from typer.testing import CliRunner
 
 from breaknli_fast.cli import app
-from breaknli_fast.engines.base import MASK, BatchedClassifier, Decoding, EngineInfo, NonFiniteError
+from breaknli_fast.engines.base import MASK, Decoding, EngineInfo, NonFiniteError
+from breaknli_fast.engines.batching import BatchedClassifier
 from breaknli_fast.engines.sampling import sample
 
 VOCAB, EOS, PAD = 60, 1, 0

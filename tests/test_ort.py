@@ -375,7 +375,7 @@ def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
 
 
 def test_workers_split_and_batches():
-    from breaknli_fast.engines.base import split_threads
+    from breaknli_fast.engines.batching import split_threads
     from breaknli_fast.engines.generation import HFGenerator
 
     assert split_threads(2, None) == split_threads(2, "auto") == (2, 1)

@@ -37,7 +37,8 @@ from typing import Any, Iterable, Sequence
 
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats,
-                                        derive_seed, option)
+                                        derive_seed)
+from breaknli_fast.engines.options import option
 from breaknli_fast.engines.generation import GenerationOptions, batched_sampling_supported
 from breaknli_fast.engines.models import (ModelLoadError, effective_max_length, load_config, model_fingerprint,
                                           model_kind, resolve_model)

@@ -13,8 +13,9 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, EngineOptions, GeneratorBase, GeneratorStats,
-                                        NonFiniteError, Workers, nonfinite_error, option)
+from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats, NonFiniteError, nonfinite_error)
+from breaknli_fast.engines.options import EngineOptions, option
+from breaknli_fast.engines.batching import Workers
 from breaknli_fast.engines.hf import use_torch_threads
 from breaknli_fast.engines.models import effective_max_length
 from breaknli_fast.engines.sampling import COMPACT_SHARE, FiniteScores, TorchStepper, check_scores, sample

@@ -22,8 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, BatchedClassifier, EngineInfo, Pair,
-                                        nested_options, option, pad_tokens, pad_values, parse_flag, split_threads)
+from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
+from breaknli_fast.engines.options import nested_options, option, parse_flag
+from breaknli_fast.engines.batching import BatchedClassifier, pad_tokens, pad_values, split_threads
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import Seq2SeqNLIMixin
 from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
@@ -75,7 +76,7 @@ def _export(model: str, precision: str, device: str, max_length: int, export: Ex
 
 def cpu_workers(device: str, threads: int | None, workers: int | str | None) -> tuple[int, int | None]:
     """(workers, intra-op threads per session) for the ``threads`` CPU threads the user gave (default:
-    physical cores), split as :func:`~breaknli_fast.engines.base.split_threads` does; on CUDA one
+    physical cores), split as :func:`~breaknli_fast.engines.batching.split_threads` does; on CUDA one
     worker and the threads unchanged."""
     if device != "cpu":
         return 1, threads

@@ -22,7 +22,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from breaknli_fast.engines import cpu_features
-from breaknli_fast.engines.base import MASK_FILLER, BatchedMaskFiller, EngineInfo
+from breaknli_fast.engines.base import MASK_FILLER, EngineInfo
+from breaknli_fast.engines.batching import BatchedMaskFiller
 from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.registry import EngineUnavailable
 

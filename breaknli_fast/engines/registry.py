@@ -5,7 +5,7 @@ A backend is one module with ``load_classifier(model, precision, device, **opts)
 ``load_generator(model, precision, device, **opts)`` (and ``load_mask_filler(...)`` for the masked-LM role,
 which a backend may lack), returning engines of the contract of
 :mod:`breaknli_fast.engines.base`, and optionally ``OPTIONS``: its typed options class (an
-:class:`~breaknli_fast.engines.base.EngineOptions` subclass; the loaders build it from ``opts`` and refuse
+:class:`~breaknli_fast.engines.options.EngineOptions` subclass; the loaders build it from ``opts`` and refuse
 unknown keys). Adding an engine is that module and one :func:`register` call (or one line in ``_ENGINES``).
 """
 
@@ -15,9 +15,8 @@ import importlib
 import importlib.util
 from typing import Any, Mapping
 
-from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, ClassifierBase, EngineOptionError,
-                                        EngineOptions, GeneratorBase, MaskFillerBase, as_classifier, as_generator,
-                                        as_mask_filler)
+from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, ClassifierBase, GeneratorBase, MaskFillerBase, as_classifier, as_generator, as_mask_filler)
+from breaknli_fast.engines.options import EngineOptionError, EngineOptions
 from breaknli_fast.errors import UserError
 
 # engine name -> module path

@@ -20,7 +20,9 @@ from typing import Any, Sequence
 import numpy as np
 from transformers import AutoConfig, AutoTokenizer
 
-from breaknli_fast.engines.base import CLASSIFIER, BatchedClassifier, EngineInfo, EngineOptions, Pair, nested_options
+from breaknli_fast.engines.base import CLASSIFIER, EngineInfo, Pair
+from breaknli_fast.engines.options import EngineOptions, nested_options
+from breaknli_fast.engines.batching import BatchedClassifier
 from breaknli_fast.engines.models import ModelLoadError, effective_max_length, label_permutation, load_config, model_kind
 from breaknli_fast.engines.ort_runtime import classifier_feeds
 from breaknli_fast.engines.registry import EngineUnavailable

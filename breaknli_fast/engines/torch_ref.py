@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from transformers import AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
-from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, BatchedClassifier, BatchedMaskFiller,
-                                        EngineInfo, Pair, pad_tokens, pad_values, split_threads)
+from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
+from breaknli_fast.engines.batching import BatchedClassifier, BatchedMaskFiller, pad_tokens, pad_values, split_threads
 from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import MaskedLogProbs, Seq2SeqNLIMixin, masked_lm_inputs, use_torch_threads
@@ -168,7 +168,7 @@ def torch_workers(device: str, threads: int | None, workers: int | str | None) -
     ``threads``: CPU threads in all (default: torch's own count when this module was imported).
     ``workers``: 1 unless asked (``None``): the reference runs its batches one after another on all
     the threads; a number or ``auto`` splits the threads as
-    :func:`~breaknli_fast.engines.base.split_threads` does. On CUDA: one worker."""
+    :func:`~breaknli_fast.engines.batching.split_threads` does. On CUDA: one worker."""
     total = int(threads) if threads else _DEFAULT_THREADS
     w, intra = 1, total
     if device == "cpu" and workers is not None:
