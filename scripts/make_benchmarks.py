@@ -77,6 +77,7 @@ def provenance(doc: Result, label: str) -> str:
     env = ", ".join(f"{k}={v}" for k, v in (m.get("env") or {}).items())
     machine = (f"{m.get('cpu')}, {cores}, {f(m.get('memory_gib'), '.1f')} GiB; Python {m.get('python')}, "
                f"torch {pk.get('torch')}, onnxruntime {pk.get('onnxruntime')}, transformers {pk.get('transformers')}"
+               + (f", ctranslate2 {pk['ctranslate2']}" if pk.get("ctranslate2") else "")
                + (f"; {env}" if env else "")
                + f"; load average (1 min) {load_pair(m, 'load_average_before')} before, "
                  f"{load_pair(m, 'load_average_after')} after")
