@@ -58,6 +58,16 @@ def _first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
+def _parameters(config: Any, seq2seq: bool) -> int:
+    """Parameters of a model, counted on an empty (meta-device) copy built from its config."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+
+    with torch.device("meta"):
+        m = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForSequenceClassification).from_config(config)
+    return sum(p.numel() for p in m.parameters())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--job", choices=("generate", "classify"), required=True)
@@ -81,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-seconds", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", type=Path, default=None, help="random-weight models (default: the bench's cache)")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="a local model folder instead of the random-weight shape (a smoke test on a tiny model)")
     ap.add_argument("--result", type=Path, default=None, help="write a result file (with provenance) here")
     args = ap.parse_args(argv)
     rec = Recorder("real_shapes", script_command("bench_real_shapes.py", argv))
@@ -106,11 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     contenders_text = args.contenders or (GEN_CONTENDERS if generate else CLF_CONTENDERS)
     data = load_examples("sample", limit=max(args.pairs, 4 * args.prompts))
     texts = [t for ex in data.examples for t in (ex.premise, ex.hypothesis)]
-    shape = shape_name(args.generator if generate else args.classifier)
-    model = build_random_model(shape, args.cache_dir, texts, log=lambda m: print(m, file=sys.stderr, flush=True))
     import json
 
-    meta = json.loads((model / "random_weights.json").read_text())
+    if args.model is not None:
+        from transformers import AutoConfig
+
+        model = args.model
+        shape = model.name
+        meta = {"parameters": _parameters(AutoConfig.from_pretrained(model), generate)}
+    else:
+        shape = shape_name(args.generator if generate else args.classifier)
+        model = build_random_model(shape, args.cache_dir, texts, log=lambda m: print(m, file=sys.stderr, flush=True))
+        meta = json.loads((model / "random_weights.json").read_text())
     print(f"{shape}: {meta['parameters'] / 1e6:.1f} M parameters, {model}", file=sys.stderr, flush=True)
 
     dec = Decoding(top_k=args.top_k, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
@@ -313,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
               + (f"{r['tokens_per_s']:.0f} tokens/s" if generate else f"{r['pairs_per_s']:.1f} pairs/s"), flush=True)
     payload = {
         "job": args.job, "shape": shape, "parameters": meta["parameters"], "model_dir": str(model),
+        "random_weights": args.model is None,
         "threads": threads, "cpu_features": cpu_features.summary(),
         "workload": ({"prompts": len(prompts), "k": args.k, "max_new_tokens": args.max_new_tokens,
                       "fixed_length": True, "top_k": args.top_k, "top_p": args.top_p, "peer_batch_prompts": peer_batch}

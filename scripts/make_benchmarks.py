@@ -418,7 +418,8 @@ def classifier_variants(doc: Result) -> str:
 
 def real_shapes_title(doc: Result) -> str:
     p = doc["payload"]
-    return f"{p.get('job')}: {p.get('shape')} ({f((p.get('parameters') or 0) / 1e6, '.1f')} M parameters, random weights)"
+    kind = ", random weights" if p.get("random_weights", True) else ""
+    return f"{p.get('job')}: {p.get('shape')} ({f((p.get('parameters') or 0) / 1e6, '.1f')} M parameters{kind})"
 
 
 def real_shapes(doc: Result) -> str:
