@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
+    import breaknli_fast.export.api  # noqa: F401 - provides the exports' builder to the engines (engines.artifacts)
     from breaknli_fast.bench.measure import PeakMemory, Task, repeat_interleaved
     from breaknli_fast.bench.runner import workload_prompts
     from breaknli_fast.bench.shapes import build_random_model, shape_name
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     eos = pad = None
     if not generate:
-        from breaknli_fast.engines.models import label_permutation, load_config
+        from breaknli_fast.engines.model_info import label_permutation, load_config
 
         perm = label_permutation(load_config(str(model)))
     if generate:
@@ -204,13 +205,14 @@ def main(argv: list[str] | None = None) -> int:
                 def build(peer=peer):
                     import ctranslate2
 
-                    from breaknli_fast.engines.ct2 import _vocabulary, convert_t5
+                    from breaknli_fast.engines.ct2 import vocabulary
+                    from breaknli_fast.export.ct2 import convert_t5
 
-                    folder, _, _ = convert_t5(str(model))
+                    folder = convert_t5(str(model)).path
                     compute = "int8" if peer.endswith("int8") else "float32"
                     tr = ctranslate2.Translator(str(folder), device="cpu", compute_type=compute, inter_threads=1,
                                                 intra_threads=threads)
-                    vocab = _vocabulary(folder)
+                    vocab = vocabulary(folder)
                     sources = [tok.convert_ids_to_tokens(ids) for ids in tok(prompts)["input_ids"]]
                     ctranslate2.set_random_seed(args.seed + 1)
 

@@ -11,7 +11,7 @@ import pytest
 import tiny_models as testing
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.engines.models import ModelLoadError
+from breaknli_fast.engines.model_info import ModelLoadError
 from breaknli_fast.errors import UserError
 
 PROMPTS = ["Generate a statement that contradicts the following statement: A man is sleeping.",
@@ -87,7 +87,7 @@ def test_seeded_stream_is_reproducible(tiny_t5, ct2_cache):
 
 @needs_ct2
 def test_a_wrong_conversion_fails_the_check(tiny_t5, ct2_cache, tiny_dir):
-    from breaknli_fast.engines.ct2 import check_conversion
+    from breaknli_fast.export.ct2 import check_conversion
 
     folder = _load(tiny_t5, ct2_cache).folder
     other = testing.make_tiny_t5(tiny_dir / "t5-other-seed", seed=1)  # same shapes and tokenizer, other weights

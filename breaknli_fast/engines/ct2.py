@@ -6,7 +6,8 @@ graphs stepped from Python (BENCHMARKS.md). This backend uses it where it is fas
 
 * **generator**: a local T5-family model (Flan-T5) converted once with CTranslate2's own converter
   (``ctranslate2.converters.TransformersConverter``, float32 weights) into the export cache, checked there
-  against the torch fp32 reference (:func:`convert_t5`), and loaded with the compute type of the precision
+  against the torch fp32 reference (:mod:`breaknli_fast.export.ct2`, reached through
+  :func:`breaknli_fast.engines.artifacts.build` with ``format="ct2"``), and loaded with the compute type of the precision
   (``fp32`` = float32, ``int8`` = int8 weights quantized at load time; on CUDA also ``fp16`` / ``bf16``);
 * **classifier** (and masked LMs): delegated to ``classifier_engine`` (``auto``: ort where ONNX Runtime is
   installed, else torch), at the same precision; the classifier's :class:`EngineInfo` names that engine.
@@ -36,20 +37,20 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from breaknli_fast.engines import registry
+from breaknli_fast.engines.artifacts import build
 from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats,
                                         derive_seed)
 from breaknli_fast.engines.options import option
 from breaknli_fast.engines.generation import GenerationOptions, batched_sampling_supported
-from breaknli_fast.engines.models import (ModelLoadError, effective_max_length, load_config, model_fingerprint,
-                                          model_kind, resolve_model)
+from breaknli_fast.engines.model_info import (ModelLoadError, effective_max_length, load_config, model_kind,
+                                              resolve_model)
 from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.errors import UserError
 
 INSTALL_CT2 = "pip install 'breaknli-fast[ct2]' (ctranslate2)"
 # precision -> CTranslate2 compute type
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "fp16": "float16", "bf16": "bfloat16"}
-CT2_FAMILIES = ("t5",)  # converted and checked here; mT5 / umT5 convert too but are untested
-CONVERSION_SCHEMA = 1
+CT2_FAMILIES = ("t5",)  # converted and checked (breaknli_fast.export.ct2); mT5 / umT5 convert too but are untested
 # the conversion check: greedy decoding of these many prompts, and the log-probabilities CTranslate2 gives
 # torch's greedy tokens against torch's own (fp32 against fp32: rounding only)
 CHECK_PROMPTS = 4
@@ -99,125 +100,7 @@ def load_mask_filler(model: str, precision: str = "fp32", device: str = "cpu", *
                                      device=device, **opts)
 
 
-# -- conversion (cached like the ONNX exports) -----------------------------------------------------------------
-
-def _conversion_key(model: str, ct2: Any) -> dict[str, Any]:
-    import transformers
-
-    fp = model_fingerprint(model)
-    return {"schema": CONVERSION_SCHEMA, "format": "ctranslate2", "source": fp.get("files_sha256") or fp.get("revision"),
-            "source_id": resolve_model(model), "ctranslate2": ct2.__version__, "transformers": transformers.__version__}
-
-
-def convert_t5(model: str, cache_dir: str | Path | None = None, force: bool = False) -> tuple[Path, dict[str, Any], bool]:
-    """The CTranslate2 conversion of a local T5-family ``model`` (float32 weights, the tokenizer beside them):
-    (folder, manifest, reused). Converted into ``<export cache>/<name>-ct2-<hash>/`` under a lock, checked
-    against torch fp32 (:func:`check_conversion`; a conversion that fails the check is not kept), and reused
-    while the model's files and the library versions match."""
-    import breaknli_fast.export.manifest as mf
-
-    ct2 = import_ct2()
-    config = load_config(model)
-    family = getattr(config, "model_type", "?")
-    if model_kind(config) != "seq2seq" or family not in CT2_FAMILIES:
-        raise ModelLoadError(f"{model!r}: the ct2 engine converts T5 text-to-text models (Flan-T5), not {family!r}")
-    resolved = resolve_model(model)
-    if not Path(resolved).exists():
-        raise ModelLoadError(f"{model!r}: the ct2 engine converts local model folders (download the model first)")
-    key = _conversion_key(model, ct2)
-    target = mf.export_dir_for(model, resolved, "ct2", "fp32", "float32", cache_dir)
-    with mf.locked(mf.lock_path(target, cache_dir)):
-        old = mf.read_manifest(target) if target.exists() else None
-        why = "forced" if force else (mf.mismatch(old, key, target) if target.exists() else "not converted yet")
-        if why is None and old is not None:
-            return target, old, True
-        t0 = time.perf_counter()
-        with mf.staging_dir(target) as stage:
-            from ctranslate2.converters import TransformersConverter
-            from transformers import AutoTokenizer
-
-            from breaknli_fast.export.onnx import quiet
-
-            out = stage / "model"
-            try:
-                with quiet():
-                    TransformersConverter(resolved).convert(str(out), quantization="float32")
-            except Exception as e:  # the converter's errors are long; keep the first line
-                raise ModelLoadError(f"{model!r}: CTranslate2 conversion failed: {_first_line(e)}") from e
-            for f in list(out.iterdir()):  # one flat folder: CTranslate2's files and the tokenizer
-                f.rename(stage / f.name)
-            out.rmdir()
-            AutoTokenizer.from_pretrained(resolved).save_pretrained(stage)
-            check = check_conversion(stage, resolved)
-            if not check["passed"]:
-                raise ModelLoadError(f"{model!r}: the CTranslate2 conversion does not match torch fp32: "
-                                     f"{'; '.join(check['failures'])}")
-            manifest = {"schema": CONVERSION_SCHEMA, "created": mf.now_iso(), "model": model, "family": family,
-                        "converter": "ctranslate2.converters.TransformersConverter (float32)",
-                        "build_seconds": round(time.perf_counter() - t0, 2), "validation": check,
-                        "files": mf.files_manifest(stage), "key": key}
-            mf.write_manifest(stage, manifest)
-            mf.install(stage, target)
-    return target, manifest, False
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _check_prompts(n: int) -> list[str]:
-    from breaknli_fast.engines.random_weights import pairs
-    from breaknli_fast.prompts import GEN_PROMPTS
-
-    templates = list(GEN_PROMPTS.values())
-    return [templates[i % len(templates)].format(h=h) for i, (_, h, _) in enumerate(pairs(n, seed=3))]
-
-
-def check_conversion(folder: Path, src: str, n: int = CHECK_PROMPTS) -> dict[str, Any]:
-    """The converted model (float32) against torch fp32 on ``n`` generator prompts: greedy token agreement
-    (position by position over ``CHECK_NEW_TOKENS`` tokens), and the largest difference between the
-    log-probabilities CTranslate2 gives torch's greedy tokens (``score_batch``) and torch's own; passed when that
-    difference is at most ``CHECK_MAX_ABS_LOGPROB``. A wrong conversion (a mis-scaled output layer, a missing
-    relative-position bias) is far off on both."""
-    import numpy as np
-    import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    ct2 = import_ct2()
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    model = AutoModelForSeq2SeqLM.from_pretrained(src, dtype=torch.float32).eval()
-    prompts = _check_prompts(n)
-    enc = tok(prompts, return_tensors="pt", padding=True)
-    with torch.inference_mode():
-        seqs = model.generate(**enc, do_sample=False, num_beams=1, max_new_tokens=CHECK_NEW_TOKENS,
-                              min_new_tokens=CHECK_NEW_TOKENS)
-        logits = model(**enc, decoder_input_ids=seqs[:, :-1]).logits.float()
-    ref_lp = torch.log_softmax(logits, -1).gather(-1, seqs[:, 1:, None])[..., 0].numpy()
-    tr = ct2.Translator(str(folder), device="cpu", compute_type="float32", intra_threads=1)
-    sources = [tok.convert_ids_to_tokens(tok(p)["input_ids"]) for p in prompts]
-    greedy = tr.translate_batch(sources, beam_size=1, max_decoding_length=CHECK_NEW_TOKENS,
-                                min_decoding_length=CHECK_NEW_TOKENS, return_end_token=True)
-    vocab = _vocabulary(folder)
-    ref_ids = seqs[:, 1:].tolist()
-    same = total = 0
-    for r, row in zip(greedy, ref_ids):
-        got = [vocab[t] for t in r.hypotheses[0]]
-        total += len(row)
-        same += sum(a == b for a, b in zip(got, row))
-    targets = [tok.convert_ids_to_tokens(row) for row in ref_ids]
-    scored = tr.score_batch(sources, targets)
-    diffs = [np.abs(np.asarray(s.log_probs[:len(row)], dtype=np.float64) - ref_lp[i, :len(row)]).max()
-             for i, (s, row) in enumerate(zip(scored, ref_ids))]
-    max_diff = float(max(diffs)) if diffs else 0.0
-    failures = [] if np.isfinite(max_diff) and max_diff <= CHECK_MAX_ABS_LOGPROB else [
-        f"max|Δ log-probability| {max_diff:.3g} > {CHECK_MAX_ABS_LOGPROB:g}"]
-    return {"prompts": n, "new_tokens": CHECK_NEW_TOKENS, "token_agreement": 100.0 * same / max(1, total),
-            "max_abs_logprob": max_diff, "tolerance": CHECK_MAX_ABS_LOGPROB, "passed": not failures,
-            "failures": failures}
-
-
-def _vocabulary(folder: Path) -> dict[str, int]:
+def vocabulary(folder: Path) -> dict[str, int]:
     """CTranslate2's target vocabulary (token -> id: the model's ids, as the converter wrote them)."""
     for name in ("shared_vocabulary.json", "target_vocabulary.json"):
         p = Path(folder) / name
@@ -252,9 +135,14 @@ class Ct2Generator(GeneratorBase):
         if compute is None or compute not in supported:
             names = [p for p, c in COMPUTE_TYPES.items() if c in supported]
             raise ModelLoadError(f"the ct2 engine runs {', '.join(names)} on {dev}, not {precision!r}")
-        self.folder, manifest, reused = convert_t5(model, o.cache_dir, o.force)
+        config = load_config(model)
+        if model_kind(config) != "seq2seq" or getattr(config, "model_type", None) not in CT2_FAMILIES:
+            raise ModelLoadError(f"{model!r}: the ct2 engine generates with T5 text-to-text models (Flan-T5), not "
+                                 f"{getattr(config, 'model_type', '?')!r}")
+        exported = build(model, format="ct2", precision="fp32", device="cpu", cache_dir=o.cache_dir, force=o.force)
+        self.folder, manifest, reused = exported.path, exported.manifest, exported.reused
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.folder))
-        self.config = load_config(model)
+        self.config = config
         try:
             gen_config = GenerationConfig.from_pretrained(resolve_model(model))
         except (OSError, ValueError):
@@ -269,7 +157,7 @@ class Ct2Generator(GeneratorBase):
         self.threads = int(o.threads) if o.threads else (physical_cores() if dev == "cpu" else 0)
         self.translator = ct2.Translator(str(self.folder), device=dev, device_index=int(index), compute_type=compute,
                                          inter_threads=1, intra_threads=self.threads)
-        self.vocab = _vocabulary(self.folder)
+        self.vocab = vocabulary(self.folder)
         self.eos_id = int(self.config.eos_token_id)
         self._seeded = False
         self._ct2 = ct2
