@@ -455,10 +455,11 @@ def real_shapes(doc: Result) -> str:
         header = ["contender", "iterations", "median s", "pairs/s", "vs torch:fp32", "label agreement with torch fp32",
                   "max abs Δ logit", "kernel / runtime"]
     flags = ", ".join(cpu.get("flags") or []) or "none read"
+    caveat = ("" if not p.get("random_weights", True) else
+              " Random weights: speed only" + ("." if gen else "; the label agreement of near-tied random logits says "
+                                               "little (max |Δ logit| does tell a correct fp32 path)."))
     return "\n".join([f"{lead}; {p.get('threads')} threads; all contenders loaded first, then timed in rounds "
-                      f"(median). CPU flags: {flags}. Random weights: speed only; the label agreement of near-tied "
-                      "random logits says little (max |Δ logit| does tell a correct fp32 path).", "",
-                      table(header, rows)])
+                      f"(median). CPU flags: {flags}.{caveat}", "", table(header, rows)])
 
 
 def ort_parity(doc: Result) -> str:
