@@ -99,7 +99,8 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory. Default: runs/<dataset>-<classifier>-<engine>-<precision>-s<seed>."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run directory that holds different settings."),
     engine: str = typer.Option("auto", "--engine", "-e",
-                               help="auto, torch, ort or tensorrt. auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
+                               help="auto, torch, ort, tensorrt or ct2 (CTranslate2 generator, classifier on ort/torch; "
+                                    "the ct2 extra). auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
                                     "installed (exactly torch's fp32 results, faster), else torch."),
     precision: str = typer.Option("fp32", "--precision", "-p", help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
     device: str = opts.DEVICE,
