@@ -17,7 +17,7 @@ SHORT_ROWS = {"Entailment": "E", "Neutral": "N", "Contradiction": "C"}  # ŷ on 
 
 def comparison_table(comp: Any) -> Table:
     """The comparison on the terminal: rates and n per cell (the files hold the intervals too)."""
-    from breaknli_fast.study.compare import accuracy_text, cell_text
+    from breaknli_fast.study.table_files import accuracy_text, cell_text
 
     t = Table(title=f"{comp.probe}: {' / '.join(comp.measures)} % (n); intervals in table.md / report.html",
               title_justify="left")
@@ -76,7 +76,8 @@ def report(
     """The comparison table of run directories in BreakNLI's layout (rows dataset x mode x ŷ and Overall, one
     column per model with its accuracy, cells inequality / relaxed with 95 % intervals) as Markdown, CSV and LaTeX,
     with a plot; runs whose settings differ (other than the model and the dataset) are refused."""
-    from breaknli_fast.study.compare import compare, load_runs, write_table
+    from breaknli_fast.study.compare import compare, load_runs
+    from breaknli_fast.study.table_files import write_table
     from breaknli_fast.study.html import MAX_EXAMPLES, write_html
 
     with user_errors():

@@ -35,7 +35,8 @@ from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.engines.model_info import resolve_model
 from breaknli_fast.errors import UserError
 from breaknli_fast.progress import ProgressHook
-from breaknli_fast.study.compare import STUDY_FILE, Comparison, compare, load_runs, write_table
+from breaknli_fast.study.compare import STUDY_FILE, Comparison, compare, load_runs
+from breaknli_fast.study.table_files import write_table
 from breaknli_fast.study.rundir import RunDir, write_json_atomic
 from breaknli_fast.study.runner import StudyResult, run_study, slug
 

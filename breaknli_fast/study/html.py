@@ -21,7 +21,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from breaknli_fast.study.compare import Comparison, Run, cell_text, compare, load_runs, plot, probe_type
+from breaknli_fast.study.compare import Comparison, Run, compare, load_runs, probe_type
+from breaknli_fast.study.table_files import cell_text, plot
 
 MAX_EXAMPLES = 2000  # records of one run embedded in the page (0: all)
 SHOWN_ROWS = 300  # rows the browser draws before "show more"
