@@ -48,7 +48,7 @@ from breaknli_fast.engines.base import MASK, derive_seed
 from breaknli_fast.errors import UserError
 from breaknli_fast.stats import rate_cell
 from breaknli_fast.stats import ratio_ci as pooled_ratio_ci
-from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
+from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext
 from breaknli_fast.plotting import pyplot
 
 GROUP = "merge"
@@ -529,14 +529,28 @@ class MergeProbe(Probe):
         return {"rates": {k: m[k] for k in ("seed_accuracy", "sample_accuracy", "pa_0.9")},
                 "counts": {"seed_problems": len(seeds), "variants": int(m["variants"])}}
 
-    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    def headline_metrics(self) -> list[Metric]:
+        return [Metric("seed_accuracy", "share", METRIC_LABELS["seed_accuracy"]),
+                Metric("sample_accuracy", "ratio", "correct variant evaluations / all, pooled over problems"),
+                Metric("pa_0.9", "mean", "share of draws with >= 90 % of the problem's variants correct")]
+
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         seeds = [r for r in records if r.get("status") == "kept"]
-        out: dict[str, dict[str, float]] = {"seed_accuracy": {}, "sample_accuracy": {}, "pa_0.9": {}}
+        out: dict[str, dict[str, Any]] = {"seed_accuracy": {}, "sample_accuracy": {}, "pa_0.9": {}}
         for r in seeds:
             ok, n, c = _problem_draws(r, self.cfg.seeds)
             out["seed_accuracy"][r["id"]] = float(r["yhat"] == r["gold"])
-            out["sample_accuracy"][r["id"]] = float(ok.sum() / n.sum())
+            out["sample_accuracy"][r["id"]] = (float(ok.sum()), float(n.sum()))
             out["pa_0.9"][r["id"]] = float((c[n > 0] >= 0.9 - 1e-9).mean())
+        return out
+
+    def predictions(self, record: dict[str, Any]) -> dict[str, str]:
+        """M(p, h) and M of each variant, keyed by the replaced word, its replacement and its category."""
+        out = {"(p, h)": record["yhat"]} if "yhat" in record else {}
+        words = record.get("words") or []
+        for v in record.get("variants") or []:
+            if "yhat" in v and v["w"] < len(words):
+                out[f"{words[v['w']]['form']} -> {v['sub']} ({v['cat']})"] = v["yhat"]
         return out
 
     def markdown(self, report: dict[str, Any]) -> str:
