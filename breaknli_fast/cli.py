@@ -14,7 +14,7 @@ from breaknli_fast.console import RichHook, console, fail, literal, make_progres
 from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.engines.loading import EngineConfig
+from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
 from breaknli_fast.prompts import GEN_PROMPTS
 

@@ -19,7 +19,7 @@ from breaknli_fast.bench.result import BenchResult
 from breaknli_fast.bench.runner import BenchConfig, run_bench
 from breaknli_fast.bench.specs import BenchSpecError, parse_engines
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.engines.loading import EngineConfig
+from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
 from breaknli_fast.stats import compare
 

@@ -4,8 +4,9 @@ import pytest
 import tiny_models as testing
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.base import Decoding, derive_seed, plan_batches
-from breaknli_fast.engines.models import ModelLoadError
+from breaknli_fast.engines.base import Decoding, derive_seed
+from breaknli_fast.engines.batching import plan_batches
+from breaknli_fast.engines.model_info import ModelLoadError
 from breaknli_fast.engines.registry import EngineUnavailable
 
 
@@ -124,7 +125,7 @@ def test_seq2seq_classifier_score_and_generate(tiny_t5):
 
 
 def test_parse_nli_answer():
-    from breaknli_fast.engines.models import parse_nli_answer
+    from breaknli_fast.engines.model_info import parse_nli_answer
 
     assert parse_nli_answer("Yes") == "entailment" and parse_nli_answer("no") == "contradiction"
     assert parse_nli_answer("not possible to tell") == "neutral" and parse_nli_answer("nobody") == "neutral"
@@ -235,7 +236,7 @@ def test_max_length_below_the_model_limit_is_kept_and_recorded(tiny_roberta, tin
 
 
 def test_unknown_options_are_one_line_naming_the_valid_ones(tiny_roberta, tiny_t5):
-    from breaknli_fast.engines.base import EngineOptionError
+    from breaknli_fast.engines.options import EngineOptionError
 
     with pytest.raises(EngineOptionError, match=r"unknown torch classifier option 'max_lenght'; valid: .*max_length") as ei:
         registry.load_classifier("torch", tiny_roberta, max_lenght=64)
@@ -245,7 +246,7 @@ def test_unknown_options_are_one_line_naming_the_valid_ones(tiny_roberta, tiny_t
 
 
 def test_options_are_typed_per_backend_and_go_to_the_roles_that_take_them():
-    from breaknli_fast.engines.base import EngineOptionError
+    from breaknli_fast.engines.options import EngineOptionError
     from breaknli_fast.engines.ort import OrtOptions
     from breaknli_fast.engines.tensorrt import TensorRTOptions
     from breaknli_fast.engines.torch_ref import TorchOptions
@@ -270,7 +271,7 @@ def test_an_engine_with_only_the_protocol_gets_the_optional_members():
     try:
         clf, gen = registry.load_classifier("words", "any"), registry.load_generator("words", "any")
     finally:
-        registry.unregister("words")
+        registry._ENGINES.pop("words", None)  # the registry has no removal: a test cleans up after itself
     assert clf.info.engine == gen.info.engine == "words" and clf.stats is None and gen.stats is None
     clf.clear_cache()
     clf.reset_stats()

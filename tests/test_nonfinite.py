@@ -14,7 +14,8 @@ import torch
 from typer.testing import CliRunner
 
 from breaknli_fast.cli import app
-from breaknli_fast.engines.base import MASK, BatchedClassifier, Decoding, EngineInfo, NonFiniteError
+from breaknli_fast.engines.base import MASK, Decoding, EngineInfo, NonFiniteError
+from breaknli_fast.engines.batching import BatchedClassifier
 from breaknli_fast.engines.sampling import sample
 
 VOCAB, EOS, PAD = 60, 1, 0
@@ -91,7 +92,7 @@ def hot_t5(tmp_path_factory):
     """mini-t5 with its output projection scaled by 1e4: logits around 1e5, past fp16's largest number."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from breaknli_fast.engines.models import assets_models_dir
+    from breaknli_fast.engines.model_info import assets_models_dir
 
     src = assets_models_dir() / "mini-t5"
     out = tmp_path_factory.mktemp("hot-t5")

@@ -20,7 +20,7 @@ pytest.importorskip("optimum.onnxruntime")
 import tiny_models as testing  # noqa: E402
 from breaknli_fast.engines import registry  # noqa: E402
 from breaknli_fast.engines.base import Decoding, derive_seed  # noqa: E402
-from breaknli_fast.engines.models import ModelLoadError  # noqa: E402
+from breaknli_fast.engines.model_info import ModelLoadError  # noqa: E402
 from breaknli_fast.engines.registry import EngineUnavailable  # noqa: E402
 
 FAMILIES = ("roberta", "bart", "distilbart", "deberta", "deberta-v2")
@@ -375,7 +375,7 @@ def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
 
 
 def test_workers_split_and_batches():
-    from breaknli_fast.engines.base import split_threads
+    from breaknli_fast.engines.batching import split_threads
     from breaknli_fast.engines.generation import HFGenerator
 
     assert split_threads(2, None) == split_threads(2, "auto") == (2, 1)

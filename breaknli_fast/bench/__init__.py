@@ -2,7 +2,7 @@
 
 Library entry points: :func:`run_bench` (-> :class:`BenchResult`, with ``to_json`` / ``to_markdown`` /
 ``save``), :class:`BenchConfig` (the probe, its config object, the engines), :func:`parse_engines` (``--engines``
-into :class:`BenchEngine` entries, each holding the study's :class:`~breaknli_fast.engines.loading.EngineConfig`);
+into :class:`BenchEngine` entries, each holding the study's :class:`~breaknli_fast.study.loading.EngineConfig`);
 the Typer command is :func:`breaknli_fast.bench.command.bench`.
 """
 

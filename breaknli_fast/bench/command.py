@@ -132,7 +132,7 @@ def bench(
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
     from breaknli_fast.data.labels import parse_label_map
     from breaknli_fast.engines.base import Decoding
-    from breaknli_fast.engines.loading import EngineConfig
+    from breaknli_fast.study.loading import EngineConfig
     from breaknli_fast.probes import get_probe, probe_class
     from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
     from rich.markup import escape

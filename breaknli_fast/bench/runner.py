@@ -2,8 +2,8 @@
 
 Per engine, in order (the torch:fp32 reference first):
 
-1. **load** the models the probe needs the study's way (:func:`breaknli_fast.engines.loading.load_models` with the
-   engine's :class:`~breaknli_fast.engines.loading.EngineConfig`); an engine that cannot load is *skipped* with
+1. **load** the models the probe needs the study's way (:func:`breaknli_fast.study.loading.load_models` with the
+   engine's :class:`~breaknli_fast.study.loading.EngineConfig`); an engine that cannot load is *skipped* with
    its one-line reason (a ``--strict`` bench then fails); the reference must load;
 2. **end to end**: the probe through the study runner (:func:`breaknli_fast.study.run_study`, in memory) on the
    whole dataset, after a warm-up on its first examples, ``repeats`` times: speed, and the records every parity
@@ -28,14 +28,15 @@ from typing import Any, Callable
 import numpy as np
 
 import breaknli_fast.bench.parity as par
-from breaknli_fast.bench import agreement, stages
+import breaknli_fast.bench.agreement as agreement
+import breaknli_fast.bench.stages as stages
 from breaknli_fast.bench.measure import PeakMemory, latency_stats, synchronize
 from breaknli_fast.bench.result import SCHEMA, BenchError, BenchResult
 from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
 from breaknli_fast.bench.state import Context, EngineRun, fail
 from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData, load_examples
-from breaknli_fast.engines.loading import EngineConfig, Models, load_models
-from breaknli_fast.engines.models import model_fingerprint
+from breaknli_fast.study.loading import EngineConfig, Models, load_models
+from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.errors import first_line
 from breaknli_fast.probes import get_probe, probe_class
 from breaknli_fast.probes.base import Probe
@@ -280,7 +281,8 @@ def _load(i: int, spec: BenchEngine, cfg: BenchConfig, models: dict[str, Any], r
     mem = PeakMemory(spec.config.device).start()
     t0 = time.perf_counter()
     try:
-        loaded = load_models(spec.config, clf_name, gen_name if "generator" in roles else None, mlm=models["mlm"])
+        loaded = load_models(spec.config, {"classifier": clf_name, "generator": gen_name if "generator" in roles else None,
+                                           "mlm": models["mlm"] or None})
     except Exception as e:  # noqa: BLE001 - any engine may fail to load; report and go on
         gc.collect()
         if is_ref:

@@ -1,5 +1,5 @@
 """Which engines a bench measures: ``ENGINE:PRECISION[:key=value...]`` specifications, parsed into the study's
-engine configuration (:class:`~breaknli_fast.engines.loading.EngineConfig`), loaded the study's way.
+engine configuration (:class:`~breaknli_fast.study.loading.EngineConfig`), loaded the study's way.
 
 Examples: ``torch:fp32``, ``ort:int8``, ``ort:int8:quantization=static`` (int8 with static activation scales, labels
 that do not depend on batch neighbours), ``tensorrt:fp16``, and, to compare another model folder under the same
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Sequence
 
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.loading import EngineConfig
+from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.engines.registry import PRECISIONS
 from breaknli_fast.errors import UserError
 
@@ -88,9 +88,10 @@ def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
     if len(parts) < 2 or not parts[0] or not parts[1]:
         raise BenchSpecError(f"engine {text!r}: expected ENGINE:PRECISION (e.g. torch:fp32, ort:int8)")
     engine, precision = parts[0].lower(), parts[1].lower()
-    if engine not in registry.engine_names():
-        raise BenchSpecError(f"engine {text!r}: unknown engine {engine!r}; choose one of "
-                             f"{', '.join(registry.engine_names())}")
+    try:
+        registry.options_class(engine)  # an unknown engine is refused here, before any model loads
+    except registry.EngineUnavailable as e:
+        raise BenchSpecError(f"engine {text!r}: {e}") from None
     if precision not in PRECISIONS:
         raise BenchSpecError(f"engine {text!r}: unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
     cfg = replace(base or EngineConfig(), engine=engine, precision=precision, classifier_precision=None,
@@ -110,6 +111,11 @@ def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
             setattr(out, key, val)
         else:
             cfg.extra[key] = _value(val)
+    if cfg.extra:
+        try:  # a plain key that none of the engine's loaders takes: one line now, not a skipped engine later
+            registry.role_options(engine, "classifier", cfg.extra)
+        except UserError as e:
+            raise BenchSpecError(f"engine {text!r}: {e}") from None
     return out
 
 

@@ -11,7 +11,7 @@ from breaknli_fast.bench.measure import PeakMemory
 from breaknli_fast.bench.result import BenchError
 from breaknli_fast.bench.specs import BenchEngine
 from breaknli_fast.data.loaders import LoadedData
-from breaknli_fast.engines.loading import Models
+from breaknli_fast.engines.roles import Models
 from breaknli_fast.errors import first_line
 from breaknli_fast.probes.base import Probe
 from breaknli_fast.progress import ProgressHook

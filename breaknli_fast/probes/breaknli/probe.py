@@ -1,4 +1,4 @@
-"""BreakNLI as a probe of the study runner (spec: shared/spec/breaknli.md).
+"""BreakNLI as a probe of the study runner (docs/methodology.md).
 
 Units: one group per mode (contradictive, then entailed), each the examples whose gold label the mode selects.
 Before the chunks, M(p, h) of every selected example (cached in the run directory); per chunk, the loop's
@@ -15,8 +15,6 @@ from rich.table import Table
 
 from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
-from breaknli_fast.engines.base import Classifier, Generator
-from breaknli_fast.engines.loading import Models
 from breaknli_fast.probes.breaknli.loop import (BreakNLIConfig, classify_premise_hypothesis, funnel, new_times,
                                              process_chunk)
 from breaknli_fast.probes.breaknli.metrics import mode_label_rates
@@ -24,7 +22,6 @@ from breaknli_fast.stats import rate_cell
 from breaknli_fast.probes.breaknli.report import fmt_rate, to_markdown
 from breaknli_fast.probes.breaknli.verdicts import SELECTED
 from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext
-from breaknli_fast.progress import ProgressHook
 
 
 class BreakNLIProbe(Probe):
