@@ -230,7 +230,9 @@ def test_reference_is_first_and_labels_are_unique():
     assert all(s.config.threads == 3 and s.config.max_length == 64 for s in parse_engines("ort:int8", base))
     # a torch:fp32 with another model is a candidate, not the reference
     specs = parse_engines("torch:fp32:classifier=/y")
-    assert specs[0].is_plain_reference and specs[1].label == "torch:fp32#2"
+    assert specs[0].is_plain_reference and specs[1].label == "torch:fp32:classifier=/y"  # named as written
+    assert [s.label for s in parse_engines("ort:int8,ort:int8:quantization=static")][1:] == [
+        "ort:int8", "ort:int8:quantization=static"]
     for bad in ("torch", "torch:fp64", "torch:fp32:oops", "bogus:fp32"):
         with pytest.raises(BenchSpecError):
             parse_engines(bad)

@@ -96,7 +96,8 @@ def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
         raise BenchSpecError(f"engine {text!r}: unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
     cfg = replace(base or EngineConfig(), engine=engine, precision=precision, classifier_precision=None,
                   generator_precision=None, mlm_precision=None, extra={})
-    out = BenchEngine(cfg)
+    # the name reports show: as written, without a label= (which replaces it)
+    out = BenchEngine(cfg, ":".join([engine, precision] + [kv for kv in parts[2:] if not kv.startswith("label=")]))
     for kv in parts[2:]:
         if "=" not in kv:
             raise BenchSpecError(f"engine {text!r}: option {kv!r} must be key=value")
