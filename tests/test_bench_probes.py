@@ -161,3 +161,26 @@ def test_record_agreement_compares_labels_input_by_input():
     assert (r["records"], r["identical"], r["only_reference"], r["only_engine"]) == (2, 1, 1, 0)
     assert PermutationProbe().predictions({"yhat": "neutral", "labels": "ENC"}) == {
         "(p, h)": "neutral", "permutation 0": "entailment", "permutation 1": "neutral", "permutation 2": "contradiction"}
+
+
+def test_by_column_pairs_each_group_and_stays_out_of_the_checks(tiny_roberta, permuted, tmp_path):
+    import tiny_models as testing
+
+    tsv = tmp_path / "cats.tsv"
+    with open(tsv, "w") as f:
+        f.write("gold_label\tsentence1\tsentence2\tpairID\tneg\n")
+        for i, (p, h, lab) in enumerate(testing.pairs(20)):
+            f.write(f"{lab}\t{p}\t{h}\tq{i}\t{i % 2}\n")
+    res = run_bench(BenchConfig(engines=f"torch:fp32,torch:fp32:label=perm:classifier={permuted}", probe="accuracy",
+                                classifier=tiny_roberta, dataset=str(tsv), by="neg", **FAST))
+    perm = res.engine("perm")
+    by = perm["parity"]["headline"]["by"]["neg"]
+    assert by["kind"] == "category" and [g["examples"] for g in by["groups"]] == [10, 10]
+    cells = [g["metrics"]["accuracy (p, h)"] for g in by["groups"]]
+    assert sum(c["n"] for c in cells) == perm["parity"]["headline"]["metrics"]["accuracy (p, h)"]["n"] == 20
+    total = perm["parity"]["verdicts"]
+    assert total["equivalent"] + total["different"] + total["inconclusive"] == 1  # the groups are not counted
+    assert "## Paired differences per group (--by)" in res.to_markdown()
+    with pytest.raises(Exception, match="no column 'nope'"):
+        run_bench(BenchConfig(engines="torch:fp32", probe="accuracy", classifier=tiny_roberta, dataset=str(tsv),
+                              by="nope", **FAST))

@@ -8,6 +8,8 @@ invariance of a classifier's labels.
   difference engine - reference over the examples both runs scored (:meth:`~breaknli_fast.probes.base.Probe.per_example`),
   with its 95 % interval (:func:`breaknli_fast.stats.paired_diff` / :func:`~breaknli_fast.stats.paired_ratio_diff`)
   and verdict;
+- **by column** (``--by``, TaxiNLI's categories by default on TaxiNLI): the same paired differences on each group's
+  examples (informative: these cells are not part of the pass / fail checks);
 - **batch invariance**: how many labels change between classifying pairs one at a time and in the engine's own
   batches. Dynamic int8 quantisation scales activations per batch tensor, so a pair's label can depend on its batch
   neighbours; static quantisation (``quantization=static``) fixes the scales at export.
@@ -19,7 +21,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from breaknli_fast.data.loaders import LoadedData
 from breaknli_fast.probes.base import Metric, Probe
+from breaknli_fast.study.breakdown import column_groups
 from breaknli_fast.stats import equivalence, paired_diff, paired_ratio_diff, ratio_cell, rate_cell, wilson_ci
 
 
@@ -80,6 +84,26 @@ def probe_parity(probe: Probe, ref_records: Sequence[dict[str, Any]], records: S
             "metrics": {m.name: {**metric_diff(m, per_ref.get(m.name, {}), per_eng.get(m.name, {}), tolerance),
                                  "kind": m.kind, "description": m.description}
                         for m in probe.headline_metrics()}}
+
+
+def parity_by(probe: Probe, ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
+              data: LoadedData, columns: Sequence[str], tolerance: float) -> dict[str, Any]:
+    """Each headline metric's paired difference on the examples of each group of each column (the groups of
+    :func:`breaknli_fast.study.breakdown.column_groups`; values paired by example id, the probes' ``pair_key``)."""
+    per_ref, per_eng = probe.per_example(ref_records), probe.per_example(records)
+    out: dict[str, Any] = {}
+    for column in columns:
+        spec = column_groups(data, column)
+        groups = []
+        for label, value, ids in spec["groups"]:
+            metrics = {}
+            for m in probe.headline_metrics():
+                ref = {k: v for k, v in per_ref.get(m.name, {}).items() if k in ids}
+                eng = {k: v for k, v in per_eng.get(m.name, {}).items() if k in ids}
+                metrics[m.name] = metric_diff(m, ref, eng, tolerance)
+            groups.append({"group": label, "value": value, "examples": len(ids), "metrics": metrics})
+        out[column] = {"kind": spec["kind"], "groups": groups}
+    return out
 
 
 def invariance_pairs(data_pairs: Sequence[tuple[str, str]], extra: Sequence[tuple[str, str]], limit: int) -> list[tuple[str, str]]:

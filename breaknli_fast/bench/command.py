@@ -76,6 +76,9 @@ def bench(
                                                          "folders, comma-separated (default mini-mlm)."),
     dataset: str = opts.DATASET,
     split: Optional[str] = opts.SPLIT,
+    by: Optional[str] = typer.Option(None, "--by", help="Also pair the headline metrics per group of these dataset "
+                                     "columns (0/1 columns: where it is 1 and the rest; others: per value). Default: "
+                                     "TaxiNLI's categories on taxinli."),
     mode: str = opts.MODE,
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
                                         help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
@@ -171,7 +174,7 @@ def bench(
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         cfg = BenchConfig(
             engines=parse_engines(engines, base, split=component_split, roles=probe_cls.roles), probe=probe,
-            probe_config=probe_config, generator=generator, classifier=classifier, mlm=mlm, dataset=dataset, split=split,
+            probe_config=probe_config, generator=generator, classifier=classifier, mlm=mlm, dataset=dataset, split=split, by=by,
             limit=eff_limit, engine=base, warmup=warmup, min_iterations=min_iterations,
             min_seconds=min_seconds, repeats=repeats, gen_prompts=gen_prompts, greedy_prompts=greedy_prompts,
             invariance_pairs=invariance_pairs, tolerance=tolerance, min_agreement=min_agreement,

@@ -216,9 +216,22 @@ def _headline_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[s
                      r.get("inputs_in_one_run_only", "–"),
                      f"{inv.get('labels_changed')} of {inv.get('pairs')}" if inv.get("pairs") else "–",
                      _f(inv.get("max_abs_logit_diff"), ".2e"), inv.get("max_batch", "–")])
-    return lines + _md_table(["engine", "records identical", "label agreement %", "labels compared",
-                              "inputs in one run only", "labels changed by batching", "max |Δ logit| by batching",
-                              "max batch"], rows) + [""]
+    lines += _md_table(["engine", "records identical", "label agreement %", "labels compared",
+                        "inputs in one run only", "labels changed by batching", "max |Δ logit| by batching",
+                        "max batch"], rows) + [""]
+    return lines + _by_sections(ok)
+
+
+def _by_sections(ok: list[dict[str, Any]]) -> list[str]:
+    """The paired differences per group of each ``--by`` column (informative: not part of the checks)."""
+    lines: list[str] = []
+    for e in ok[1:]:
+        for column, spec in (_get(e, "parity", "headline", "by") or {}).items():
+            rows = [[g["group"], g["examples"], m, fmt_verdict(d)] for g in spec["groups"]
+                    for m, d in g["metrics"].items()]
+            lines += [f"### `{e['label']}` by `{column}` ({spec['kind']}; not part of the checks)", ""]
+            lines += _md_table(["group", "examples", "metric", "Δ pp [95 % CI] n: verdict"], rows) + [""]
+    return (["## Paired differences per group (--by)", ""] + lines) if lines else []
 
 
 def _breaknli_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[str]:
@@ -365,7 +378,7 @@ def shown_to_match(e: dict[str, Any]) -> str:
         return f"no: {v['different']} of {n} cells differ beyond the tolerance{small}"
     if v.get("inconclusive"):
         return (f"not shown: {v.get('equivalent', 0)} of {n} cells equivalent, {v['inconclusive']} inconclusive "
-                f"(no difference found, but the sample is too small to show a match){small}")
+                f"(none shown to differ, but the intervals are too wide to show a match){small}")
     return f"yes: all {n} cells equivalent within the tolerance"
 
 

@@ -45,6 +45,7 @@ from breaknli_fast.probes.breaknli.metrics import mode_label_rates
 from breaknli_fast.progress import ProgressHook
 from breaknli_fast.prompts import NLI_PROMPTS
 from breaknli_fast.study import run_study
+from breaknli_fast.study.breakdown import column_groups, default_columns, parse_by
 
 WARMUP_EXAMPLES = 4  # examples of the end-to-end warm-up run
 DEFAULT_MLM = "mini-mlm"
@@ -59,6 +60,7 @@ class BenchConfig:
     classifier: str = "mini-nli"
     mlm: str | None = None  # masked LMs of a probe that needs them ("a,b"); default mini-mlm
     dataset: str = SAMPLE_NAME
+    by: str | list[str] | None = None  # columns to break the paired differences down by (default: the dataset's own)
     split: str | None = None
     limit: int | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)  # bench-wide settings each --engines entry starts from
@@ -229,6 +231,9 @@ def _run_phases(engs: list[EngineRun], ctx: Context) -> None:
             eng.res["batch_invariance"] = agreement.batch_invariance(eng.clf, pairs)
             p = stages.fixed_parity(eng, ctx, ctx.probe.cfg) if breaknli else {"meaningful": ctx.meaningful}
             p["headline"] = agreement.probe_parity(ctx.probe, ctx.ref["records"], eng.records, ctx.cfg.tolerance)
+            if ctx.extra.get("by") and not eng.is_ref:
+                p["headline"]["by"] = agreement.parity_by(ctx.probe, ctx.ref["records"], eng.records, ctx.data,
+                                                          ctx.extra["by"], ctx.cfg.tolerance)
             par.add_verdicts(p, ctx.cfg.tolerance)
             eng.res["parity"] = p
         except Exception as e:  # noqa: BLE001
@@ -340,6 +345,9 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
     data = load_examples(cfg.dataset, split=cfg.split, limit=cfg.limit, seed=probe.seed)
     if not data.examples:
         raise BenchError(f"no valid example in {cfg.dataset!r}")
+    by = parse_by(cfg.by) or default_columns(data)
+    for column in by:
+        column_groups(data, column)  # a missing column is a one-line error before any model loads
     roles = tuple(probe.roles)
     models: dict[str, Any] = {"classifier": cfg.classifier, "generator": cfg.generator,
                               "mlm": ([m.strip() for m in (cfg.mlm or DEFAULT_MLM).split(",") if m.strip()]
@@ -364,7 +372,7 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
     if probe.name == "breaknli":
         workload["generate"] = stages.workload_prompts(data.examples, probe.cfg, cfg.gen_prompts)
     engines: list[dict[str, Any]] = []
-    ctx = Context(cfg, probe, data, workload, {}, hook, log, meaningful)
+    ctx = Context(cfg, probe, data, workload, {}, hook, log, meaningful, extra={"by": by})
 
     if cfg.interleave:
         loaded = [e for e in (_load(i, sp, cfg, models, roles, engines, log) for i, sp in enumerate(specs)) if e is not None]
@@ -407,7 +415,7 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
         "seeds": {"probe": probe.seed, "random_weights": 0 if cfg.random_weights else None,
                   "per_example": "sha256(seed, group, example id)"},
         "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
-                 "examples": len(data.examples), "skips": data.skips.to_dict()},
+                 "examples": len(data.examples), "skips": data.skips.to_dict(), "by": by},
         "models": {"generator": models["generator"] if "generator" in roles else None,
                    "classifier": models["classifier"], "mlm": models["mlm"] or None,
                    "random_weights": random_info or None, "fingerprints": fingerprints, "changed_during_bench": changed},

@@ -123,13 +123,14 @@ def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
 def component_split(entries: Sequence[BenchEngine], roles: Sequence[str]) -> list[BenchEngine]:
     """After each engine that runs every role of a probe with several roles at a reduced precision (int8, fp16,
     bf16), the same engine with only one role at that precision (the others at fp32), one entry per role, so
-    the report shows where a difference comes from (``X generator only``, ``X classifier only``, ``X mlm only``)."""
+    the report shows where a difference comes from (``X generator only``, ``X classifier only``, ``X mlm only``).
+    An entry with loader options (``ort:int8:clf.quantization=static``) is a variant measured as a whole: not split."""
     roles = sorted((r for r in roles if r in ROLE_FIELD), key=("generator", "mlm", "classifier").index)
     out: list[BenchEngine] = []
     for e in entries:
         out.append(e)
         c = e.config
-        if len(roles) < 2 or c.precision == "fp32" or any(getattr(c, ROLE_FIELD[r]) for r in roles):
+        if len(roles) < 2 or c.precision == "fp32" or c.extra or any(getattr(c, ROLE_FIELD[r]) for r in roles):
             continue
         for role in roles:
             others = {ROLE_FIELD[r]: "fp32" for r in roles if r != role}
