@@ -411,7 +411,10 @@ def test_component_split_measures_each_quantised_model_alone(tiny_t5, tiny_rober
         ("torch:fp32", "fp32", "fp32"), ("ort:int8", "int8", "int8"),
         ("ort:int8 generator only", "fp32", "int8"), ("ort:int8 classifier only", "int8", "fp32")]
     assert parse_engines("ort:int8:clf.precision=fp32")[1].role_precision("classifier") == "fp32"
-    # a probe with one model has nothing to split; MERGE splits its masked LM from its classifier
+    # an entry with options is measured as a whole; a probe with one model has nothing to split; MERGE splits its
+    # masked LM from its classifier
+    assert [s.label for s in parse_engines("ort:int8:clf.quantization=static", split=True)] == [
+        "torch:fp32", "ort:int8:clf.quantization=static"]
     assert len(parse_engines("ort:int8", split=True, roles=("classifier",))) == 2
     merge = parse_engines("ort:int8", split=True, roles=("classifier", "mlm"))
     assert [(s.label, s.role_precision("classifier"), s.role_precision("mlm")) for s in merge[1:]] == [
