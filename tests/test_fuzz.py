@@ -3,7 +3,7 @@ encodings and long lines, and the breakage metrics on random verdict tables.
 
 Loaders: a file either loads, with every row read counted as a valid example or a skip, or raises
 DataError with a one-line message; nothing else escapes. Metrics: every rate is a percentage, every
-bootstrap CI holds its point estimate, and Overall pools the examples (and candidates) of the label
+CI holds its point estimate, and Overall pools the examples (and candidates) of the label
 cells. Each test draws a bounded number of examples without a deadline, so the file runs in seconds.
 """
 
