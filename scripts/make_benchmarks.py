@@ -539,18 +539,26 @@ def probe_parity(doc: Result) -> str:
              + [shown_to_match(e)] for e in ok[1:]]
     out.append(table(["engine"] + metrics + ["shown to match?"], drows))
     for e in ok[1:]:
-        for column, spec in (get(e, "parity", "headline", "by") or {}).items():
-            crow = [[g["group"], g["examples"]] + [_verdict_cell(g["metrics"].get(m)) for m in metrics]
-                    for g in spec.get("groups", []) if g.get("value") in (None, "1") or spec.get("kind") != "category"]
-            out += ["", f"`{e['label']}` by `{column}` (informative, not part of the checks):", "",
+        by = get(e, "parity", "headline", "by") or {}
+        crow = [[g["group"], g["examples"]] + [_verdict_cell(g["metrics"].get(m)) for m in metrics]
+                for spec in by.values() for g in spec.get("groups", [])
+                if g.get("value") == "1" or spec.get("kind") != "category"]  # a category: the examples where it is 1
+        if crow:
+            out += ["", f"`{e['label']}` per group of `{'`, `'.join(by)}` (informative, not part of the checks):", "",
                     table(["group", "examples"] + metrics, crow)]
     return "\n".join(out)
 
 
+def _shown(e: dict[str, Any]) -> str:
+    """yes / no / not shown, as bench.md's "shown to match" says (short)."""
+    v = get(e, "parity", "verdicts") or {}
+    if v.get("different"):
+        return "no"
+    return "not shown" if v.get("inconclusive") or not v else "yes"
+
+
 def parity_table(results: list[Result], label: str = "benchmarks/results") -> str:
     """The parity of every probe x engine on the evaluation slice, one row each (README and BENCHMARKS.md)."""
-    from breaknli_fast.bench.report import shown_to_match
-
     files = parity_files(results)
     if not files:
         return not_measured("a parity measurement of a probe on the evaluation slice",
@@ -558,22 +566,27 @@ def parity_table(results: list[Result], label: str = "benchmarks/results") -> st
     rows = []
     for doc in files:
         p = doc["payload"]
+        n = get(p, "data", "examples")
         for e in p.get("engines", []):
             if e.get("reference"):
                 continue
             if e.get("status") != "ok":
-                rows.append([probe_of(doc), e.get("label"), get(p, "data", "examples"), "–", "–", "–",
-                             f"{e.get('status')}: {e.get('reason')}", f"{label}/{stem(doc)}.json"])
+                rows.append([probe_of(doc), e.get("label"), n, "–", "–", "–", f"did not run ({e.get('status')})",
+                             "–", "–", f"{label}/{stem(doc)}.json"])
                 continue
             ms = get(e, "parity", "headline", "metrics") or {}
-            worst = max((m for m in ms.values() if m.get("diff") is not None), key=lambda m: abs(m["diff"]), default=None)
-            rows.append([probe_of(doc), e["label"], get(p, "data", "examples"),
-                         f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
-                         f(get(e, "parity", "headline", "records", "identical_pct"), ".2f"), _batching(e),
-                         shown_to_match(e) + (f"; largest headline Δ {_verdict_cell(worst)}" if worst else ""),
+            worst_name = max((k for k, m in ms.items() if m.get("diff") is not None), key=lambda k: abs(ms[k]["diff"]),
+                             default=None)
+            v = get(e, "parity", "verdicts") or {}
+            rows.append([probe_of(doc), e["label"], n, f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
+                         f(get(e, "parity", "headline", "records", "identical_pct"), ".2f"), _batching(e), _shown(e),
+                         f"{v.get('equivalent', 0)} / {v.get('different', 0)} / {v.get('inconclusive', 0)} "
+                         f"({v.get('too_small', 0)})",
+                         f"{worst_name}: {_verdict_cell(ms[worst_name])}" if worst_name else "–",
                          f"{label}/{stem(doc)}.json"])
     return table(["probe", "engine", "examples", "speed-up (e2e)", "records identical %", "labels changed by batching",
-                  "shown to match torch:fp32? (every cell and headline metric, δ = 1 pp)", "result file"], rows)
+                  "shown to match torch:fp32?", "cells equivalent / different / inconclusive (too few to judge)",
+                  "largest headline Δ pp [95 % CI]", "result file"], rows)
 
 
 def merge_speed(doc: Result) -> str:
@@ -824,8 +837,9 @@ def update_readme(path: Path, results: list[Result], label: str = "benchmarks/re
     when = ", ".join(sorted({f"{stem(d)} {str(d.get('date'))[:10]} at {d.get('commit')}" for d in files}))
     block = [README_START, "", parity_table(results, label), ""]
     if files:
-        block += [f"Measured by `scripts/run_benchmarks.sh` on every pair of the evaluation slice ({when}); the "
-                  "command, machine and per-metric figures of each file are in BENCHMARKS.md, section 2b.", ""]
+        block += [f"Measured by `scripts/run_benchmarks.sh` on the evaluation slice (all of it, or its first pairs: "
+                  f"see examples) with δ = 1 pp ({when}); the command, machine and per-metric figures of each file are "
+                  "in BENCHMARKS.md, section 2b.", ""]
     path.write_text(head + "\n".join(block) + README_END + tail)
 
 

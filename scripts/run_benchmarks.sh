@@ -30,13 +30,13 @@ if [ "$SMOKE" = 1 ]; then
     SHAPES_ARGS="--layers 2 --repeats 2 --warmup 1"; GEN_ARGS="--prompts 4 --k 4 --repeats 1"
     VARIANT_PAIRS=128; VARIANT_REPEATS=1; PARITY_ARGS="--n 50 --prompts 2 --k 4"; BASELINE_LIMIT=8
     BASELINE_ARGS="--gen-prompts 2 --k 4 --min-iterations 1 --min-seconds 0"
-    RAY_LIMIT=10; MERGE_LIMIT=20; STUDY_LIMIT=60; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PERM_LIMIT=10; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
+    RAY_LIMIT=10; MERGE_LIMIT=20; MERGE_PARITY_LIMIT=20; STUDY_LIMIT=60; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PERM_LIMIT=10; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
 else
     BENCH_LIMIT=200; LOOP_LIMIT=200; LOOP_ROUNDS=3; BUSY_LIMIT=300; RW_LIMIT=8
     SHAPES_ARGS="--repeats 3 --warmup 1"; GEN_ARGS="--prompts 16 --k 20 --repeats 3"
     VARIANT_PAIRS=1000; VARIANT_REPEATS=3; PARITY_ARGS="--n 2000 --prompts 10 --k 20"; BASELINE_LIMIT=64
     BASELINE_ARGS=""
-    RAY_LIMIT=200; MERGE_LIMIT=300; STUDY_LIMIT=3000; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PERM_LIMIT=300; PERM_RW_LIMIT=10; FILTER_LIMIT=500; TAXI_LIMIT=0
+    RAY_LIMIT=200; MERGE_LIMIT=100; MERGE_PARITY_LIMIT=300; STUDY_LIMIT=3000; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PERM_LIMIT=300; PERM_RW_LIMIT=6; FILTER_LIMIT=500; TAXI_LIMIT=0
 fi
 PARITY_ENGINES=torch:fp32,ort:fp32,ort:int8
 RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --limit $RW_LIMIT --k 4 --u 2 --s 1 \
@@ -95,7 +95,7 @@ step probe-permutation $PY scripts/bench_save.py --result "$R/probe-permutation.
     --engines "$PARITY_ENGINES,ort:int8:quantization=static" --limit "$PERM_LIMIT" --warmup 0
 # MERGE needs spaCy and its pipeline (the merge extra: pip install -e ".[merge]")
 step probe-merge $PY scripts/bench_save.py --result "$R/probe-merge.json" -- --probe merge \
-    --engines "$PARITY_ENGINES,ort:int8:clf.quantization=static" --limit "$MERGE_LIMIT" --warmup 0
+    --engines "$PARITY_ENGINES,ort:int8:clf.quantization=static" --limit "$MERGE_PARITY_LIMIT" --warmup 0
 step probe-taxinli-accuracy $PY scripts/bench_save.py --result "$R/probe-taxinli-accuracy.json" -- --probe accuracy \
     --dataset taxinli --engines torch:fp32,ort:int8 --limit "$TAXI_LIMIT" --warmup 0
 step probe-permutation-roberta-large $PY scripts/bench_save.py --result "$R/probe-permutation-roberta-large.json" -- \

@@ -268,8 +268,9 @@ def test_probe_benches_and_the_readme_parity_table(tmp_path: Path) -> None:
     assert not problems
     md = make_benchmarks.render(results, "benchmarks/results", None)
     part = md.split("### Parity per probe × engine on the evaluation slice")[1].split("\n### ")[0]
-    assert "| accuracy | ort:int8 | 2724 | 1.80× | 98.90 | 3 of 1000 | yes: all 1 cells equivalent" in part
-    assert "ort:int8:quantization=static" in part and "-0.50 [-0.80, -0.20] n=2724: inconclusive" in part
+    assert "| accuracy | ort:int8 | 2724 | 1.80× | 98.90 | 3 of 1000 | yes | 1 / 0 / 0 (0) |" in part
+    assert "| ort:int8:quantization=static | 2724 | 1.80× | 98.90 | 3 of 1000 | not shown | 0 / 0 / 1 (0) |" in part
+    assert "-0.50 [-0.80, -0.20] n=2724: inconclusive" in part
     assert "taxinli" not in part  # another dataset: not the evaluation slice's table
     assert "- command: `python scripts/bench_save.py --result x -- --probe accuracy`" in part
     readme = tmp_path / "README.md"
