@@ -1,4 +1,4 @@
-"""Command line: ``breaknli-fast run | export | bench | env | mini train | mini check`` (thin; calls the library)."""
+"""Command line: ``breaknli-fast run | report | export | bench | env | mini train | mini check`` (thin; calls the library)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def print_summary(result: Any) -> None:
         console.print(f"  worker {w['worker']} on {literal(w.get('node'))}: {w['chunks']} chunks, {w['examples']} examples, "
                       f"{rate}" + (f", restarted {w['restarts']}×" if w.get("restarts") else ""))
     if run_dir is not None:
-        files = ["config.json", "samples.jsonl", "report.json", "report.md"]
+        files = ["config.json", "samples.jsonl", "report.json", "report.md", "report.html"]
         files += sorted(p.name for p in run_dir.glob("*.png"))
         console.print(f"run directory: [bold]{literal(run_dir)}[/] ({', '.join(files)})")
 
@@ -99,7 +99,8 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory. Default: runs/<dataset>-<classifier>-<engine>-<precision>-s<seed>."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run directory that holds different settings."),
     engine: str = typer.Option("auto", "--engine", "-e",
-                               help="auto, torch, ort or tensorrt. auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
+                               help="auto, torch, ort, tensorrt or ct2 (CTranslate2 generator, classifier on ort/torch; "
+                                    "the ct2 extra). auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
                                     "installed (exactly torch's fp32 results, faster), else torch."),
     precision: str = typer.Option("fp32", "--precision", "-p", help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
     device: str = opts.DEVICE,
@@ -199,6 +200,17 @@ def run(
                               top_k=merge_top_k, pos_filter=merge_pos_filter, prob_filter=merge_prob_filter, seed=seed,
                               chunk_size=chunk_size or 16)
             ecfg.mlm_precision = mlm_precision
+        if "," in classifier or "," in dataset:  # a study over classifiers x datasets (breaknli_fast.study.grid)
+            from breaknli_fast.cli_report import run_grid_command
+
+            limits = {d.strip(): (DEFAULT_SAMPLE_LIMIT if d.strip() == SAMPLE_NAME else None) if limit is None
+                      else (limit or None) for d in dataset.split(",")}
+            return run_grid_command(probe, cfg, classifier, dataset, limits, split=split, generator=generator,
+                                    columns=Columns(premise_col, hypothesis_col, label_col, id_col), engine=ecfg,
+                                    out=out, overwrite=overwrite, by=by, mlm=mlm,
+                                    ray=RayConfig(address=ray_address, workers=ray_workers,
+                                                  gpus_per_worker=ray_gpus_per_worker, threads_per_worker=ray_threads)
+                                    if ray or ray_address else None)
         with make_progress() as progress:
             result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit,
                                columns=Columns(premise_col, hypothesis_col, label_col, id_col),
@@ -235,10 +247,12 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
 
 
 from breaknli_fast.bench.command import bench  # noqa: E402
+from breaknli_fast.cli_report import report  # noqa: E402
 from breaknli_fast.export.command import export  # noqa: E402
 
 app.command("export")(export)
 app.command("bench")(bench)
+app.command("report")(report)
 
 mini_app = typer.Typer(help="The shipped mini models (train them again from SNLI).", add_completion=False)
 app.add_typer(mini_app, name="mini")

@@ -65,15 +65,17 @@ def test_static_int8_is_for_classifiers_on_the_cpu(tmp_path, tiny_dir, monkeypat
     from breaknli_fast.export.api import _variant
 
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
-    assert _variant("seq-cls", "onnx", "int8", "cpu", "static") == "int8-static"
+    assert _variant("seq-cls", "onnx", "int8", "cpu", quantization="static") == "int8-static"
     assert _variant("seq-cls", "onnx", "int8", "cpu") == "int8-dynamic"
-    assert _variant("seq-cls", "onnx", "int8", "cuda", "static") == "int8-qdq"
-    for args, match in ((("seq2seq", "onnx", "int8", "cpu", "static"), "clf.quantization=static"),
-                        (("seq-cls", "onnx", "fp32", "cpu", "static"), "int8 setting"),
-                        (("seq-cls", "onnx", "int8", "cpu", "fixed"), "dynamic or static"),
-                        (("seq-cls", "onnx", "int8", "cuda", "dynamic"), "for the CPU")):
+    assert _variant("seq-cls", "onnx", "int8", "cuda", quantization="static") == "int8-qdq"
+    for args, q, match in ((("seq2seq", "onnx", "int8", "cpu"), "static", "clf.quantization=static"),
+                           (("seq-cls", "onnx", "fp32", "cpu"), "static", "int8 setting"),
+                           (("seq-cls", "onnx", "int8", "cpu"), "fixed", "dynamic or static"),
+                           (("seq-cls", "onnx", "int8", "cuda"), "dynamic", "for the CPU")):
         with pytest.raises(UnsupportedModelError, match=match):
-            _variant(*args)
+            _variant(*args, quantization=q)
+    with pytest.raises(UnsupportedModelError, match="fuse=true with quantization=static"):
+        _variant("seq-cls", "onnx", "int8", "cpu", fuse=True, quantization="static")
     t5 = tiny_dir / "static-int8" / "t5"
     if not (t5 / "model.safetensors").exists():
         testing.make_tiny_t5(t5)

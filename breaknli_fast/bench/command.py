@@ -129,7 +129,8 @@ def bench(
     from breaknli_fast.bench.compare import compare as compare_results
     from breaknli_fast.bench.compare import compare_markdown, compare_table
     from breaknli_fast.bench.report import rich_table
-    from breaknli_fast.bench.runner import BenchConfig, BenchResult, run_bench
+    from breaknli_fast.bench.result import BenchResult
+    from breaknli_fast.bench.runner import BenchConfig, run_bench
     from breaknli_fast.bench.shapes import parse_random_weights
     from breaknli_fast.bench.specs import BenchSpecError, parse_engines
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors

@@ -37,6 +37,9 @@ class ExportOptions:
     tolerances: Mapping[str, Any] | None = None  # overrides of the validation tolerances
     validate: bool = True
     progress: bool = False  # engines export quietly; the export command shows progress
+    # sequence classifiers: ONNX Runtime's transformer optimizer (attention / LayerNorm / GELU fusion) where it
+    # keeps fp32 parity with the unfused graph (export.onnx.fuse_transformer); its own cache entry ("-fused")
+    fuse: bool = False
     # int8 of a sequence classifier on the CPU: "dynamic" (the default: activation scales per batch tensor) or
     # "static" (scales fixed at export, so a pair's label does not depend on the pairs batched with it)
     quantization: str | None = None
