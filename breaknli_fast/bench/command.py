@@ -86,6 +86,7 @@ def bench(
     temperature: float = opts.TEMPERATURE,
     sampler: str = opts.SAMPLER,
     max_new_tokens: int = opts.MAX_NEW_TOKENS,
+    gen_batch: Optional[int] = opts.GEN_BATCH,
     fixed_length: bool = typer.Option(False, "--fixed-length", help="Generate exactly --max-new-tokens tokens (same work for every engine; on with --random-weights)."),
     random_weights: Optional[str] = typer.Option(None, "--random-weights",
                                                  help="Real architectures with random weights, e.g. flan-t5-base,roberta-large "
@@ -148,6 +149,7 @@ def bench(
             fixed_length=fixed_length, cache_dir=str(cache_dir) if cache_dir else None,
             classifier_opts={"label_map": parse_label_map(label_map), "max_length": max_length, "token_budget": token_budget,
                              "max_batch": max_batch, "prompt": nli_prompt, "method": nli_method},
+            generator_opts={"prompt_batch": gen_batch} if gen_batch else {},
             threads=threads, interleave=interleave, command=_command_line(ctx))
         out_dir = out or Path("runs") / f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         with make_progress() as progress:

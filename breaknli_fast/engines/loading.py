@@ -31,6 +31,7 @@ class EngineConfig:
     device: str = "cpu"
     threads: int | None = None  # CPU threads in all (engines split them into workers)
     workers: int | str | None = None  # CPU batches side by side: a number or "auto"
+    gen_batch: int | None = None  # prompts per generator batch (None: the engine's default for the device)
     # classifier options
     label_map: dict[str, str] | None = None
     max_length: int = 256
@@ -56,7 +57,8 @@ class EngineConfig:
 
     def generator_options(self, engine: str | None = None) -> dict[str, Any]:
         """The keyword options of ``engine``'s generator loader (``engine``: this config's, ``auto`` resolved)."""
-        return {**self._common(), **self._extra(engine)[1]}
+        gen = {"prompt_batch": self.gen_batch} if self.gen_batch else {}
+        return {**self._common(), **gen, **self._extra(engine)[1]}
 
     def mlm_options(self, engine: str | None = None) -> dict[str, Any]:
         """The keyword options of ``engine``'s mask-filler loader: the classifier's input length and batching, the
