@@ -329,7 +329,8 @@ def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torc
     if sync_every is None:
         sync_every = CUDA_SYNC_EVERY if dev.type == "cuda" else 1
     stepper.start(input_ids, attention_mask, n)
-    u = torch.from_numpy(uniforms(seeds, steps, n)).to(dev)
+    u = torch.from_numpy(uniforms(seeds, steps, n))
+    u = u.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else u  # no wait for the copy either
     active = torch.arange(rows, device=dev)  # global row ids of the stepper's batch, ascending
     n_active = rows
     unfinished = torch.ones(rows, dtype=torch.bool, device=dev)
