@@ -417,7 +417,9 @@ def test_component_split_measures_each_quantised_model_alone(tiny_t5, tiny_rober
     cls = gen_only["parity"]["classifier"]["all"]
     assert cls["label_agreement_pct"] == 100.0 and cls["max_abs_logit_diff"] == 0.0
     assert clf_only["parity"]["generator"]["sampled_candidates"]["identical_pct"] == 100.0
-    # bf16's parity with the fp32 reference is judged like any engine's: every difference gets a verdict
-    verdicts = by["torch:bf16"]["parity"]["verdicts"]
-    assert sum(verdicts.values()) > 0 and set(verdicts) == {"equivalent", "different", "inconclusive"}
-    assert by["torch:bf16"]["status"] == "ok" and "torch:bf16" in (tmp_path / "split" / "bench.md").read_text()
+    # bf16's parity with the fp32 reference is judged like any engine's (the tiny run's cells get verdicts where
+    # examples were evaluated), and its classifier is compared on identical pairs
+    bf16 = by["torch:bf16"]
+    assert bf16["status"] == "ok" and set(bf16["parity"]["verdicts"]) == {"equivalent", "different", "inconclusive"}
+    assert bf16["parity"]["classifier"]["all"]["label_agreement_pct"] is not None
+    assert "`torch:bf16`" in (tmp_path / "split" / "bench.md").read_text()
