@@ -87,6 +87,9 @@ if [ -n "$WHEELS" ]; then
     else
       record install-onnxruntime-gpu skipped "no onnxruntime_gpu wheel in $WHEELS"
     fi
+  else  # no venv module (python3-venv): this checkout on the path, with the packages the machine has
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+    record install-package skipped "no virtual environment could be made with $PY: the machine's packages as they are"
   fi
 else
   record install skipped "no --wheels: the packages of $PY as they are"
