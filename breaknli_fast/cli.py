@@ -120,6 +120,7 @@ def run(
     temperature: float = opts.TEMPERATURE,
     sampler: str = opts.SAMPLER,
     max_new_tokens: int = opts.MAX_NEW_TOKENS,
+    gen_batch: Optional[int] = opts.GEN_BATCH,
     num_beams: Optional[int] = typer.Option(None, "--num-beams", help="Beams for beam / diverse-beam decoding (default: K)."),
     num_beam_groups: Optional[int] = typer.Option(None, "--num-beam-groups", help="diverse-beam: groups (default: one beam per group)."),
     diversity_penalty: float = typer.Option(1.0, "--diversity-penalty", help="diverse-beam: Hamming diversity penalty."),
@@ -184,6 +185,7 @@ def run(
                          prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
                          decoding=dec, seed=seed, chunk_size=chunk_size or 16)
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
+                            gen_batch=gen_batch,
                             classifier_precision=classifier_precision, generator_precision=generator_precision,
                             label_map=parse_label_map(label_map), max_length=max_length, token_budget=token_budget,
                             max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)

@@ -27,6 +27,9 @@ TOP_K = typer.Option(50, "--top-k", help="Sampling: most likely tokens kept (0 =
 TEMPERATURE = typer.Option(1.0, "--temperature", help="Sampling temperature.")
 SAMPLER = typer.Option("fast", "--sampler", help="Sampling draws: fast (top-k first, seeded per prompt) or transformers (token-identical to transformers' generate; slower).")
 MAX_NEW_TOKENS = typer.Option(40, "--max-new-tokens", help="Longest candidate, in tokens.")
+GEN_BATCH = typer.Option(None, "--gen-batch", min=1,
+                         help="Prompts per generator batch, each with its K samples (default: 8 on the CPU, 64 on CUDA). "
+                              "The candidates do not depend on it.", show_default=False)
 NLI_PROMPT = typer.Option(DEFAULT_NLI_PROMPT, "--nli-prompt", help=f"Seq2seq classifier prompt: {', '.join(NLI_PROMPTS)}.")
 NLI_METHOD = typer.Option("score", "--nli-method", help="Seq2seq classifier: score (first-step logits) or generate.")
 LABEL_MAP = typer.Option(None, "--label-map", help="Model label names to canonical, e.g. LABEL_0=contradiction,LABEL_1=neutral,LABEL_2=entailment.")

@@ -388,6 +388,19 @@ def generation(doc: Result) -> str:
                              "same candidates as first engine"], rows)])
 
 
+def generation_batch(doc: Result) -> str:
+    p = doc["payload"]
+    rows = [[r.get("engine"), r.get("variant"), r.get("gen_batch"), f(r.get("median_s"), ".3f"), r.get("tokens"),
+             f(r.get("tokens_per_s"), ".0f"), f(r.get("speedup_vs_before"), ".2f", "×"), yes_no(r.get("same_tokens_as_before"))]
+            for r in p.get("rows") or []]
+    return "\n".join([f"Generator `{p.get('generator')}`: {p.get('prompts')} prompts × K={p.get('k')}, one seed per prompt; "
+                      f"before: the sampler of commit `{p.get('before_commit')}` (8 prompts per batch); after: this "
+                      f"commit's at each --gen-batch; {p.get('repeats')} interleaved rounds (median); threads: "
+                      f"{p.get('threads') or 'default'}; one worker.", "",
+                      table(["engine", "sampler", "prompts per batch", "median s", "tokens", "tokens/s",
+                             "speed-up vs before", "same tokens as before"], rows)])
+
+
 def classifier_shapes(doc: Result) -> str:
     p = doc["payload"]
     m = p.get("model") or {}
@@ -735,6 +748,8 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
          of_kind("classifier_shapes"), classifier_shapes, None),
         ("Generation alone: samplers, compaction, engines", "the generation timing", "scripts/bench_generation.py",
          of_kind("generation"), generation, None),
+        ("The generator's batches (--gen-batch) against the former sampler", "the generator-batch timing",
+         "scripts/bench_gen_batch.py", of_kind("generation_batch"), generation_batch, None),
         ("Classifier graph variants on the CPU provider", "the classifier-variant timing",
          "scripts/bench_classifier_variants.py", of_kind("classifier_variants"), classifier_variants, None),
     ]),

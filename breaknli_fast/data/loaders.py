@@ -370,8 +370,8 @@ def load_hub(name: str, split: str | None = None, limit: int | None = None) -> L
     hub_splits = ["dev_r1", "dev_r2", "dev_r3"] if splits[want] == "all" else [splits[want]]
     try:
         import datasets
-    except ImportError:  # pragma: no cover - datasets is a core dependency
-        raise DataError("loading hub datasets needs the `datasets` package") from None
+    except ImportError:  # the hub extra
+        raise DataError(f"loading the hub dataset {base} needs the datasets package: pip install 'breaknli-fast[hub]'") from None
     stats = SkipStats()
     examples: list[Example] = []
     offset = 0
