@@ -436,6 +436,6 @@ def test_component_split_measures_each_quantised_model_alone(tiny_t5, tiny_rober
     # bf16's parity with the fp32 reference is judged like any engine's (the tiny run's cells get verdicts where
     # examples were evaluated), and its classifier is compared on identical pairs
     bf16 = by["torch:bf16"]
-    assert bf16["status"] == "ok" and set(bf16["parity"]["verdicts"]) == {"equivalent", "different", "inconclusive"}
+    assert bf16["status"] == "ok" and {"equivalent", "different", "inconclusive"} <= set(bf16["parity"]["verdicts"])
     assert bf16["parity"]["classifier"]["all"]["label_agreement_pct"] is not None
     assert "`torch:bf16`" in (tmp_path / "split" / "bench.md").read_text()
