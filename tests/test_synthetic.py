@@ -216,6 +216,16 @@ def test_kinship_pairs_verified_by_graph_search():
                     "reversed_relation", "gender_unstated", "unrelated_person", "outside_gender_conflict"}
 
 
+@pytest.mark.parametrize("options", [{"inverse_facts": 0, "neutral_words": 0}, {"inverse_facts": 1},
+                                     {"min_k": 1, "max_k": 1}, {"outside": 1}, {"outside": 0, "min_k": 7, "max_k": 9}])
+def test_kinship_with_extreme_rates_still_builds_verified_pairs(options):
+    exs = list(kinship.examples(150, seed=2, config=kinship.KinshipConfig(**options)))
+    assert {e.row["label"] for e in exs} == set(LABELS)
+    for ex in exs:
+        assert verify.check_kinship(ex) == [], ex.row
+        assert verify.kinship_label_from_text(ex.row["premise"], ex.row["hypothesis"]) == ex.row["label"]
+
+
 def test_kinship_hypotheses_do_not_tell_the_label():
     rows = list(kinship.generate(2000, seed=4))
     word = {r["id"]: verify._parse_fact(r["hypothesis"].rstrip("."))[1] for r in rows}

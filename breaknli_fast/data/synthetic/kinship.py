@@ -255,21 +255,17 @@ def _facts(rng: random.Random, rel: Relations, cfg: KinshipConfig, fam: Family, 
         elif want == "start_stated":
             backwards, neutral = True, False
         elif want in ("end_unstated", "start_unstated"):
-            while not neutral and backwards == (want == "start_unstated"):
+            stating = want == "start_unstated"  # the direction in which a gendered word would state it
+            for _ in range(100):
+                if neutral or backwards != stating:
+                    break
                 backwards, neutral = r() < cfg.inverse_facts, r() < cfg.neutral_words
+            else:  # rates that never give another form (no backwards facts, no neutral words)
+                neutral = True
         holder, of, tid = (i, i + 1, rel.types[b].inverse) if backwards else (i + 1, i, b)
         gender = None if neutral else fam.gender[people[holder]]
         facts.append(Fact(holder, of, tid, rel.types[tid].word(gender), int(r() * 2)))
     return facts
-
-
-def make_story(rng: random.Random, rel: Relations, cfg: KinshipConfig, k: int) -> Story:
-    """A story along a natural random walk (:func:`_walk`)."""
-    fam, people, steps, target = _walk(rng, rel, k)
-    facts = _facts(rng, rel, cfg, fam, people, steps)
-    order, facts = _order(rng, cfg, facts)
-    names = rng.sample(load_names(), k + 1)
-    return Story(k, people, steps, target, facts, order, fam, names)
 
 
 def _order(rng: random.Random, cfg: KinshipConfig, facts: list[Fact]) -> tuple[str, list[Fact]]:
@@ -510,7 +506,8 @@ def kinds(rel: Relations, sk: Skeleton, label: str) -> list[str]:
               "reversed_relation": t.offset != 0 and on_chain,
               "generation_conflict": any(reachable(rel, sk.k, u) for u in _conflicting(rel, t)),
               "outside_gender_conflict": outside and g is not None,
-              "gender_unstated": on_chain and g is not None,
+              # one spouse fact states one spouse's gender and so lets a reader infer the other's
+              "gender_unstated": on_chain and g is not None and not (sk.k == 1 and t.id == "spouse"),
               "unrelated_person": outside}[kind]
         if ok:
             out.append(kind)
@@ -542,13 +539,13 @@ def _chain(rng: random.Random, rel: Relations, cfg: KinshipConfig, k: int, who: 
     """A chain of k steps whose end (position k) is ``who`` to its start (any relation when None), with the
     hypothesis holder (position k, or 0) of family ``gender`` (any when None). Of the two ends, exactly one has
     its gender stated by its fact: ``stated_end`` (0 or k; at random when None), and the other is not implied by
-    a spouse or co-parent either. Every story has this shape whatever its label, so the facts at the chain's
+    a spouse or co-parent either (where that can be had). Every story has this shape whatever its label, so the facts at the chain's
     ends do not tell the label; which end is the hypothesis's person is what matters."""
     target = who if who is None or holder_at_end else rel.types[who].inverse
     if target is not None and not reachable(rel, k, target):
         return None
     holder = k if holder_at_end else 0
-    for _ in range(50):
+    for attempt in range(50):
         end = stated_end if stated_end is not None else (k if rng.random() < 0.5 else 0)
         other = 0 if end == k else k
         steps = walk_to(rng, rel, k, target)
@@ -563,7 +560,11 @@ def _chain(rng: random.Random, rel: Relations, cfg: KinshipConfig, k: int, who: 
             force.update({0: "start_unstated"} if other == 0 else {k - 1: "end_unstated"})
         facts = _facts(rng, rel, cfg, fam, people, steps, force)
         stated = stated_genders(rel, facts)
-        if other in stated or other in implied_genders(facts, stated):
+        if other in stated:
+            continue
+        # a reader would infer the other end's gender from a spouse or co-parent: never for a hypothesis about
+        # it (a neutral), and for the others only where no other story turns up (one spouse fact, k = 1)
+        if other in implied_genders(facts, stated) and (other == holder or attempt < 40):
             continue
         return fam, people, steps, compose_path(rel, steps), facts
     return None
