@@ -153,6 +153,9 @@ def run(
     merge_prob_filter: str = typer.Option("below", "--merge-prob-filter",
                                           help="merge: keep suggestions no more probable than the original (below), "
                                                "more probable (reversed), or any (off)."),
+    merge_pattern: str = typer.Option("draws", "--merge-pattern",
+                                      help="merge: pattern accuracy PA(x) per draw and averaged over the draws (draws), "
+                                           "or over all distinct variants of a problem at once (pooled)."),
     ray: bool = typer.Option(False, "--ray", help="Shard the study over Ray actors (pip install 'breaknli-fast[ray]'): a "
                                                   "local instance, or the cluster of --ray-address. Same records as one process."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
@@ -199,8 +202,8 @@ def run(
             from breaknli_fast.probes.merge import MergeConfig
 
             cfg = MergeConfig(seeds=merge_seeds, per_pos=merge_per_pos, min_suggestions=merge_min_suggestions,
-                              top_k=merge_top_k, pos_filter=merge_pos_filter, prob_filter=merge_prob_filter, seed=seed,
-                              chunk_size=chunk_size or 16)
+                              top_k=merge_top_k, pos_filter=merge_pos_filter, prob_filter=merge_prob_filter,
+                              pattern=merge_pattern, seed=seed, chunk_size=chunk_size or 16)
             ecfg.mlm_precision = mlm_precision
         if "," in classifier or "," in dataset:  # a study over classifiers x datasets (breaknli_fast.study.grid)
             from breaknli_fast.cli_report import run_grid_command

