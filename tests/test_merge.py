@@ -19,10 +19,12 @@ from breaknli_fast.cli import app
 from breaknli_fast.data.loaders import load_examples
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import MASK
-from breaknli_fast.probes import merge as mg
-from breaknli_fast.probes.merge import (MergeConfig, MergeProbe, Token, article_for, derivational_variant,
-                                        find_candidates, is_word, pattern_accuracy, replace_spans, stem,
-                                        variant_texts)
+from breaknli_fast.probes.merge import report as mg_report
+from breaknli_fast.probes.merge import words as mg
+from breaknli_fast.probes.merge import MergeConfig, MergeProbe
+from breaknli_fast.probes.merge.report import pattern_accuracy
+from breaknli_fast.probes.merge.words import (Token, article_for, derivational_variant, find_candidates, is_word,
+                                              replace_spans, stem, variant_texts)
 from breaknli_fast.study import run_study
 
 runner = CliRunner()
@@ -208,7 +210,7 @@ def test_pattern_accuracy_and_sample_accuracy_on_a_hand_computed_table():
             _problem("p3", "contradiction", "contradiction", [[1], [1]])]
     shares = np.array([[0.75, 1.0], [0.0, 0.5], [1.0, 1.0]])
     assert pattern_accuracy(shares, 0.9).tolist() == [0.5, 0.0, 1.0]
-    m = mg._metrics(recs, 2, pa_curve=True)
+    m = mg_report._metrics(recs, 2, pa_curve=True)
     assert m["seed_accuracy"]["rate"] == pytest.approx(100 * 2 / 3)
     assert m["sample_accuracy"]["rate"] == pytest.approx(100 * 10 / 14)  # pooled over the draws: 7/8, 1/4, 2/2
     assert m["pa_0.5"]["rate"] == pytest.approx(100 * (1 + 0.5 + 1) / 3)
@@ -223,7 +225,7 @@ def test_pattern_accuracy_and_sample_accuracy_on_a_hand_computed_table():
     assert per["pa_0.9"] == {"p1": 0.5, "p2": 0.0, "p3": 1.0} and per["seed_accuracy"]["p2"] == 0.0
     assert per["sample_accuracy"] == {"p1": (7.0, 8.0), "p2": (1.0, 4.0), "p3": (2.0, 2.0)}  # pooled: (correct, all)
     # a split keeps only the problems with variants of its kind
-    assert mg._metrics(recs, 2, lambda v: v["sub"].startswith("x0"))["sample_accuracy"]["rate"] == pytest.approx(
+    assert mg_report._metrics(recs, 2, lambda v: v["sub"].startswith("x0"))["sample_accuracy"]["rate"] == pytest.approx(
         100 * 4 / 7)
 
 
@@ -232,7 +234,7 @@ def test_pattern_accuracy_pooled_over_all_variants_of_a_problem():
     recs = [_problem("p1", "entailment", "entailment", [[1, 1, 0, 1], [1, 1, 1, 1]]),
             _problem("p2", "neutral", "contradiction", [[0, 0], [1, 0]]),
             _problem("p3", "contradiction", "contradiction", [[1], [1]])]
-    m = mg._metrics(recs, 2, pa_curve=True, form="pooled", other_form=True)
+    m = mg_report._metrics(recs, 2, pa_curve=True, form="pooled", other_form=True)
     assert m["pattern"] == "pooled"
     assert m["pa_0.5"]["rate"] == pytest.approx(100 * 2 / 3) and m["pa_0.8"]["rate"] == pytest.approx(100 * 2 / 3)
     assert m["pa_0.9"]["rate"] == pytest.approx(100 / 3) and m["pa_1.0"]["rate"] == pytest.approx(100 / 3)
@@ -241,9 +243,9 @@ def test_pattern_accuracy_pooled_over_all_variants_of_a_problem():
     assert m["sample_accuracy"]["rate"] == pytest.approx(100 * 10 / 14)  # sample accuracy does not change
     per = MergeProbe(MergeConfig(seeds=2, pattern="pooled"), tagger=FakeTagger()).per_example(recs)
     assert per["pa_0.9"] == {"p1": 0.0, "p2": 0.0, "p3": 1.0}
-    text = mg._pattern_text("pooled", m)
+    text = mg_report._pattern_text("pooled", m)
     assert text.startswith("PA(x), pooled (shown)") and "--merge-pattern draws" in text and "PA(1.0) 50.00" in text
-    assert mg._pattern_text("draws", mg._metrics(recs, 2, other_form=True)).startswith("PA(x), per draw (shown)")
+    assert mg_report._pattern_text("draws", mg_report._metrics(recs, 2, other_form=True)).startswith("PA(x), per draw (shown)")
 
 
 def test_the_report_names_the_re_uploaded_spacy_pipeline():
