@@ -134,9 +134,9 @@ def test_nonfinite_scores_are_refused_at_their_step_when_the_host_looks_late():
 def test_gen_batch_reaches_the_generator_with_a_default_per_device(tiny_t5):
     assert default_gen_batch("cpu") == GEN_BATCH_DEFAULTS["cpu"] == 8
     assert default_gen_batch("cuda:1") == GEN_BATCH_DEFAULTS["cuda"]
-    assert EngineConfig(engine="torch", gen_batch=32).generator_options()["prompt_batch"] == 32
-    assert "prompt_batch" not in EngineConfig(engine="torch").generator_options()
+    assert EngineConfig(engine="torch", gen_batch=32).options("generator")["prompt_batch"] == 32
+    assert "prompt_batch" not in EngineConfig(engine="torch").options("generator")
     gen = registry.load_generator("torch", tiny_t5, precision="fp32", device="cpu",
-                                  **EngineConfig(engine="torch", gen_batch=3).generator_options())
+                                  **EngineConfig(engine="torch", gen_batch=3).options("generator"))
     assert gen.prompt_batch == 3 and gen.info.details["gen_batch"] == 3
     assert registry.load_generator("torch", tiny_t5, device="cpu").prompt_batch == 8
