@@ -13,8 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from breaknli_fast.cli import app
-from breaknli_fast.probes.permutation import (PermutationConfig, PermutationProbe, _enumerate, _metrics, _sequential,
-                                              bleu2, count_derangements, omega, permutations, permute, tokenize)
+from breaknli_fast.probes.permutation import PermutationConfig, PermutationProbe
+from breaknli_fast.probes.permutation.draws import (_enumerate, _sequential, bleu2, count_derangements, permutations,
+                                                    permute, tokenize)
+from breaknli_fast.probes.permutation.probe import _metrics, omega
 
 runner = CliRunner()
 
@@ -178,7 +180,7 @@ def test_end_to_end_on_a_tiny_model_with_resume(tmp_path, tiny_roberta):
     assert all(len(x["labels"]) == 12 and x["labels"].count("E") == x["counts"]["entailment"] for x in kept)
     assert "Ω_max" in r.output and "Ω_rand" in (tmp_path / "full" / "report.md").read_text()
     # interrupted after two chunks, then the same command: the same records
-    import breaknli_fast.probes.permutation as mod
+    import breaknli_fast.probes.permutation.probe as mod
 
     calls = {"n": 0}
     original = mod.PermutationProbe.process
