@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, from the local CPU wheel; a looser pin would pull several GB of CUDA wheels
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[onnx,optimum,hub,bench,test,ray]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[onnx,optimum,hub,bench,test,ray,ct2]"
 	touch $(STAMP)
 
 # the second stack: transformers 5.x and huggingface_hub 1.x, no optimum (optimum-onnx needs transformers < 4.58,

@@ -41,7 +41,7 @@ from breaknli_fast.engines.artifacts import build
 from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats,
                                         derive_seed)
 from breaknli_fast.engines.options import option
-from breaknli_fast.engines.generation import GenerationOptions, batched_sampling_supported
+from breaknli_fast.engines.generation import GenerationOptions, batched_sampling_supported, default_gen_batch
 from breaknli_fast.engines.model_info import (ModelLoadError, effective_max_length, load_config, model_kind,
                                               resolve_model)
 from breaknli_fast.engines.registry import EngineUnavailable
@@ -153,7 +153,7 @@ class Ct2Generator(GeneratorBase):
                                  "apply; use --engine torch or ort")
         self.max_input_length, limits = effective_max_length(o.max_input_length, self.config, self.tokenizer,
                                                              key="max_input_length")
-        self.prompt_batch = max(1, int(o.prompt_batch))
+        self.prompt_batch = max(1, int(o.prompt_batch or default_gen_batch(dev)))  # --gen-batch, else the device default
         self.threads = int(o.threads) if o.threads else (physical_cores() if dev == "cpu" else 0)
         self.translator = ct2.Translator(str(self.folder), device=dev, device_index=int(index), compute_type=compute,
                                          inter_threads=1, intra_threads=self.threads)
