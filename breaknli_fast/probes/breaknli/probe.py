@@ -26,6 +26,8 @@ from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
 
 class BreakNLIProbe(Probe):
     name = "breaknli"
+    summary = "generate, filter, evaluate: the logical-triangle test"
+    config_class = BreakNLIConfig
     roles = ("classifier", "generator")
     group_key = "mode"
 
