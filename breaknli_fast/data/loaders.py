@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
+from breaknli_fast.data.hub import require_hub
 from breaknli_fast.data.labels import dataset_label, is_missing_label
 from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.errors import UserError
@@ -368,6 +369,7 @@ def load_hub(name: str, split: str | None = None, limit: int | None = None) -> L
     if want not in splits:
         raise DataError(f"unknown split {want!r} for {base}: choose one of {', '.join(sorted(set(splits)))}")
     hub_splits = ["dev_r1", "dev_r2", "dev_r3"] if splits[want] == "all" else [splits[want]]
+    require_hub(f"the dataset {repo}")  # no network: one line now, not half a minute of retries later
     try:
         import datasets
     except ImportError:  # pragma: no cover - datasets is a core dependency

@@ -15,7 +15,7 @@ from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Classifier, ClassifierBase, Generator, GeneratorBase, MaskFillerBase
 from breaknli_fast.errors import UserError, first_line
 from breaknli_fast.export.errors import ExportError
-from breaknli_fast.prompts import DEFAULT_NLI_PROMPT
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
 
 @dataclass
@@ -41,6 +41,35 @@ class EngineConfig:
     # backend-specific options: ``clf.key`` / ``gen.key`` for one role, a plain key for each role that takes it
     # (registry.split_options)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Refuse, in one line, what is wrong without loading a model: an unknown engine, precision, device,
+        ``workers``, NLI prompt or method, and sizes below 1 (the run stops before the minutes of loading)."""
+        if self.engine != registry.AUTO and self.engine not in registry.engine_names():
+            raise registry.EngineUnavailable(f"unknown engine {self.engine!r}; choose one of "
+                                             f"{', '.join([registry.AUTO, *registry.engine_names()])}")
+        for flag, prec in (("--precision", self.precision), ("--classifier-precision", self.classifier_precision),
+                           ("--generator-precision", self.generator_precision), ("--mlm-precision", self.mlm_precision)):
+            if prec is not None and prec not in registry.PRECISIONS:
+                raise UserError(f"{flag} {prec!r}: use {', '.join(registry.PRECISIONS)}")
+        kind, _, index = self.device.partition(":")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+            raise UserError(f"unknown device {self.device!r}; use cpu or cuda[:N]")
+        if self.workers is not None and self.workers != "auto":
+            try:
+                workers = int(self.workers)
+            except (TypeError, ValueError):
+                raise UserError(f"--workers must be a number or 'auto', not {self.workers!r}") from None
+            if workers < 1:
+                raise UserError(f"--workers must be at least 1, not {workers}")
+        for flag, value in (("--threads", self.threads), ("--max-length", self.max_length),
+                            ("--token-budget", self.token_budget), ("--max-batch", self.max_batch)):
+            if value is not None and value < 1:
+                raise UserError(f"{flag} must be at least 1, not {value}")
+        if self.nli_prompt not in NLI_PROMPTS:
+            raise UserError(f"unknown --nli-prompt {self.nli_prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
+        if self.nli_method not in ("score", "generate"):
+            raise UserError(f"unknown --nli-method {self.nli_method!r}; use score or generate")
 
     def _common(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"threads": self.threads} if self.threads else {}
