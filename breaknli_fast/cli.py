@@ -16,10 +16,10 @@ from breaknli_fast.cli_help import install as install_help
 from breaknli_fast.console import RichHook, console, fail, literal, make_progress, user_errors
 from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
-from breaknli_fast.engines.loading import EngineConfig
 from breaknli_fast.errors import install_hint
 from breaknli_fast.probes import probe_class
 from breaknli_fast.probes.breaknli.loop import parse_modes
+from breaknli_fast.study.loading import EngineConfig
 
 app = typer.Typer(name="breaknli-fast", add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="BreakNLI logical-triangle robustness test for NLI models, on fast engines.")

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from breaknli_fast.data.loaders import load_examples
     from breaknli_fast.engines import registry
     from breaknli_fast.engines.base import Decoding
-    from breaknli_fast.engines.models import model_fingerprint, resolve_model
+    from breaknli_fast.engines.model_info import model_fingerprint, resolve_model
     from breaknli_fast.envinfo import environment
     from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
 

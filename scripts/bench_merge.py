@@ -102,7 +102,7 @@ def random_mlm(folder: Path) -> str:
     from transformers import RobertaConfig, RobertaForMaskedLM
 
     from breaknli_fast.bench.shapes import SHAPES
-    from breaknli_fast.engines.models import assets_models_dir
+    from breaknli_fast.engines.model_info import assets_models_dir
 
     shape = {k: v for k, v in SHAPES["roberta-base"].items() if k != "family"}
     src = assets_models_dir() / "mini-mlm"

@@ -27,7 +27,7 @@ from provenance import Recorder, script_command  # noqa: E402
 
 from breaknli_fast.bench.parity import paired_diff_ci  # noqa: E402
 from breaknli_fast.data.loaders import TAXINLI_CATEGORIES, load_examples  # noqa: E402
-from breaknli_fast.engines.loading import EngineConfig, load_models  # noqa: E402
+from breaknli_fast.study.loading import EngineConfig, load_models  # noqa: E402
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig  # noqa: E402
 from breaknli_fast.stats import equivalence  # noqa: E402
 from breaknli_fast.probes.accuracy import AccuracyConfig  # noqa: E402
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     per_example: dict[str, dict[str, dict[str, float]]] = {}
     for spec in args.engines.split(","):
         engine, precision = spec.split(":")[:2]
-        models = load_models(EngineConfig(engine=engine, precision=precision, threads=args.threads), classifier,
-                             generator if args.probe == "breaknli" else None)
+        models = load_models(EngineConfig(engine=engine, precision=precision, threads=args.threads), {"classifier": classifier,
+                             "generator": generator if args.probe == "breaknli" else None})
         for rf in filters:
             label = spec + (f" ({rf})" if rf else "")
             print(f"[{label}] running", file=sys.stderr)

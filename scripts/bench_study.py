@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from provenance import Recorder, script_command  # noqa: E402
 
-from breaknli_fast.engines.loading import EngineConfig  # noqa: E402
+from breaknli_fast.study.loading import EngineConfig  # noqa: E402
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig  # noqa: E402
 from breaknli_fast.probes.accuracy import AccuracyConfig  # noqa: E402
 from breaknli_fast.study import run_study  # noqa: E402

@@ -16,6 +16,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import tiny_models as testing  # noqa: E402
 
+import breaknli_fast.export.api  # noqa: E402,F401  (the ort engine builds through it: engines.artifacts)
+
 
 @pytest.fixture(autouse=True)
 def _torch_threads():

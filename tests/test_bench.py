@@ -16,7 +16,7 @@ from breaknli_fast.bench import parity as par
 from breaknli_fast.bench.command import bench
 from breaknli_fast.bench.measure import Task, latency_stats, repeat, repeat_interleaved
 from breaknli_fast.bench.runner import BenchConfig, BenchResult, run_bench
-from breaknli_fast.pipeline import metrics
+from breaknli_fast import stats as metrics
 from breaknli_fast.bench.specs import BenchSpecError, parse_engines
 from breaknli_fast.engines.base import Decoding
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig

@@ -1,5 +1,5 @@
-"""The package's import graph: no cycles, the runtime never imports the mini-model training code, and no
-production module imports the test helpers. Every ``import`` statement counts, also those inside functions."""
+"""The package's import graph: layers whose imports go one way (down), no cycles, and the runtime never imports
+the mini-model training code. Every ``import`` statement counts, also those inside functions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,19 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "breaknli_fast"
 TRAINING = ("breaknli_fast.mini",)  # training code: only the CLI's `mini` commands may reach it
-TEST_HELPERS = ("tiny_models",)
+# the layers, bottom to top: a module may import its own layer and those below, never one above
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("base", ("breaknli_fast", "breaknli_fast.errors", "breaknli_fast.console", "breaknli_fast.progress",
+              "breaknli_fast.plotting", "breaknli_fast.prompts", "breaknli_fast.envinfo", "breaknli_fast.stats")),
+    ("data", ("breaknli_fast.data",)),
+    ("engines", ("breaknli_fast.engines",)),
+    ("export", ("breaknli_fast.export",)),
+    ("probes", ("breaknli_fast.probes",)),
+    ("study", ("breaknli_fast.study",)),
+    ("bench", ("breaknli_fast.bench", "breaknli_fast.mini")),
+    ("cli", ("breaknli_fast.cli", "breaknli_fast.cli_options", "breaknli_fast.bench.command",
+             "breaknli_fast.export.command", "breaknli_fast.data.synthetic.command")),
+)
 # modules that may import training code: the command line (its `mini train` / `mini check` commands)
 MAY_IMPORT_TRAINING = ("breaknli_fast.cli",)
 
@@ -104,15 +116,48 @@ def test_no_import_cycles():
     assert _cycles(import_graph()) == []
 
 
-def test_runtime_does_not_import_training_code_or_test_helpers():
-    graph = import_graph()
+def layer_of(mod: str) -> int | None:
+    """The index in :data:`LAYERS` of the longest prefix that names ``mod`` (None: no layer names it)."""
+    best: tuple[int, int] | None = None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            # the root package names itself only (its __init__); every other prefix names its submodules too
+            if (mod == p or (p != "breaknli_fast" and mod.startswith(p + "."))) and (best is None or len(p) > best[1]):
+                best = (i, len(p))
+    return None if best is None else best[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every edge from a module to a module of a higher layer, and every module no layer names."""
     bad = []
-    for mod, deps in graph.items():
-        for d in deps:
-            if d.startswith(TEST_HELPERS) and not mod.startswith(TEST_HELPERS):
-                bad.append(f"{mod} -> {d}")
-            if (d.startswith(TRAINING) and not mod.startswith(TRAINING) and mod not in MAY_IMPORT_TRAINING):
-                bad.append(f"{mod} -> {d}")
+    for mod, deps in sorted(graph.items()):
+        lm = layer_of(mod)
+        if lm is None:
+            bad.append(f"{mod}: in no layer")
+            continue
+        for d in sorted(deps):
+            ld = layer_of(d)
+            if ld is None or ld > lm:
+                bad.append(f"{mod} ({LAYERS[lm][0]}) -> {d} ({'no layer' if ld is None else LAYERS[ld][0]})")
+    return bad
+
+
+def test_imports_go_down_the_layers():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_layer_check_fails_on_an_upward_import():
+    graph = {"breaknli_fast.engines.x": {"breaknli_fast.study.runner"}, "breaknli_fast.study.runner": set(),
+             "breaknli_fast.probes.y": {"breaknli_fast.engines.x", "breaknli_fast.stats"}, "breaknli_fast.stats": set(),
+             "breaknli_fast.elsewhere": set()}
+    assert upward_imports(graph) == ["breaknli_fast.elsewhere: in no layer",
+                                     "breaknli_fast.engines.x (engines) -> breaknli_fast.study.runner (study)"]
+
+
+def test_runtime_does_not_import_training_code():
+    graph = import_graph()
+    bad = [f"{mod} -> {d}" for mod, deps in graph.items() for d in deps
+           if d.startswith(TRAINING) and not mod.startswith(TRAINING) and mod not in MAY_IMPORT_TRAINING]
     assert bad == []
 
 

@@ -12,7 +12,7 @@ import pytest
 import tiny_models as testing
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding, derive_seed
-from breaknli_fast.engines.models import DEFAULT_INPUT_LIMIT, effective_max_length, input_limit, position_limit
+from breaknli_fast.engines.model_info import DEFAULT_INPUT_LIMIT, effective_max_length, input_limit, position_limit
 
 # about 5,000 words in the vocabulary of the tiny tokenizers (which were trained on these sentences)
 LONG = " ".join(testing.corpus(400) * 2)

@@ -131,7 +131,7 @@ def _cli(*args):
 def test_kill_minus_9_then_rerun_equals_uninterrupted(tiny_t5, tiny_roberta, tmp_path):
     """A real process killed with SIGKILL mid-run, then the same command again."""
     src = tmp_path / "big.tsv"
-    from breaknli_fast import testing
+    import tiny_models as testing
 
     with open(src, "w") as f:
         f.write("gold_label\tsentence1\tsentence2\tpairID\n")

@@ -13,7 +13,7 @@ from breaknli_fast.cli import app
 from breaknli_fast.data.loaders import load_examples, sample_path
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding
-from breaknli_fast.engines.models import assets_models_dir
+from breaknli_fast.engines.model_info import assets_models_dir
 
 MODELS = ("mini-nli", "mini-t5", "mini-mlm")
 ROOT = Path(__file__).resolve().parent.parent

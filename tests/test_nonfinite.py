@@ -92,7 +92,7 @@ def hot_t5(tmp_path_factory):
     """mini-t5 with its output projection scaled by 1e4: logits around 1e5, past fp16's largest number."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from breaknli_fast.engines.models import assets_models_dir
+    from breaknli_fast.engines.model_info import assets_models_dir
 
     src = assets_models_dir() / "mini-t5"
     out = tmp_path_factory.mktemp("hot-t5")

@@ -20,7 +20,7 @@ pytest.importorskip("optimum.onnxruntime")
 import tiny_models as testing  # noqa: E402
 from breaknli_fast.engines import registry  # noqa: E402
 from breaknli_fast.engines.base import Decoding, derive_seed  # noqa: E402
-from breaknli_fast.engines.models import ModelLoadError  # noqa: E402
+from breaknli_fast.engines.model_info import ModelLoadError  # noqa: E402
 from breaknli_fast.engines.registry import EngineUnavailable  # noqa: E402
 
 FAMILIES = ("roberta", "bart", "distilbart", "deberta", "deberta-v2")

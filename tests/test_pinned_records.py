@@ -113,7 +113,7 @@ def test_the_lazy_relation_filter_gives_the_same_results_with_fewer_pairs(name, 
 def main() -> None:  # pragma: no cover - regenerates the pinned files
     import tempfile
 
-    from breaknli_fast import testing
+    import tiny_models as testing
 
     PINNED.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as d:

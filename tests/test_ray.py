@@ -96,7 +96,7 @@ class KillOneWorker(ProgressHook):
 
 def test_a_killed_worker_loses_and_repeats_nothing(local_ray, tiny_t5, tiny_roberta, tiny_tsv, tmp_path):
     from breaknli_fast.data.loaders import load_examples
-    from breaknli_fast.engines.loading import EngineConfig
+    from breaknli_fast.study.loading import EngineConfig
     from breaknli_fast.study.rundir import RunDir
     from breaknli_fast.probes.breaknli import BreakNLIProbe
     from breaknli_fast.study.distributed import RayPool
@@ -104,7 +104,8 @@ def test_a_killed_worker_loses_and_repeats_nothing(local_ray, tiny_t5, tiny_robe
     loop = BreakNLIConfig(k=8, u=3, s=1, seed=2, chunk_size=2)
     data = load_examples(str(tiny_tsv), limit=24)
     single = run_study("breaknli", loop, data=data, classifier=tiny_roberta, generator=tiny_t5, engine="torch")
-    pool = RayPool(BreakNLIProbe(loop), EngineConfig(engine="torch"), tiny_roberta, tiny_t5, RayConfig(workers=2))
+    pool = RayPool(BreakNLIProbe(loop), EngineConfig(engine="torch"), {"classifier": tiny_roberta, "generator": tiny_t5},
+                   RayConfig(workers=2))
     try:
         pids = [info["pid"] for info in pool.infos]
         with RunDir(tmp_path / "run") as rd:

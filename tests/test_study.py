@@ -22,7 +22,7 @@ from breaknli_fast.progress import ProgressHook
 def words_engine():
     registry.register("words", "tests.plugins.word_engine")
     yield "words"
-    registry.unregister("words")
+    registry._ENGINES.pop("words", None)
 
 
 def test_an_engine_registered_from_the_tests_runs_the_breaknli_loop(words_engine, tiny_tsv, tmp_path):
@@ -89,7 +89,7 @@ def test_a_probe_from_the_tests_runs_through_the_entry_point_with_resume(tiny_ro
         assert len((tmp_path / "cut" / "samples.jsonl").read_text().splitlines()) == 5 * AccuracyProbe.chunk_size
         resumed = run_study("toy-accuracy", **common, out=tmp_path / "cut")
     finally:
-        probes.unregister("toy-accuracy")
+        probes._PROBES.pop("toy-accuracy", None)  # the registry has no removal: a test cleans up after itself
     assert [json.loads(x) for x in (tmp_path / "cut" / "samples.jsonl").read_text().splitlines()] == full.records
     assert resumed.report["accuracy"] == full.report["accuracy"] and full.report["accuracy"]["n"] == 60
     assert (tmp_path / "full" / "report.md").read_text().startswith("# accuracy")

@@ -38,8 +38,8 @@ from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import SAMPLE_NAME, Example, LoadedData, load_examples
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import ClassifierBase, Decoding, GeneratorBase, derive_seed
-from breaknli_fast.engines.loading import Models
-from breaknli_fast.engines.models import model_fingerprint
+from breaknli_fast.engines.roles import Models
+from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, dedup_candidates, funnel
 from breaknli_fast.probes.breaknli.metrics import mode_label_rates
 from breaknli_fast.stats import BOOT_SEED, N_BOOT
@@ -264,7 +264,7 @@ def _e2e_warmup(eng: _Engine, data: LoadedData, loop: BreakNLIConfig, cfg: Bench
     warm = LoadedData(data.examples[: min(len(data.examples), WARMUP_EXAMPLES)], data.skips, data.source)
     for _ in range(max(0, cfg.warmup)):
         eng.clf.clear_cache()
-        run_study(BreakNLIProbe(loop), data=warm, models=Models(eng.clf, eng.gen))
+        run_study(BreakNLIProbe(loop), data=warm, models=Models.of(eng.clf, eng.gen))
     return len(warm.examples)
 
 
@@ -274,7 +274,7 @@ def _e2e_once(eng: _Engine, data: LoadedData, loop: BreakNLIConfig, cfg: BenchCo
     clf.reset_stats()
     gen.reset_stats()
     # the study entry point in memory (no run directory), on the engines loaded once for every stage
-    res = run_study(BreakNLIProbe(loop), data=data, models=Models(clf, gen), hook=hook if eng.first is None else None)
+    res = run_study(BreakNLIProbe(loop), data=data, models=Models.of(clf, gen), hook=hook if eng.first is None else None)
     records, times = res.records, res.times
     synchronize(cfg.device)
     eng.walls.append(times.wall)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 from breaknli_fast.bench.specs import BenchSpecError
 from breaknli_fast.engines import random_weights as rw
-from breaknli_fast.engines.models import assets_models_dir
+from breaknli_fast.engines.model_info import assets_models_dir
 from breaknli_fast.engines.random_weights import ID2LABEL
 
 SHAPES_VERSION = 1

@@ -18,7 +18,7 @@ import numpy as np
 
 from breaknli_fast.engines.base import MASK, MaskedItem
 from breaknli_fast.engines.batching import pad_tokens, pad_values
-from breaknli_fast.engines.models import ModelLoadError
+from breaknli_fast.engines.model_info import ModelLoadError
 
 SCHEMES = ("byte-bpe", "sentencepiece", "wordpiece")
 

@@ -17,7 +17,7 @@ from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, Generat
 from breaknli_fast.engines.options import EngineOptions, option
 from breaknli_fast.engines.batching import Workers
 from breaknli_fast.engines.hf import use_torch_threads
-from breaknli_fast.engines.models import effective_max_length
+from breaknli_fast.engines.model_info import effective_max_length
 from breaknli_fast.engines.sampling import COMPACT_SHARE, FiniteScores, TorchStepper, check_scores, sample
 
 
@@ -162,7 +162,7 @@ class HFGenerator(GeneratorBase):
     process-wide intra-op threads, set before each call (the torch engine).
 
     ``max_input_length``: prompts longer than this many tokens are truncated, and never beyond the
-    model's own limit (:func:`~breaknli_fast.engines.models.effective_max_length`: the tokenizer's
+    model's own limit (:func:`~breaknli_fast.engines.model_info.effective_max_length`: the tokenizer's
     ``model_max_length``, else 512 for T5's relative positions); the length used is recorded in
     ``info.details``."""
 

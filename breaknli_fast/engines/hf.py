@@ -1,7 +1,7 @@
 """Torch-side helpers shared by the backends that run Hugging Face model objects: the torch engine's models,
 optimum's ONNX Runtime models of the ort engine, and the generator both engines share
 (:class:`~breaknli_fast.engines.generation.HFGenerator`). The torch-free helpers (names, configs, tokenizers,
-label order, input limits) are in :mod:`breaknli_fast.engines.models`."""
+label order, input limits) are in :mod:`breaknli_fast.engines.model_info`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.engines.base import Pair
-from breaknli_fast.engines.models import parse_nli_answer
+from breaknli_fast.engines.model_info import parse_nli_answer
 
 
 def use_torch_threads(n: int) -> None:
@@ -26,7 +26,7 @@ def seq2seq_nli_logits(model: Any, tokenizer: Any, enc: dict[str, Any], method: 
                        answer_ids: list[int], device: Any) -> np.ndarray:
     """(n, 3) scores of a text-to-text NLI model (any model with HF forward / generate, torch or ORT):
     ``score`` = first decoder step's logits of the answer tokens; ``generate`` = one-hot of the
-    greedy answer parsed by :func:`~breaknli_fast.engines.models.parse_nli_answer`."""
+    greedy answer parsed by :func:`~breaknli_fast.engines.model_info.parse_nli_answer`."""
     n = int(enc["input_ids"].shape[0])
     with torch.inference_mode():
         if method == "score":
@@ -44,7 +44,7 @@ def seq2seq_nli_logits(model: Any, tokenizer: Any, enc: dict[str, Any], method: 
 class Seq2SeqNLIMixin:
     """Prompting, token lengths and scoring of a text-to-text NLI classifier, shared by the torch and
     ORT engines; a subclass sets ``tokenizer``, ``model``, ``template``, ``method``, ``max_length``
-    (the prompt's token cap, from :func:`~breaknli_fast.engines.models.effective_max_length`),
+    (the prompt's token cap, from :func:`~breaknli_fast.engines.model_info.effective_max_length`),
     ``start_id``, ``answer_ids`` and ``input_device`` (where the model's inputs go)."""
 
     tokenizer: Any

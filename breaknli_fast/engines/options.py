@@ -35,7 +35,7 @@ class EngineOptions:
     """The options of a backend's ``load_classifier`` / ``load_generator``, typed.
 
     The fields here are those every engine takes, since the study passes them to whichever engine runs
-    (:class:`~breaknli_fast.engines.loading.EngineConfig`); each backend subclasses this beside its
+    (:class:`~breaknli_fast.study.loading.EngineConfig`); each backend subclasses this beside its
     implementation with its own fields and sets :attr:`engine`. A field's metadata says which roles' loaders
     take it; :meth:`build` turns a loader's keyword options into the dataclass and refuses a key the role
     does not take."""

@@ -1,7 +1,8 @@
 """The ONNX Runtime engine: the same contract as ``engines.torch_ref``, on exported graphs.
 
 ``load_classifier`` / ``load_generator`` export the model on first use (through the cache of
-:func:`breaknli_fast.export.api.export_model`, validated against the torch engine at fp32), then run it on
+:func:`breaknli_fast.export.api.export_model`, reached through :mod:`breaknli_fast.engines.artifacts`,
+validated against the torch engine at fp32), then run it on
 the engine's runtime (:mod:`breaknli_fast.engines.ort_runtime`):
 
 * device ``cpu``: the CPU provider; ``int8`` is dynamic quantization (the only int8 the CPU
@@ -27,18 +28,17 @@ from breaknli_fast.engines.options import nested_options, option, parse_flag
 from breaknli_fast.engines.batching import BatchedClassifier, pad_tokens, pad_values, split_threads
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import Seq2SeqNLIMixin
-from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
+from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
                                           load_config, model_kind, require_masked_lm)
 from breaknli_fast.engines.ort_runtime import (OrtSeq2SeqStepper, SessionMaskFiller, graph_feeds, import_ort,
                                                load_ort_seq2seq, make_session, physical_cores, providers_for)
-from breaknli_fast.export.api import ExportOptions, ExportResult, export_model
+from breaknli_fast.engines.artifacts import ExportOptions, ExportResult, build
 from breaknli_fast.prompts import NLI_PROMPTS
 
 PRECISIONS = ("fp32", "fp16", "int8")
 # The step graphs serve batches of up to this many prompts: every row's cross-attention scores the keys of
-# all prompts of the batch, which outgrows the per-row copies of optimum's graphs beyond that (mini-t5, int8,
-# one thread, 64 prompts x 20: 0.81 / 1.04 / 1.49 / 2.99 s at 8 / 16 / 32 / 64 prompts per batch against
-# 0.95 / 1.05 / 1.03 / 1.40 s; BENCHMARKS.md). Read when a generator loads.
+# all prompts of the batch, a cost that grows with the square of the batch and outgrows the per-row copies of
+# optimum's graphs beyond about 16 prompts (BENCHMARKS.md, generation). Read when a generator loads.
 STEP_MAX_PROMPTS = 16
 
 
@@ -70,7 +70,7 @@ def _check(precision: str, device: str) -> None:
 
 
 def _export(model: str, precision: str, device: str, max_length: int, export: ExportOptions) -> ExportResult:
-    return export_model(model, format="onnx", precision=precision, device="cpu" if device == "cpu" else "cuda",
+    return build(model, format="onnx", precision=precision, device="cpu" if device == "cpu" else "cuda",
                         max_length=int(max_length), **export.kwargs())
 
 
@@ -103,9 +103,8 @@ def _details(exported: ExportResult, session: dict[str, Any]) -> dict[str, Any]:
 class OrtClassifier(BatchedClassifier):
     """A sequence classifier graph (``model.onnx``, output ``logits``) on ONNX Runtime."""
 
-    # Smaller batches run the full loop on the mini models faster on a 2-core CPU (ort:int8, 2 workers: 8 and 16
-    # pairs about equal, 64 the slowest); 16 keeps the number of calls moderate. Other providers keep
-    # DEFAULT_MAX_BATCH.
+    # On the CPU, smaller batches of the small models run faster with two workers side by side, and 16 keeps the
+    # number of calls moderate (BENCHMARKS.md, batch sizes). Other providers keep DEFAULT_MAX_BATCH.
     cpu_max_batch = 16
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: OrtOptions | None = None):
@@ -241,14 +240,14 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
 
 
 def load_mask_filler(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> SessionMaskFiller:
-    """A masked language model exported to ONNX (``export_model(task="mlm")``: fp32, fp16, or int8 dynamic
+    """A masked language model exported to ONNX (``export_model(task="mlm")``, through ``engines.artifacts.build``: fp32, fp16, or int8 dynamic
     quantisation on the CPU; validated against torch fp32 by top-k suggestion agreement and cached) behind the
     mask-filler contract; ``opts``: :class:`OrtOptions` of the mlm role."""
     o = OrtOptions.build(MASK_FILLER, opts)
     _check(precision, device)
     config = require_masked_lm(model)
     n_workers, threads = cpu_workers(device, o.threads, o.workers)
-    exported = export_model(model, format="onnx", precision=precision, device="cpu" if device == "cpu" else "cuda",
+    exported = build(model, format="onnx", precision=precision, device="cpu" if device == "cpu" else "cuda",
                             max_length=int(o.max_length), task="mlm", **o.export.kwargs())
     folder = exported.path
     tok = AutoTokenizer.from_pretrained(str(folder))

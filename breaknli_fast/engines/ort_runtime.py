@@ -88,8 +88,8 @@ def session_options(threads: int | None = None, optimization: str = "all", spin:
     so.log_severity_level = 3
     if not spin:
         # idle intra-op threads otherwise spin after each run() and take the CPU from the Python work
-        # between runs: generation (a short run per token, sampling in Python in between) was 1.5-2x
-        # slower on 2 cores with spinning threads; classifiers (long runs back to back) gain ~20 % from it
+        # between runs: generation (a short run per token, sampling in Python in between) slows down with
+        # spinning threads; classifiers (long runs back to back) gain from spinning
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # int8 on x86-64 CPUs without VNNI (AVX2, AVX-512 without VNNI): ONNX Runtime's default u8 x s8 kernels add
     # pairs of products in saturating 16-bit integers, so an int8 model gives other numbers there than on a VNNI
@@ -135,10 +135,6 @@ def providers_for(device: str, provider: str | None = None, trt_cache_dir: str |
                         trt_timing_cache_enable=True, trt_timing_cache_path=str(trt_cache_dir))
         return [("TensorrtExecutionProvider", opts), cuda, "CPUExecutionProvider"]
     return [cuda, "CPUExecutionProvider"]
-
-
-def provider_label(providers: list[Any]) -> list[str]:
-    return [p[0] if isinstance(p, tuple) else p for p in providers]
 
 
 def make_session(path: str | Path, device: str = "cpu", provider: str | None = None, threads: int | None = None,

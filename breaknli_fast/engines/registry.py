@@ -15,7 +15,7 @@ import importlib
 import importlib.util
 from typing import Any, Mapping
 
-from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, ClassifierBase, GeneratorBase, MaskFillerBase, as_classifier, as_generator, as_mask_filler)
+from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, ROLES, ClassifierBase, GeneratorBase, MaskFillerBase, as_classifier, as_generator, as_mask_filler)
 from breaknli_fast.engines.options import EngineOptionError, EngineOptions
 from breaknli_fast.errors import UserError
 
@@ -28,8 +28,7 @@ _ENGINES: dict[str, str] = {
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 AUTO = "auto"
 # prefixes of an option meant for one role only (bench specs, EngineConfig.extra)
-ROLE_PREFIXES = {"clf.": CLASSIFIER, "gen.": GENERATOR}
-MLM_PREFIX = "mlm."  # an option for the mask filler only (mlm_options)
+ROLE_PREFIXES = {"clf.": CLASSIFIER, "gen.": GENERATOR, "mlm.": MASK_FILLER}
 
 
 class EngineUnavailable(UserError):
@@ -38,14 +37,6 @@ class EngineUnavailable(UserError):
 
 def register(name: str, module: str) -> None:
     _ENGINES[name] = module
-
-
-def unregister(name: str) -> None:
-    _ENGINES.pop(name, None)
-
-
-def engine_names() -> list[str]:
-    return list(_ENGINES)
 
 
 def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") -> str:
@@ -78,25 +69,29 @@ def options_class(engine: str) -> type[EngineOptions] | None:
     return getattr(_module(engine), "OPTIONS", None)
 
 
-def split_options(engine: str, opts: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(classifier options, generator options) of ``engine`` from options meant for either: ``clf.key`` goes to
-    the classifier only, ``gen.key`` to the generator only, a plain key to each role whose loader takes it (to
-    both for a backend without an options class). A plain key that no role takes raises the one-line
-    :class:`~breaknli_fast.engines.base.EngineOptionError`; prefixed keys are checked by the loaders."""
+def role_options(engine: str, role: str, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of ``engine``'s ``role`` loader from options meant for any role: ``clf.key`` / ``gen.key`` /
+    ``mlm.key`` go to that role only; a plain key goes to each role whose loader takes it (to every role for a
+    backend without an options class). A plain key that no role takes raises the one-line
+    :class:`~breaknli_fast.engines.options.EngineOptionError`; prefixed keys are checked by the loaders."""
     cls = options_class(engine)
-    out: dict[str, dict[str, Any]] = {CLASSIFIER: {}, GENERATOR: {}}
+    out: dict[str, Any] = {}
     for key, value in opts.items():
         prefix = next((p for p in ROLE_PREFIXES if key.startswith(p)), None)
         if prefix is not None:
-            out[ROLE_PREFIXES[prefix]][key[len(prefix):]] = value
-            continue
-        roles = [r for r in out if cls is None or key in cls.keys(r)]
-        if not roles:
-            valid = sorted(set(cls.keys(CLASSIFIER)) | set(cls.keys(GENERATOR))) if cls else []
+            if ROLE_PREFIXES[prefix] == role:
+                out[key[len(prefix):]] = value
+        elif cls is None or key in cls.keys(role):
+            out[key] = value
+        elif not any(key in cls.keys(r) for r in ROLES):
+            valid = sorted({k for r in ROLES for k in cls.keys(r)})
             raise EngineOptionError(f"unknown {engine} option {key!r}; valid: {', '.join(valid)}")
-        for r in roles:
-            out[r][key] = value
-    return out[CLASSIFIER], out[GENERATOR]
+    return out
+
+
+def split_options(engine: str, opts: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(classifier options, generator options) of ``engine`` (:func:`role_options` of both roles)."""
+    return role_options(engine, CLASSIFIER, opts), role_options(engine, GENERATOR, opts)
 
 
 def load_classifier(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> ClassifierBase:
@@ -109,21 +104,6 @@ def load_generator(engine: str, model: str, precision: str = "fp32", device: str
     """``engine``'s generator of ``model``, with every member of the contract (defaults where the backend
     implements only the :class:`~breaknli_fast.engines.base.Generator` protocol)."""
     return as_generator(_module(engine).load_generator(model, precision=precision, device=device, **opts))
-
-
-def mlm_options(engine: str, opts: Mapping[str, Any]) -> dict[str, Any]:
-    """The mask filler's options of ``engine`` from options meant for any role: ``mlm.key`` goes to the mask
-    filler only; a plain key goes to it when its loader takes it; ``clf.`` / ``gen.`` keys are left out."""
-    cls = options_class(engine)
-    out: dict[str, Any] = {}
-    for key, value in opts.items():
-        if key.startswith(MLM_PREFIX):
-            out[key[len(MLM_PREFIX):]] = value
-        elif any(key.startswith(p) for p in ROLE_PREFIXES):
-            continue
-        elif cls is None or key in cls.keys(MASK_FILLER):
-            out[key] = value
-    return out
 
 
 def load_mask_filler(engine: str, model: str, precision: str = "fp32", device: str = "cpu",

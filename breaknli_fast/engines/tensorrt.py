@@ -1,6 +1,6 @@
 """The native TensorRT engine (classifiers only; TensorRT 10 Python runtime).
 
-UNTESTED HERE: no TensorRT and no GPU on the development machines (see
+Not yet run on a GPU: the test-suite checks only the clean refusal (see
 :mod:`breaknli_fast.engines.tensorrt_runtime`). Without TensorRT or a CUDA GPU, both loaders raise
 :class:`EngineUnavailable` with one line saying what to install. Generators are not supported
 yet (an autoregressive decoder with a KV cache needs its own engine pair and a decoding loop);
@@ -23,11 +23,11 @@ from transformers import AutoConfig, AutoTokenizer
 from breaknli_fast.engines.base import CLASSIFIER, EngineInfo, Pair
 from breaknli_fast.engines.options import EngineOptions, nested_options
 from breaknli_fast.engines.batching import BatchedClassifier
-from breaknli_fast.engines.models import ModelLoadError, effective_max_length, label_permutation, load_config, model_kind
+from breaknli_fast.engines.model_info import ModelLoadError, effective_max_length, label_permutation, load_config, model_kind
 from breaknli_fast.engines.ort_runtime import classifier_feeds
 from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.engines.tensorrt_runtime import PLAN_FILE, TrtRunner, require_tensorrt
-from breaknli_fast.export.api import ExportOptions, export_model
+from breaknli_fast.engines.artifacts import ExportOptions, build
 
 PRECISIONS = ("fp32", "fp16", "int8")
 GENERATOR_UNSUPPORTED = (
@@ -61,7 +61,7 @@ class TrtClassifier(BatchedClassifier):
             raise ModelLoadError("the tensorrt engine runs on --device cuda only")
         require_tensorrt()
         max_batch = self.resolve_max_batch(o.max_batch, device)  # needed by the engine build, before __init__
-        self.exported = export_model(model, format="tensorrt", precision=precision, device=device,
+        self.exported = build(model, format="tensorrt", precision=precision, device=device,
                                      max_length=o.max_length, max_batch=max_batch, **o.export.kwargs())
         folder = self.exported.path
         self.runner = TrtRunner(folder / PLAN_FILE, device)

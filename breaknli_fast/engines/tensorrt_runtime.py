@@ -3,7 +3,8 @@ GPU with torch CUDA tensors as buffers, and the one-line refusal when TensorRT o
 tensorrt engine (:mod:`breaknli_fast.engines.tensorrt`) runs on it, and the exporters validate the plans they
 build with it (the converter is :mod:`breaknli_fast.export.tensorrt`); it imports nothing from the exporters.
 
-UNTESTED HERE: the development machines have neither TensorRT nor a GPU. Written against the TensorRT 10 API
+Not yet run on a GPU (TensorRT for Hopper GPUs is not installable from the package index; docs/stack.md).
+Written against the TensorRT 10 API
 documentation (``Runtime.deserialize_cuda_engine``, ``IExecutionContext.set_input_shape /
 set_tensor_address / execute_async_v3``); the test-suite only checks that it refuses cleanly without
 TensorRT. tensorrt and torch are imported on use (TensorRT is optional; the command line imports this module

@@ -15,7 +15,7 @@ from breaknli_fast.engines.batching import BatchedClassifier, BatchedMaskFiller,
 from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import MaskedLogProbs, Seq2SeqNLIMixin, masked_lm_inputs, use_torch_threads
-from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
+from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
                                           load_config, load_tokenizer, model_kind, require_masked_lm, resolve_model)
 from breaknli_fast.prompts import NLI_PROMPTS
 
@@ -63,7 +63,7 @@ class TorchThreadsMixin:
 class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
     """Any ``AutoModelForSequenceClassification``; labels mapped through ``id2label``."""
 
-    # 32 pairs run the mini-model loop a few per cent faster on a 2-core CPU than 64 (and than 16)
+    # 32 pairs per batch run the small models' loop faster on the CPU than 64 or 16 (BENCHMARKS.md, batch sizes)
     cpu_max_batch = 32
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: TorchOptions | None = None):

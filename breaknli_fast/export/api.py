@@ -12,13 +12,12 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from breaknli_fast.data.loaders import load_examples
 from breaknli_fast.engines import random_weights
-from breaknli_fast.engines.models import (ModelLoadError, effective_max_length, is_masked_lm, load_config,
+from breaknli_fast.engines.model_info import (ModelLoadError, effective_max_length, is_masked_lm, load_config,
                                           model_fingerprint, model_kind, resolve_model)
 from breaknli_fast.engines.ort_runtime import classifier_feeds
 from breaknli_fast.engines.registry import EngineUnavailable
@@ -29,60 +28,14 @@ import breaknli_fast.export.quantize as qz
 import breaknli_fast.export.t5_step as t5_step
 import breaknli_fast.export.tensorrt as trt_export
 import breaknli_fast.export.validate as val
+from breaknli_fast.engines.artifacts import (CALIBRATION_SIZE, EXPORT_OPTS, VALIDATION_SIZE, ExportOptions,  # noqa: F401
+                                            ExportResult, provide_builder)
 from breaknli_fast.export.errors import ExportError, ExportValidationError, UnsupportedModelError, first_line
 
 FORMATS = ("onnx", "tensorrt")
 TASKS = ("mlm",)  # roles exported only when asked (the kind of the other models follows from their config)
 PRECISIONS = ("fp32", "fp16", "int8")
-VALIDATION_SIZE = 64
-CALIBRATION_SIZE = 256
-
 Pair = tuple[str, str]
-
-
-@dataclass
-class ExportOptions:
-    """The options of :func:`export_model` that an engine which exports on first use passes through from its
-    loader's options (the engine itself decides the model, format, precision, device, length and batch)."""
-
-    cache_dir: str | Path | None = None  # the export cache (default: ~/.cache/breaknli_fast)
-    out_dir: str | Path | None = None  # export into this folder instead of the cache
-    force: bool = False  # rebuild even when a cached export matches
-    calibration_pairs: Iterable[Any] | None = None  # calibration / validation pairs (default: the embedded sample)
-    calibration_size: int = CALIBRATION_SIZE
-    validation_size: int = VALIDATION_SIZE
-    tolerances: Mapping[str, Any] | None = None  # overrides of the validation tolerances
-    validate: bool = True
-    progress: bool = False  # engines export quietly; the export command shows progress
-
-    def kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`export_model`."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-# the option names of ExportOptions (the keys an engine's loader passes through to export_model)
-EXPORT_OPTS = tuple(f.name for f in fields(ExportOptions))
-
-
-@dataclass
-class ExportResult:
-    path: Path  # the export folder
-    manifest: dict[str, Any]
-    reused: bool = False  # True when a cached export was reused
-    seconds: float = 0.0
-    messages: list[str] = field(default_factory=list)
-
-    @property
-    def validation(self) -> dict[str, Any] | None:
-        return self.manifest.get("validation")
-
-    @property
-    def kind(self) -> str:
-        return str(self.manifest["kind"])
-
-    @property
-    def graphs(self) -> list[str]:
-        return list(self.manifest.get("graphs") or {})
 
 
 def _console(progress: bool) -> Any:
@@ -185,7 +138,7 @@ def export_model(
 
     ``max_length`` (tokens of a pair or prompt, for the traced inputs, the validation, the calibration
     and a TensorRT profile) is capped at the model's own limit
-    (:func:`~breaknli_fast.engines.models.effective_max_length`).
+    (:func:`~breaknli_fast.engines.model_info.effective_max_length`).
 
     ``task="mlm"``: a masked language model for the mask-filler role (ONNX only; one graph with log-probabilities
     at the mask positions), validated by top-1 and top-k agreement of the suggestions with torch fp32 on masked
@@ -442,3 +395,7 @@ def _validate_on(fn: Any, folder: Path, src: str, pairs: Sequence[Pair], device:
             figs["note"] = f"validated on the CPU provider: {first_line(e)}"
             return figs
     return fn(folder, src, pairs, device="cpu", max_length=max_length)
+
+
+# the engines that export on first use (ort, tensorrt) build through this function (engines.artifacts)
+provide_builder(export_model)

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from breaknli_fast.errors import UserError
-
-
-class ExportError(UserError):
-    """An export that cannot be made (bad options, exporter failure, ...)."""
+from breaknli_fast.engines.artifacts import ExportError  # the base class, which the engines see too
 
 
 class UnsupportedModelError(ExportError):

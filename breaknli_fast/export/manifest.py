@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from breaknli_fast.engines.models import file_sha256
+from breaknli_fast.engines.model_info import file_sha256
 from breaknli_fast.export.errors import ExportError
 
 MANIFEST = "manifest.json"

@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from breaknli_fast.engines.models import input_limit
+from breaknli_fast.engines.model_info import input_limit
 from breaknli_fast.engines.ort_runtime import INSTALL_ONNX
 from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.export.errors import ExportError, UnsupportedModelError, first_line

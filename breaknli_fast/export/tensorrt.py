@@ -1,8 +1,8 @@
 """Building TensorRT engines of the classifiers (TensorRT 10 Python API): ONNX graph -> serialized plan. The
 plan is loaded and run by the tensorrt engine's runtime (:mod:`breaknli_fast.engines.tensorrt_runtime`).
 
-UNTESTED HERE: the development machines have neither TensorRT nor a GPU. This module was
-written against the TensorRT 10 API documentation (``Builder``, ``OnnxParser``,
+Not yet run on a GPU (TensorRT for Hopper GPUs is not installable from the package index; docs/stack.md). This
+module follows the TensorRT 10 API documentation (``Builder``, ``OnnxParser``,
 ``create_network(STRONGLY_TYPED)``, ``IBuilderConfig.set_memory_pool_limit``, optimization
 profiles, timing caches); the test-suite only checks that it refuses cleanly without TensorRT.
 
@@ -16,7 +16,7 @@ TensorRT 11 removes the weakly typed FP16/INT8 builder flags):
   quantization; calibrated on real premise/hypothesis pairs by ``quantize.int8_static_qdq``).
 
 One optimization profile: batch 1..max_batch (opt = max_batch), length 1..max_length (never more
-than the model's position table holds: ``engines.models.input_limit``), the
+than the model's position table holds: ``engines.model_info.input_limit``), the
 optimum length being the 90th percentile of the calibration pairs' token counts (rounded up to
 a multiple of 8). A timing cache per GPU and TensorRT version is kept beside the export cache,
 so later builds reuse kernel timings. tensorrt and torch are imported on use (TensorRT is optional).
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from breaknli_fast.engines.models import input_limit
+from breaknli_fast.engines.model_info import input_limit
 from breaknli_fast.engines.tensorrt_runtime import PLAN_FILE, require_tensorrt
 from breaknli_fast.export.errors import ExportError
 from breaknli_fast.export.manifest import cache_root, slugify

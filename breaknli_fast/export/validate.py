@@ -34,7 +34,7 @@ import numpy as np
 
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import MASK, ClassifierBase
-from breaknli_fast.engines.models import (ModelLoadError, answer_token_ids, effective_max_length, input_limit,
+from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, input_limit,
                                           label_permutation)
 from breaknli_fast.engines.ort_runtime import (STEP_FILES, OrtSeq2SeqStepper, SessionMaskFiller, classifier_feeds,
                                                load_ort_seq2seq, make_session)

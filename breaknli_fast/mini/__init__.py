@@ -7,7 +7,7 @@ Training code: :mod:`breaknli_fast.mini.train` (``breaknli-fast mini train --hel
 ``breaknli_fast/mini/recipe.json``.
 
 This package is training code: the runtime (engines, export, pipeline, data, bench) never imports it. The asset
-paths below come from the runtime modules that own them (:func:`breaknli_fast.engines.models.assets_models_dir`,
+paths below come from the runtime modules that own them (:func:`breaknli_fast.engines.model_info.assets_models_dir`,
 :func:`breaknli_fast.data.loaders.sample_path`).
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from breaknli_fast.data.loaders import sample_path
-from breaknli_fast.engines.models import assets_models_dir
+from breaknli_fast.engines.model_info import assets_models_dir
 
 MODELS_DIR = assets_models_dir()
 DATA_DIR = sample_path().parent

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,13 +19,14 @@ import torch
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, LABELS
 from breaknli_fast.data.normalize import normalize_text
-from breaknli_fast.engines.models import load_config, resolve_model
+from breaknli_fast.engines.model_info import load_config, resolve_model
 from breaknli_fast.mini.cards import write_cards as _write_cards
 from breaknli_fast.mini.common import (LENGTH_BUCKETS, folder_size, hardware, length_bucket, log, make_progress,
                                        pad_batch, write_json)
 from breaknli_fast.mini.data import Pair, SnliSplit
 from breaknli_fast.data.loaders import Example, LoadedData, SkipStats, load_file
-from breaknli_fast.engines.loading import EngineConfig, Models, load_models
+from breaknli_fast.engines.roles import Models
+from breaknli_fast.study.loading import EngineConfig, load_models
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, dedup_candidates
 from breaknli_fast.probes.breaknli.verdicts import SELECTED
 from breaknli_fast.probes.breaknli import BreakNLIProbe
@@ -102,7 +102,7 @@ def generator_check(t5: str | Path, judge: str | Path, examples: LoadedData, mod
     U = ``unique`` and S = ``keep`` (both directions, the full relation filter), overall and by length of h."""
     target = MODE_TARGET[mode]
     if models is None:
-        models = load_models(EngineConfig(engine="torch"), str(judge), str(t5))
+        models = load_models(EngineConfig(engine="torch"), {"classifier": str(judge), "generator": str(t5)})
     clf = models.classifier
     sel = [e for e in examples.examples if e.label in SELECTED[mode]]
     ph = clf.classify([(e.premise, e.hypothesis) for e in sel]).labels if sel else []
@@ -182,7 +182,7 @@ def check_generator(t5: str, judge: str, sample: str | Path, n: int = 200,
         raise ValueError(f"unknown mode {bad[0]!r}; use contradictive, entailed or both")
     for name in (t5, judge):
         load_config(name)  # a missing folder, a folder without a model or an unreachable hub id: ModelLoadError
-    models = load_models(EngineConfig(engine="torch"), resolve_model(judge), resolve_model(t5))
+    models = load_models(EngineConfig(engine="torch"), {"classifier": resolve_model(judge), "generator": resolve_model(t5)})
     examples = load_file(sample)
     out = {}
     for mode in modes:
@@ -190,17 +190,6 @@ def check_generator(t5: str, judge: str, sample: str | Path, n: int = 200,
                             progress=progress, models=models)
         out[mode] = {a: b for a, b in r.items() if a != "examples"}
     return out
-
-
-def load_sample(path: str | Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                r = json.loads(line)
-                r["premise"], r["hypothesis"] = normalize_text(r["premise"]), normalize_text(r["hypothesis"])
-                rows.append(r)
-    return rows
 
 
 def evaluate_models(out_dir: str | Path, split: SnliSplit, seed: int = 0, n_gen: int = 200, k: int = 20,
@@ -239,7 +228,7 @@ def evaluate_models(out_dir: str | Path, split: SnliSplit, seed: int = 0, n_gen:
                 examples = LoadedData([Example(p.pair_id, p.premise, p.hypothesis, p.label, i + 1)
                                        for i, p in enumerate(pairs)], SkipStats(), {"type": "evaluation slice"})
                 res["generator_examples_from"] = "evaluation slice of the held-out pairs"
-            models = load_models(EngineConfig(engine="torch"), str(out_dir / "mini-nli"), str(out_dir / "mini-t5"))
+            models = load_models(EngineConfig(engine="torch"), {"classifier": str(out_dir / "mini-nli"), "generator": str(out_dir / "mini-t5")})
             for mode in ("contradictive", "entailed"):
                 r = generator_check(out_dir / "mini-t5", out_dir / "mini-nli", examples, mode, n=n_gen, k=k, seed=seed,
                                     progress=progress, models=models)

@@ -146,10 +146,6 @@ def _round_totals(rounds: Sequence[dict], epochs_key: str = "epochs") -> dict[st
             "train_seconds": round(sum(r["train_seconds"] or 0 for r in rounds), 1)}
 
 
-def _info(out_dir: Path, name: str) -> dict:
-    return read_json(out_dir / name / INFO_FILE, {}) or {}
-
-
 # ----------------------------------------------------------------------------------------------- tokenizers
 
 def train_tokenizers(split: SnliSplit, out_dir: str | Path, which: Sequence[str] = ("bpe", "spm"),

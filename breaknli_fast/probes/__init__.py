@@ -27,14 +27,6 @@ def register(name: str, target: str) -> None:
     _PROBES[name] = target
 
 
-def unregister(name: str) -> None:
-    _PROBES.pop(name, None)
-
-
-def probe_names() -> list[str]:
-    return list(_PROBES)
-
-
 def probe_class(name: str) -> Any:
     if name not in _PROBES:
         raise UnknownProbe(f"unknown probe {name!r}; choose one of {', '.join(_PROBES)}")

@@ -118,7 +118,7 @@ class StageCache(Protocol):
 class StudyContext:
     """What a probe's steps get: the loaded engines, the run directory (None in memory), timings, progress."""
 
-    models: Any  # breaknli_fast.engines.loading.Models
+    models: Any  # breaknli_fast.study.loading.Models
     stages: StageCache | None  # the run directory's stage cache; None for a study in memory
     times: StageTimes
     hook: ProgressHook

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from breaknli_fast.data.loaders import LoadedData
-from breaknli_fast.engines.loading import EngineConfig
+from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.errors import UserError, install_hint
 from breaknli_fast.study.rundir import RunDir
 from breaknli_fast.probes.base import Probe, StageTimes, pending_chunks
@@ -118,16 +118,15 @@ def connect(cfg: RayConfig) -> Any:
 class _Worker:
     """The actor: loads the engines once, then runs the probe's steps on what the driver sends."""
 
-    def __init__(self, probe: Probe, engine: EngineConfig, classifier: str, generator: str | None, threads: int,
-                 mlm: list[str] | None = None):
+    def __init__(self, probe: Probe, engine: EngineConfig, requests: dict[str, Any], threads: int):
         import torch
 
-        from breaknli_fast.engines.loading import load_models
+        from breaknli_fast.study.loading import load_models
 
         torch.set_num_threads(max(1, threads))
         engine = EngineConfig(**{**engine.to_dict(), "threads": threads})
         self.probe = probe
-        self.models = load_models(engine, classifier, generator, mlm=mlm)
+        self.models = load_models(engine, requests)
         self.state: dict[str, Any] = {}
 
     def info(self) -> dict[str, Any]:
@@ -136,10 +135,7 @@ class _Worker:
         return {"node": socket.gethostname(), "pid": os.getpid(), "engine": self.models.engine}
 
     def details(self) -> dict[str, Any]:
-        clf, gen, mlm = self.models.classifier, self.models.generator, self.models.mlm
-        return {"max_batch": getattr(clf, "max_batch", None), "classifier_details": clf.info.to_dict(),
-                **({"generator_details": gen.info.to_dict()} if gen is not None else {}),
-                **({"mlm_details": {k: m.info.to_dict() for k, m in mlm.items()}} if mlm else {}),
+        return {"max_batch": getattr(self.models.classifier, "max_batch", None), **self.models.details(),
                 "notes": self.models.notes}
 
     def prepare(self, data: LoadedData, todo: bool) -> dict[str, Any]:
@@ -175,15 +171,15 @@ class RayPool:
     """The actors of one study: started and loaded once (:attr:`infos` tells what each loaded), then
     :meth:`execute` runs the probe's chunks on them."""
 
-    def __init__(self, probe: Probe, engine: EngineConfig, classifier: str, generator: str | None, cfg: RayConfig,
-                 n_chunks_hint: int | None = None, mlm: list[str] | None = None):
+    def __init__(self, probe: Probe, engine: EngineConfig, requests: dict[str, Any], cfg: RayConfig,
+                 n_chunks_hint: int | None = None):
         self.ray = ray = connect(cfg)
         self.probe, self.cfg = probe, cfg
         n = max(1, int(cfg.workers or 1))
         if n_chunks_hint is not None:
             n = max(1, min(n, n_chunks_hint))
         self._cls = ray.remote(num_cpus=cfg.threads_per_worker, num_gpus=cfg.gpus_per_worker)(_Worker)
-        self._args = (probe, engine, classifier, generator, cfg.threads_per_worker, mlm)
+        self._args = (probe, engine, requests, cfg.threads_per_worker)
         self.actors = [self._cls.remote(*self._args) for _ in range(n)]
         try:
             self.infos = ray.get([a.info.remote() for a in self.actors])

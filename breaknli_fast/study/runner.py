@@ -17,8 +17,9 @@ from typing import Any, Sequence
 
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.loading import EngineConfig, Models, load_models, mlm_names
-from breaknli_fast.engines.models import model_fingerprint
+from breaknli_fast.engines.roles import ROLES, Models, role
+from breaknli_fast.study.loading import EngineConfig, load_models, mlm_names
+from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.study.rundir import RunDir
 from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
@@ -161,21 +162,25 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     columns_by = parse_by(by) or default_columns(data)
     for column in columns_by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
-    gen_name = generator if "generator" in probe.roles else None
-    mlms = (mlm_names(mlm) or ["mini-mlm"]) if "mlm" in probe.roles else []
+    named = {"classifier": classifier, "generator": generator, "mlm": mlm_names(mlm) or None}
+    # the models of the probe's roles (a role it does not need is not loaded); a role with many models: a list
+    requests = {r.name: named.get(r.name) or ([r.default] if r.many else r.default)
+                for r in ROLES if r.name in probe.roles}
+    gen_name = requests.get("generator")
+    mlms = requests.get("mlm") or []
     if models is None:
         ecfg.check()  # precisions, workers, device, engine name: wrong ones stop here, before any model loads
     if ray is not None:  # "auto" is resolved here so that every actor runs the same backend
         ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device))
-    roles = {"classifier": classifier, **({"generator": generator} if gen_name else {})}
     prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"
+    roles = {name: m for name, m in requests.items() if not role(name).many}  # one model each
     fingerprints: dict[str, Any] = {}
     mlm_prints: dict[str, Any] = {}
 
     def identity_for(engine_name: str) -> dict[str, Any]:
         return {
             "probe": probe.name,
-            **{role: fp.get("files_sha256") or roles[role] for role, fp in fingerprints.items()},
+            **{name: fp.get("files_sha256") or roles[name] for name, fp in fingerprints.items()},
             **({"mlm": {n: fp.get("files_sha256") or n for n, fp in mlm_prints.items()},
                 "mlm_precision": ecfg.mlm_prec} if mlms else {}),
             "engine": engine_name, "precision": ecfg.precision, "device": ecfg.device.split(":")[0],
@@ -198,7 +203,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     pool = None
     try:
         if out is not None or runs_root is not None:
-            fingerprints = {role: model_fingerprint(name) for role, name in roles.items()}
+            fingerprints = {name: model_fingerprint(m) for name, m in roles.items()}
             mlm_prints = {name: model_fingerprint(name) for name in mlms}
             rd = RunDir(path_for(expected))
             rd.lock()
@@ -207,7 +212,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             from breaknli_fast.study.distributed import RayPool
 
             with hook.status("starting Ray workers"):
-                pool = RayPool(probe, ecfg, classifier, gen_name, ray, mlm=mlms or None)
+                pool = RayPool(probe, ecfg, requests, ray)
             engine_name, details = ecfg.engine, pool.details()
             notes = list(details.pop("notes", []))
         else:
@@ -217,13 +222,11 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
 
                     torch.set_num_threads(ecfg.threads)
                 with hook.status("loading models"):
-                    models = load_models(ecfg, classifier, gen_name, note=hook.message, mlm=mlms)
+                    models = load_models(ecfg, requests, note=hook.message)
             clf = models.classifier
             engine_name, notes = models.engine, list(models.notes)
             details = {"max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
-                       "classifier_details": clf.info.to_dict(),
-                       **({"generator_details": models.generator.info.to_dict()} if models.generator is not None else {}),
-                       **({"mlm_details": {k: m.info.to_dict() for k, m in models.mlm.items()}} if models.mlm else {})}
+                       **models.details()}
         meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
                 "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset}
         if rd is None:  # in memory

@@ -1,4 +1,4 @@
-"""The BreakNLI generate–filter–evaluate loop (spec: shared/spec/breaknli.md), engine-agnostic.
+"""The BreakNLI generate–filter–evaluate loop (docs/methodology.md), engine-agnostic.
 
 Stages per mode: select -> correct-only -> generate K -> deduplicate to U -> relation filter
 to S -> evaluate (p, h') -> verdict. These are the steps; :mod:`breaknli_fast.probes.breaknli` makes them a

@@ -1,4 +1,4 @@
-"""BreakNLI as a probe of the study runner (spec: shared/spec/breaknli.md).
+"""BreakNLI as a probe of the study runner (docs/methodology.md).
 
 Units: one group per mode (contradictive, then entailed), each the examples whose gold label the mode selects.
 Before the chunks, M(p, h) of every selected example (cached in the run directory); per chunk, the loop's

@@ -1,0 +1,158 @@
+"""Model + engine + precision + device -> ready engines: the one place that loads the models of a study
+(one loop over the model roles of :mod:`breaknli_fast.engines.roles`).
+
+The backends export on first use and cache the export (``breaknli_fast.export``); this module picks the engine
+(``auto``), loads each role a study needs (classifier, generator, masked LMs), and falls back from ``auto``'s choice to the
+torch reference when a model does not export or its export does not match torch. The options go to the
+backends' loaders as keyword options, which each backend turns into its typed options class (and checks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from breaknli_fast.engines import registry
+from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER
+from breaknli_fast.engines.roles import ROLES, Models, model_names
+from breaknli_fast.errors import UserError, first_line
+from breaknli_fast.engines.artifacts import ExportError
+import breaknli_fast.export.api  # noqa: F401  (provides the builder of the engines that export on first use)
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
+
+
+@dataclass
+class EngineConfig:
+    """Which engine runs the models, and how (the options ``run`` and the study entry point take)."""
+
+    engine: str = registry.AUTO  # auto, torch, ort, tensorrt (or a registered test engine)
+    precision: str = "fp32"
+    # one role at another precision (e.g. an int8 classifier with an fp32 generator: the same candidates as fp32)
+    classifier_precision: str | None = None
+    generator_precision: str | None = None
+    mlm_precision: str | None = None  # the masked LMs (mlm role) at another precision
+    device: str = "cpu"
+    threads: int | None = None  # CPU threads in all (engines split them into workers)
+    workers: int | str | None = None  # CPU batches side by side: a number or "auto"
+    # classifier options
+    label_map: dict[str, str] | None = None
+    max_length: int = 256
+    token_budget: int = 8192
+    max_batch: int | None = None
+    nli_prompt: str = DEFAULT_NLI_PROMPT
+    nli_method: str = "score"
+    # backend-specific options: ``clf.key`` / ``gen.key`` for one role, a plain key for each role that takes it
+    # (registry.role_options)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Refuse, in one line, what is wrong without loading a model: an unknown precision, device, ``workers``,
+        NLI prompt or method, and sizes below 1 (the run stops before the minutes of loading)."""
+        for flag, prec in (("--precision", self.precision), ("--classifier-precision", self.classifier_precision),
+                           ("--generator-precision", self.generator_precision), ("--mlm-precision", self.mlm_precision)):
+            if prec is not None and prec not in registry.PRECISIONS:
+                raise UserError(f"{flag} {prec!r}: use {', '.join(registry.PRECISIONS)}")
+        kind, _, index = self.device.partition(":")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+            raise UserError(f"unknown device {self.device!r}; use cpu or cuda[:N]")
+        if self.workers is not None and self.workers != "auto":
+            try:
+                workers = int(self.workers)
+            except (TypeError, ValueError):
+                raise UserError(f"--workers must be a number or 'auto', not {self.workers!r}") from None
+            if workers < 1:
+                raise UserError(f"--workers must be at least 1, not {workers}")
+        for flag, value in (("--threads", self.threads), ("--max-length", self.max_length),
+                            ("--token-budget", self.token_budget), ("--max-batch", self.max_batch)):
+            if value is not None and value < 1:
+                raise UserError(f"{flag} must be at least 1, not {value}")
+        if self.nli_prompt not in NLI_PROMPTS:
+            raise UserError(f"unknown --nli-prompt {self.nli_prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
+        if self.nli_method not in ("score", "generate"):
+            raise UserError(f"unknown --nli-method {self.nli_method!r}; use score or generate")
+
+    def options(self, role: str, engine: str | None = None) -> dict[str, Any]:
+        """The keyword options of ``engine``'s loader for ``role`` (``engine``: this config's, ``auto`` resolved):
+        the role's own fields of this config, the common ones, and the keys of ``extra`` that the role takes."""
+        name = engine or registry.resolve_engine(self.engine, self.precision, self.device)
+        common: dict[str, Any] = {"threads": self.threads} if self.threads else {}
+        if self.workers is not None:
+            common["workers"] = self.workers
+        batching = {"max_length": self.max_length, "token_budget": self.token_budget, "max_batch": self.max_batch}
+        if role == CLASSIFIER:
+            own = {"label_map": self.label_map, **batching, "prompt": self.nli_prompt, "method": self.nli_method}
+        elif role == MASK_FILLER:
+            own = batching
+        else:
+            own = {}
+        return {**own, **common, **(registry.role_options(name, role, self.extra) if self.extra else {})}
+
+    def precision_of(self, role: str) -> str:
+        """The precision of ``role``'s models: its own (``<role>_precision``) or the config's."""
+        return getattr(self, f"{role}_precision", None) or self.precision
+
+    @property
+    def clf_precision(self) -> str:
+        return self.precision_of(CLASSIFIER)
+
+    @property
+    def gen_precision(self) -> str:
+        return self.precision_of(GENERATOR)
+
+    @property
+    def mlm_prec(self) -> str:
+        return self.precision_of(MASK_FILLER)
+
+    @property
+    def label(self) -> str:
+        """``fp32``, or ``classifier int8 / generator fp32`` when the roles differ."""
+        if self.clf_precision == self.gen_precision:
+            return self.clf_precision
+        return f"classifier {self.clf_precision} / generator {self.gen_precision}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# a backend that cannot take the model (no export, an export that fails validation, missing libraries or hardware):
+# auto falls back to torch
+FALLBACK_ERRORS = (ExportError, registry.EngineUnavailable)
+
+
+mlm_names = model_names  # the masked LMs of ``--mlm a,b``
+
+
+def load_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] | None],
+                note: Callable[[str], None] | None = None) -> Models:
+    """Load the models of ``requests`` (role -> model name, or several names for a role with ``many``: ``"a,b"`` or
+    a list; a role left out or None is not loaded) on the engine of ``cfg``. With ``engine="auto"`` a model that
+    the chosen backend cannot take (no export, an export that fails validation) is loaded on torch instead, and
+    ``note`` is told why."""
+    engine = registry.resolve_engine(cfg.engine, cfg.precision, cfg.device)
+    for r in ROLES:
+        prec = getattr(cfg, f"{r.name}_precision", None)
+        if prec is not None and prec not in registry.PRECISIONS:
+            raise UserError(f"--{r.name}-precision {prec!r}: use {', '.join(registry.PRECISIONS)}")
+    wanted = [(r, model_names(requests.get(r.name)) if r.many else requests.get(r.name)) for r in ROLES]
+    wanted = [(r, m) for r, m in wanted if m]
+
+    def load(name: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for r, m in wanted:
+            kw = dict(precision=cfg.precision_of(r.name), device=cfg.device, **cfg.options(r.name, name))
+            out[r.name] = {x: r.load(name, x, **kw) for x in m} if r.many else r.load(name, m, **kw)
+        return out
+
+    notes: list[str] = []
+    try:
+        engines = load(engine)
+    except FALLBACK_ERRORS as e:
+        if cfg.engine != registry.AUTO or engine == "torch":
+            raise
+        msg = f"--engine auto: {engine} is not usable here ({first_line(e)}); running on torch"
+        notes.append(msg)
+        if note:
+            note(msg)
+        engine = "torch"
+        engines = load(engine)
+    return Models(engines, engine=engine, requested=cfg.engine, notes=notes)
