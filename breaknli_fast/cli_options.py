@@ -60,9 +60,11 @@ _VALUES: ContextVar[dict[str, Any]] = ContextVar("probe_option_values", default=
 
 @dataclass
 class ProbeParam:
-    """One generated option: the probe and the config field (or (field, part)) it sets."""
+    """One generated option: the config class and the field (or (field, part)) it sets, and the probes
+    (one, or several registered with the same config class) that take it."""
 
-    probe: str
+    probes: tuple[str, ...]
+    config_class: type
     path: tuple[str, ...]
     name: str  # the parameter's name
     flags: tuple[str, ...]
@@ -80,50 +82,55 @@ def _value_type(annotation: Any) -> Any:
     return annotation if annotation in (int, float, str, bool) else str
 
 
-def _param(probe: str, path: tuple[str, ...], spec: Any, annotation: Any, default: Any) -> ProbeParam:
+def _param(probes: tuple[str, ...], cls: type, path: tuple[str, ...], spec: Any, annotation: Any,
+           default: Any) -> ProbeParam:
     from breaknli_fast.probes.base import UNSET
 
     flag = spec.flag or "--" + path[-1].replace("_", "-")
     typ = spec.type or _value_type(annotation)
     default = default if spec.cli_default is UNSET else spec.cli_default
-    name = PREFIX + "__".join((probe.replace("-", "_"), *path))
+    name = PREFIX + "__".join((probes[0].replace("-", "_"), *path))
     decls = (flag, *([spec.short] if spec.short else ()))
     bounds = {k: v for k, v in (("min", spec.min), ("max", spec.max)) if v is not None}
     option = typer.Option(default, *decls, help=spec.help, metavar=spec.metavar, show_default=default is not None,
-                          rich_help_panel=spec.panel or f"--probe {probe}", **bounds)
+                          rich_help_panel=spec.panel or f"--probe {' / '.join(probes)}", **bounds)
     flags = tuple(f for d in decls for f in d.split("/"))
-    return ProbeParam(probe, path, name, flags, typ if default is not None else Optional[typ], option, default, spec.parse)
+    return ProbeParam(probes, cls, path, name, flags, typ if default is not None else Optional[typ], option, default,
+                      spec.parse)
 
 
 def probe_params(probes: Sequence[str] | None = None) -> list[ProbeParam]:
     """The options that ``probes`` (default: every registered probe) declare in their configs, in declaration
-    order. Two probes declaring the same flag is a programming error (RuntimeError naming both)."""
+    order; probes registered with the same config class share its options. Two config classes declaring the
+    same flag is a programming error (RuntimeError naming both)."""
     from breaknli_fast.probes import probe_class, probe_names
     from breaknli_fast.probes.base import CLI, CliOption
 
-    out: list[ProbeParam] = []
+    by_class: dict[type, list[str]] = {}
     for name in probes if probes is not None else probe_names():
         cls = probe_class(name).config_class
-        if cls is None:
-            continue
+        if cls is not None:
+            by_class.setdefault(cls, []).append(name)
+    out: list[ProbeParam] = []
+    for cls, names in by_class.items():
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             spec = f.metadata.get(CLI)
             if isinstance(spec, CliOption):
                 default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-                out.append(_param(name, (f.name,), spec, hints[f.name], default))
+                out.append(_param(tuple(names), cls, (f.name,), spec, hints[f.name], default))
             elif isinstance(spec, dict):  # a nested dataclass or a dict: one option per part
                 whole = f.default_factory()  # type: ignore[misc]
                 sub = typing.get_type_hints(type(whole)) if dataclasses.is_dataclass(whole) else {}
                 for part, pspec in spec.items():
                     value = getattr(whole, part) if dataclasses.is_dataclass(whole) else whole[part]
-                    out.append(_param(name, (f.name, part), pspec, sub.get(part, type(value)), value))
-    seen: dict[str, str] = {}
+                    out.append(_param(tuple(names), cls, (f.name, part), pspec, sub.get(part, type(value)), value))
+    seen: dict[str, ProbeParam] = {}
     for p in out:
         for flag in p.flags:
-            if flag in seen and seen[flag] != p.probe:
-                raise RuntimeError(f"probes {seen[flag]} and {p.probe} both declare the option {flag}")
-            seen[flag] = p.probe
+            if flag in seen and seen[flag].config_class is not p.config_class:
+                raise RuntimeError(f"probes {seen[flag].probes[0]} and {p.probes[0]} both declare the option {flag}")
+            seen[flag] = p
     return out
 
 
@@ -159,7 +166,7 @@ class ProbeOptions:
         for pp in self.params():
             clash = [f for f in pp.flags if f in own]
             if clash:
-                raise RuntimeError(f"probe {pp.probe}'s option {clash[0]} is an option of {self.__name__} itself")
+                raise RuntimeError(f"probe {pp.probes[0]}'s option {clash[0]} is an option of {self.__name__} itself")
             params.append(inspect.Parameter(pp.name, inspect.Parameter.KEYWORD_ONLY, default=pp.option,
                                             annotation=pp.annotation))
         return sig.replace(parameters=params)
@@ -185,17 +192,17 @@ def probe_config(probe: str, **common: Any) -> Any:
     from breaknli_fast.probes import probe_class
 
     values = _VALUES.get()
+    cls = probe_class(probe).config_class
     params = [p for p in probe_params(None) if p.name in values] or probe_params([probe])
     for p in params:
-        if p.probe != probe and values.get(p.name, p.default) != p.default:
-            raise UserError(f"{p.flags[0]} is an option of --probe {p.probe}, not of --probe {probe}")
-    cls = probe_class(probe).config_class
+        if p.config_class is not cls and values.get(p.name, p.default) != p.default:
+            raise UserError(f"{p.flags[0]} is an option of --probe {' / '.join(p.probes)}, not of --probe {probe}")
     if cls is None:
         return None
     kwargs: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}
     for p in params:
-        if p.probe != probe or p.name not in values:
+        if p.config_class is not cls or p.name not in values:
             continue
         value = p.parse(values[p.name]) if p.parse is not None else values[p.name]
         if len(p.path) == 1:

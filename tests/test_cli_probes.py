@@ -20,9 +20,9 @@ def _flat(text: str) -> str:
 
 @pytest.fixture
 def toy():
-    probes.register("toy", "tests.plugins.toy_probe:ToyProbe")
+    probes.register("toy", "tests.plugins.toy_probe:ToyProbe")  # the one registry line of a new probe
     yield "toy"
-    probes.unregister("toy")
+    probes._PROBES.pop("toy", None)  # the registry has no removal: a test cleans up after itself
 
 
 def test_toy_probe_options_are_in_run_help(toy):

@@ -1,4 +1,4 @@
-"""``breaknli-fast mini train`` (also ``python -m breaknli_fast.mini.train``): the options of
+"""``breaknli-fast mini train``: the options of
 :func:`breaknli_fast.mini.train.train_all`, read like every other command's. The training code is imported
 only when the command runs, so the help and bad input answer at once."""
 
@@ -158,13 +158,3 @@ def train(
                         t5_denoise=t5_denoise, t5_bi_entailed=bi_entailed)
         log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
 
-
-def main(args: list[str] | None = None, prog_name: str = "python -m breaknli_fast.mini.train") -> None:
-    """The command on its own (``python -m breaknli_fast.mini.train``; ``args``: default the process's), with the
-    package's help and errors."""
-    from breaknli_fast.cli_help import install
-
-    app = typer.Typer(add_completion=False)
-    app.command(epilog=EPILOG)(train)
-    install(app)
-    app(args=args, prog_name=prog_name)

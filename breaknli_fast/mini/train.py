@@ -12,8 +12,8 @@ Stages (each a library function, all driven by :func:`train_all`):
 The hyperparameters of every round of every stage (the recipe of the shipped models) are the data file
 ``recipe.json`` beside this module, loaded into :data:`DEFAULTS`.
 
-Command line: ``breaknli-fast mini train --data snli_1.0_train.jsonl [--out DIR] [--seed 0]`` (or
-``python -m breaknli_fast.mini.train``; the options are in :mod:`breaknli_fast.mini.command`). Held-out (dev) pairs are never trained on: see
+Command line: ``breaknli-fast mini train --data snli_1.0_train.jsonl [--out DIR] [--seed 0]`` (its options are
+read in :mod:`breaknli_fast.mini.command`). Held-out (dev) pairs are never trained on: see
 :mod:`breaknli_fast.mini.data` for the split rule.
 """
 
@@ -23,6 +23,7 @@ import contextlib
 import copy
 import math
 import random
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -806,7 +807,5 @@ def train_all(data_path: str | Path, out_dir: str | Path = DEFAULT_OUT, seed: in
     return result
 
 
-if __name__ == "__main__":  # python -m breaknli_fast.mini.train: the command `breaknli-fast mini train`
-    from breaknli_fast.mini.command import main
-
-    main(prog_name="python -m breaknli_fast.mini.train")
+if __name__ == "__main__":  # the options are read by the command line (breaknli_fast.mini.command)
+    sys.exit("error: the training command is `breaknli-fast mini train` (breaknli-fast mini train -h for its options)")
