@@ -153,6 +153,7 @@ def run(
     with user_errors(resumable=True):
         probe_class(probe)  # an unknown --probe is a one-line error
         cfg = opts.probe_config(probe, seed=seed, chunk_size=chunk_size)
+        opts.warn_threads(threads)
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
                             classifier_precision=classifier_precision, generator_precision=generator_precision,
                             mlm_precision=mlm_precision, label_map=parse_label_map(label_map), max_length=max_length,

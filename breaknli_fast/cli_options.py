@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import os
 import types
 import typing
 from contextvars import ContextVar
@@ -21,6 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import typer
 
+from breaknli_fast.console import warn
 from breaknli_fast.data.loaders import SAMPLE_NAME
 from breaknli_fast.errors import UserError
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
@@ -50,6 +52,22 @@ LABEL_COL = typer.Option(None, "--label-col", rich_help_panel=DATA, help="Column
 ID_COL = typer.Option(None, "--id-col", rich_help_panel=DATA, help="Column of a unique example id (default: id, pairID, uid or idx; else the line number).")
 BY = typer.Option(None, "--by", rich_help_panel=DATA, help="Break the headline metrics down by dataset columns, e.g. genre or negation_logic,quantifier_logic "
                  "(0/1 columns: the examples where it is 1 and the rest; others: per value). Default: TaxiNLI's categories on taxinli.")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def warn_threads(threads: int | None) -> None:
+    """A one-line warning when ``--threads`` asks for more threads than there are cores to run them."""
+    cores = usable_cores()
+    if threads and threads > cores:
+        warn(f"--threads {threads} is more than the {cores} CPU cores this process may use: threads beyond the "
+             "cores wait for one another and make the run slower, not faster")
 
 
 # -- the options of the registered probes ------------------------------------------------------------------
