@@ -357,8 +357,10 @@ def _found(path: Path, suffix: str, cols: Columns) -> str:
             row = json.loads(first)
         except (ValueError, RecursionError):
             if first.startswith("["):
-                return "it holds one JSON array; write one JSON object per line (JSONL)"
+                return "it holds a JSON array; write each object on a line of its own (JSONL)"
             return f"its first line is not JSON ({first[:40]!r}); write one JSON object per line"
+        if isinstance(row, list) and row and all(isinstance(x, dict) for x in row):
+            return "it holds a JSON array of objects; write each object on a line of its own (JSONL)"
         if isinstance(row, list):
             return "its lines are JSON arrays; write one JSON object per line (JSONL), with keys"
         if not isinstance(row, dict):

@@ -55,6 +55,11 @@ class EngineConfig:
         kind, _, index = self.device.partition(":")
         if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
             raise UserError(f"unknown device {self.device!r}; use cpu or cuda[:N]")
+        if kind == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UserError(f"--device {self.device} was requested but no CUDA GPU is visible to torch")
         if self.workers is not None and self.workers != "auto":
             try:
                 workers = int(self.workers)
