@@ -320,3 +320,16 @@ def test_the_run_directory_lock_is_removed_and_taken_again(tmp_path):
     (tmp_path / "run" / "samples.jsonl").write_text("")
     again.unlock()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["samples.jsonl"]
+
+
+def test_run_then_run_with_limit_0_are_two_run_directories(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, monkeypatch):
+    """The README's `run` then `run --limit 0`: the default directory names the limit, so the second is a run of
+    its own rather than one refused for holding "different settings (limit)"."""
+    monkeypatch.chdir(tmp_path)
+    common = ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--engine", "torch", "--k", "4", "--u", "2",
+              "--s", "1", "--max-new-tokens", "6"]
+    assert runner.invoke(app, [*common, "--limit", "4"]).exit_code == 0
+    r = runner.invoke(app, [*common, "--limit", "0"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny.tsv-all-roberta-torch-fp32-s0",
+                                                                     "tiny.tsv-n4-roberta-torch-fp32-s0"]
