@@ -333,3 +333,27 @@ def test_run_then_run_with_limit_0_are_two_run_directories(tmp_path, tiny_t5, ti
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny.tsv-all-roberta-torch-fp32-s0",
                                                                      "tiny.tsv-n4-roberta-torch-fp32-s0"]
+
+
+def test_an_address_where_nothing_listens_fails_at_once():
+    """A TCP connection answers what Ray's own retries take minutes to give up on (no Ray needed)."""
+    import socket
+    import time
+
+    from breaknli_fast.study.distributed import RayUnavailable, probe_address
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # released below: nothing listens there
+    t0 = time.perf_counter()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", f"[::1]:{port}"):
+        with pytest.raises(RayUnavailable, match="nothing answers on"):
+            probe_address(address)
+    assert time.perf_counter() - t0 < 10
+    with pytest.raises(RayUnavailable, match="is not a number"):
+        probe_address("127.0.0.1:port")
+    with socket.socket() as server:  # something listening: no error
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        probe_address(f"127.0.0.1:{server.getsockname()[1]}")
+    probe_address("auto")  # left to Ray
