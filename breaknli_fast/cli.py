@@ -1,6 +1,6 @@
-"""Command line: ``breaknli-fast run | export | bench | env | generate | mini train | mini check`` (thin; calls the
-library). Help and usage errors of every command: :mod:`breaknli_fast.cli_help`; the options each probe declares:
-:mod:`breaknli_fast.cli_options`."""
+"""Command line: ``breaknli-fast run | report | export | bench | env | generate | mini train | mini check`` (thin;
+calls the library). Help and usage errors of every command: :mod:`breaknli_fast.cli_help`; the options each probe
+declares: :mod:`breaknli_fast.cli_options`."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def print_summary(result: Any) -> None:
         console.print(f"  worker {w['worker']} on {literal(w.get('node'))}: {w['chunks']} chunks, {w['examples']} examples, "
                       f"{rate}" + (f", restarted {w['restarts']}×" if w.get("restarts") else ""))
     if run_dir is not None:
-        files = ["config.json", "samples.jsonl", "report.json", "report.md"]
+        files = ["config.json", "samples.jsonl", "report.json", "report.md", "report.html"]
         files += sorted(p.name for p in run_dir.glob("*.png"))
         console.print(f"run directory: [bold]{literal(run_dir)}[/] ({', '.join(files)})")
 
@@ -105,7 +105,8 @@ def run(
                                       help="merge: the masked LMs that suggest replacements, comma-separated (mini-mlm, a "
                                            "folder or a hub id such as bert-base-cased). Default: mini-mlm."),
     engine: str = typer.Option("auto", "--engine", "-e", rich_help_panel=opts.MODELS,
-                               help="auto, torch, ort or tensorrt. auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
+                               help="auto, torch, ort, tensorrt or ct2 (CTranslate2 generator, classifier on ort/torch; "
+                                    "the ct2 extra). auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
                                     "installed (exactly torch's fp32 results, faster), else torch."),
     precision: str = typer.Option("fp32", "--precision", "-p", rich_help_panel=opts.MODELS,
                                   help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
@@ -159,6 +160,17 @@ def run(
                             mlm_precision=mlm_precision, label_map=parse_label_map(label_map), max_length=max_length,
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
+        if "," in classifier or "," in dataset:  # a study over classifiers x datasets (breaknli_fast.study.grid)
+            from breaknli_fast.cli_report import run_grid_command
+
+            limits = {d.strip(): (DEFAULT_SAMPLE_LIMIT if d.strip() == SAMPLE_NAME else None) if limit is None
+                      else (limit or None) for d in dataset.split(",")}
+            return run_grid_command(probe, cfg, classifier, dataset, limits, split=split, generator=generator,
+                                    columns=Columns(premise_col, hypothesis_col, label_col, id_col), engine=ecfg,
+                                    out=out, overwrite=overwrite, by=by, mlm=mlm,
+                                    ray=RayConfig(address=ray_address, workers=ray_workers,
+                                                  gpus_per_worker=ray_gpus_per_worker, threads_per_worker=ray_threads)
+                                    if ray or ray_address else None)
         with make_progress() as progress:
             result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit,
                                columns=Columns(premise_col, hypothesis_col, label_col, id_col),
@@ -198,12 +210,14 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
 
 
 from breaknli_fast.bench.command import bench  # noqa: E402
+from breaknli_fast.cli_report import report  # noqa: E402
 from breaknli_fast.export.command import export  # noqa: E402
 from breaknli_fast.mini.command import EPILOG as MINI_TRAIN_EPILOG  # noqa: E402
 from breaknli_fast.mini.command import train as mini_train  # noqa: E402
 
 app.command("export")(export)
 app.command("bench")(opts.ProbeOptions(bench, probes=["breaknli"]))  # the probe it measures
+app.command("report")(report)
 
 mini_app = typer.Typer(help="The shipped mini models (train them again from SNLI).", add_completion=False)
 app.add_typer(mini_app, name="mini")

@@ -99,6 +99,11 @@ class RichHook(ProgressHook):
             total = next(task.total for task in self.p.tasks if task.id == t)
             self.p.update(t, completed=total)
 
+    def remove(self, stage: str) -> None:
+        t = self.tasks.pop(stage, None)
+        if t is not None:
+            self.p.remove_task(t)
+
     def message(self, text: str) -> None:
         self.p.console.print(Text(text))  # literally: paths and model ids are user text
 

@@ -16,6 +16,9 @@ class ProgressHook:
 
     def finish(self, stage: str) -> None: ...
 
+    def remove(self, stage: str) -> None:
+        """Take a finished stage off the display (a study over several runs keeps one run's stages at a time)."""
+
     def message(self, text: str) -> None:
         """A one-line notice (resuming, an engine fallback)."""
 

@@ -77,6 +77,7 @@ def provenance(doc: Result, label: str) -> str:
     env = ", ".join(f"{k}={v}" for k, v in (m.get("env") or {}).items())
     machine = (f"{m.get('cpu')}, {cores}, {f(m.get('memory_gib'), '.1f')} GiB; Python {m.get('python')}, "
                f"torch {pk.get('torch')}, onnxruntime {pk.get('onnxruntime')}, transformers {pk.get('transformers')}"
+               + (f", ctranslate2 {pk['ctranslate2']}" if pk.get("ctranslate2") else "")
                + (f"; {env}" if env else "")
                + f"; load average (1 min) {load_pair(m, 'load_average_before')} before, "
                  f"{load_pair(m, 'load_average_after')} after")
@@ -415,6 +416,52 @@ def classifier_variants(doc: Result) -> str:
     return "\n".join(out)
 
 
+def real_shapes_title(doc: Result) -> str:
+    p = doc["payload"]
+    kind = ", random weights" if p.get("random_weights", True) else ""
+    return f"{p.get('job')}: {p.get('shape')} ({f((p.get('parameters') or 0) / 1e6, '.1f')} M parameters{kind})"
+
+
+def real_shapes(doc: Result) -> str:
+    p = doc["payload"]
+    w = p.get("workload") or {}
+    gen = p.get("job") == "generate"
+    cpu = p.get("cpu_features") or {}
+    rows = []
+    for r in p.get("rows") or []:
+        d = r.get("details") or {}
+        dd = d.get("details") or {}
+        prec = d.get("precision")
+        kernel = ((dd.get("int8_kernel") if prec == "int8" else None) or dd.get("compute_type")
+                  or d.get("compute_type") or d.get("runtime") or (prec or ""))
+        if gen:
+            rows.append([r.get("contender"), r.get("iterations"), f(r.get("median_s"), ".2f"), r.get("new_tokens"),
+                         f(r.get("tokens_per_s"), ".0f"), f(r.get("vs_reference"), ".2f", "×"),
+                         f(r.get("vs_torch_fp32"), ".2f", "×"), kernel])
+        else:
+            rows.append([r.get("contender"), r.get("iterations"), f(r.get("median_s"), ".2f"),
+                         f(r.get("pairs_per_s"), ".1f"), f(r.get("vs_torch_fp32"), ".2f", "×"),
+                         f(r.get("label_agreement_vs_torch_fp32_pct"), ".1f", " %"),
+                         f(r.get("max_abs_logit_vs_torch_fp32"), ".2g"), kernel])
+    for sk in p.get("skipped") or []:
+        rows.append([sk.get("contender"), f"skipped: {sk.get('reason')}"] + [""] * 6)
+    if gen:
+        lead = (f"{w.get('prompts')} prompts × K = {w.get('k')}, exactly {w.get('max_new_tokens')} new tokens each "
+                f"(top-k {w.get('top_k')}, top-p {w.get('top_p')}); peers {w.get('peer_batch_prompts')} prompts a call")
+        header = ["contender", "iterations", "median s", "new tokens", "tokens/s",
+                  f"vs {p.get('reference')}", "vs torch:fp32", "kernel / runtime"]
+    else:
+        lead = f"{w.get('pairs')} premise / hypothesis pairs of the embedded SNLI sample; peers {w.get('peer_batch_pairs')} pairs a call"
+        header = ["contender", "iterations", "median s", "pairs/s", "vs torch:fp32", "label agreement with torch fp32",
+                  "max abs Δ logit", "kernel / runtime"]
+    flags = ", ".join(cpu.get("flags") or []) or "none read"
+    caveat = ("" if not p.get("random_weights", True) else
+              " Random weights: speed only" + ("." if gen else "; the label agreement of near-tied random logits says "
+                                               "little (max |Δ logit| does tell a correct fp32 path)."))
+    return "\n".join([f"{lead}; {p.get('threads')} threads; all contenders loaded first, then timed in rounds "
+                      f"(median). CPU flags: {flags}.{caveat}", "", table(header, rows)])
+
+
 def ort_parity(doc: Result) -> str:
     p = doc["payload"]
     out = [f"{p.get('pairs')} pairs of `{p.get('data')}`."]
@@ -590,6 +637,8 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
          "scripts/bench_save.py", bench_mini, bench_speed, bench_title),
         ("Real shapes with random weights", "a bench with --random-weights", "scripts/bench_save.py", bench_random,
          bench_speed, random_title),
+        ("Real shapes at the loop's defaults against CTranslate2, transformers and optimum", "a real-shape measurement",
+         "scripts/bench_real_shapes.py", of_kind("real_shapes"), real_shapes, real_shapes_title),
         ("A roberta-shaped classifier alone (random weights)", "the classifier-shape timing", "scripts/bench_classifier_shapes.py",
          of_kind("classifier_shapes"), classifier_shapes, None),
         ("Generation alone: samplers, compaction, engines", "the generation timing", "scripts/bench_generation.py",

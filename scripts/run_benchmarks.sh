@@ -29,12 +29,16 @@ if [ "$SMOKE" = 1 ]; then
     SHAPES_ARGS="--layers 2 --repeats 2 --warmup 1"; GEN_ARGS="--prompts 4 --k 4 --repeats 1"
     VARIANT_PAIRS=128; VARIANT_REPEATS=1; PARITY_ARGS="--n 50 --prompts 2 --k 4"; BASELINE_LIMIT=8
     BASELINE_ARGS="--gen-prompts 2 --k 4 --min-iterations 1 --min-seconds 0"
+    REAL_GEN_ARGS="--prompts 2 --k 2 --max-new-tokens 4 --warmup 0 --min-iterations 1"; REAL_CLF_ARGS="--pairs 16 --warmup 0 --min-iterations 1"
+    REAL_LOOP_ARGS="--limit 4 --k 4 --u 2 --s 1 --max-new-tokens 8 --gen-prompts 2 --greedy-prompts 2 --min-iterations 1 --min-seconds 0 --warmup 0"
     RAY_LIMIT=10; MERGE_LIMIT=20; STUDY_LIMIT=60; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PERM_LIMIT=20; PERM_Q=5; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
 else
     BENCH_LIMIT=200; LOOP_LIMIT=200; LOOP_ROUNDS=3; BUSY_LIMIT=300; RW_LIMIT=8
     SHAPES_ARGS="--repeats 3 --warmup 1"; GEN_ARGS="--prompts 16 --k 20 --repeats 3"
     VARIANT_PAIRS=1000; VARIANT_REPEATS=3; PARITY_ARGS="--n 2000 --prompts 10 --k 20"; BASELINE_LIMIT=64
     BASELINE_ARGS=""
+    REAL_GEN_ARGS="--prompts 32 --k 20 --max-new-tokens 40"; REAL_CLF_ARGS="--pairs 1000"
+    REAL_LOOP_ARGS="--limit 50 --k 20 --min-iterations 2 --min-seconds 0"
     RAY_LIMIT=200; MERGE_LIMIT=100; STUDY_LIMIT=3000; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PERM_LIMIT=300; PERM_Q=100; PERM_RW_LIMIT=10; FILTER_LIMIT=500; TAXI_LIMIT=0
 fi
 RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --limit $RW_LIMIT --k 4 --u 2 --s 1 \
@@ -70,6 +74,25 @@ step bench-random-small $PY scripts/bench_save.py --result "$R/bench-random-smal
     --random-weights flan-t5-small,roberta-base
 step bench-random-base $PY scripts/bench_save.py --result "$R/bench-random-base.json" -- $RW_ARGS \
     --random-weights flan-t5-base,roberta-base
+# the real sizes at the loop's defaults against CTranslate2 / transformers / optimum (scripts/bench_real_shapes.py;
+# the CTranslate2 contenders need the ct2 extra and are reported as skipped without it). Step-specific timing
+# options come first, so that --smoke's sizes override them.
+step real-generate-small $PY scripts/bench_real_shapes.py --job generate --generator flan-t5-small $REAL_GEN_ARGS \
+    --contenders torch:fp32,ort:int8:validate=false,ct2:int8,ct2:int8:prompt_batch=32:label=ct2-int8-pb32,peer:transformers,peer:ct2-int8 \
+    --result "$R/real-generate-flan-t5-small.json"
+step real-generate-base $PY scripts/bench_real_shapes.py --job generate --generator flan-t5-base --min-iterations 2 \
+    $REAL_GEN_ARGS --contenders torch:fp32,ct2:int8,peer:ct2-int8 --result "$R/real-generate-flan-t5-base.json"
+step real-classify-base $PY scripts/bench_real_shapes.py --job classify --classifier roberta-base --min-iterations 2 \
+    $REAL_CLF_ARGS \
+    --contenders torch:fp32,torch:bf16,ort:fp32,ort:int8:validate=false,ort:int8:validate=false:fuse=true:label=ort-int8-fused,peer:transformers,peer:optimum \
+    --result "$R/real-classify-roberta-base.json"
+step real-classify-large $PY scripts/bench_real_shapes.py --job classify --classifier roberta-large --warmup 0 \
+    --min-iterations 2 $REAL_CLF_ARGS --contenders torch:fp32,ort:fp32,ort:int8:validate=false,peer:optimum \
+    --result "$R/real-classify-roberta-large.json"
+# the loop end to end at real shapes, K = 20, with the best engines (ct2:int8 = CTranslate2 generator + ort int8 classifier)
+step real-loop-small $PY scripts/bench_save.py --result "$R/bench-real-loop-small.json" -- \
+    --random-weights flan-t5-small,roberta-base --engines torch:fp32,ort:int8:validate=false,ct2:int8 \
+    --no-component-split --interleave $REAL_LOOP_ARGS
 step classifier-shapes $PY scripts/bench_classifier_shapes.py $SHAPES_ARGS --result "$R/classifier-shapes.json"
 step generation $PY scripts/bench_generation.py --engines torch:fp32,ort:fp32,ort:int8 $GEN_ARGS \
     --result "$R/generation.json"

@@ -233,3 +233,32 @@ def test_commit_ignores_the_benchmark_outputs(tmp_path: Path) -> None:
     (tmp_path / "scripts" / "x.py").write_text("x = 2")
     assert provenance.commit(tmp_path) == head + "-dirty"
     assert provenance.commit(tmp_path / "scripts") is None  # not a checkout's root
+
+
+def test_real_shapes_render_ratios_and_kernels(tmp_path: Path) -> None:
+    """scripts/bench_real_shapes.py's files: one table per job and shape, each figure's ratio from the same run."""
+    gen_rows = [{"contender": "peer:ct2-int8", "iterations": 3, "median_s": 20.0, "new_tokens": 25600,
+                 "tokens_per_s": 1280.0, "vs_reference": 1.0, "vs_torch_fp32": 2.0,
+                 "details": {"runtime": "ctranslate2 4.8.5 translate_batch", "compute_type": "int8"}},
+                {"contender": "breaknli-fast torch:fp32", "iterations": 3, "median_s": 40.0, "new_tokens": 25600,
+                 "tokens_per_s": 640.0, "vs_reference": 0.5, "vs_torch_fp32": 1.0,
+                 "details": {"engine": "torch", "precision": "fp32", "details": {}}}]
+    clf_rows = [{"contender": "breaknli-fast ort:int8", "iterations": 4, "median_s": 4.0, "pairs_per_s": 250.0,
+                 "vs_torch_fp32": 4.1, "label_agreement_vs_torch_fp32_pct": 97.5, "max_abs_logit_vs_torch_fp32": 0.02,
+                 "details": {"engine": "ort", "precision": "int8", "details": {"int8_kernel": "u8s8 VNNI (avx512_vnni)"}}}]
+    docs = []
+    for job, shape, rows in (("generate", "flan-t5-small", gen_rows), ("classify", "roberta-base", clf_rows)):
+        write(tmp_path, f"real-{job}", "real_shapes", "eeee5555", f"python scripts/bench_real_shapes.py --job {job}",
+              {"job": job, "shape": shape, "parameters": 77_000_000, "threads": 2, "reference": "peer:ct2-int8",
+               "cpu_features": {"flags": ["avx2", "avx512_vnni"]},
+               "workload": {"prompts": 32, "k": 20, "max_new_tokens": 40, "top_k": 50, "top_p": 0.95,
+                            "peer_batch_prompts": 8, "pairs": 1000, "peer_batch_pairs": 32},
+               "rows": rows, "skipped": [{"contender": "peer:optimum", "reason": "not installed"}]})
+    md = make_benchmarks.render(provenance.load_results(tmp_path)[0], "benchmarks/results", None)
+    part = md.split("### Real shapes at the loop's defaults")[1].split("\n### ")[0]
+    assert "#### generate: flan-t5-small (77.0 M parameters, random weights)" in part
+    assert "| peer:ct2-int8 | 3 | 20.00 | 25600 | 1280 | 1.00× | 2.00× | int8 |" in part
+    assert "| breaknli-fast torch:fp32 | 3 | 40.00 | 25600 | 640 | 0.50× | 1.00× | fp32 |" in part
+    assert "| breaknli-fast ort:int8 | 4 | 4.00 | 250.0 | 4.10× | 97.5 % | 0.02 | u8s8 VNNI (avx512_vnni) |" in part
+    assert "skipped: not installed" in part and "CPU flags: avx2, avx512_vnni" in part
+    assert "commit `eeee5555`" in part

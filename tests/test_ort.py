@@ -394,3 +394,27 @@ def test_workers_split_and_batches():
 def test_workers_bad_value_is_one_line(ort_models, tiny_dir):
     with pytest.raises(ModelLoadError, match="workers must be"):
         registry.load_classifier("ort", ort_models["roberta"], precision="fp32", workers="lots", **_opts(tiny_dir))
+
+
+@pytest.mark.parametrize("family, fused", [("roberta", True), ("deberta", False)])
+def test_transformer_fusion_keeps_fp32_parity(ort_models, tiny_dir, family, fused):
+    """fuse=true: ONNX Runtime's transformer optimizer on the classifier graph, kept only where the fused graph
+    matches the unfused one (1e-5); the fp32 export then still passes torch's 1e-4 validation and int8
+    quantizes the fused attention. A family without a recipe (DeBERTa) exports unfused, saying why."""
+    ref = registry.load_classifier("torch", ort_models[family]).classify(PAIRS)
+    clf = registry.load_classifier("ort", ort_models[family], precision="fp32", fuse=True, **_opts(tiny_dir))
+    d = clf.info.details
+    assert d["variant"] == "fp32-fused" and d["validation"]["passed"]
+    assert d["fusion"]["applied"] is fused
+    if fused:
+        assert d["fusion"]["fused"].get("Attention") == 2  # one per layer of the tiny model
+        assert d["fusion"]["max_abs_diff_vs_unfused"] <= 1e-5
+    else:
+        assert "no fusion recipe" in d["fusion"]["reason"]
+    out = clf.classify(PAIRS)
+    assert float(np.abs(out.logits - ref.logits).max()) <= 1e-4
+    if fused:
+        int8 = registry.load_classifier("ort", ort_models[family], precision="int8", fuse=True,
+                                        **_opts(tiny_dir, tolerances=RANDOM_WEIGHTS))
+        assert int8.info.details["variant"] == "int8-dynamic-fused"
+        assert np.isfinite(int8.classify(PAIRS).logits).all()

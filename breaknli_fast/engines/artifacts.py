@@ -37,6 +37,9 @@ class ExportOptions:
     tolerances: Mapping[str, Any] | None = None  # overrides of the validation tolerances
     validate: bool = True
     progress: bool = False  # engines export quietly; the export command shows progress
+    # sequence classifiers: ONNX Runtime's transformer optimizer (attention / LayerNorm / GELU fusion) where it
+    # keeps fp32 parity with the unfused graph (export.onnx.fuse_transformer); its own cache entry ("-fused")
+    fuse: bool = False
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`export_model`."""

@@ -92,6 +92,7 @@ def _details(exported: ExportResult, session: dict[str, Any]) -> dict[str, Any]:
         "export_dir": str(exported.path),
         "export_reused": exported.reused,
         "variant": m.get("variant"),
+        **({"fusion": m["fusion"]} if m.get("fusion") else {}),
         "opset": m.get("opset"),
         "validation": {k: v.get(k) for k in ("n", "max_abs_logit", "agreement", "topk_agreement", "generation",
                                              "step_graphs", "passed")

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from breaknli_fast.engines import cpu_features
 from breaknli_fast.engines.base import MASK_FILLER, EngineInfo
 from breaknli_fast.engines.batching import BatchedMaskFiller
 from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
@@ -69,9 +70,11 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
-def session_options(threads: int | None = None, optimization: str = "all", spin: bool = True) -> tuple[Any, dict[str, Any]]:
+def session_options(threads: int | None = None, optimization: str = "all", spin: bool = True,
+                    x64quantprecision: bool | None = None) -> tuple[Any, dict[str, Any]]:
     """Session options and a record of the choices (for ``EngineInfo.details``). ``spin=False`` stops
-    idle intra-op threads from spinning (for the per-token runs of generation)."""
+    idle intra-op threads from spinning (for the per-token runs of generation). ``x64quantprecision``: the
+    int8 kernel choice (``None``: per CPU, :func:`~breaknli_fast.engines.cpu_features.int8_kernel`)."""
     ort = import_ort()
     so = ort.SessionOptions()
     levels = {
@@ -93,11 +96,16 @@ def session_options(threads: int | None = None, optimization: str = "all", spin:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     # int8 on x86-64 CPUs without VNNI (AVX2, AVX-512 without VNNI): ONNX Runtime's default u8 x s8 kernels add
     # pairs of products in saturating 16-bit integers, so an int8 model gives other numbers there than on a VNNI
-    # CPU (and labels near a tie flip). This option switches such CPUs to u8 x u8 kernels, which do not saturate;
-    # CPUs with VNNI, and fp32 / fp16 graphs, are not affected.
-    so.add_session_config_entry("session.x64quantprecision", "1")
+    # CPU (and labels near a tie flip). The entry switches to u8 x u8 kernels, which do not saturate, but on a
+    # VNNI CPU it also replaces the exact and much faster u8 x s8 VNNI kernel: set only where the CPU lacks VNNI
+    # (cpu_features.int8_kernel); fp32 / fp16 graphs are not affected.
+    kernel = cpu_features.int8_kernel()
+    if x64quantprecision is not None:
+        kernel = {"x64quantprecision": bool(x64quantprecision), "int8_kernel": "as requested"}
+    if kernel["x64quantprecision"]:
+        so.add_session_config_entry("session.x64quantprecision", "1")
     return so, {"graph_optimization": optimization, "intra_op_threads": n, "inter_op_threads": 1,
-                "execution_mode": "sequential", "intra_op_spinning": spin, "x64quantprecision": True}
+                "execution_mode": "sequential", "intra_op_spinning": spin, **kernel, "cpu": cpu_features.summary()}
 
 
 def providers_for(device: str, provider: str | None = None, trt_cache_dir: str | Path | None = None,
@@ -139,12 +147,13 @@ def providers_for(device: str, provider: str | None = None, trt_cache_dir: str |
 
 def make_session(path: str | Path, device: str = "cpu", provider: str | None = None, threads: int | None = None,
                  optimization: str = "all", fp16: bool = False, trt_cache_dir: str | Path | None = None,
-                 spin: bool = True) -> tuple[Any, dict[str, Any]]:
+                 spin: bool = True, x64quantprecision: bool | None = None) -> tuple[Any, dict[str, Any]]:
     """An ``InferenceSession`` on the device; checks that the requested provider really loaded
-    (onnxruntime-gpu silently falls back to the CPU when no GPU is visible)."""
+    (onnxruntime-gpu silently falls back to the CPU when no GPU is visible). ``x64quantprecision``: as
+    :func:`session_options`."""
     ort = import_ort()
     providers = providers_for(device, provider, trt_cache_dir=trt_cache_dir, fp16=fp16)
-    so, details = session_options(threads, optimization, spin=spin)
+    so, details = session_options(threads, optimization, spin=spin, x64quantprecision=x64quantprecision)
     names = [p[0] if isinstance(p, tuple) else p for p in providers]
     opts = [p[1] if isinstance(p, tuple) else {} for p in providers]
     sess = ort.InferenceSession(str(path), sess_options=so, providers=names, provider_options=opts)

@@ -23,6 +23,7 @@ from breaknli_fast.errors import UserError
 _ENGINES: dict[str, str] = {
     "torch": "breaknli_fast.engines.torch_ref",
     "ort": "breaknli_fast.engines.ort", "tensorrt": "breaknli_fast.engines.tensorrt",
+    "ct2": "breaknli_fast.engines.ct2",  # CTranslate2: the generator only (the classifier on ort / torch)
 }
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")

@@ -83,7 +83,9 @@ def split_pairs(pairs: Sequence[Pair], calibration_size: int, validation_size: i
     return calib, val
 
 
-def _variant(kind: str, format: str, precision: str, device: str) -> str:
+def _variant(kind: str, format: str, precision: str, device: str, fuse: bool = False) -> str:
+    if fuse and kind == "seq-cls" and format == "onnx" and device == "cpu":
+        return _variant(kind, format, precision, device) + "-fused"
     if precision != "int8":
         return precision
     if format == "onnx" and device == "cpu":
@@ -126,6 +128,7 @@ def export_model(
     max_length: int = 256,
     max_batch: int = 64,
     task: str | None = None,
+    fuse: bool = False,
 ) -> ExportResult:
     """Export ``model`` (a shipped mini-model name, a local folder or a hub id) and validate it.
 
@@ -144,6 +147,10 @@ def export_model(
     at the mask positions), validated by top-1 and top-k agreement of the suggestions with torch fp32 on masked
     pairs (``validate.validate_masked_lm``).
     """
+    if format == "ct2":  # a CTranslate2 conversion for the ct2 engine (float32; the engine quantizes on load)
+        from breaknli_fast.export.ct2 import convert_t5
+
+        return convert_t5(model, cache_dir=cache_dir, force=force, progress=progress)
     t_start = time.perf_counter()
     console = _console(progress)
 
@@ -184,7 +191,8 @@ def export_model(
             "TensorRT engines for text-to-text models (Flan-T5) are not supported yet: use --engine ort --device cuda "
             "(optionally with the TensorRT execution provider)"
         )
-    variant = _variant(kind, format, precision, dev)
+    fuse = bool(fuse) if not isinstance(fuse, str) else fuse.lower() in ("1", "true", "yes")
+    variant = _variant(kind, format, precision, dev, fuse)
     if format == "tensorrt":
         require_tensorrt()  # fail fast, one line, before any work
     tol = val.tolerances_for(kind, precision, tolerances)
@@ -242,7 +250,7 @@ def export_model(
         say(f"exporting {model} ({family}, {kind}) → {format} {precision} ({variant})", "bold")
         with mf.staging_dir(target) as stage, tempfile.TemporaryDirectory(dir=stage.parent, prefix=f".{target.name}.fp32-") as fp32_tmp:
             info = _build(resolved, kind, format, precision, variant, Path(fp32_tmp), stage, calib, val_pairs,
-                          device, max_length, max_batch, say)
+                          device, max_length, max_batch, say, fuse=variant.endswith("-fused"))
             figs: dict[str, Any] = {"skipped": True}
             if validate:
                 say(f"validating on {len(val_pairs)} pairs against the PyTorch fp32 model ...")
@@ -318,7 +326,7 @@ def _calibration_feeds(folder: Path, graph: str, pairs: Sequence[Pair], max_leng
 
 def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_dir: Path, stage: Path,
            calib: Sequence[Pair], val_pairs: Sequence[Pair], device: str, max_length: int, max_batch: int,
-           say: Any) -> dict[str, Any]:
+           say: Any, fuse: bool = False) -> dict[str, Any]:
     ox.require_export_libs()
     t0 = time.perf_counter()
     direct = precision == "fp32"
@@ -326,6 +334,15 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
     if kind == "seq-cls":
         info = ox.export_classifier(src, out, val_pairs, max_length=max_length)
         graphs = [ox.CLASSIFIER_FILE]
+        if fuse:
+            from transformers import AutoConfig
+
+            t1 = time.perf_counter()
+            feeds = _calibration_feeds(out, ox.CLASSIFIER_FILE, val_pairs, max_length)
+            info["fusion"] = ox.fuse_transformer(out / ox.CLASSIFIER_FILE, AutoConfig.from_pretrained(str(out)), feeds)
+            fuse = bool(info["fusion"]["applied"])
+            say(f"  transformer fusion: {info['fusion'].get('fused') or info['fusion'].get('reason')} "
+                f"in {time.perf_counter() - t1:.1f}s")
     elif kind == "mlm":
         from transformers import AutoTokenizer
 
@@ -349,8 +366,8 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
             stats = {g: qz.to_fp16(fp32_dir / g, stage / g, keep_fp32=recipe) for g in graphs}
             info["fp16"] = {"converter": "onnxruntime.transformers.float16 (keep_io_types=True)",
                             "kept_fp32": "T5 wo / residual adds / RMS norms" if recipe else "none", "graphs": stats}
-        elif variant == "int8-dynamic":
-            stats = {g: qz.int8_dynamic(fp32_dir / g, stage / g) for g in graphs}
+        elif variant.startswith("int8-dynamic"):
+            stats = {g: qz.int8_dynamic(fp32_dir / g, stage / g, fused=fuse and kind == "seq-cls") for g in graphs}
             info["quantization"] = {"scheme": "dynamic", "graphs": stats}
         else:
             feeds = _calibration_feeds(fp32_dir, graphs[0], calib, max_length)

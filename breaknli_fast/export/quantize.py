@@ -207,14 +207,24 @@ def _quantize(src: Path, dst: Path, what: str, run: Any) -> str:
     return status
 
 
-def int8_dynamic(src: Path, dst: Path) -> dict[str, Any]:
+def int8_dynamic(src: Path, dst: Path, fused: bool = False) -> dict[str, Any]:
+    """Dynamic int8 of the MatMul / Gemm weights; of a graph fused by ONNX Runtime's transformer optimizer
+    (``fused``) the fused ``Attention`` nodes too (``QAttention``), without the pre-processing (its shape
+    inference does not know the fused operators)."""
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    status = _quantize(src, dst, "int8 dynamic quantization", lambda pre, out, big: quantize_dynamic(
-        pre, out, weight_type=QuantType.QInt8, op_types_to_quantize=QUANTIZED_OPS, per_channel=False,
-        reduce_range=False, use_external_data_format=big))
+    ops = QUANTIZED_OPS + (["Attention"] if fused else [])
+    extra = {"DefaultTensorType": TensorProto.FLOAT} if fused else {}
+
+    def run(pre: str, out: str, big: bool) -> None:
+        quantize_dynamic(src_path if fused else pre, out, weight_type=QuantType.QInt8, op_types_to_quantize=ops,
+                         per_channel=False, reduce_range=False, use_external_data_format=big, extra_options=extra)
+
+    src_path = str(Path(src).resolve())
+    status = _quantize(src, dst, "int8 dynamic quantization", run)
     return {"scheme": "dynamic", "weight_type": "QInt8", "activations": "QUInt8 (dynamic, per batch)",
-            "ops": QUANTIZED_OPS, "pre_process": status}
+            "ops": ops, "pre_process": "skipped: fused graph" if fused else status}
 
 
 class _Reader:

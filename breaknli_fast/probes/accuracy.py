@@ -97,3 +97,22 @@ class AccuracyProbe(Probe):
         per = ", ".join(f"{SHORT[lab]} {c['rate']:.1f} %" for lab, c in report["per_label"].items() if c["n"])
         return [f"accuracy on (p, h): [bold]{a['rate']:.2f} %[/] [{a['ci'][0]:.2f}, {a['ci'][1]:.2f}] "
                 f"(n={a['n']}; {per})"]
+
+    @classmethod
+    def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
+        per = report.get("per_label", {})
+        rows = [(f"gold {lab}", [per.get(lab) or {"n": 0, "rate": None, "ci": None}]) for lab in LABELS]
+        rows.append(("all", [report.get("accuracy") or {"n": 0, "rate": None, "ci": None}]))
+        return {"accuracy": report.get("accuracy"), "blocks": [("Accuracy on (p, h)", rows)]}
+
+    @classmethod
+    def example_view(cls, record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        probs = record.get("probs") or {}
+        ok = bool(record.get("correct"))
+        return {"group": record.get("group"), "yhat": record.get("yhat"), "gold": record.get("gold"),
+                "verdict": "correct" if ok else "wrong", "verdict_label": "correct" if ok else "wrong",
+                "premise": record.get("premise", ""), "hypothesis": record.get("hypothesis", ""),
+                "why": f"M(p, h) = {record.get('yhat')}, gold {record.get('gold')}.",
+                "sections": [{"title": "M(p, h)", "kind": "table", "columns": ["pair", "M", "P(E)", "P(N)", "P(C)", "gold"],
+                              "rows": [["(p, h)", record.get("yhat"), *[probs.get(lab) for lab in LABELS],
+                                        record.get("gold")]], "marks": ["ok" if ok else "bad"]}]}

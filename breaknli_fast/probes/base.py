@@ -9,7 +9,10 @@ A **probe** (BreakNLI, word-order permutations, minimal replacements, ...) says
 - which **model calls** a chunk needs and what it **records** per unit (:meth:`Probe.process`: the calls go
   through the engines' ``classify`` / ``generate`` contract, so batching and pair de-duplication stay in the
   engines);
-- how it **summarises** its records (:meth:`Probe.summarise`) and renders them (:meth:`Probe.markdown`).
+- how it **summarises** its records (:meth:`Probe.summarise`) and renders them (:meth:`Probe.markdown`);
+- how its results enter a table that compares models (:meth:`Probe.comparison`) and how one record reads in the
+  HTML report's example browser (:meth:`Probe.example_view`); both work from report.json and samples.jsonl
+  alone, so that any run directory can be reported on without the models or the probe's dependencies.
 
 The study runner (:func:`breaknli_fast.study.run_study`) owns the rest: data, engines, the run directory and
 resume, chunks, progress, throughput and report files.
@@ -114,6 +117,17 @@ class StageCache(Protocol):
     def save_stage(self, name: str, key: str, obj: dict[str, Any]) -> None: ...
 
 
+class SharedCache(Protocol):
+    """Results of a probe's step that do not depend on the classifier (BreakNLI's generated candidates), kept for
+    the other runs of a study over several classifiers. The study layer opens one per :meth:`Probe.shared_identity`,
+    model fingerprint, engine and data; entries are keyed by the probe (e.g. mode and example id), and each entry
+    holds what identifies its inputs (the prompt), checked on reuse."""
+
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, entries: dict[str, dict[str, Any]]) -> None: ...
+
+
 @dataclass
 class StudyContext:
     """What a probe's steps get: the loaded engines, the run directory (None in memory), timings, progress."""
@@ -123,6 +137,7 @@ class StudyContext:
     times: StageTimes
     hook: ProgressHook
     state: dict[str, Any] = field(default_factory=dict)  # what prepare() leaves for process()
+    shared: SharedCache | None = None  # the study's cache of classifier-independent results; None: not shared
 
 
 class Probe(ABC):
@@ -187,6 +202,52 @@ class Probe(ABC):
     def key(self, record: dict[str, Any]) -> tuple[str, str]:
         """The resume key of a record: (group, example id)."""
         return record[self.group_key], record["id"]
+
+    def shared_identity(self) -> dict[str, Any] | None:
+        """The settings of the probe's steps whose results do not depend on the classifier (with the model that
+        computes them, named by its role in :attr:`shared_role`), so that a study over several classifiers computes
+        them once per dataset (:class:`SharedCache`). None: the probe has no such step."""
+        return None
+
+    shared_role: ClassVar[str | None] = None  # the model role of the shared step (BreakNLI: the generator)
+
+    # -- reading finished runs (report.json / samples.jsonl only: no models, no probe dependencies) ----------
+    comparison_measures: ClassVar[tuple[str, ...]] = ("rate",)  # the rates of one comparison-table cell
+    comparison_header: ClassVar[tuple[str, str]] = ("", "metric")  # names of the block and row columns
+    comparison_note: ClassVar[str] = ""  # what a reader of the comparison table must know (definitions)
+
+    @classmethod
+    def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
+        """The probe's part of a table comparing models (``breaknli-fast report``): ``{"accuracy": rate cell of
+        M on (p, h) or None, "blocks": [(block, [(row label, [one rate cell per measure])])]}``, rate cells as
+        :func:`~breaknli_fast.stats.rate_cell` makes them (percent, 95 % CI, n). Default: no table."""
+        return {"accuracy": None, "blocks": []}
+
+    @classmethod
+    def example_view(cls, record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        """How one record of samples.jsonl reads in the HTML report's example browser: a dict with ``group``,
+        ``yhat`` (M(p, h) or None), ``gold``, ``verdict`` (a short code the browser filters on) and
+        ``verdict_label``, ``premise``, ``hypothesis``, ``why`` (one sentence) and ``sections``: each
+        ``{"title", "kind": "list", "items"}``, ``{"title", "kind": "table", "columns", "rows", "marks"}``
+        (``marks``: per row ``bad``, ``warn``, ``ok``, ``muted`` or None) or ``{"title", "kind": "text", "text"}``.
+        The default shows the record's other fields as they are."""
+        skip = {"id", "line", "premise", "hypothesis", "gold", "yhat", "status", cls.group_key}
+        rows = [[k, v if isinstance(v, (str, int, float, bool)) or v is None else _compact(v)]
+                for k, v in record.items() if k not in skip]
+        status = record.get("status")
+        return {"group": record.get(cls.group_key), "yhat": record.get("yhat"), "gold": record.get("gold"),
+                "verdict": str(status) if status is not None else "–", "verdict_label": str(status or "–"),
+                "premise": record.get("premise", ""), "hypothesis": record.get("hypothesis", ""),
+                "why": "", "sections": [{"title": "record", "kind": "table", "columns": ["field", "value"],
+                                         "rows": rows, "marks": [None] * len(rows)}] if rows else []}
+
+
+def _compact(value: Any, limit: int = 400) -> str:
+    """A JSON value as one short line (the default example view)."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def pending_chunks(probe: Probe, groups: Sequence[tuple[str, list[Example]]],

@@ -566,7 +566,62 @@ class MergeProbe(Probe):
     def files(self, report: dict[str, Any], run_dir: Any) -> list[str]:
         return ["pa_curve.png"] if plot(report, run_dir / "pa_curve.png") else []
 
+    @classmethod
+    def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
+        m = report.get("metrics", {})
+        return {"accuracy": m.get("seed_accuracy"),
+                "blocks": [("Minimal expression replacement", [(label, [m.get(key) or {"n": 0, "rate": None, "ci": None}])
+                                                               for key, label in METRIC_LABELS.items()])]}
 
+    @classmethod
+    def example_view(cls, record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        """p, h and M(p, h); the candidate words and what became of them; every variant (p', h') with the word it
+        replaces, the masked LM(s) that proposed the replacement, the draws it is in, and M's label on it."""
+        r, gold, yhat = record, record.get("gold"), record.get("yhat")
+        probs = r.get("probs") or {}
+        sections: list[dict[str, Any]] = [
+            {"title": "M(p, h), the seed problem", "kind": "table",
+             "columns": ["pair", "M", "P(E)", "P(N)", "P(C)", "gold"],
+             "rows": [["(p, h)", yhat, *[probs.get(lab) for lab in LABELS], gold]],
+             "marks": ["ok" if yhat == gold else "bad"]}]
+        words = r.get("words") or []
+        wrows = [[w.get("form"), w.get("category"), w.get("status"), w.get("reason") or "", w.get("survivors")]
+                 for w in words]
+        wrows += [["/".join(w.get("forms") or [w.get("lemma", "")]), w.get("category"), "dropped", w.get("reason"), None]
+                  for w in r.get("dropped_words") or []]
+        if wrows:
+            sections.append({"title": "candidate words (shared by p and h)", "kind": "table",
+                             "columns": ["word", "category", "status", "reason", "suggestions kept"], "rows": wrows,
+                             "marks": ["muted" if row[2] != "kept" else None for row in wrows]})
+        variants = r.get("variants") or []
+        if variants:
+            rows, marks = [], []
+            for v in variants:
+                w = words[v["w"]]
+                p2, h2 = variant_texts(r["premise"], r["hypothesis"], w, v["sub"])
+                rows.append([f"{w.get('form')} → {v['sub']}", v.get("cat"), v.get("src"), len(v.get("draws", [])),
+                             p2, h2, v.get("yhat")])
+                marks.append("ok" if v.get("ok") else "bad")
+            sections.append({"title": f"the {len(variants)} distinct variants (over the draws) and M's label",
+                             "kind": "table", "columns": ["replacement", "category", "masked LM", "draws", "p'", "h'",
+                                                          "M"], "rows": rows, "marks": marks})
+        if r.get("status") != "kept":
+            code = str(r.get("status"))
+            why = ("no open-class word shared by p and h" if code == "no_candidate" else
+                   "no candidate word kept enough suggestions") + ": not a seed problem."
+        else:
+            wrong = sum(not v.get("ok") for v in variants)
+            code = "all_correct" if wrong == 0 else "some_wrong"
+            why = (f"M(p, h) = {yhat} ({'correct' if yhat == gold else 'wrong'}, gold {gold}); {wrong} of "
+                   f"{len(variants)} variants are not classified as {gold}"
+                   + (": the answer does not survive a minimal replacement." if wrong else "."))
+        return {"group": r.get("group"), "yhat": yhat, "gold": gold, "verdict": code,
+                "verdict_label": MERGE_VERDICTS.get(code, code), "premise": r.get("premise", ""),
+                "hypothesis": r.get("hypothesis", ""), "why": why, "sections": sections}
+
+
+MERGE_VERDICTS = {"all_correct": "every variant correct", "some_wrong": "some variant wrong",
+                  "no_candidate": "no candidate word", "no_word_kept": "no word kept"}
 METRIC_LABELS = {"seed_accuracy": "accuracy on the seed problems", "sample_accuracy": "sample accuracy (variants)",
                  "pa_0.5": "PA(0.5)", "pa_0.8": "PA(0.8)", "pa_0.9": "PA(0.9)", "pa_1.0": "PA(1.0)"}
 

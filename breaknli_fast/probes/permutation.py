@@ -216,6 +216,7 @@ class PermutationProbe(Probe):
             rec["bleu2_buckets"] = buckets  # [permutations, accepted] per BLEU-2 bucket
             if self.cfg.save_permutations:
                 rec["permutations"] = [[a, b] for a, b in zip(pp, hp)] if self.cfg.scheme == "both" else hp
+                rec["permutation_labels"] = list(lab)
         return records
 
     # -- summary ---------------------------------------------------------------------------------------
@@ -300,6 +301,71 @@ class PermutationProbe(Probe):
 
     def files(self, report: dict[str, Any], run_dir: Any) -> list[str]:
         return ["omega.png"] if plot(report, run_dir / "omega.png") else []
+
+    @classmethod
+    def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
+        m = report.get("metrics", {})
+        return {"accuracy": m.get("A"),
+                "blocks": [("Word-order permutations", [(label, [m.get(key) or {"n": 0, "rate": None, "ci": None}])
+                                                        for key, label in METRIC_LABELS.items()])]}
+
+    @classmethod
+    def example_view(cls, record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        """p, h and M(p, h); the labels M gave the q permutations; the permutations with their labels (kept with
+        --save-permutations; otherwise the first few, drawn again from the seed, without labels)."""
+        cfg = report.get("permutation") or {}
+        r, gold, yhat = record, record.get("gold"), record.get("yhat")
+        probs = r.get("probs") or {}
+        sections: list[dict[str, Any]] = [
+            {"title": "M(p, h), unpermuted", "kind": "table", "columns": ["pair", "M", "P(E)", "P(N)", "P(C)", "gold"],
+             "rows": [["(p, h)", yhat, *[probs.get(lab) for lab in LABELS], gold]],
+             "marks": ["ok" if yhat == gold else "bad"]}]
+        if r.get("status") != "kept":
+            code = "dropped"
+            why = f"dropped: {r.get('reason')} ({r.get('dropped_sentence')}): no set of q distinct permutations."
+            return _view(r, code, f"dropped: {r.get('reason')}", why, sections)
+        c, q = float(r.get("c", 0.0)), cfg.get("q") or sum((r.get("counts") or {}).values())
+        counts = r.get("counts") or {}
+        sections.append({"title": f"M's labels over the q = {q} permutations", "kind": "table",
+                         "columns": ["label", "permutations", "share"],
+                         "rows": [[lab, counts.get(lab, 0), round(counts.get(lab, 0) / q, 4) if q else None]
+                                  for lab in LABELS],
+                         "marks": ["bad" if lab == gold and counts.get(lab) else None for lab in LABELS]})
+        if r.get("permutations") is not None:
+            perms, labels = r["permutations"], r.get("permutation_labels") or [None] * len(r["permutations"])
+            rows = [[*(x if isinstance(x, list) else [r.get("premise"), x]), lab] for x, lab in zip(perms, labels)]
+            sections.append({"title": "the permutations (p', h') and M(p', h')", "kind": "table",
+                             "columns": ["p'", "h'", "M"], "rows": rows,
+                             "marks": ["bad" if lab == gold else None for lab in labels]})
+        elif cfg:
+            shown = min(SHOWN_PERMUTATIONS, int(q or 0))
+            # permutation j is drawn by the generator of (seed, j) alone: the first few are those of the run
+            hp, _ = permutations(r["hypothesis"], shown, int(cfg.get("seed", 0)))
+            pp = (permutations(r["premise"], shown, int(cfg.get("seed", 0)))[0] if cfg.get("scheme") == "both"
+                  else [r["premise"]] * shown)
+            if hp and pp:
+                sections.append({"title": f"the first {shown} permutations (p', h'), drawn again from the seed "
+                                          "(their labels are kept with --save-permutations)", "kind": "table",
+                                 "columns": ["p'", "h'"], "rows": [[a, b] for a, b in zip(pp[:shown], hp[:shown])],
+                                 "marks": [None] * shown})
+        n_gold = counts.get(gold, 0)
+        code = "none" if c <= 0 else "some" if c <= 1 / 3 else "many"
+        why = (f"c_i = {c:.2f}: {n_gold} of {q} permutations were predicted as the gold label {gold}"
+               + (f" (M(p, h) = {yhat}, {'correct' if yhat == gold else 'wrong'}); " if yhat else "; ")
+               + ("a model that reads word order accepts none." if c <= 0 else
+                  "it accepts word salad: counted in Ω_max" + (" and Ω_rand (c_i > 1/3)." if c > 1 / 3 else ".")))
+        return _view(r, code, PERMUTATION_VERDICTS[code], why, sections)
+
+
+SHOWN_PERMUTATIONS = 5  # permutations drawn again for the example browser when they were not kept
+PERMUTATION_VERDICTS = {"dropped": "dropped", "none": "no permutation accepted (c_i = 0)",
+                        "some": "some accepted (0 < c_i ≤ 1/3)", "many": "many accepted (c_i > 1/3)"}
+
+
+def _view(r: dict[str, Any], code: str, label: str, why: str, sections: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"group": r.get("group"), "yhat": r.get("yhat"), "gold": r.get("gold"), "verdict": code,
+            "verdict_label": label, "premise": r.get("premise", ""), "hypothesis": r.get("hypothesis", ""),
+            "why": why, "sections": sections}
 
 
 REF_NAMES = {"A": "A", "omega_max": "Ω_max", "omega_rand": "Ω_rand"}

@@ -304,3 +304,77 @@ class RunDir:
             write_text_atomic(self.path / self.REPORT_MD, markdown)
         except OSError as e:
             raise RunDirError(f"cannot write {self.path / self.REPORT_MD}: {_reason(e)}") from None
+
+
+class SharedStore:
+    """A study's cache of classifier-independent results (:class:`~breaknli_fast.probes.base.SharedCache`): one
+    JSONL file, one line per entry (``{"key": ..., **entry}``), appended and fsync'ed as the runs compute them, so
+    a killed study keeps what it generated; a torn last line is cut off on open. Several runs may append to one
+    file (each append is one ``write`` on an ``O_APPEND`` descriptor); the first entry of a key wins.
+
+    ``reused`` / ``added`` count this process's hits and new entries."""
+
+    def __init__(self, path: str | Path, header: dict[str, Any] | None = None):
+        self.path = Path(path)
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.reused = 0
+        self.added = 0
+        self.repaired_bytes = 0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunDirError(f"cannot create {self.path.parent}: {_reason(e)}") from None
+        if self.path.exists():
+            self._load()
+        elif header is not None:  # what the entries were computed with, for a person reading the file
+            self._append([{"key": "", "header": header}])
+
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        good_end = pos = 0
+        while pos < len(data):
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break
+            try:
+                rec = json.loads(data[pos:nl])
+            except json.JSONDecodeError:
+                break  # a torn line: it and what follows are computed again
+            if isinstance(rec, dict) and rec.get("key"):
+                self.entries.setdefault(str(rec["key"]), rec)
+            pos = good_end = nl + 1
+        if good_end < len(data):
+            self.repaired_bytes = len(data) - good_end
+            with open(self.path, "r+b") as fh:
+                fh.truncate(good_end)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        hit = self.entries.get(key)
+        if hit is not None:
+            self.reused += 1
+        return hit
+
+    def put(self, entries: dict[str, dict[str, Any]]) -> None:
+        new = [{"key": k, **v} for k, v in entries.items() if k not in self.entries]
+        if not new:
+            return
+        self._append(new)
+        for rec in new:
+            self.entries[rec["key"]] = rec
+        self.added += len(new)
+
+    def _append(self, recs: list[dict[str, Any]]) -> None:
+        blob = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in recs).encode("utf-8")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                view = memoryview(blob)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise RunDirError(f"cannot write {self.path}: {_reason(e)}") from None

@@ -20,12 +20,12 @@ from breaknli_fast.engines import registry
 from breaknli_fast.engines.roles import ROLES, Models, role
 from breaknli_fast.study.loading import EngineConfig, load_models, mlm_names
 from breaknli_fast.engines.model_info import model_fingerprint
-from breaknli_fast.study.rundir import RunDir
+from breaknli_fast.study.rundir import RunDir, SharedStore
 from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
 from breaknli_fast.study.breakdown import markdown as breakdown_markdown
 from breaknli_fast.study.breakdown import plot as plot_breakdown
-from breaknli_fast.probes.base import Probe, StageTimes, StudyContext, pending_chunks
+from breaknli_fast.probes.base import Probe, SharedCache, StageTimes, StudyContext, pending_chunks
 from breaknli_fast.progress import ProgressHook
 from breaknli_fast.study.throughput import throughput, throughput_markdown
 
@@ -43,16 +43,17 @@ class StudyResult:
     models: Models | None  # None when the engines ran on Ray actors
     data: LoadedData
     notes: list[str] = field(default_factory=list)
+    shared: dict[str, Any] | None = None  # the study's shared cache: its file, entries reused and added here
 
 
 def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | None = None,
             hook: ProgressHook | None = None, stop_after: int | None = None,
-            times: StageTimes | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
+            times: StageTimes | None = None, shared: SharedCache | None = None) -> tuple[list[dict[str, Any]], StageTimes]:
     """Run (or resume) the probe's units on loaded engines. Returns every record of the run (earlier ones
     included) and this invocation's timings. Units whose record the run directory already holds are skipped;
     each chunk's records are appended (fsync'ed) as it finishes. ``stop_after`` stops after that many new
     records (tests of resume). ``times``: filled as chunks finish, so a caller keeps the timings of an
-    invocation that is interrupted."""
+    invocation that is interrupted. ``shared``: a study's cache of the probe's classifier-independent results."""
     hook = hook or ProgressHook()
     times = times if times is not None else probe.new_times()
     wall0 = time.perf_counter()
@@ -60,7 +61,7 @@ def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | No
     done = {probe.key(r) for r in records}
     groups = probe.groups(data)
     todo = any((g, ex.id) not in done for g, exs in groups for ex in exs)
-    ctx = StudyContext(models=models, stages=run_dir, times=times, hook=hook)
+    ctx = StudyContext(models=models, stages=run_dir, times=times, hook=hook, shared=shared)
     probe.prepare(ctx, data, todo)
     written = 0
     chunks = pending_chunks(probe, groups, done)
@@ -132,7 +133,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
               precision: str = "fp32", device: str = "cpu", models: Models | None = None,
               out: str | Path | None = None, runs_root: str | Path | None = None, overwrite: bool = False,
               hook: ProgressHook | None = None, command: str = "run", by: str | Sequence[str] | None = None,
-              ray: Any = None, mlm: str | Sequence[str] | None = None) -> StudyResult:
+              ray: Any = None, mlm: str | Sequence[str] | None = None, shared_dir: str | Path | None = None,
+              html: bool = True) -> StudyResult:
     """Run a probe (an instance, or a registered name with its ``config``) and return its records and report.
 
     - data: ``dataset`` (``sample``, a hub name or a file; ``split``, ``limit``, ``columns``), or ``data``
@@ -147,7 +149,11 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     - ``ray``: a :class:`~breaknli_fast.study.distributed.RayConfig` to shard the chunks over Ray actors (same
       records as one process; the driver alone writes the run directory);
     - ``mlm``: the masked language models of a probe whose roles include ``"mlm"`` (``"a,b"`` or a list;
-      default ``mini-mlm``); ignored by other probes.
+      default ``mini-mlm``); ignored by other probes;
+    - ``shared_dir``: where the runs of a study over several classifiers keep the probe's classifier-independent
+      results (:meth:`Probe.shared_identity`: BreakNLI's candidates), one file per model, engine, settings and
+      data, so that each is computed once (not with ``ray``: the actors' processes do not share it);
+    - ``html``: also write report.html into the run directory (:mod:`breaknli_fast.study.html`).
     """
     from breaknli_fast.envinfo import environment
 
@@ -269,11 +275,16 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                 msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
             hook.message(msg)
         times = probe.new_times()
+        store = None
+        if shared_dir is not None and pool is None and probe.shared_identity() is not None:
+            store = shared_store(Path(shared_dir), probe, fingerprints, ecfg, engine_name, data)
+            if store.repaired_bytes:
+                hook.message(f"{store.path}: cut a torn last line of {store.repaired_bytes} bytes")
         try:
             if pool is not None:
                 records, times = pool.execute(data, rd, hook, times=times)
             else:
-                records, times = execute(probe, models, data, rd, hook, times=times)
+                records, times = execute(probe, models, data, rd, hook, times=times, shared=store)
         finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
             if times.examples:
                 rd.append_invocation(times.to_dict())
@@ -282,9 +293,36 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
         if report.get("breakdown"):
             plot_breakdown(report["breakdown"], run_path / "breakdown.png")
         probe.files(report, run_path)
+        if html:
+            from breaknli_fast.study.html import write_html
+
+            write_html([run_path], run_path / "report.html", data={str(run_path): data})
     finally:
         if pool is not None:
             pool.close()
         if rd is not None:
             rd.unlock()
-    return StudyResult(probe, records, report, times, run_path, models, data, notes)
+    shared_info = None if store is None else {"path": str(store.path), "reused": store.reused, "added": store.added}
+    return StudyResult(probe, records, report, times, run_path, models, data, notes, shared=shared_info)
+
+
+def shared_store(root: Path, probe: Probe, fingerprints: dict[str, Any], ecfg: EngineConfig, engine_name: str,
+                 data: LoadedData) -> SharedStore:
+    """The shared cache of a probe's classifier-independent step for this model, engine, settings and data:
+    ``<root>/<probe>-<model>-<data>-<key>.jsonl``, the key a hash of all of them (the model by its files)."""
+    import hashlib
+    import json
+
+    role = probe.shared_role or "generator"
+    fp = fingerprints.get(role) or {}
+    precision = {"generator": ecfg.gen_precision, "classifier": ecfg.clf_precision}.get(role, ecfg.precision)
+    h = hashlib.sha256()
+    for ex in data.examples:
+        h.update(json.dumps([ex.id, ex.premise, ex.hypothesis, ex.label]).encode())
+    header = {"probe": probe.name, "settings": probe.shared_identity(), role: fp.get("files_sha256") or fp.get("id"),
+              "engine": engine_name, "precision": precision, "device": ecfg.device.split(":")[0],
+              "engine_options": ecfg.extra, "data": h.hexdigest()}
+    key = hashlib.sha256(json.dumps(header, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    dname = data.source.get("name") or Path(str(data.source.get("path") or data.source.get("repo") or "data")).stem
+    name = f"{probe.name}-{slug(str(fp.get('id') or role))}-{slug(str(dname))}-{key}.jsonl"
+    return SharedStore(root / name, header={**header, "model": fp.get("id")})

@@ -19,7 +19,7 @@ from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.engines.base import Classifier, Decoding, Generator, derive_seed
 from breaknli_fast.probes.breaknli.verdicts import MODES, SELECTED, TARGET, verdict
 from breaknli_fast.prompts import GEN_PROMPTS, check_template
-from breaknli_fast.probes.base import CliOption, StageCache, StageTimes, option, options
+from breaknli_fast.probes.base import CliOption, SharedCache, StageCache, StageTimes, option, options
 from breaknli_fast.progress import ProgressHook
 
 STATUSES = ("incorrect", "too_few_unique", "too_few_on_target", "evaluated")
@@ -228,8 +228,44 @@ def relation_filter_lazy(examples: Sequence[Example], kept: dict[str, list[str]]
     return out, n_pairs
 
 
+def shared_key(mode: str, example_id: str) -> str:
+    """The key of an example's candidates in a study's shared cache."""
+    return f"{mode}\t{example_id}"
+
+
+def generate_candidates(mode: str, examples: Sequence[Example], generator: Generator | None, cfg: BreakNLIConfig,
+                        times: StageTimes, shared: SharedCache | None = None) -> list[list[str]]:
+    """The K raw candidates of each example, one seed per (run seed, mode, example), so an example's candidates do
+    not depend on its batch. With ``shared`` (a study over several classifiers), candidates another run of the study
+    generated for the same prompt are reused and only the others are generated (and added to it)."""
+    prompts = [cfg.prompts[mode].format(h=ex.hypothesis) for ex in examples]
+    out: list[list[str] | None] = [None] * len(examples)
+    if shared is not None:
+        for i, (ex, prompt) in enumerate(zip(examples, prompts)):
+            hit = shared.get(shared_key(mode, ex.id))
+            if hit is not None and hit.get("prompt") == prompt:  # K, decoding and seed are in the cache's key
+                out[i] = list(hit["generated"])
+    todo = [i for i, c in enumerate(out) if c is None]
+    if todo:
+        if generator is None:
+            raise ValueError("the BreakNLI probe needs a generator")
+        seeds = [derive_seed(cfg.seed, mode, examples[i].id) for i in todo]
+        t0 = time.perf_counter()
+        cands = generator.generate([prompts[i] for i in todo], cfg.k, cfg.decoding, seeds)
+        times.add("generate", time.perf_counter() - t0)
+        times.sequences += sum(len(c) for c in cands)
+        times.new_tokens += generator.count_tokens(x for c in cands for x in c)
+        for i, cs in zip(todo, cands):
+            out[i] = list(cs)
+        if shared is not None:
+            shared.put({shared_key(mode, examples[i].id): {"prompt": prompts[i], "generated": list(cs)}
+                        for i, cs in zip(todo, cands)})
+    return [c if c is not None else [] for c in out]
+
+
 def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str, Any]], classifier: Classifier,
-                  generator: Generator, cfg: BreakNLIConfig, times: StageTimes) -> list[dict[str, Any]]:
+                  generator: Generator | None, cfg: BreakNLIConfig, times: StageTimes,
+                  shared: SharedCache | None = None) -> list[dict[str, Any]]:
     target = TARGET[mode]
     records: dict[str, dict[str, Any]] = {}
     correct: list[Example] = []
@@ -244,14 +280,8 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
     if not correct:
         return [records[ex.id] for ex in chunk]
 
-    # Generate K candidates per kept hypothesis, one seed per (run seed, mode, example).
-    prompts = [cfg.prompts[mode].format(h=ex.hypothesis) for ex in correct]
-    seeds = [derive_seed(cfg.seed, mode, ex.id) for ex in correct]
-    t0 = time.perf_counter()
-    cands = generator.generate(prompts, cfg.k, cfg.decoding, seeds)
-    times.add("generate", time.perf_counter() - t0)
-    times.sequences += sum(len(c) for c in cands)
-    times.new_tokens += generator.count_tokens(x for c in cands for x in c)
+    # Generate K candidates per kept hypothesis, one seed per (run seed, mode, example) (or reuse a study's).
+    cands = generate_candidates(mode, correct, generator, cfg, times, shared)
 
     kept: dict[str, list[str]] = {}
     for ex, cs in zip(correct, cands):

@@ -19,8 +19,9 @@ from breaknli_fast.probes.breaknli.loop import (BreakNLIConfig, classify_premise
                                              process_chunk)
 from breaknli_fast.probes.breaknli.metrics import mode_label_rates
 from breaknli_fast.stats import rate_cell
-from breaknli_fast.probes.breaknli.report import fmt_rate, to_markdown
-from breaknli_fast.probes.breaknli.verdicts import SELECTED
+from breaknli_fast.probes.breaknli.report import CONTRADICTIVE_C_NOTE, fmt_rate, to_markdown
+from breaknli_fast.probes.breaknli.verdicts import RULES, SELECTED, TARGET
+from breaknli_fast.stats import wilson_ci
 from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
 
 
@@ -56,7 +57,49 @@ class BreakNLIProbe(Probe):
 
     def process(self, ctx: StudyContext, group: str, chunk: Sequence[Example]) -> list[dict[str, Any]]:
         return process_chunk(group, chunk, ctx.state["yhat"], ctx.models.classifier, ctx.models.generator, self.cfg,
-                             ctx.times)
+                             ctx.times, shared=ctx.shared)
+
+    shared_role = "generator"
+
+    def shared_identity(self) -> dict[str, Any]:
+        """The generate step does not depend on M: its candidates are fixed by the generator, the prompts, K, the
+        decoding settings and the seed (one per mode and example), so a study over several classifiers generates
+        them once per dataset."""
+        return {"k": self.cfg.k, "prompts": dict(self.cfg.prompts), "decoding": self.cfg.decoding.to_dict(),
+                "seed": self.cfg.seed}
+
+    comparison_measures = ("inequality", "relaxed")
+    comparison_header = ("generation", "ŷ = M(p, h)")
+    comparison_note = (
+        "Inequality: at least one of the S evaluated candidates h' gets a label that contradicts the triangle's "
+        "expected M(p, h'); relaxed inequality: at least one gets any label other than the expected one. Rates are "
+        "per evaluated example, over the examples whose M(p, h) is the row's label (Overall: every evaluated example "
+        "of the mode, pooled); intervals: Wilson 95 %. " + CONTRADICTIVE_C_NOTE)
+
+    @classmethod
+    def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
+        """The publication's table cells: per mode, per ŷ label the mode selects (E, N, C order) and Overall,
+        inequality % and relaxed % of the evaluated examples with their 95 % CIs; accuracy of M on (p, h)."""
+        f = report.get("funnel", {})
+        acc = None
+        if f.get("accuracy_ph") is not None and f.get("accuracy_ph_n"):
+            n = int(f["accuracy_ph_n"])
+            acc = {"n": n, "rate": f["accuracy_ph"], "ci": wilson_ci(round(f["accuracy_ph"] * n / 100), n)}
+        blocks = []
+        for mode in report.get("loop", {}).get("modes", []):
+            table = report.get("metrics", {}).get(mode, {})
+            rows = []
+            for key in [lab for lab in LABELS if lab in SELECTED[mode]] + ["overall"]:
+                cell = table.get(key) or {}
+                rows.append((ROW_NAMES[key], [_cell(cell, "inequality"), _cell(cell, "relaxed")]))
+            blocks.append((MODE_NAMES.get(mode, mode), rows))
+        return {"accuracy": acc, "blocks": blocks}
+
+    @classmethod
+    def example_view(cls, record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        """p, h and M(p, h); the K raw candidates; the kept ones with M's relation labels, M(p, h') and its
+        probabilities, and the verdict of each; why the example broke, held or was dropped."""
+        return example_view(record, report.get("loop") or {})
 
     def summarise(self, records: Sequence[dict[str, Any]], data: LoadedData) -> dict[str, Any]:
         return {"funnel": funnel(records, data, self.cfg.modes), "metrics": mode_label_rates(records),
@@ -143,3 +186,104 @@ def funnel_table(report: dict[str, Any]) -> Table:
     for key, label in FUNNEL_ROWS:
         t.add_row(label, *(str(f[m][key]) for m in modes))
     return t
+
+
+MODE_NAMES = {"contradictive": "Contradictive generation", "entailed": "Entailed generation"}
+ROW_NAMES = {"entailment": "Entailment", "neutral": "Neutral", "contradiction": "Contradiction", "overall": "Overall"}
+VERDICTS = {"inequality": "broken: inequality", "relaxed": "broken: relaxed inequality only", "holds": "holds",
+            "incorrect": "not tested: M(p, h) wrong", "too_few_unique": "dropped: fewer than U distinct",
+            "too_few_on_target": "dropped: fewer than S on target"}
+
+
+def _cell(cell: dict[str, Any], key: str) -> dict[str, Any]:
+    """One measure of a metrics cell as a rate cell (None rate when no example was evaluated)."""
+    if not cell.get("n") or cell.get(key) is None:
+        return {"n": int(cell.get("n") or 0), "rate": None, "ci": None}
+    return {"n": int(cell["n"]), "rate": float(cell[key]), "ci": list(cell.get(key + "_ci") or [])}
+
+
+def _probs(p: dict[str, Any] | None) -> list[Any]:
+    return [None if p is None or p.get(lab) is None else round(float(p[lab]), 4) for lab in LABELS]
+
+
+def verdict_code(record: dict[str, Any]) -> str:
+    """The example browser's verdict of a record (the keys of :data:`VERDICTS`)."""
+    status = record.get("status")
+    if status != "evaluated":
+        return str(status)
+    v = record.get("verdict") or {}
+    return "inequality" if v.get("inequality") else "relaxed" if v.get("relaxed") else "holds"
+
+
+def example_view(r: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
+    mode, yhat, gold = r.get("mode"), r.get("yhat"), r.get("gold")
+    code = verdict_code(r)
+    k, u, s = loop.get("k", "K"), loop.get("u", "U"), loop.get("s", "S")
+    target = TARGET.get(mode)
+    sections: list[dict[str, Any]] = [
+        {"title": "M(p, h)", "kind": "table", "columns": ["pair", "M", "P(E)", "P(N)", "P(C)", "gold"],
+         "rows": [["(p, h)", yhat, *_probs(r.get("ph_probs")), gold]], "marks": ["ok" if yhat == gold else "bad"]}]
+    if r.get("generated"):
+        sections.append({"title": f"the K = {len(r['generated'])} raw candidates, in generation order",
+                         "kind": "list", "items": list(r["generated"])})
+    kept = r.get("candidates") or []
+    if kept:
+        rels = r.get("relations") or [[] for _ in kept]
+        evaluated = {c: i for i, c in enumerate(r.get("evaluated") or [])}
+        preds, probs = r.get("predictions") or [], r.get("eval_probs") or []
+        rule = RULES.get((mode, yhat))
+        rows, marks = [], []
+        for c, rel in zip(kept, rels):
+            fw = rel[0] if len(rel) > 0 else None
+            bw = rel[1] if len(rel) > 1 else None
+            on = all(x == target for x in rel) if rel and None not in rel else None
+            i = evaluated.get(c)
+            if i is not None and i < len(preds):
+                pred = preds[i]
+                if rule is not None and pred in rule.inequality:
+                    mark, what = "bad", "inequality"
+                elif rule is not None and pred in rule.relaxed:
+                    mark, what = "warn", "relaxed inequality"
+                else:
+                    mark, what = "ok", "as expected"
+                rows.append([c, fw or "–", bw or "–", "yes", pred, *_probs(probs[i] if i < len(probs) else None), what])
+            else:
+                mark = "muted"
+                rows.append([c, fw or "–", bw or "–", "–" if on is None else ("yes" if on else "no"), "–", None, None,
+                             None, "not evaluated" + (" (S reached)" if on else "")])
+            marks.append(mark)
+        title = (f"the {len(kept)} distinct candidates (fewer than U = {u})" if r.get("status") == "too_few_unique"
+                 else f"the U = {len(kept)} kept candidates (first distinct, generation order): the relation filter "
+                      f"asks M(h, h') = M(h', h) = {target}; the first S that pass are evaluated on (p, h')")
+        sections.append({"title": title, "kind": "table",
+                         "columns": ["h'", "M(h, h')", "M(h', h)", "on target", "M(p, h')", "P(E)", "P(N)", "P(C)",
+                                     "verdict"], "rows": rows, "marks": marks})
+    if code == "incorrect":
+        why = f"M(p, h) = {yhat}, gold {gold}: only correctly classified examples are tested."
+    elif code == "too_few_unique":
+        why = (f"{r.get('n_distinct', len(kept))} distinct candidates among the K = {k} (U = {u} needed after "
+               f"normalisation and removing copies of h): dropped.")
+    elif code == "too_few_on_target":
+        passing = sum(1 for rel in (r.get("relations") or []) if rel and all(x == target for x in rel))
+        why = (f"{passing} of the {len(kept)} kept candidates have M(h, h') = {target}"
+               + (" both ways" if loop.get("bidirectional", True) else "") + f" (S = {s} needed): dropped.")
+    elif code in ("inequality", "relaxed", "holds"):
+        rule = RULES.get((mode, yhat))
+        v = r.get("verdict") or {}
+        expected = rule.expected if rule else "?"
+        rel_word = "contradicts" if mode == "contradictive" else "is entailed by"
+        head = f"M(p, h) = {yhat} and h' {rel_word} h, so M(p, h') should be {expected}"
+        if code == "holds":
+            why = f"{head}: all {v.get('n_candidates', '?')} evaluated candidates got {expected}; the triangle holds."
+        elif code == "inequality":
+            why = (f"{head}; {v.get('n_inequality')} of {v.get('n_candidates')} got "
+                   f"{' or '.join(sorted(rule.inequality)) if rule else '?'} (inequality: the triangle breaks).")
+        else:
+            why = (f"{head}; none got {' or '.join(sorted(rule.inequality)) if rule else '?'}, but "
+                   f"{v.get('n_relaxed')} of {v.get('n_candidates')} got another label than {expected} "
+                   f"(relaxed inequality only).")
+    else:
+        why = ""
+    return {"group": mode, "yhat": yhat, "gold": gold, "verdict": code, "verdict_label": VERDICTS.get(code, code),
+            "premise": r.get("premise", ""), "hypothesis": r.get("hypothesis", ""), "why": why,
+            "sections": sections}
