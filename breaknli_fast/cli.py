@@ -216,7 +216,7 @@ from breaknli_fast.mini.command import EPILOG as MINI_TRAIN_EPILOG  # noqa: E402
 from breaknli_fast.mini.command import train as mini_train  # noqa: E402
 
 app.command("export")(export)
-app.command("bench")(opts.ProbeOptions(bench, probes=["breaknli"]))  # the probe it measures
+app.command("bench")(opts.ProbeOptions(bench))
 app.command("report")(report)
 
 mini_app = typer.Typer(help="The shipped mini models (train them again from SNLI).", add_completion=False)

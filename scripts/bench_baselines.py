@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     from breaknli_fast.bench.measure import PeakMemory, Task, latency_stats, repeat_interleaved
-    from breaknli_fast.bench.runner import workload_prompts
+    from breaknli_fast.bench.stages import workload_prompts
     from breaknli_fast.bench.specs import parse_engine
     from breaknli_fast.data.loaders import load_examples
     from breaknli_fast.engines import registry
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for text in [x for x in args.engines.split(",") if x.strip()]:
         spec = parse_engine(text)
-        opts = dict(spec.opts)
+        opts = dict(spec.config.extra)
         if args.threads and spec.engine != "torch":
             opts.setdefault("threads", args.threads)
 

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         spec = parse_engine(text)  # the bench's own ENGINE:PRECISION[:key=value...] syntax
         kw = {"threads": args.threads} if args.threads else {}  # every engine's loader takes them (torch's too)
         engines[text] = load_generator(spec.engine, spec.generator or args.generator, spec.precision, "cpu",
-                                       **kw, **spec.opts)
+                                       **kw, **spec.config.extra)
         if args.prompt_batch:
             engines[text].prompt_batch = args.prompt_batch
     variants = [v.strip() for v in args.variants.split(",")]

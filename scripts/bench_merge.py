@@ -12,8 +12,9 @@ LM) and classification of the variant pairs (the NLI model), torch fp32 against 
    engine's cache cleared before each.
 3. Variants: the probe on torch fp32 (mini-mlm suggestions, POS filter, draws) gives the variant pairs once;
    variant pairs/s of mini-nli on each engine over exactly those pairs.
-4. Parity on the same variants (spec: paired per seed problem, 95 % bootstrap CI, verdict against δ = 1 point):
-   sample accuracy and PA(0.9) of each engine's classifier minus torch fp32's.
+4. Parity on the same variants (spec: paired per seed problem, 95 % interval of breaknli_fast.stats, verdict against
+   δ = 1 point): sample accuracy and PA(0.9) of each engine's classifier minus torch fp32's. (The whole probe on
+   each engine, masked LM included, is ``breaknli-fast bench --probe merge``.)
 
 Writes one JSON result file (``--out``) with its provenance: command, UTC date, commit, machine (through
 scripts/provenance.py where it is there).
@@ -154,10 +155,12 @@ def agreement(ref: list, fills: list) -> dict[str, Any]:
 
 def paired(records_a: list, records_b: list, n_draws: int, tolerance: float) -> dict[str, Any]:
     """Engine minus reference on the same seed problems and variants: sample accuracy (pooled over variants and
-    draws) and PA(0.9), with a paired bootstrap over seed problems and the spec's verdict."""
+    draws: a ratio per problem), PA(0.9) (a share of draws per problem) and seed accuracy (0/1), each with its
+    paired 95 % interval (breaknli_fast.stats: Tango's for 0/1, a floored Student-t for fractions and ratios) and
+    the spec's verdict."""
     import numpy as np
 
-    from breaknli_fast.stats import N_BOOT, bootstrap_indices, equivalence
+    from breaknli_fast.stats import equivalence, paired_diff, paired_ratio_diff
     from breaknli_fast.probes.merge import _problem_draws, pattern_accuracy
 
     def per_problem(recs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -170,20 +173,14 @@ def paired(records_a: list, records_b: list, n_draws: int, tolerance: float) -> 
 
     oa, na, pa_a, sa = per_problem(records_a)
     ob, nb, pa_b, sb = per_problem(records_b)
-    idx = bootstrap_indices(len(na), N_BOOT)
     out = {}
-    for name, a, b in (("sample_accuracy", (oa, na), (ob, nb)), ("pa_0.9", pa_a, pa_b), ("seed_accuracy", sa, sb)):
-        if isinstance(a, tuple):
-            pa_, pb_ = 100 * a[0].sum() / a[1].sum(), 100 * b[0].sum() / b[1].sum()
-            boot = 100 * (a[0][idx].sum(1) / a[1][idx].sum(1) - b[0][idx].sum(1) / b[1][idx].sum(1))
-        else:
-            pa_, pb_ = 100 * a.mean(), 100 * b.mean()
-            boot = 100 * (a[idx].mean(1) - b[idx].mean(1))
-        lo, hi = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
-        diff = float(pa_ - pb_)
-        out[name] = {"engine": round(float(pa_), 3), "reference": round(float(pb_), 3), "diff": round(diff, 3),
-                     "ci": [round(lo, 3), round(hi, 3)], "n": int(len(na)),
-                     **equivalence(diff, [lo, hi], int(len(na)), tolerance)}
+    for name, d in (("sample_accuracy", paired_ratio_diff(oa, na, ob, nb)), ("pa_0.9", paired_diff(pa_a, pa_b)),
+                    ("seed_accuracy", paired_diff(sa, sb))):
+        d.update(equivalence(d, tolerance))
+        r3 = lambda x: None if x is None else round(float(x), 3)  # noqa: E731
+        out[name] = {"engine": r3(d.get("a")), "reference": r3(d.get("b")), "diff": r3(d["diff"]),
+                     "ci": [r3(x) for x in d["ci"]] if d["ci"] else None, "n": d["n"], "method": d["method"],
+                     "verdict": d["verdict"], "n_needed": d["n_needed"], "too_small": d["too_small"]}
     return out
 
 

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import breaknli_fast.export.api  # noqa: F401 - provides the exports' builder to the engines (engines.artifacts)
     from breaknli_fast.bench.measure import PeakMemory, Task, repeat_interleaved
-    from breaknli_fast.bench.runner import workload_prompts
+    from breaknli_fast.bench.stages import workload_prompts
     from breaknli_fast.bench.shapes import build_random_model, shape_name
     from breaknli_fast.bench.specs import parse_engine
     from breaknli_fast.data.loaders import load_examples
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             add(text, build)
             continue
         spec = parse_engine(text)
-        c_opts, g_opts = spec.role_options()
+        c_opts, g_opts = registry.split_options(spec.engine, spec.config.extra)
 
         def build(spec=spec, c_opts=c_opts, g_opts=g_opts):
             if generate:

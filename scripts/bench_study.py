@@ -7,7 +7,7 @@ rates and its breakdown by dataset columns (95 % CIs), saved as a result file.
 
 ``--by`` defaults to the dataset's own breakdown (aenli: phenomenon, kinship: k, TaxiNLI: its categories).
 The figures describe the shipped mini models on that data (torch fp32 by default, the reference), not an
-engine's speed: ``scripts/bench_probe.py`` compares engines.
+engine's speed: ``breaknli-fast bench --probe`` compares engines.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from breaknli_fast.bench.report import _f, _get, overall_diffs, status_text
-from breaknli_fast.bench.runner import STAGES, BenchResult
+from breaknli_fast.bench.result import BenchResult
+from breaknli_fast.bench.stages import STAGES
 
 
 def best_speedup(data: dict, e: dict) -> float | None:

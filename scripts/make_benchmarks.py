@@ -104,8 +104,9 @@ def is_random(r: Result) -> bool:
     return bool(get(r, "payload", "models", "random_weights"))
 
 
-bench_mini = of_kind("bench", lambda r: not is_random(r))
-bench_random = of_kind("bench", is_random)
+bench_mini = of_kind("bench", lambda r: not is_random(r) and (get(r, "payload", "probe") or "breaknli") == "breaknli"
+                     and not Path(r["file"]).stem.startswith("probe-"))
+bench_random = of_kind("bench", lambda r: is_random(r) and not Path(r["file"]).stem.startswith("probe-"))
 
 
 # -- renderers: one result file -> markdown (without the provenance lines) ---------------------------------
@@ -485,63 +486,154 @@ def ort_parity(doc: Result) -> str:
     return "\n".join(out)
 
 
-# -- probes (scripts/bench_probe.py) -------------------------------------------------------------------------
+# -- probes on the engines (breaknli-fast bench --probe, saved by scripts/bench_save.py) ---------------------
 
 def bench_title(doc: Result) -> str:
     p = doc["payload"]
     return f"{get(p, 'data', 'examples')} examples of `{get(p, 'data', 'name')}`"
 
 
-def probe_is(name: str, pred: Callable[[dict[str, Any]], bool] | None = None) -> Callable[[list[Result]], list[Result]]:
-    return of_kind("probe", lambda r: get(r, "payload", "probe") == name and (pred is None or pred(r["payload"])))
+def probe_of(r: Result) -> str:
+    return get(r, "payload", "probe") or "breaknli"
+
+
+def stem(r: Result) -> str:
+    return Path(r["file"]).stem
+
+
+def probe_bench(name: str, pred: Callable[[Result], bool] | None = None) -> Callable[[list[Result]], list[Result]]:
+    """bench result files of one probe written for the probe sections (files named probe-*.json)."""
+    return of_kind("bench", lambda r: stem(r).startswith("probe-") and probe_of(r) == name and (pred is None or pred(r)))
+
+
+def on_evaluation_slice(r: Result) -> bool:
+    """A parity measurement of the mini models on the evaluation slice (``sample``: all of it, or its first pairs)."""
+    return (get(r, "payload", "schema") == "breaknli-fast-bench/2" and not is_random(r)
+            and get(r, "payload", "data", "name") == "sample")
+
+
+def parity_files(results: list[Result]) -> list[Result]:
+    """The files of the parity table per probe x engine: one per probe (breaknli: bench-parity-all.json, the others
+    probe-<probe>.json), measured on the evaluation slice."""
+    chosen = [r for r in results if r.get("kind") == "bench" and on_evaluation_slice(r)
+              and (stem(r) == "bench-parity-all" or stem(r) == f"probe-{probe_of(r)}")]
+    return sorted(chosen, key=lambda r: (PROBE_ORDER.index(probe_of(r)) if probe_of(r) in PROBE_ORDER else 99, stem(r)))
+
+
+PROBE_ORDER = ("breaknli", "accuracy", "permutation", "merge")
 
 
 def probe_title(doc: Result) -> str:
     p = doc["payload"]
-    extra = f", q = {p['q']}" if p.get("probe") == "permutation" else ""
-    return f"{p.get('probe')} on {p.get('dataset')} ({p.get('examples')} examples{extra}), classifier {p.get('classifier')}"
-
-
-def probe_speed(doc: Result) -> str:
-    p = doc["payload"]
-    rows = []
-    for r in p.get("runs", []):
-        rows.append([r["label"], f(r.get("loop_s"), ".1f"), f(r.get("speedup"), ".2f", "×"),
-                     r.get("classifier_pairs"), f(r.get("classifier_pairs_per_s"), ".0f"),
-                     r.get("relation_pairs") if p.get("probe") == "breaknli" else "–"])
-    header = ["engine", "loop s", "speed-up vs first", "classifier pairs", "pairs/s", "relation pairs"]
-    note = " Random weights: speed only, parity not meaningful." if p.get("speed_only") else ""
-    return "\n".join([f"The same probe, data and seed on each engine, in one process.{note}", "", table(header, rows)])
+    pc = get(p, "config", "probe_config") or {}
+    settings = ", ".join(f"{k} {v}" for k, v in pc.items() if k in ("q", "scheme", "seeds", "per_pos", "relation_filter", "k"))
+    return (f"{probe_of(doc)} on {get(p, 'data', 'examples')} examples of `{get(p, 'data', 'name')}`"
+            + (f" ({settings})" if settings else "") + (f", classifier {random_title(doc)}" if is_random(doc) else ""))
 
 
 def _verdict_cell(d: dict[str, Any] | None) -> str:
     if not d or d.get("diff") is None:
         return "–"
     lo, hi = d["ci"]
-    extra = f", ~{d['n_needed']} needed" if d.get("n_needed") else ""
-    same = " (identical)" if d.get("identical") else ""
-    return f"{d['diff']:+.2f} [{lo:+.2f}, {hi:+.2f}] n={d['n']}: {d['verdict']}{same}{extra}"
+    extra = " (too few examples to judge)" if d.get("too_small") and d.get("verdict") != "different" else (
+        f", ~{d['n_needed']} needed" if d.get("n_needed") else "")
+    return f"{d['diff']:+.2f} [{lo:+.2f}, {hi:+.2f}] n={d['n']}: {d.get('verdict')}{extra}"
+
+
+def _batching(e: dict[str, Any]) -> str:
+    inv = e.get("batch_invariance") or {}
+    return f"{inv.get('labels_changed')} of {inv.get('pairs')}" if inv.get("pairs") else "–"
+
+
+def probe_speed(doc: Result) -> str:
+    p = doc["payload"]
+    rows = []
+    for e in p.get("engines", []):
+        if e.get("status") != "ok":
+            rows.append([e.get("label"), "–", "–", "–", "–", "–", "–", f"{e.get('status')}: {e.get('reason')}"])
+            continue
+        x = get(e, "speed", "end_to_end") or {}
+        rows.append([e["label"], f(x.get("median_wall_s"), ".1f"), f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
+                     x.get("classifier_pairs"), f(x.get("classifier_pairs_per_s"), ".0f"),
+                     get(x, "stage_pairs", "relation") if probe_of(doc) == "breaknli" else "–",
+                     f(get(e, "load_average_start", 0), ".2f"), ""])
+    header = ["engine", "loop s (median)", "speed-up vs torch:fp32", "classifier pairs", "pairs/s", "relation pairs",
+              "load avg at start", "note"]
+    note = " Random weights: speed only, parity not meaningful." if is_random(doc) else ""
+    return "\n".join([f"The same probe, data and seed on each engine, in one process (`breaknli-fast bench --probe "
+                      f"{probe_of(doc)}`).{note}", "", table(header, rows)])
 
 
 def probe_parity(doc: Result) -> str:
+    """Each headline metric per engine, its paired difference with the reference, record agreement, batching."""
+    from breaknli_fast.bench.report import shown_to_match
+
     p = doc["payload"]
-    runs = [r for r in p.get("runs", []) if r.get("parity")]
-    if not runs:
-        return "No parity in this file (speed only)."
-    metrics = list(dict.fromkeys(m for r in runs for m in r["parity"]))
-    rows = [[r["label"]] + [_verdict_cell(r["parity"].get(m)) for m in metrics] for r in runs]
-    out = [f"Paired differences (pp) against `{p['runs'][0]['label']}` over the examples both runs scored, 95 % "
-           f"bootstrap CI, verdict against δ = {p.get('tolerance_pp')} pp (equivalent: CI inside ±δ; different: "
-           "|Δ| > δ and the CI excludes 0; inconclusive otherwise, with the examples a decision would need).", "",
-           table(["engine"] + metrics, rows)]
-    cats = [r for r in runs if r.get("parity_by_category")]
-    for r in cats:
-        metric = next(iter(next(iter(r["parity_by_category"].values()))), None)
-        crow = [[c, p.get("category_sizes", {}).get(c), _verdict_cell(v.get(metric))]
-                for c, v in r["parity_by_category"].items()]
-        out += ["", f"Per category (`{r['label']}` against the first engine, {metric}):", "",
-                table(["category", "examples", "Δ pp [95 % CI]: verdict"], crow)]
+    metrics = [m["name"] for m in p.get("headline_metrics") or []]
+    ok = [e for e in p.get("engines", []) if e.get("status") == "ok"]
+    rows = []
+    for e in ok:
+        vals = get(e, "speed", "end_to_end", "headline") or {}
+        rows.append([e["label"]] + [f"{f(get(vals, m, 'rate'))} n={get(vals, m, 'n')}" for m in metrics]
+                    + [f(get(e, "parity", "headline", "records", "identical_pct"), ".2f"), _batching(e)])
+    out = [f"Each metric over each engine's own examples (%); records identical: per-record prediction agreement "
+           f"with `{p.get('reference')}`; batching: labels that change between batch size 1 and the engine's batches.",
+           "", table(["engine"] + metrics + ["records identical %", "labels changed by batching"], rows), "",
+           f"Paired differences (pp) against `{p.get('reference')}` over the examples both runs scored, with 95 % "
+           f"intervals (Tango's score interval for a yes/no per example, a floored Student-t interval for fractions and "
+           f"pooled ratios), verdict against δ = {p.get('tolerance_pp')} pp:", ""]
+    drows = [[e["label"]] + [_verdict_cell(get(e, "parity", "headline", "metrics", m)) for m in metrics]
+             + [shown_to_match(e)] for e in ok[1:]]
+    out.append(table(["engine"] + metrics + ["shown to match?"], drows))
+    for e in ok[1:]:
+        by = get(e, "parity", "headline", "by") or {}
+        crow = [[g["group"], g["examples"]] + [_verdict_cell(g["metrics"].get(m)) for m in metrics]
+                for spec in by.values() for g in spec.get("groups", [])
+                if g.get("value") == "1" or spec.get("kind") != "category"]  # a category: the examples where it is 1
+        if crow:
+            out += ["", f"`{e['label']}` per group of `{'`, `'.join(by)}` (informative, not part of the checks):", "",
+                    table(["group", "examples"] + metrics, crow)]
     return "\n".join(out)
+
+
+def _shown(e: dict[str, Any]) -> str:
+    """yes / no / not shown, as bench.md's "shown to match" says (short)."""
+    v = get(e, "parity", "verdicts") or {}
+    if v.get("different"):
+        return "no"
+    return "not shown" if v.get("inconclusive") or not v else "yes"
+
+
+def parity_table(results: list[Result], label: str = "benchmarks/results") -> str:
+    """The parity of every probe x engine on the evaluation slice, one row each (README and BENCHMARKS.md)."""
+    files = parity_files(results)
+    if not files:
+        return not_measured("a parity measurement of a probe on the evaluation slice",
+                            "scripts/bench_save.py", label)
+    rows = []
+    for doc in files:
+        p = doc["payload"]
+        n = get(p, "data", "examples")
+        for e in p.get("engines", []):
+            if e.get("reference"):
+                continue
+            if e.get("status") != "ok":
+                rows.append([probe_of(doc), e.get("label"), n, "–", "–", "–", f"did not run ({e.get('status')})",
+                             "–", "–", f"{label}/{stem(doc)}.json"])
+                continue
+            ms = get(e, "parity", "headline", "metrics") or {}
+            worst_name = max((k for k, m in ms.items() if m.get("diff") is not None), key=lambda k: abs(ms[k]["diff"]),
+                             default=None)
+            v = get(e, "parity", "verdicts") or {}
+            rows.append([probe_of(doc), e["label"], n, f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
+                         f(get(e, "parity", "headline", "records", "identical_pct"), ".2f"), _batching(e), _shown(e),
+                         f"{v.get('equivalent', 0)} / {v.get('different', 0)} / {v.get('inconclusive', 0)} "
+                         f"({v.get('too_small', 0)})",
+                         f"{worst_name}: {_verdict_cell(ms[worst_name])}" if worst_name else "–",
+                         f"{label}/{stem(doc)}.json"])
+    return table(["probe", "engine", "examples", "speed-up (e2e)", "records identical %", "labels changed by batching",
+                  "shown to match torch:fp32?", "cells equivalent / different / inconclusive (too few to judge)",
+                  "largest headline Δ pp [95 % CI]", "result file"], rows)
 
 
 def merge_speed(doc: Result) -> str:
@@ -654,23 +746,20 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
         ("The loop's breakage per engine", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
          run_loop_parity, None),
     ]),
-    ("2b. The probes on the engines", "Each probe through the study entry point on every engine: speed, and the "
-     "paired parity of its headline metrics with the torch fp32 reference.", [
-        ("Word-order permutation acceptance (UNLI): speed", "a permutation-probe measurement", "scripts/bench_probe.py",
-         probe_is("permutation"), probe_speed, probe_title),
-        ("Word-order permutation acceptance (UNLI): parity", "a permutation-probe measurement",
-         "scripts/bench_probe.py", probe_is("permutation", lambda p: not p.get("speed_only")), probe_parity,
-         probe_title),
-        ("BreakNLI: the lazy relation filter against the full one", "a BreakNLI probe measurement with both filters",
-         "scripts/bench_probe.py", probe_is("breaknli", lambda p: len({r.get("relation_filter") for r in p.get("runs", [])}) > 1),
-         probe_speed, probe_title),
-        ("BreakNLI: parity of the filters and engines", "a BreakNLI probe measurement with both filters",
-         "scripts/bench_probe.py", probe_is("breaknli", lambda p: not p.get("speed_only")), probe_parity, probe_title),
-        ("Accuracy per TaxiNLI category: int8 against fp32", "an accuracy-probe measurement on TaxiNLI",
-         "scripts/bench_probe.py", probe_is("accuracy"), probe_parity, probe_title),
+    ("2b. The probes on the engines", "Each probe through the study runner on every engine (`breaknli-fast bench "
+     "--probe P`): speed, per-record prediction agreement, batch invariance and the paired parity of its headline "
+     "metrics with the torch fp32 reference.", [
+        ("Parity per probe × engine on the evaluation slice", "a parity measurement of a probe on the evaluation slice",
+         "scripts/bench_save.py", parity_files, probe_parity, probe_title),
+        ("Word-order permutation acceptance (UNLI): speed", "a permutation-probe bench", "scripts/bench_save.py",
+         probe_bench("permutation"), probe_speed, probe_title),
+        ("BreakNLI: the lazy relation filter against the full one", "a BreakNLI bench with --relation-filter",
+         "scripts/bench_save.py", probe_bench("breaknli"), probe_speed, probe_title),
+        ("Accuracy per TaxiNLI category", "an accuracy-probe bench on TaxiNLI", "scripts/bench_save.py",
+         probe_bench("accuracy", lambda r: get(r, "payload", "data", "name") == "taxinli"), probe_parity, probe_title),
         ("MERGE (minimal word replacement): suggestions/s and variant pairs/s", "a MERGE measurement",
          "scripts/bench_merge.py", of_kind("merge"), merge_speed, None),
-        ("MERGE: parity of sample accuracy and PA(0.9) on the same variants", "a MERGE measurement",
+        ("MERGE: the classifiers on the same variants", "a MERGE measurement",
          "scripts/bench_merge.py", of_kind("merge"), merge_parity, None),
     ]),
     ("2c. Past one machine: a study sharded over Ray", "One process against Ray actors on the same study.", [
@@ -738,6 +827,9 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
             if not chosen:
                 out += [not_measured(what, script, label), ""]
                 continue
+            if select is parity_files:  # one table over the files first, each file's details below it
+                out += ["The verdicts of every engine, one row each (details per file below).", "",
+                        parity_table(results, label), ""]
             for doc in chosen:
                 if file_title is not None:
                     out += [f"#### {file_title(doc)}", ""]
@@ -758,6 +850,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     ap.add_argument("--intro", type=Path, default=INTRO)
+    ap.add_argument("--readme", type=Path, default=None,
+                    help="also write the parity table per probe x engine into this file, between the lines "
+                         f"{README_START!r} and {README_END!r}")
     args = ap.parse_args(argv)
     results, problems = load_results(args.results)
     for line in problems:
@@ -769,7 +864,32 @@ def main(argv: list[str] | None = None) -> int:
     intro = args.intro.read_text() if args.intro and args.intro.exists() else None
     args.out.write_text(render(results, label, intro))
     print(f"{args.out}: {len(results)} result files", file=sys.stderr)
+    if args.readme is not None:
+        update_readme(args.readme, results, label)
+        print(f"{args.readme}: parity table per probe x engine", file=sys.stderr)
     return 0
+
+
+README_START = "<!-- parity-table: generated by scripts/make_benchmarks.py --readme; do not edit by hand -->"
+README_END = "<!-- parity-table end -->"
+
+
+def update_readme(path: Path, results: list[Result], label: str = "benchmarks/results") -> None:
+    """Replace the block between :data:`README_START` and :data:`README_END` of ``path`` with the parity table per
+    probe x engine, read from the result files (their commands, dates, commits and machines: BENCHMARKS.md)."""
+    text = path.read_text()
+    if README_START not in text or README_END not in text:
+        raise SystemExit(f"{path}: no parity-table block (the lines {README_START!r} ... {README_END!r})")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    files = parity_files(results)
+    when = ", ".join(sorted({f"{stem(d)} {str(d.get('date'))[:10]} at {d.get('commit')}" for d in files}))
+    block = [README_START, "", parity_table(results, label), ""]
+    if files:
+        block += [f"Measured by `scripts/run_benchmarks.sh` on the evaluation slice (all of it, or its first pairs: "
+                  f"see examples) with δ = 1 pp ({when}); the command, machine and per-metric figures of each file are "
+                  "in BENCHMARKS.md, section 2b.", ""]
+    path.write_text(head + "\n".join(block) + README_END + tail)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 #
 # Run it on a quiet machine: every result file records the load average before and after.
 # Environment: RESULTS (result folder, default benchmarks/results), WORK (scratch: run directories,
-# graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md), PYTHON (default .venv/bin/python),
+# graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md), README (whose parity table is rewritten;
+# default README.md), PYTHON (default .venv/bin/python),
 # ONLY / SKIP (space-separated step names: run only these / all but these; make-benchmarks always runs).
 # A step that fails is reported and the others still run (the exit code is then 1); a result file
 # it would have replaced stays, with its own date and commit.
@@ -31,7 +32,7 @@ if [ "$SMOKE" = 1 ]; then
     BASELINE_ARGS="--gen-prompts 2 --k 4 --min-iterations 1 --min-seconds 0"
     REAL_GEN_ARGS="--prompts 2 --k 2 --max-new-tokens 4 --warmup 0 --min-iterations 1"; REAL_CLF_ARGS="--pairs 16 --warmup 0 --min-iterations 1"
     REAL_LOOP_ARGS="--limit 4 --k 4 --u 2 --s 1 --max-new-tokens 8 --gen-prompts 2 --greedy-prompts 2 --min-iterations 1 --min-seconds 0 --warmup 0"
-    RAY_LIMIT=10; MERGE_LIMIT=20; STUDY_LIMIT=60; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PERM_LIMIT=20; PERM_Q=5; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
+    RAY_LIMIT=10; MERGE_LIMIT=20; MERGE_PARITY_LIMIT=20; STUDY_LIMIT=60; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PERM_LIMIT=10; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
 else
     BENCH_LIMIT=200; LOOP_LIMIT=200; LOOP_ROUNDS=3; BUSY_LIMIT=300; RW_LIMIT=8
     SHAPES_ARGS="--repeats 3 --warmup 1"; GEN_ARGS="--prompts 16 --k 20 --repeats 3"
@@ -39,8 +40,9 @@ else
     BASELINE_ARGS=""
     REAL_GEN_ARGS="--prompts 32 --k 20 --max-new-tokens 40"; REAL_CLF_ARGS="--pairs 1000"
     REAL_LOOP_ARGS="--limit 50 --k 20 --min-iterations 2 --min-seconds 0"
-    RAY_LIMIT=200; MERGE_LIMIT=100; STUDY_LIMIT=3000; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PERM_LIMIT=300; PERM_Q=100; PERM_RW_LIMIT=10; FILTER_LIMIT=500; TAXI_LIMIT=0
+    RAY_LIMIT=200; MERGE_LIMIT=100; MERGE_PARITY_LIMIT=300; STUDY_LIMIT=3000; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PERM_LIMIT=300; PERM_RW_LIMIT=6; FILTER_LIMIT=500; TAXI_LIMIT=0
 fi
+PARITY_ENGINES=torch:fp32,ort:fp32,ort:int8
 RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --limit $RW_LIMIT --k 4 --u 2 --s 1 \
 --max-new-tokens 16 --gen-prompts 4 --greedy-prompts 4 --min-iterations 5 --min-seconds 0"
 
@@ -102,24 +104,37 @@ step ort-parity $PY scripts/ort_parity.py --classifier mini-nli --generator mini
     --result "$R/ort-parity.json"
 step baselines $PY scripts/bench_baselines.py --engines torch:fp32,ort:fp32,ort:int8 --limit "$BASELINE_LIMIT" \
     $BASELINE_ARGS --result "$R/baselines.json"
-# parity on every example of the evaluation slice (0 = all 2,724), with the per-component split of int8 (the bench's default)
-step bench-parity-all $PY scripts/bench_save.py --result "$R/bench-parity-all.json" -- \
-    --engines torch:fp32,ort:fp32,ort:int8 --limit "$PARITY_LIMIT" --warmup 0 --min-iterations 1 --min-seconds 0
-# the probes on the engines (scripts/bench_probe.py): speed and paired parity of their headline metrics
-step probe-permutation $PY scripts/bench_probe.py --probe permutation --limit "$PERM_LIMIT" --q "$PERM_Q" \
-    --out "$R/probe-permutation.json"
-step probe-permutation-roberta-large $PY scripts/bench_probe.py --probe permutation --random-weights roberta-large \
-    --limit "$PERM_RW_LIMIT" --q 10 --out "$R/probe-permutation-roberta-large.json"
-step probe-breaknli-filters $PY scripts/bench_probe.py --probe breaknli --limit "$FILTER_LIMIT" \
-    --relation-filter lazy,full --out "$R/probe-breaknli-filters.json"
-step probe-taxinli-accuracy $PY scripts/bench_probe.py --probe accuracy --dataset taxinli --limit "$TAXI_LIMIT" \
-    --by taxinli --out "$R/probe-taxinli-accuracy.json"
-step ray $PY scripts/bench_ray.py --limit "$RAY_LIMIT" --out "$R/ray.json"
+# parity per probe x engine on the evaluation slice (`breaknli-fast bench --probe P`, saved with provenance):
+# BreakNLI on all 2,724 pairs with the per-component split of int8; accuracy on all of them; permutation and MERGE
+# on their first pairs (q = 100 permutations, and MERGE's draws, multiply the pairs); each with static int8
+# (labels that do not depend on batch neighbours) beside dynamic int8. BENCHMARKS.md section 2b and the README's
+# parity table (make-benchmarks --readme) are read from these files.
+step bench-parity-all $PY scripts/bench_save.py --result "$R/bench-parity-all.json" -- --probe breaknli \
+    --engines "$PARITY_ENGINES,ort:int8:clf.quantization=static" --limit "$PARITY_LIMIT" --warmup 0 \
+    --min-iterations 1 --min-seconds 0
+step probe-accuracy $PY scripts/bench_save.py --result "$R/probe-accuracy.json" -- --probe accuracy \
+    --engines "$PARITY_ENGINES,ort:int8:quantization=static" --limit "$PARITY_LIMIT" --warmup 0
+step probe-permutation $PY scripts/bench_save.py --result "$R/probe-permutation.json" -- --probe permutation \
+    --engines "$PARITY_ENGINES,ort:int8:quantization=static" --limit "$PERM_LIMIT" --warmup 0
+# MERGE needs spaCy and its pipeline (the merge extra: pip install -e ".[merge]")
+step probe-merge $PY scripts/bench_save.py --result "$R/probe-merge.json" -- --probe merge \
+    --engines "$PARITY_ENGINES,ort:int8:clf.quantization=static" --limit "$MERGE_PARITY_LIMIT" --warmup 0
+step probe-taxinli-accuracy $PY scripts/bench_save.py --result "$R/probe-taxinli-accuracy.json" -- --probe accuracy \
+    --dataset taxinli --engines torch:fp32,ort:int8 --limit "$TAXI_LIMIT" --warmup 0
+step probe-permutation-roberta-large $PY scripts/bench_save.py --result "$R/probe-permutation-roberta-large.json" -- \
+    --probe permutation --random-weights roberta-large --engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false \
+    --limit "$PERM_RW_LIMIT" --warmup 0
+# the lazy relation filter against the full one: the same engines and examples with each filter
+for rf in lazy full; do
+    step "probe-breaknli-$rf" $PY scripts/bench_save.py --result "$R/probe-breaknli-$rf.json" -- --probe breaknli \
+        --relation-filter "$rf" --limit "$FILTER_LIMIT" --no-component-split --warmup 0 --min-iterations 1 --min-seconds 0
+done
 step merge $PY scripts/bench_merge.py --limit "$MERGE_LIMIT" --out "$R/merge.json"
+step ray $PY scripts/bench_ray.py --limit "$RAY_LIMIT" --out "$R/ray.json"
 # what the studies measure: the mini models (torch fp32) on the generated corpora, by their own breakdown
 step study-aenli $PY scripts/bench_study.py --probe breaknli --dataset "aenli:$STUDY_LIMIT" --out "$R/study-aenli.json"
 step study-kinship $PY scripts/bench_study.py --probe breaknli --dataset "kinship:$STUDY_LIMIT" --out "$R/study-kinship.json"
-step make-benchmarks $PY scripts/make_benchmarks.py --results "$R" --out "$OUT_MD"
+step make-benchmarks $PY scripts/make_benchmarks.py --results "$R" --out "$OUT_MD" --readme "${README:-README.md}"
 
 if [ ${#FAILED[@]} -gt 0 ]; then
     echo "failed: ${FAILED[*]}" >&2

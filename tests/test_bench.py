@@ -1,4 +1,4 @@
-"""``breaknli-fast bench`` on tiny random-weight models: fields, self-parity, --strict, --compare, skips."""
+"""``breaknli-fast bench`` on tiny random-weight models: fields, self-parity, --strict, --compare, skips, every probe."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from typer.testing import CliRunner
 from breaknli_fast.bench import parity as par
 from breaknli_fast.bench.command import bench
 from breaknli_fast.bench.measure import Task, latency_stats, repeat, repeat_interleaved
-from breaknli_fast.bench.runner import BenchConfig, BenchResult, run_bench
-from breaknli_fast import stats as metrics
+from breaknli_fast.bench.result import BenchResult
+from breaknli_fast.bench.runner import BenchConfig, run_bench
 from breaknli_fast.bench.specs import BenchSpecError, parse_engines
 from breaknli_fast.engines.base import Decoding
+from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
+from breaknli_fast.stats import compare
 
 runner = CliRunner()
 
@@ -61,7 +63,7 @@ def permuted(tiny_roberta, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def same_run(tiny_t5, tiny_roberta, tiny_tsv, tmp_path_factory):
-    """Reference + an identical candidate + an engine that cannot load, with --strict."""
+    """Reference + an identical candidate + an engine that cannot load here (no TensorRT), with --strict."""
     out = tmp_path_factory.mktemp("bench") / "same"
     r = _bench(tiny_t5, tiny_roberta, tiny_tsv, out, "torch:fp32,torch:fp32:label=same,tensorrt:fp16", "--warmup", "1", "--strict",
                "--no-component-split")
@@ -81,17 +83,18 @@ def _contains(ci, x, eps=1e-9):
     return ci is not None and ci[0] - eps <= x <= ci[1] + eps
 
 
-def test_identical_engine_passes_strict_with_every_field(same_run):
+def test_identical_engine_passes_and_an_engine_that_did_not_run_fails_strict(same_run):
     r, out = same_run
-    assert r.exit_code == 0, r.output
+    # the engine that could not load was not shown to match: a strict bench fails (exit 1), the others pass
+    assert r.exit_code == 1, r.output
     for name in ("bench.json", "bench.md", "bench.png"):
         assert (out / name).exists() and (out / name).stat().st_size > 0, name
     res = BenchResult.load(out)
     d = res.data
-    assert d["schema"] == "breaknli-fast-bench/1" and d["passed"] is True
+    assert d["schema"] == "breaknli-fast-bench/2" and d["passed"] is False and d["probe"] == "breaknli"
     assert d["environment"]["packages"]["torch"] and d["command"].startswith("breaknli-fast bench")
     assert "--engines" in d["command"] and "--strict" in d["command"] and "--one-direction" not in d["command"]
-    assert d["seeds"]["loop"] == 0 and d["config"]["loop"]["k"] == 8 and d["parity_meaningful"] is True
+    assert d["seeds"]["probe"] == 0 and d["config"]["probe_config"]["k"] == 8 and d["parity_meaningful"] is True
     assert [e["label"] for e in d["engines"]] == ["torch:fp32", "same", "tensorrt:fp16"]
     ref, same, trt = d["engines"]
     assert ref["reference"] and d["reference"] == "torch:fp32"
@@ -136,7 +139,18 @@ def test_identical_engine_passes_strict_with_every_field(same_run):
                 assert "overall" in table
                 for cell, entry in table.items():
                     for k in ("inequality", "relaxed"):
-                        assert entry[k]["diff"] == 0.0 and _contains(entry[k]["ci"], 0.0), (block, mode, cell, k)
+                        x = entry[k]
+                        assert x["diff"] == 0.0 and _contains(x["ci"], 0.0), (block, mode, cell, k)
+                        # nothing differs, yet a handful of examples is not a proof: never a [0, 0] interval
+                        assert x["method"] == "tango" and x["ci"][1] - x["ci"][0] > 10 and x["too_small"]
+                        assert x["verdict"] == "inconclusive", (block, mode, cell, k)
+        h = p["headline"]
+        assert h["records"]["identical_pct"] == 100.0 and h["records"]["only_engine"] == 0
+        assert set(h["metrics"]) == {m["name"] for m in d["headline_metrics"]}
+        assert {"accuracy (p, h)", "contradictive per-candidate inequality"} <= set(h["metrics"])
+        assert all(m["diff"] == 0.0 and m["verdict"] == "inconclusive" for m in h["metrics"].values() if m["n"])
+        inv = e["batch_invariance"]
+        assert inv["pairs"] == wl["invariance_pairs"] > 16 and inv["labels_changed"] == 0
         for mode, table in p["fixed_triples"].items():
             for cell, entry in table.items():
                 rt = entry["rates"]
@@ -156,11 +170,12 @@ def test_identical_engine_passes_strict_with_every_field(same_run):
     assert same["speed"]["end_to_end"]["funnel"] == ref["speed"]["end_to_end"]["funnel"]
 
     assert trt["status"] == "skipped" and trt["reason"] and "\n" not in trt["reason"]
-    assert trt["checks"]["passed"] is None
+    assert trt["checks"]["passed"] is False and "engine skipped" in trt["checks"]["failures"][0]
 
     md = (out / "bench.md").read_text()
     assert "| engine | precision | speed-up (workload)" in md and "tensorrt:fp16" in md and "skipped" in md
-    assert "PASS" in md and d["command"] in md
+    assert "PASS" not in md and "FAIL:" in md and "did not run" in md and d["command"] in md
+    assert "too few examples to judge" in md and "**paired**" in md and "unpaired" not in md
     assert "tensorrt:fp16" in r.output and "skipped" in r.output
 
 
@@ -207,67 +222,61 @@ def test_compare_two_saved_benches(same_run, perm_run, tmp_path):
 def test_reference_is_first_and_labels_are_unique():
     specs = parse_engines("ort:int8,torch:fp32,ort:int8,torch:bf16:label=b:clf.max_batch=8:classifier=/x")
     assert [s.label for s in specs] == ["torch:fp32", "ort:int8", "ort:int8#2", "b"]
-    assert specs[3].classifier == "/x" and specs[3].opts == {"clf.max_batch": 8}
+    assert specs[3].classifier == "/x" and specs[3].config.extra == {"clf.max_batch": 8}
+    assert isinstance(specs[3].config, EngineConfig) and specs[3].config.precision == "bf16"
     assert parse_engines("ort:fp16")[0].label == "torch:fp32"
+    # the bench-wide settings are the base every entry starts from
+    base = EngineConfig(threads=3, max_length=64)
+    assert all(s.config.threads == 3 and s.config.max_length == 64 for s in parse_engines("ort:int8", base))
     # a torch:fp32 with another model is a candidate, not the reference
     specs = parse_engines("torch:fp32:classifier=/y")
-    assert specs[0].is_plain_reference and specs[1].label == "torch:fp32#2"
-    for bad in ("torch", "torch:fp64", "torch:fp32:oops"):
+    assert specs[0].is_plain_reference and specs[1].label == "torch:fp32:classifier=/y"  # named as written
+    assert [s.label for s in parse_engines("ort:int8,ort:int8:quantization=static")][1:] == [
+        "ort:int8", "ort:int8:quantization=static"]
+    for bad in ("torch", "torch:fp64", "torch:fp32:oops", "bogus:fp32"):
         with pytest.raises(BenchSpecError):
             parse_engines(bad)
 
 
-def test_bad_engine_list_is_one_line_error(tmp_path):
-    r = runner.invoke(_app(), ["bench", "-e", "torch:fp99", "--out", str(tmp_path)])
-    assert r.exit_code == 2 and "unknown precision" in r.output and "Traceback" not in r.output
+@pytest.mark.parametrize("args,match", [(["-e", "torch:fp99"], "unknown precision"),
+                                        (["-e", "bogus:fp32", "--strict", "--require-equivalence"], "unknown engine"),
+                                        (["--probe", "nope"], "unknown probe"),
+                                        (["--probe", "accuracy", "--k", "4"], "--k is an option of --probe breaknli, not of --probe accuracy"),
+                                        (["--probe", "accuracy", "--gen-prompts", "4"], "--gen-prompts shapes the BreakNLI loop only")])
+def test_bad_bench_arguments_are_one_line_errors(tmp_path, args, match):
+    r = runner.invoke(_app(), ["bench", *args, "--out", str(tmp_path)])
+    assert r.exit_code == 2 and match in r.output and "Traceback" not in r.output, r.output
 
 
-def test_paired_ci_resamples_examples_jointly():
-    a, b = [1, 1, 0, 0, 1, 0], [0, 1, 0, 0, 1, 0]
-    d = par.paired_diff_ci(a, b)
-    assert d["diff"] == pytest.approx(100 / 6) and d["n"] == 6
-    assert d["ci"][0] >= 0.0  # every example's difference is >= 0, so every paired resample is too
-    assert d["ci"][0] <= d["diff"] <= d["ci"][1]
-    assert par.paired_diff_ci([], [])["diff"] is None
-    same = par.paired_diff_ci(a, a)
-    assert same["diff"] == 0.0 and same["ci"] == [0.0, 0.0]
-
-
-def test_tolerance_rule():
+def test_tolerance_rule_and_checks():
     assert par.out_of_tolerance({"diff": 2.0, "ci": [0.5, 3.5]}, 1.0)
     assert par.out_of_tolerance({"diff": -2.0, "ci": [-3.5, -0.5]}, 1.0)
     assert not par.out_of_tolerance({"diff": 2.0, "ci": [-0.1, 3.5]}, 1.0)  # CI includes 0
     assert not par.out_of_tolerance({"diff": 0.8, "ci": [0.1, 1.5]}, 1.0)  # within tolerance
     assert not par.out_of_tolerance({"diff": None, "ci": None}, 1.0)
+    broken = compare([1] * 30 + [0] * 470, [0] * 500)  # 30 of 500 examples turn into breaks: different
     fails = par.check({"classifier": {"all": {"label_agreement_pct": 97.0}},
-                       "fixed_triples": {"contradictive": {"overall": {"inequality": {"diff": 3.0, "ci": [1.0, 5.0]},
-                                                                       "relaxed": {"diff": 0.0, "ci": [0.0, 0.0]}}}},
+                       "fixed_triples": {"contradictive": {"overall": {"inequality": broken,
+                                                                       "relaxed": compare([0] * 500, [0] * 500)}}},
                        "end_to_end": {}}, 1.0, 98.0)
     assert len(fails) == 2 and "label agreement" in fails[0] and "contradictive overall inequality" in fails[1]
 
 
-def test_equivalence_verdicts_on_constructed_differences():
+def test_verdicts_counted_and_checked_per_cell_and_headline_metric():
     rng = np.random.default_rng(0)
-    same = rng.random(4000) < 0.3  # clearly equal: the same outcomes but for 1 % of examples, many examples
-    flip = same.copy()
-    flip[:40] = ~flip[:40]
-    e = par.paired_diff_ci(flip.astype(float), same.astype(float))
-    assert metrics.equivalence(e["diff"], e["ci"], e["n"], 1.0)["verdict"] == "equivalent"
-    worse = same.copy()  # clearly different: 8 % of the examples turn into breaks
-    worse[rng.choice(np.flatnonzero(~same), 320, replace=False)] = True
-    e = par.paired_diff_ci(worse.astype(float), same.astype(float))
-    assert e["diff"] > 1 and metrics.equivalence(e["diff"], e["ci"], e["n"], 1.0)["verdict"] == "different"
-    few_a, few_b = same[:40].copy(), same[:40].copy()  # too few examples: a small difference, a wide CI
-    few_a[:2] = ~few_a[:2]
-    e = par.paired_diff_ci(few_a.astype(float), few_b.astype(float))
-    v = metrics.equivalence(e["diff"], e["ci"], e["n"], 1.0)
-    assert v["verdict"] == "inconclusive" and v["n_needed"] > 40
+    ref = rng.random(40) < 0.3
+    few = ref.copy()
+    few[:2] = ~few[:2]  # 2 of 40 discordant: a small difference, a wide interval
+    e = compare(few, ref)
+    assert e["verdict"] == "inconclusive" and e["n_needed"] > 40 and e["too_small"]
     # the rule the bench applies: --strict fails on different only, --require-equivalence on inconclusive too
-    block = {"classifier": {}, "end_to_end": {"entailed": {"overall": {"n": 40, "inequality": e, "relaxed": dict(e)}}}}
+    block = {"end_to_end": {"entailed": {"overall": {"n": 40, "inequality": dict(e), "relaxed": dict(e)}}},
+             "headline": {"metrics": {"accuracy (p, h)": compare(ref, ref)}}}
     par.add_verdicts(block, 1.0)
-    assert block["verdicts"] == {"equivalent": 0, "different": 0, "inconclusive": 2}
+    assert block["verdicts"] == {"equivalent": 0, "different": 0, "inconclusive": 3, "too_small": 3}
     assert par.check(block, 1.0, 0.0) == []
-    assert len(par.check(block, 1.0, 0.0, require_equivalence=True)) == 2
+    fails = par.check(block, 1.0, 0.0, require_equivalence=True)
+    assert len(fails) == 3 and "headline: accuracy (p, h)" in fails[2] and "too few examples" in fails[2]
 
 
 def test_end_to_end_parity_is_paired_on_the_examples_both_runs_evaluated():
@@ -360,13 +369,13 @@ def test_random_weights_bench_is_fixed_length_and_flags_parity(tiny_tsv, tmp_pat
         "family": "roberta", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 64,
         "vocab_size": 8200, "max_position_embeddings": 130, "type_vocab_size": 1})
     loop = BreakNLIConfig(k=4, u=2, s=1, decoding=Decoding(top_p=1.0, top_k=0, max_new_tokens=6), seed=0)
-    cfg = BenchConfig(engines="torch:fp32", dataset=str(tiny_tsv), limit=6, loop=loop, warmup=0, min_iterations=1,
+    cfg = BenchConfig(engines="torch:fp32", dataset=str(tiny_tsv), limit=6, probe_config=loop, warmup=0, min_iterations=1,
                       min_seconds=0.0, gen_prompts=2, greedy_prompts=2, cache_dir=str(tmp_path / "cache"),
                       random_weights={"generator": "mini-t5-shape", "classifier": "mini-roberta-shape"})
     res = run_bench(cfg)
     d = res.data
     assert d["parity_meaningful"] is False and any("NOT meaningful" in n for n in d["notes"])
-    assert d["config"]["loop"]["decoding"]["min_new_tokens"] == 6
+    assert d["config"]["probe_config"]["decoding"]["min_new_tokens"] == 6
     info = d["models"]["random_weights"]
     gen_dir = Path(info["generator"]["path"])
     assert (gen_dir / ".complete").exists() and info["generator"]["tokenizer_size"] <= 8200
@@ -398,11 +407,19 @@ def test_random_weights_bench_is_fixed_length_and_flags_parity(tiny_tsv, tmp_pat
 
 
 def test_component_split_measures_each_quantised_model_alone(tiny_t5, tiny_roberta, tiny_tsv, tmp_path):
-    specs = parse_engines("ort:int8,torch:fp32", component_split=True)
-    assert [(s.label, s.clf_precision, s.gen_precision) for s in specs] == [
+    specs = parse_engines("ort:int8,torch:fp32", split=True)
+    assert [(s.label, s.role_precision("classifier"), s.role_precision("generator")) for s in specs] == [
         ("torch:fp32", "fp32", "fp32"), ("ort:int8", "int8", "int8"),
         ("ort:int8 generator only", "fp32", "int8"), ("ort:int8 classifier only", "int8", "fp32")]
-    assert parse_engines("ort:int8:clf.precision=fp32")[1].clf_precision == "fp32"
+    assert parse_engines("ort:int8:clf.precision=fp32")[1].role_precision("classifier") == "fp32"
+    # an entry with options is measured as a whole; a probe with one model has nothing to split; MERGE splits its
+    # masked LM from its classifier
+    assert [s.label for s in parse_engines("ort:int8:clf.quantization=static", split=True)] == [
+        "torch:fp32", "ort:int8:clf.quantization=static"]
+    assert len(parse_engines("ort:int8", split=True, roles=("classifier",))) == 2
+    merge = parse_engines("ort:int8", split=True, roles=("classifier", "mlm"))
+    assert [(s.label, s.role_precision("classifier"), s.role_precision("mlm")) for s in merge[1:]] == [
+        ("ort:int8", "int8", "int8"), ("ort:int8 mlm only", "fp32", "int8"), ("ort:int8 classifier only", "int8", "fp32")]
     # on a tiny model, bf16 on torch: the split engines run each role at the precision they say
     r = _bench(tiny_t5, tiny_roberta, tiny_tsv, tmp_path / "split", "torch:bf16", "--warmup", "0", "--mode", "contradictive")
     assert r.exit_code == 0, r.output

@@ -235,6 +235,55 @@ def test_commit_ignores_the_benchmark_outputs(tmp_path: Path) -> None:
     assert provenance.commit(tmp_path / "scripts") is None  # not a checkout's root
 
 
+def probe_engine(label: str, ref: bool, diff: float, verdict: str) -> dict:
+    cell = {"n": 2724, "diff": diff, "ci": [diff - 0.3, diff + 0.3], "verdict": verdict, "too_small": False,
+            "n_needed": None, "kind": "share"}
+    return {"label": label, "reference": ref, "status": "ok", "reason": None,
+            "speed": {"end_to_end": {"median_wall_s": 10.0, "classifier_pairs": 2724, "classifier_pairs_per_s": 272.4,
+                                     "headline": {"accuracy (p, h)": {"n": 2724, "rate": 81.5, "ci": [80.0, 83.0]}}},
+                      "speedup": {"end_to_end": 1.0 if ref else 1.8}},
+            "batch_invariance": {"pairs": 1000, "labels_changed": 0 if ref else 3},
+            "parity": {"headline": {"records": {"identical_pct": 100.0 if ref else 98.9},
+                                    "metrics": {"accuracy (p, h)": cell}},
+                       "verdicts": {"equivalent": int(verdict == "equivalent"), "different": 0,
+                                    "inconclusive": int(verdict == "inconclusive"), "too_small": 0}},
+            "checks": {"applied": True, "passed": True, "failures": []}}
+
+
+def test_probe_benches_and_the_readme_parity_table(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    payload = {"schema": "breaknli-fast-bench/2", "probe": "accuracy", "reference": "torch:fp32", "tolerance_pp": 1.0,
+               "data": {"name": "sample", "examples": 2724, "limit": None}, "models": {"classifier": "mini-nli"},
+               "headline_metrics": [{"name": "accuracy (p, h)", "kind": "share"}],
+               "config": {"probe_config": {"seed": 0}},
+               "engines": [probe_engine("torch:fp32", True, 0.0, "equivalent"),
+                           probe_engine("ort:int8", False, 0.25, "equivalent"),
+                           probe_engine("ort:int8:quantization=static", False, -0.5, "inconclusive")]}
+    write(folder, "probe-accuracy", "bench", "abcd1234", "python scripts/bench_save.py --result x -- --probe accuracy",
+          payload)
+    write(folder, "probe-elsewhere", "bench", "abcd1234", "python scripts/bench_save.py --result y -- --probe accuracy",
+          {**payload, "data": {"name": "taxinli", "examples": 100, "limit": 100}})
+    results, problems = make_benchmarks.load_results(folder)
+    assert not problems
+    md = make_benchmarks.render(results, "benchmarks/results", None)
+    part = md.split("### Parity per probe × engine on the evaluation slice")[1].split("\n### ")[0]
+    assert "| accuracy | ort:int8 | 2724 | 1.80× | 98.90 | 3 of 1000 | yes | 1 / 0 / 0 (0) |" in part
+    assert "| ort:int8:quantization=static | 2724 | 1.80× | 98.90 | 3 of 1000 | not shown | 0 / 0 / 1 (0) |" in part
+    assert "-0.50 [-0.80, -0.20] n=2724: inconclusive" in part
+    assert "taxinli" not in part  # another dataset: not the evaluation slice's table
+    assert "- command: `python scripts/bench_save.py --result x -- --probe accuracy`" in part
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{make_benchmarks.README_START}\nold table\n{make_benchmarks.README_END}\nafter\n")
+    make_benchmarks.update_readme(readme, results)
+    text = readme.read_text()
+    assert "old table" not in text and text.startswith("# x\n\nbefore\n") and text.endswith("after\n")
+    assert "| accuracy | ort:int8 | 2724 |" in text and "probe-accuracy 2030-01-02 at abcd1234" in text
+    readme.write_text("no block here\n")
+    with pytest.raises(SystemExit):
+        make_benchmarks.update_readme(readme, results)
+
+
 def test_real_shapes_render_ratios_and_kernels(tmp_path: Path) -> None:
     """scripts/bench_real_shapes.py's files: one table per job and shape, each figure's ratio from the same run."""
     gen_rows = [{"contender": "peer:ct2-int8", "iterations": 3, "median_s": 20.0, "new_tokens": 25600,

@@ -221,6 +221,7 @@ def test_pattern_accuracy_and_sample_accuracy_on_a_hand_computed_table():
     assert lo <= m["sample_accuracy"]["rate"] <= hi
     per = MergeProbe(MergeConfig(seeds=2), tagger=FakeTagger()).per_example(recs)
     assert per["pa_0.9"] == {"p1": 0.5, "p2": 0.0, "p3": 1.0} and per["seed_accuracy"]["p2"] == 0.0
+    assert per["sample_accuracy"] == {"p1": (7.0, 8.0), "p2": (1.0, 4.0), "p3": (2.0, 2.0)}  # pooled: (correct, all)
     # a split keeps only the problems with variants of its kind
     assert mg._metrics(recs, 2, lambda v: v["sub"].startswith("x0"))["sample_accuracy"]["rate"] == pytest.approx(
         100 * 4 / 7)

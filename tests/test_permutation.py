@@ -108,6 +108,7 @@ def test_end_to_end_on_a_tiny_model_with_resume(tmp_path, tiny_roberta):
     kept = [x for x in recs if x["status"] == "kept"]
     assert all(sum(x["counts"].values()) == 12 and "permutations" not in x for x in kept)
     assert all(abs(x["c"] - x["counts"][x["gold"]] / 12) < 1e-6 for x in kept)
+    assert all(len(x["labels"]) == 12 and x["labels"].count("E") == x["counts"]["entailment"] for x in kept)
     assert "Ω_max" in r.output and "Ω_rand" in (tmp_path / "full" / "report.md").read_text()
     # interrupted after two chunks, then the same command: the same records
     import breaknli_fast.probes.permutation as mod

@@ -1,7 +1,8 @@
-"""``breaknli-fast bench``: speed and parity of engines / precisions, in one command.
+"""``breaknli-fast bench``: speed and parity of engines / precisions, for any registered probe, in one command.
 
-Registered by the CLI with ``app.command("bench")(bench)``; the library logic is
-:func:`breaknli_fast.bench.runner.run_bench`.
+Registered by the CLI as ``ProbeOptions(bench)``, so it takes every registered probe's options as ``run`` does
+(:mod:`breaknli_fast.cli_options`); the library logic is :func:`breaknli_fast.bench.runner.run_bench`, which takes
+the probe's own config object.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from breaknli_fast.data.loaders import SAMPLE_NAME
 
 DEFAULT_ENGINES = "torch:fp32,ort:fp32,ort:int8"
 DEFAULT_SAMPLE_LIMIT = 32  # examples of the embedded sample when --limit is not given (several engines run)
+# bench's own options that shape the BreakNLI workload only: refused with another --probe, where they would change
+# nothing (the probes' own options are refused by cli_options.probe_config the same way)
+BREAKNLI_ONLY = ("generator", "fixed_length", "gen_prompts", "greedy_prompts")
 
 
 def _command_line(ctx: typer.Context | None = None) -> str:
@@ -52,18 +56,26 @@ def _command_line(ctx: typer.Context | None = None) -> str:
 
 def bench(
     ctx: typer.Context,
+    probe: str = typer.Option("breaknli", "--probe", help="The probe every engine runs: breaknli, permutation, merge, "
+                                                         "accuracy (or another registered one), with its defaults."),
     engines: str = typer.Option(DEFAULT_ENGINES, "--engines", "-e",
                                 help="Comma-separated ENGINE:PRECISION[:key=value...] (torch:fp32 is the reference, always "
-                                     "measured first). Keys: label=NAME, classifier=PATH, generator=PATH; others go to the "
-                                     "engine's loaders (clf.KEY / gen.KEY for one role)."),
+                                     "measured first). Keys: label=NAME, classifier=PATH, generator=PATH, "
+                                     "clf.precision= / gen.precision= / mlm.precision=; others go to the engine's loaders "
+                                     "(clf.KEY / gen.KEY / mlm.KEY for one role), e.g. ort:int8:quantization=static."),
     component_split: bool = typer.Option(True, "--component-split/--no-component-split",
-                                         help="After each engine at int8 / fp16 / bf16, also measure it with only its generator "
-                                              "and with only its classifier at that precision (the other at fp32): where a "
-                                              "difference from the reference comes from."),
+                                         help="After each engine at int8 / fp16 / bf16, also measure it with only one of the "
+                                              "probe's models at that precision (the others at fp32), one model at a time: "
+                                              "where a difference from the reference comes from."),
     generator: str = opts.GENERATOR,
     classifier: str = opts.CLASSIFIER,
+    mlm: Optional[str] = typer.Option(None, "--mlm", help="Masked LMs of a probe that needs them (merge): names or "
+                                                         "folders, comma-separated (default mini-mlm)."),
     dataset: str = opts.DATASET,
     split: Optional[str] = opts.SPLIT,
+    by: Optional[str] = typer.Option(None, "--by", help="Also pair the headline metrics per group of these dataset "
+                                     "columns (0/1 columns: where it is 1 and the rest; others: per value). Default: "
+                                     "TaxiNLI's categories on taxinli."),
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
                                         help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported)."),
@@ -72,7 +84,9 @@ def bench(
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Measured seconds of each stage, at least."),
     gen_prompts: int = typer.Option(8, "--gen-prompts", min=0, help="Prompts of the generate-stage workload (half per mode)."),
     greedy_prompts: int = typer.Option(16, "--greedy-prompts", min=0, help="Prompts of the greedy token-agreement check."),
-    seed: int = typer.Option(0, "--seed", help="Loop seed (generation); the bootstrap uses a fixed seed."),
+    invariance_pairs: int = typer.Option(1000, "--invariance-pairs", min=0, help="Pairs classified one at a time and in "
+                                         "the engine's batches: how many labels depend on batch neighbours."),
+    seed: int = typer.Option(0, "--seed", help="The probe's seed (generation, permutations, draws)."),
     fixed_length: bool = typer.Option(False, "--fixed-length", help="Generate exactly --max-new-tokens tokens (same work for every engine; on with --random-weights)."),
     random_weights: Optional[str] = typer.Option(None, "--random-weights",
                                                  help="Real architectures with random weights, e.g. flan-t5-base,roberta-large "
@@ -88,7 +102,7 @@ def bench(
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
-    strict: bool = typer.Option(False, "--strict", help="Exit 1 when a parity cell is *different* (|Δ| > --tolerance and the 95 % CI excludes 0), an engine is below --min-agreement, or failed."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when a parity cell is *different* (|Δ| > --tolerance and the 95 % CI excludes 0), an engine is below --min-agreement, or did not run (skipped or failed)."),
     require_equivalence: bool = typer.Option(False, "--require-equivalence", help="With --strict: also exit 1 when a cell is *inconclusive* (its CI is not inside ±tolerance): the engine must be shown to match."),
     tolerance: float = typer.Option(1.0, "--tolerance", min=0.0, help="Equivalence margin δ in percentage points: equivalent when the 95 % CI lies inside ±δ, different when |Δ| > δ and the CI excludes 0."),
     min_agreement: float = typer.Option(98.0, "--min-agreement", min=0.0, max=100.0, help="Minimum classifier label agreement with torch:fp32, percent."),
@@ -97,13 +111,17 @@ def bench(
     compare: Optional[Tuple[Path, Path]] = typer.Option(None, "--compare", help="Compare two saved benches (bench.json files or folders) instead of running one."),
 ) -> None:
     """Speed and parity of engines / precisions against torch:fp32 on identical inputs, in one process."""
-    from breaknli_fast.bench.report import compare as compare_results
-    from breaknli_fast.bench.report import compare_markdown, compare_table, rich_table
-    from breaknli_fast.bench.runner import BenchConfig, BenchResult, run_bench
+    from breaknli_fast.bench.compare import compare as compare_results
+    from breaknli_fast.bench.compare import compare_markdown, compare_table
+    from breaknli_fast.bench.report import rich_table
+    from breaknli_fast.bench.result import BenchResult
+    from breaknli_fast.bench.runner import BenchConfig, run_bench
     from breaknli_fast.bench.shapes import parse_random_weights
-    from breaknli_fast.bench.specs import parse_engines
+    from breaknli_fast.bench.specs import BenchSpecError, parse_engines
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
     from breaknli_fast.data.labels import parse_label_map
+    from breaknli_fast.study.loading import EngineConfig
+    from breaknli_fast.probes import probe_class
     from rich.markup import escape
 
     with user_errors(extra=(OSError,)):  # an output folder that cannot be written: one line too
@@ -119,17 +137,27 @@ def bench(
                 (out / "compare.md").write_text(compare_markdown(cmp, str(compare[0]), str(compare[1])))
                 console.print(f"comparison written to [bold]{escape(str(out))}[/] (compare.json, compare.md)")
             return
-        loop = opts.probe_config("breaknli", seed=seed)  # BreakNLI's options, as run takes them
+        probe_cls = probe_class(probe)  # an unknown --probe is a one-line error
+        if probe != "breaknli":
+            # compared by name: typer may hand back its own copy of click's enum
+            given = [name for name in BREAKNLI_ONLY
+                     if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
+            if given:
+                raise BenchSpecError(f"--{given[0].replace('_', '-')} shapes the BreakNLI loop only, not --probe {probe}")
+        # the probe's config from its own options, as run builds it (another probe's options are refused)
+        probe_config = opts.probe_config(probe, seed=seed)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
+        base = EngineConfig(device=device, threads=threads, label_map=parse_label_map(label_map), max_length=max_length,
+                            token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         cfg = BenchConfig(
-            engines=parse_engines(engines, component_split=component_split), generator=generator, classifier=classifier, dataset=dataset, split=split,
-            limit=eff_limit, loop=loop, device=device, warmup=warmup, min_iterations=min_iterations,
+            engines=parse_engines(engines, base, split=component_split, roles=probe_cls.roles), probe=probe,
+            probe_config=probe_config, generator=generator, classifier=classifier, mlm=mlm, dataset=dataset, split=split, by=by,
+            limit=eff_limit, engine=base, warmup=warmup, min_iterations=min_iterations,
             min_seconds=min_seconds, repeats=repeats, gen_prompts=gen_prompts, greedy_prompts=greedy_prompts,
-            tolerance=tolerance, min_agreement=min_agreement, require_equivalence=require_equivalence, random_weights=parse_random_weights(random_weights),
+            invariance_pairs=invariance_pairs, tolerance=tolerance, min_agreement=min_agreement,
+            require_equivalence=require_equivalence, random_weights=parse_random_weights(random_weights),
             fixed_length=fixed_length, cache_dir=str(cache_dir) if cache_dir else None,
-            classifier_opts={"label_map": parse_label_map(label_map), "max_length": max_length, "token_budget": token_budget,
-                             "max_batch": max_batch, "prompt": nli_prompt, "method": nli_method},
-            threads=threads, interleave=interleave, command=_command_line(ctx))
+            interleave=interleave, command=_command_line(ctx))
         out_dir = out or Path("runs") / f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         with make_progress() as progress:
             def log(msg: str) -> None:

@@ -1,16 +1,16 @@
-"""Parity of an engine with the torch:fp32 reference (spec: "Parity with the PyTorch reference").
+"""BreakNLI's parity of an engine with the torch:fp32 reference (spec: "Parity with the PyTorch reference").
 
 * classifier parity on identical pairs: label agreement and max |Δ logit|;
-* breakage on one fixed set of (p, h, h') triples taken from the reference's own run, so
-  generation noise is excluded: paired differences with a paired bootstrap CI;
-* end-to-end: each engine's own loop on the same examples and seeds; paired differences over the
-  examples both runs evaluated (the others are counted);
+* breakage on one fixed set of (p, h, h') triples taken from the reference's own run, so generation noise is
+  excluded: paired differences (the same triples for both) with Tango's score interval;
+* end-to-end: each engine's own loop on the same examples and seeds; paired differences over the examples both
+  runs evaluated (the others are counted);
 * generator: greedy-token agreement, and identity of sampled candidates.
 
 Verdicts come from :func:`breaknli_fast.probes.breaknli.verdicts.verdict` and rates from
-:func:`breaknli_fast.stats.rates`; nothing here re-implements the loop. Every difference gets an
-equivalence verdict (:func:`breaknli_fast.stats.equivalence`): equivalent, different or
-inconclusive, with the examples a decision would need.
+:func:`breaknli_fast.probes.breaknli.metrics.rates`; nothing here re-implements the loop. Every difference gets
+an equivalence verdict (:func:`breaknli_fast.stats.equivalence`): equivalent, different or inconclusive, with the
+examples a decision would need, and ``too_small`` where no outcome on so few examples could show equivalence.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import numpy as np
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.probes.breaknli.metrics import rates
-from breaknli_fast.stats import BOOT_SEED, N_BOOT, bootstrap_indices, equivalence
 from breaknli_fast.probes.breaknli.verdicts import verdict
+from breaknli_fast.stats import equivalence, paired_diff
 
 CELLS = tuple(LABELS) + ("overall",)
 DIFF_KEYS = ("inequality", "relaxed")
@@ -36,20 +36,6 @@ def classifier_parity(ref_logits: np.ndarray, logits: np.ndarray) -> dict[str, A
     d = np.abs(ref_logits - logits)
     return {"n": n, "label_agreement_pct": float(100.0 * np.mean(ref_logits.argmax(1) == logits.argmax(1))),
             "max_abs_logit_diff": float(d.max()), "mean_abs_logit_diff": float(d.mean())}
-
-
-def paired_diff_ci(a: Sequence[float], b: Sequence[float], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
-    """Difference a - b of two rates (percent) over the *same* examples, with a 95 % bootstrap CI
-    that resamples each example for both sides at once."""
-    a_arr, b_arr = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a_arr.shape != b_arr.shape:
-        raise ValueError("paired difference needs aligned arrays of equal length")
-    if a_arr.size == 0:
-        return {"diff": None, "ci": None, "n": 0}
-    idx = bootstrap_indices(a_arr.size, n_boot, seed)
-    d = 100.0 * (a_arr[idx].mean(axis=1) - b_arr[idx].mean(axis=1))
-    lo, hi = np.percentile(d, [2.5, 97.5])
-    return {"diff": float(100.0 * (a_arr.mean() - b_arr.mean())), "ci": [float(lo), float(hi)], "n": int(a_arr.size)}
 
 
 # -- fixed triples ----------------------------------------------------------------------------------
@@ -93,9 +79,9 @@ def _cells(triples: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[int]]]
 
 
 def fixed_triple_parity(triples: Sequence[dict[str, Any]], ref_verdicts: Sequence[dict[str, Any]],
-                        verdicts: Sequence[dict[str, Any]], n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+                        verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per mode x (label, overall): the engine's rates, and the paired difference engine - reference
-    of inequality and relaxed with a 95 % paired bootstrap CI."""
+    of inequality and relaxed with its 95 % interval (:func:`breaknli_fast.stats.paired_diff`)."""
     out: dict[str, Any] = {}
     for mode, cells in _cells(triples).items():
         table = {}
@@ -103,11 +89,11 @@ def fixed_triple_parity(triples: Sequence[dict[str, Any]], ref_verdicts: Sequenc
             idx = cells.get(cell)
             if not idx:
                 continue
-            entry: dict[str, Any] = {"n": len(idx), "rates": rates([verdicts[i] for i in idx], n_boot, seed)}
+            entry: dict[str, Any] = {"n": len(idx), "rates": rates([verdicts[i] for i in idx])}
             for key in DIFF_KEYS:
                 a = [float(verdicts[i][key]) for i in idx]
                 b = [float(ref_verdicts[i][key]) for i in idx]
-                entry[key] = paired_diff_ci(a, b, n_boot, seed)
+                entry[key] = paired_diff(a, b)
             entry["examples_changed"] = int(sum(verdicts[i]["inequality"] != ref_verdicts[i]["inequality"]
                                                 or verdicts[i]["relaxed"] != ref_verdicts[i]["relaxed"] for i in idx))
             table[cell] = entry
@@ -121,10 +107,9 @@ def _evaluated(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[
     return {(r["mode"], r["id"]): r for r in records if r.get("status") == "evaluated"}
 
 
-def end_to_end_parity(ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
-                      n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> dict[str, Any]:
+def end_to_end_parity(ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per mode x (reference label, overall): engine - reference over the examples both runs evaluated (same
-    examples and seeds: a paired bootstrap CI), with the number evaluated by one run only."""
+    examples and seeds: a paired difference), with the number evaluated by one run only."""
     a_all, b_all = _evaluated(records), _evaluated(ref_records)
     out: dict[str, Any] = {}
     for mode in sorted({m for m, _ in a_all} | {m for m, _ in b_all}):
@@ -145,8 +130,8 @@ def end_to_end_parity(ref_records: Sequence[dict[str, Any]], records: Sequence[d
                                    and (cell == "overall" or a_all[k]["yhat"] == cell)),
             }
             for k in DIFF_KEYS:
-                entry[k] = paired_diff_ci([float(a_all[x]["verdict"][k]) for x in keys],
-                                          [float(b_all[x]["verdict"][k]) for x in keys], n_boot, seed)
+                entry[k] = paired_diff([float(a_all[x]["verdict"][k]) for x in keys],
+                                       [float(b_all[x]["verdict"][k]) for x in keys])
             table[cell] = entry
         out[mode] = table
     return out
@@ -190,18 +175,30 @@ def out_of_tolerance(entry: dict[str, Any] | None, tolerance: float) -> bool:
     return abs(entry["diff"]) > tolerance and (lo > 0 or hi < 0)
 
 
-def add_verdicts(parity: dict[str, Any], tolerance: float) -> dict[str, int]:
-    """Give every difference of a parity block its equivalence verdict (in place); returns the counts."""
-    counts = {"equivalent": 0, "different": 0, "inconclusive": 0}
-    for block in ("fixed_triples", "end_to_end"):
-        for table in (parity.get(block) or {}).values():
-            for entry in table.values():
+def cells(parity: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every difference of a parity block with its place: ("fixed triples: contradictive overall inequality",
+    entry), then the probe's headline metrics ("headline: <metric>", entry)."""
+    out = []
+    for block, name in (("fixed_triples", "fixed triples"), ("end_to_end", "end to end")):
+        for mode, table in (parity.get(block) or {}).items():
+            for cell, entry in table.items():
                 for k in DIFF_KEYS:
-                    e = entry.get(k)
-                    if e is None:
-                        continue
-                    e.update(equivalence(e.get("diff"), e.get("ci"), e.get("n") or entry.get("n", 0), tolerance))
-                    counts[e["verdict"]] += 1
+                    if entry.get(k):
+                        out.append((f"{name}: {mode} {cell} {k}", entry[k]))
+    for metric, entry in ((parity.get("headline") or {}).get("metrics") or {}).items():
+        out.append((f"headline: {metric}", entry))
+    return out
+
+
+def add_verdicts(parity: dict[str, Any], tolerance: float) -> dict[str, int]:
+    """Give every difference of a parity block its equivalence verdict (in place); returns the counts, with
+    ``too_small``: the cells on fewer examples than any equivalence within the tolerance needs."""
+    counts = {"equivalent": 0, "different": 0, "inconclusive": 0, "too_small": 0}
+    for _, e in cells(parity):
+        if e.get("verdict") is None:
+            e.update(equivalence(e, tolerance))
+        counts[e["verdict"]] += 1
+        counts["too_small"] += bool(e.get("too_small"))
     parity["verdicts"] = counts
     return counts
 
@@ -212,22 +209,22 @@ def check(parity: dict[str, Any], tolerance: float, min_agreement: float,
     minimum, and with ``require_equivalence`` an *inconclusive* cell too."""
     fails: list[str] = []
     agr = parity.get("classifier", {}).get("all", {}).get("label_agreement_pct")
+    if agr is None:
+        agr = ((parity.get("headline") or {}).get("records") or {}).get("label_agreement_pct")
     if agr is not None and agr < min_agreement:
         fails.append(f"classifier label agreement {agr:.2f} % < {min_agreement:.2f} %")
-    for block, name in (("fixed_triples", "fixed triples"), ("end_to_end", "end to end")):
-        for mode, table in (parity.get(block) or {}).items():
-            for cell, entry in table.items():
-                for k in DIFF_KEYS:
-                    e = entry.get(k)
-                    if not e or e.get("ci") is None:
-                        continue
-                    v = e.get("verdict") or equivalence(e["diff"], e["ci"], e.get("n", 0), tolerance)["verdict"]
-                    lo, hi = e["ci"]
-                    where = f"{name}: {mode} {cell} {k} {e['diff']:+.2f} pp [{lo:+.2f}, {hi:+.2f}]"
-                    if v == "different":
-                        fails.append(f"{where}: different (tolerance {tolerance:.2f} pp)")
-                    elif v == "inconclusive" and require_equivalence:
-                        need = e.get("n_needed")
-                        fails.append(f"{where}: not shown equivalent within {tolerance:.2f} pp"
-                                     + (f" (about {need} examples would decide)" if need else ""))
+    for where, e in cells(parity):
+        if e.get("ci") is None and not require_equivalence:
+            continue
+        v = e.get("verdict") or equivalence(e, tolerance)["verdict"]
+        if e.get("ci") is not None:
+            lo, hi = e["ci"]
+            where = f"{where} {e['diff']:+.2f} pp [{lo:+.2f}, {hi:+.2f}] (n={e.get('n')})"
+        if v == "different":
+            fails.append(f"{where}: different (tolerance {tolerance:.2f} pp)")
+        elif v == "inconclusive" and require_equivalence:
+            need = e.get("n_needed")
+            small = " (too few examples to show it at all)" if e.get("too_small") else ""
+            fails.append(f"{where}: not shown equivalent within {tolerance:.2f} pp{small}"
+                         + (f"; about {need} examples would decide" if need else ""))
     return fails

@@ -1,5 +1,5 @@
-"""Renderings of a bench result: bench.md, the rich table on stdout, the speed-up / breakage plot,
-and the side-by-side comparison of two saved benches (``--compare``)."""
+"""Renderings of a bench result: bench.md, the rich table on stdout and the speed-up / difference plot
+(``--compare``'s side-by-side table is :mod:`breaknli_fast.bench.compare`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from typing import Any
 from breaknli_fast.plotting import pyplot
 
 MODE_SHORT = {"contradictive": "contr.", "entailed": "ent."}
+INTERVALS = ("Intervals are 95 % and **paired** (engine and reference on the same examples): Tango's score interval "
+             "for a yes/no per example (a break, a correct label), a Student-t interval of the per-example differences "
+             "for fractions and pooled ratios; neither is narrower than ±z²/(n + z²), what n examples that all agree "
+             "can show (0 differing of 15: ±20.4 pp; of 1,000: ±0.38 pp).")
 
 
 def _f(x: Any, fmt: str = ".2f", suffix: str = "") -> str:
@@ -27,11 +31,27 @@ def fmt_diff(entry: dict[str, Any] | None) -> str:
     return f"{entry['diff']:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
-def _get(d: Any, *keys: str) -> Any:
+def fmt_verdict(entry: dict[str, Any] | None) -> str:
+    """``-0.50 [-3.10, +2.00] n=120: inconclusive (too few examples)``."""
+    if not entry or entry.get("diff") is None:
+        return "– (no example scored by both)"
+    v = entry.get("verdict", "")
+    if entry.get("too_small") and v != "different":
+        v += " (too few examples to judge)"
+    elif v == "inconclusive" and entry.get("n_needed"):
+        v += f" (~{entry['n_needed']} examples would decide)"
+    return f"{fmt_diff(entry)} n={entry.get('n')}: {v}"
+
+
+def _get(d: Any, *keys: Any) -> Any:
+    """``d[k1][k2]...``, None where a level is missing (an int key indexes a list)."""
     for k in keys:
-        if not isinstance(d, dict):
+        if isinstance(d, dict):
+            d = d.get(k)
+        elif isinstance(d, (list, tuple)) and isinstance(k, int) and -len(d) <= k < len(d):
+            d = d[k]
+        else:
             return None
-        d = d.get(k)
     return d
 
 
@@ -45,9 +65,13 @@ def overall_diffs(e: dict[str, Any], block: str, key: str = "inequality") -> str
 
 
 def max_abs_breakage_diff(e: dict[str, Any], block: str = "fixed_triples") -> float | None:
+    """The largest |Δ| of BreakNLI's Overall cells of ``block``, or of the probe's headline metrics."""
     vals = [abs(cell[k]["diff"]) for table in (_get(e, "parity", block) or {}).values()
             for name, cell in table.items() if name == "overall"
             for k in ("inequality", "relaxed") if cell.get(k, {}).get("diff") is not None]
+    if not vals:
+        vals = [abs(m["diff"]) for m in (_get(e, "parity", "headline", "metrics") or {}).values()
+                if m.get("diff") is not None]
     return max(vals) if vals else None
 
 
@@ -62,33 +86,48 @@ def status_text(e: dict[str, Any]) -> str:
     return "pass" if c.get("passed") else "FAIL"
 
 
+def _breaknli(data: dict[str, Any]) -> bool:
+    return data.get("probe", "breaknli") == "breaknli"
+
+
 def summary_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     gpu = any(_get(e, "memory", "gpu_peak_allocated_mib") is not None for e in data["engines"])
-    header = ["engine", "precision", "speed-up (workload)", "speed-up (workload, best)", "speed-up (e2e)", "clf pairs/s", "gen tokens/s",
-              "examples/s", "clf batch p95 ms", "gen call p95 ms", "peak RSS (run) MiB"]
+    bn = _breaknli(data)
+    header = ["engine", "precision"] + (["speed-up (workload)", "speed-up (workload, best)"] if bn else [])
+    header += ["speed-up (e2e)", "clf pairs/s"] + (["gen tokens/s"] if bn else [])
+    header += ["examples/s", "clf batch p95 ms"] + (["gen call p95 ms"] if bn else []) + ["peak RSS (run) MiB"]
     if gpu:
         header.append("GPU peak MiB")
-    header += ["label agreement %", "max |Δ logit|", "Δ Overall ineq. pp, fixed triples [95% CI]",
-               "Δ Overall ineq. pp, end to end [95% CI]", "greedy token agreement %", "pass/fail"]
+    header += ["records identical %", "labels changed by batching"]
+    if bn:
+        header += ["label agreement % (workload)", "max |Δ logit|", "Δ Overall ineq. pp, fixed triples [95% CI]",
+                   "Δ Overall ineq. pp, end to end [95% CI]", "greedy token agreement %"]
+    header.append("pass/fail")
     rows = []
     for e in data["engines"]:
         if e["status"] != "ok":
-            row = [e["label"], e["precision"]] + ["–"] * (len(header) - 3) + [status_text(e)]
-            rows.append(row)
+            rows.append([e["label"], e["precision"]] + ["–"] * (len(header) - 3) + [status_text(e)])
             continue
         sp, sm = e["speed"].get("speedup", {}), e["speed"].get("summary", {})
-        row = [e["label"], e["precision"], _f(sp.get("workload"), ".2f", "×"), _f(sp.get("workload_best"), ".2f", "×"),
-               _f(sp.get("end_to_end"), ".2f", "×"),
-               _f(sm.get("classifier_pairs_per_s"), ".1f"), _f(sm.get("generated_tokens_per_s"), ".1f"),
-               _f(sm.get("examples_per_s"), ".3f"), _f(sm.get("classifier_batch_p95_ms"), ".1f"),
-               _f(sm.get("generator_call_p95_ms"), ".1f"), _f(_get(e, "memory", "peak_rss_mib"), ".0f")]
+        row = [e["label"], e["precision"]]
+        if bn:
+            row += [_f(sp.get("workload"), ".2f", "×"), _f(sp.get("workload_best"), ".2f", "×")]
+        row += [_f(sp.get("end_to_end"), ".2f", "×"), _f(sm.get("classifier_pairs_per_s"), ".1f")]
+        row += [_f(sm.get("generated_tokens_per_s"), ".1f")] if bn else []
+        row += [_f(sm.get("examples_per_s"), ".3f"), _f(sm.get("classifier_batch_p95_ms"), ".1f")]
+        row += [_f(sm.get("generator_call_p95_ms"), ".1f")] if bn else []
+        row.append(_f(_get(e, "memory", "peak_rss_mib"), ".0f"))
         if gpu:
             row.append(_f(_get(e, "memory", "gpu_peak_allocated_mib"), ".0f"))
-        row += [_f(_get(e, "parity", "classifier", "all", "label_agreement_pct"), ".2f"),
-                _f(_get(e, "parity", "classifier", "all", "max_abs_logit_diff"), ".2e"),
-                overall_diffs(e, "fixed_triples"), overall_diffs(e, "end_to_end"),
-                _f(_get(e, "parity", "generator", "greedy", "token_agreement_pct"), ".1f"), status_text(e)]
-        rows.append(row)
+        inv = e.get("batch_invariance") or {}
+        row += [_f(_get(e, "parity", "headline", "records", "identical_pct"), ".2f"),
+                f"{inv.get('labels_changed')} of {inv.get('pairs')}" if inv.get("pairs") else "–"]
+        if bn:
+            row += [_f(_get(e, "parity", "classifier", "all", "label_agreement_pct"), ".2f"),
+                    _f(_get(e, "parity", "classifier", "all", "max_abs_logit_diff"), ".2e"),
+                    overall_diffs(e, "fixed_triples"), overall_diffs(e, "end_to_end"),
+                    _f(_get(e, "parity", "generator", "greedy", "token_agreement_pct"), ".1f")]
+        rows.append(row + [status_text(e)])
     return header, rows
 
 
@@ -98,55 +137,107 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def bench_markdown(data: dict[str, Any]) -> str:
-    env = data.get("environment", {})
-    cfg = data.get("config", {})
-    loop = cfg.get("loop", {})
-    dec = loop.get("decoding", {})
-    wl = data.get("workload", {})
-    acc = env.get("accelerators", {})
-    pk = env.get("packages", {})
-    lines = ["# breaknli-fast bench", ""]
-    if data.get("command"):
-        lines += ["```", data["command"], "```", ""]
-    lines += [
+def _header(data: dict[str, Any]) -> list[str]:
+    env, cfg, wl = data.get("environment", {}), data.get("config", {}), data.get("workload", {})
+    acc, pk = env.get("accelerators", {}), env.get("packages", {})
+    pc = cfg.get("probe_config") or {}
+    models = data.get("models", {})
+    lines = [
         f"- machine: {env.get('cpu')} ({env.get('cpu_count')} logical CPUs, torch threads {env.get('torch_threads')}, "
         f"{env.get('memory_gib')} GiB); GPU: {', '.join(acc.get('gpus', [])) if acc.get('cuda_available') else 'none visible'}",
         f"- versions: breaknli-fast {env.get('breaknli_fast')} ({env.get('git')}), torch {pk.get('torch')}, transformers "
         f"{pk.get('transformers')}, onnxruntime {pk.get('onnxruntime')}, optimum {pk.get('optimum')}, tensorrt {pk.get('tensorrt')}",
-        f"- models: generator `{_get(data, 'models', 'generator')}`, classifier `{_get(data, 'models', 'classifier')}`; "
-        f"dataset `{_get(data, 'data', 'name')}` ({_get(data, 'data', 'examples')} examples); device {cfg.get('device')}",
-        f"- loop: modes {', '.join(loop.get('modes', []))}, K={loop.get('k')}, U={loop.get('u')}, S={loop.get('s')}, "
-        f"decoding {dec.get('strategy')} (top_p {dec.get('top_p')}, top_k {dec.get('top_k')}, T {dec.get('temperature')}, "
-        f"max_new_tokens {dec.get('max_new_tokens')}, min_new_tokens {dec.get('min_new_tokens')}), seed {loop.get('seed')}",
-        f"- measurement: warm-up {cfg.get('warmup')} (excluded), stages ≥ {cfg.get('min_iterations')} iterations and "
-        f"≥ {cfg.get('min_seconds')} s each (median reported), end to end × {cfg.get('repeats')} (median wall)",
-        f"- fixed workload (identical for every engine): {wl.get('classify_ph_pairs')} (p, h) pairs, "
-        f"{wl.get('generate_prompts')} prompts × K, {wl.get('relation_pairs')} relation pairs, {wl.get('evaluate_pairs')} "
-        f"(p, h') pairs; fixed triples from the reference run: "
-        + ", ".join(f"{m} {n}" for m, n in (wl.get("fixed_triples") or {}).items())
-        + f"; greedy check on {wl.get('greedy_prompts')} prompts",
-        f"- parity verdicts per cell (δ = {data.get('tolerance_pp')} pp): equivalent when the 95 % CI of the difference "
-        f"lies inside ±δ, different when |Δ| > δ and the CI excludes 0, inconclusive otherwise; `--strict` fails on "
-        f"different (and label agreement < {data.get('min_agreement_pct')} %), `--require-equivalence` on inconclusive "
-        f"too; reference `{data.get('reference')}`",
+        f"- probe `{data.get('probe', 'breaknli')}`; models: " + ", ".join(
+            f"{role} `{name}`" for role, name in (("classifier", models.get("classifier")),
+                                                  ("generator", models.get("generator")),
+                                                  ("masked LM", ", ".join(models.get("mlm") or []) or None)) if name)
+        + f"; dataset `{_get(data, 'data', 'name')}` ({_get(data, 'data', 'examples')} examples); "
+          f"device {_get(cfg, 'engine', 'device') or cfg.get('device')}",
+    ]
+    if _breaknli(data):
+        dec = pc.get("decoding", {})
+        lines.append(f"- loop: modes {', '.join(pc.get('modes', []))}, K={pc.get('k')}, U={pc.get('u')}, S={pc.get('s')}, "
+                     f"decoding {dec.get('strategy')} (top_p {dec.get('top_p')}, top_k {dec.get('top_k')}, T "
+                     f"{dec.get('temperature')}, max_new_tokens {dec.get('max_new_tokens')}, min_new_tokens "
+                     f"{dec.get('min_new_tokens')}), seed {pc.get('seed')}")
+        lines.append(f"- fixed workload (identical for every engine): {wl.get('classify_ph_pairs')} (p, h) pairs, "
+                     f"{wl.get('generate_prompts')} prompts × K, {wl.get('relation_pairs')} relation pairs, "
+                     f"{wl.get('evaluate_pairs')} (p, h') pairs; fixed triples from the reference run: "
+                     + ", ".join(f"{m} {n}" for m, n in (wl.get("fixed_triples") or {}).items())
+                     + f"; greedy check on {wl.get('greedy_prompts')} prompts")
+    else:
+        lines.append("- probe settings: " + ", ".join(f"{k} {v}" for k, v in pc.items()))
+    lines += [
+        f"- measurement: warm-up {cfg.get('warmup')} (excluded), "
+        + (f"stages ≥ {cfg.get('min_iterations')} iterations and ≥ {cfg.get('min_seconds')} s each (median reported), "
+           if _breaknli(data) else "")
+        + f"end to end × {cfg.get('repeats')} (median wall); batch invariance on {wl.get('invariance_pairs')} pairs",
+        f"- parity verdicts (δ = {data.get('tolerance_pp')} pp): equivalent when the 95 % interval of the difference "
+        f"lies inside ±δ, different when |Δ| > δ and the interval excludes 0, inconclusive otherwise; `--strict` fails "
+        f"on different, on an engine that did not run (and label agreement < {data.get('min_agreement_pct')} %), "
+        f"`--require-equivalence` on inconclusive too; reference `{data.get('reference')}`",
         "",
     ]
-    for n in data.get("notes", []):
-        lines.append(f"> **Note:** {n}")
-        lines.append("")
-    header, rows = summary_rows(data)
-    lines += ["## Summary", ""] + _md_table(header, rows) + [""]
-    lines += ["Speed-up (workload) = reference time / engine time for the fixed workload (sum of the four stages' "
-              "median iteration times); (workload, best) = the same with each stage's fastest iteration, the least "
-              "disturbed estimate on a busy machine; speed-up (e2e) = ratio of the median end-to-end wall times. Δ = engine − "
-              "reference in percentage points; fixed triples: paired bootstrap (same examples); end to end: each "
-              "engine's own run, unpaired bootstrap.", ""]
+    return lines
 
-    ok = [e for e in data["engines"] if e["status"] == "ok"]
-    lines += ["## Stages (fixed workload): throughput, speed-up, latency", "",
-              "| engine | stage | items | iterations | median s | min s | throughput (median) | speed-up median / best | latency median / p90 / p95 / p99 ms (unit) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+
+def _headline_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[str]:
+    metrics = [m["name"] for m in data.get("headline_metrics") or []]
+    if not metrics:
+        return []
+    lines = ["## Headline metrics per engine (each over its own examples)", ""]
+    rows = []
+    for e in ok:
+        vals = _get(e, "speed", "end_to_end", "headline") or {}
+        rows.append([e["label"]] + [f"{_f(_get(vals, m, 'rate'))} [{_f(_get(vals, m, 'ci', 0))}, "
+                                    f"{_f(_get(vals, m, 'ci', 1))}] n={_get(vals, m, 'n')}"
+                                    if _get(vals, m, "rate") is not None else "–" for m in metrics])
+    lines += _md_table(["engine"] + [f"{m} % [95 % CI]" for m in metrics], rows) + [""]
+    lines += ["## Paired differences from the reference (engine − reference, examples both scored)", "", INTERVALS, ""]
+    rows = []
+    for e in ok[1:]:
+        for m in metrics:
+            d = _get(e, "parity", "headline", "metrics", m) or {}
+            rows.append([e["label"], m, d.get("kind", ""), fmt_verdict(d),
+                         f"{d.get('only_reference', 0)} / {d.get('only_engine', 0)}"])
+    lines += _md_table(["engine", "metric", "kind", "Δ pp [95 % CI] n: verdict", "scored by the reference / engine only"],
+                       rows) + [""]
+    lines += ["## Per-record prediction agreement and batch invariance", "",
+              "A record agrees when the classifier gave the same label to every input it holds (e.g. (p, h), each "
+              "candidate); labels are also compared input by input where both records hold the input. Batch "
+              "invariance: labels of the same pairs classified one at a time against the engine's own batches.", ""]
+    rows = []
+    for e in ok:
+        r = _get(e, "parity", "headline", "records") or {}
+        inv = e.get("batch_invariance") or {}
+        ident = (f"{r.get('identical')} of {r.get('records')} ({_f(r.get('identical_pct'))} % "
+                 f"[{_f(_get(r, 'identical_ci', 0))}, {_f(_get(r, 'identical_ci', 1))}])") if r.get("available") else "–"
+        rows.append([e["label"], ident, _f(r.get("label_agreement_pct")), r.get("labels_compared", "–"),
+                     r.get("inputs_in_one_run_only", "–"),
+                     f"{inv.get('labels_changed')} of {inv.get('pairs')}" if inv.get("pairs") else "–",
+                     _f(inv.get("max_abs_logit_diff"), ".2e"), inv.get("max_batch", "–")])
+    lines += _md_table(["engine", "records identical", "label agreement %", "labels compared",
+                        "inputs in one run only", "labels changed by batching", "max |Δ logit| by batching",
+                        "max batch"], rows) + [""]
+    return lines + _by_sections(ok)
+
+
+def _by_sections(ok: list[dict[str, Any]]) -> list[str]:
+    """The paired differences per group of each ``--by`` column (informative: not part of the checks)."""
+    lines: list[str] = []
+    for e in ok[1:]:
+        for column, spec in (_get(e, "parity", "headline", "by") or {}).items():
+            rows = [[g["group"], g["examples"], m, fmt_verdict(d)] for g in spec["groups"]
+                    for m, d in g["metrics"].items()]
+            lines += [f"### `{e['label']}` by `{column}` ({spec['kind']}; not part of the checks)", ""]
+            lines += _md_table(["group", "examples", "metric", "Δ pp [95 % CI] n: verdict"], rows) + [""]
+    return (["## Paired differences per group (--by)", ""] + lines) if lines else []
+
+
+def _breaknli_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[str]:
+    lines = ["## Stages (fixed workload): throughput, speed-up, latency", "",
+             "| engine | stage | items | iterations | median s | min s | throughput (median) | speed-up median / best | latency median / p90 / p95 / p99 ms (unit) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for e in ok:
         for stage, st in e["speed"]["stages"].items():
             if not st.get("items"):
@@ -173,12 +264,44 @@ def bench_markdown(data: dict[str, Any]) -> str:
         ev = ", ".join(f"{m} {f['evaluated']}" for m, f in x["funnel"].items())
         lines.append(f"| {e['label']} | {x['examples']} | {x['median_wall_s']:.2f} | {_f(x['examples_per_s'], '.3f')} | "
                      f"{_f(x['classifier_pairs_per_s'], '.1f')} | {_f(x['generated_tokens_per_s'], '.1f')} | "
-                     f"{s['classify_ph']:.2f} | {s['generate']:.2f} | {s['relation']:.2f} | {s['evaluate']:.2f} | "
-                     f"{_f(x.get('accuracy_ph'), '.2f')} | {ev} |")
-    lines += ["", "## Memory and machine load", "",
-              "| engine | load s (incl. export) | RSS before load MiB | peak RSS while loading MiB | RSS after load MiB | "
-              "peak RSS while running MiB | GPU peak MiB | load average (1 min) start → end |",
-              "|---|---|---|---|---|---|---|---|"]
+                     f"{s.get('classify_ph', 0):.2f} | {s.get('generate', 0):.2f} | {s.get('relation', 0):.2f} | "
+                     f"{s.get('evaluate', 0):.2f} | {_f(x.get('accuracy_ph'), '.2f')} | {ev} |")
+    return lines
+
+
+def _parity_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "## BreakNLI parity with the reference, per cell", ""]
+    if not data.get("parity_meaningful", True):
+        lines += ["**Random weights: the parity figures below are not meaningful and are not checked.**", ""]
+    lines += ["Fixed triples: the reference's evaluated (p, h, h') re-classified by each engine (generation excluded); "
+              "end to end: each engine's own loop, on the examples both runs evaluated (the others counted). Both are "
+              "paired. " + INTERVALS, "",
+              "| engine | block | mode | cell | n | Δ inequality pp [95% CI]: verdict | Δ relaxed pp [95% CI]: verdict |",
+              "|---|---|---|---|---|---|---|"]
+    for e in ok[1:] if len(ok) > 1 else ok:
+        for block in ("fixed_triples", "end_to_end"):
+            for mode, table in (_get(e, "parity", block) or {}).items():
+                for cell, entry in table.items():
+                    lines.append(f"| {e['label']} | {block.replace('_', ' ')} | {mode} | {cell} | {entry['n']} | "
+                                 f"{fmt_verdict(entry.get('inequality'))} | {fmt_verdict(entry.get('relaxed'))} |")
+    lines += ["", "| engine | classifier agreement % (ph / relation / evaluate / triples) | max abs Δ logit | "
+              "greedy tokens equal % | greedy sequences identical % | sampled candidates identical % |",
+              "|---|---|---|---|---|---|"]
+    for e in ok:
+        c = _get(e, "parity", "classifier") or {}
+        agr = " / ".join(_f(_get(c, k, "label_agreement_pct"), ".2f") for k in ("classify_ph", "relation", "evaluate", "fixed_triples"))
+        g = _get(e, "parity", "generator") or {}
+        lines.append(f"| {e['label']} | {agr} | {_f(_get(c, 'all', 'max_abs_logit_diff'), '.2e')} | "
+                     f"{_f(_get(g, 'greedy', 'token_agreement_pct'), '.2f')} | {_f(_get(g, 'greedy', 'identical_sequences_pct'), '.2f')} | "
+                     f"{_f(_get(g, 'sampled_candidates', 'identical_pct'), '.2f')} |")
+    return lines
+
+
+def _memory_section(ok: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "## Memory and machine load", "",
+             "| engine | load s (incl. export) | RSS before load MiB | peak RSS while loading MiB | RSS after load MiB | "
+             "peak RSS while running MiB | GPU peak MiB | load average (1 min) start → end |",
+             "|---|---|---|---|---|---|---|---|"]
     for e in ok:
         m = e.get("memory", {})
         la, lb = e.get("load_average_start"), e.get("load_average_end")
@@ -196,26 +319,31 @@ def bench_markdown(data: dict[str, Any]) -> str:
                       "loaded together, the same figure for each."]
         if m.get("gpu_note"):
             lines += [f"GPU memory: {m['gpu_note']}."]
-    lines += ["", "## Parity with the reference", ""]
+    return lines
+
+
+def bench_markdown(data: dict[str, Any]) -> str:
+    lines = ["# breaknli-fast bench", ""]
+    if data.get("command"):
+        lines += ["```", data["command"], "```", ""]
+    lines += _header(data)
+    for n in data.get("notes", []):
+        lines += [f"> **Note:** {n}", ""]
+    header, rows = summary_rows(data)
+    lines += ["## Summary", ""] + _md_table(header, rows) + [""]
+    lines += ["Speed-up (e2e) = ratio of the median end-to-end wall times (reference / engine)"
+              + ("; speed-up (workload) = reference time / engine time for the fixed workload (sum of the four stages' "
+                 "median iteration times); (workload, best) = the same with each stage's fastest iteration, the least "
+                 "disturbed estimate on a busy machine" if _breaknli(data) else "")
+              + ". Records identical: per-record prediction agreement with the reference. Δ = engine − reference in "
+                "percentage points, paired on the same examples.", ""]
+    ok = [e for e in data["engines"] if e["status"] == "ok"]
     if not data.get("parity_meaningful", True):
         lines += ["**Random weights: the parity figures below are not meaningful and are not checked.**", ""]
-    lines += ["| engine | block | mode | cell | n | Δ inequality pp [95% CI] | Δ relaxed pp [95% CI] |", "|---|---|---|---|---|---|---|"]
-    for e in ok[1:] if len(ok) > 1 else ok:
-        for block in ("fixed_triples", "end_to_end"):
-            for mode, table in (_get(e, "parity", block) or {}).items():
-                for cell, entry in table.items():
-                    lines.append(f"| {e['label']} | {block.replace('_', ' ')} | {mode} | {cell} | {entry['n']} | "
-                                 f"{fmt_diff(entry.get('inequality'))} | {fmt_diff(entry.get('relaxed'))} |")
-    lines += ["", "| engine | classifier agreement % (ph / relation / evaluate / triples) | max abs Δ logit | "
-              "greedy tokens equal % | greedy sequences identical % | sampled candidates identical % |",
-              "|---|---|---|---|---|---|"]
-    for e in ok:
-        c = _get(e, "parity", "classifier") or {}
-        agr = " / ".join(_f(_get(c, k, "label_agreement_pct"), ".2f") for k in ("classify_ph", "relation", "evaluate", "fixed_triples"))
-        g = _get(e, "parity", "generator") or {}
-        lines.append(f"| {e['label']} | {agr} | {_f(_get(c, 'all', 'max_abs_logit_diff'), '.2e')} | "
-                     f"{_f(_get(g, 'greedy', 'token_agreement_pct'), '.2f')} | {_f(_get(g, 'greedy', 'identical_sequences_pct'), '.2f')} | "
-                     f"{_f(_get(g, 'sampled_candidates', 'identical_pct'), '.2f')} |")
+    lines += _headline_sections(data, ok)
+    if _breaknli(data):
+        lines += _breaknli_sections(data, ok) + _parity_sections(data, ok)
+    lines += _memory_section(ok)
     bad = [e for e in data["engines"] if e["status"] != "ok"]
     if bad:
         lines += ["", "## Skipped or failed engines", ""]
@@ -225,44 +353,48 @@ def bench_markdown(data: dict[str, Any]) -> str:
     if not data.get("parity_meaningful", True):
         verdict = "NOT CHECKED: random weights, parity is not meaningful" + ("" if data["passed"] else "; FAIL:")
     else:
-        verdict = "PASS: every measured engine within tolerance" if data["passed"] else "FAIL:"
+        verdict = "PASS: every engine ran and none differs beyond the tolerance" if data["passed"] else "FAIL:"
     lines += ["", "## Verdict", "", verdict]
     lines += [f"- `{lab}`: {f}" for lab, f in fails]
     if data.get("parity_meaningful", True):
         lines += ["", "## Has each engine been shown to match the reference?", ""]
         lines += [f"- `{e['label']}`: {shown_to_match(e)}" for e in data["engines"]
-                  if e["status"] == "ok" and e["label"] != data.get("reference")]
+                  if e["label"] != data.get("reference")]
         lines += _inconclusive_lines(data)
     return "\n".join(lines) + "\n"
 
 
 def shown_to_match(e: dict[str, Any]) -> str:
     """One sentence per engine: shown to match (every cell equivalent), shown to differ, or not shown either way."""
+    if e.get("status") != "ok":
+        return f"no: it did not run ({e.get('status')}: {e.get('reason')})"
     v = _get(e, "parity", "verdicts") or {}
-    if not v:
+    n = sum(v.get(k, 0) for k in ("equivalent", "different", "inconclusive"))
+    if not n:
         return "no parity verdicts recorded"
-    n = sum(v.values())
+    small = (f"; {v['too_small']} of them on too few examples to show equivalence at all"
+             if v.get("too_small") else "")
     if v.get("different"):
-        return f"no: {v['different']} of {n} cells differ beyond the tolerance"
+        return f"no: {v['different']} of {n} cells differ beyond the tolerance{small}"
     if v.get("inconclusive"):
         return (f"not shown: {v.get('equivalent', 0)} of {n} cells equivalent, {v['inconclusive']} inconclusive "
-                "(no difference found, but the sample is too small to show a match)")
+                f"(none shown to differ, but the intervals are too wide to show a match){small}")
     return f"yes: all {n} cells equivalent within the tolerance"
 
 
 def _inconclusive_lines(data: dict[str, Any]) -> list[str]:
+    from breaknli_fast.bench.parity import cells
+
     out = []
     for e in data["engines"]:
-        for block in ("fixed_triples", "end_to_end"):
-            for mode, table in (_get(e, "parity", block) or {}).items():
-                for cell, entry in table.items():
-                    for k in ("inequality", "relaxed"):
-                        x = entry.get(k) or {}
-                        if x.get("verdict") == "inconclusive" and x.get("n_needed"):
-                            out.append(f"  - `{e['label']}` {block.replace('_', ' ')} {mode} {cell} {k}: "
-                                       f"{x['diff']:+.2f} pp [{x['ci'][0]:+.2f}, {x['ci'][1]:+.2f}] on {x.get('n')} "
-                                       f"examples; about {x['n_needed']} would decide")
-    return (["", "Inconclusive cells and the examples a decision would need:", ""] + out) if out else []
+        if e.get("reference"):
+            continue
+        for where, x in cells(e.get("parity") or {}):
+            if x.get("verdict") == "inconclusive" and x.get("n_needed"):
+                out.append(f"  - `{e['label']}` {where}: {fmt_diff(x)} pp on {x.get('n')} examples; about "
+                           f"{x['n_needed']} would decide" + (" (too few to judge now)" if x.get("too_small") else ""))
+    return (["", "Inconclusive cells and the examples a decision would need (at the observed discordance):", ""]
+            + out) if out else []
 
 
 def short_status(e: dict[str, Any]) -> str:
@@ -270,17 +402,24 @@ def short_status(e: dict[str, Any]) -> str:
     return e["status"] if e["status"] != "ok" else t.split(" ")[0]
 
 
+def _verdict_counts(e: dict[str, Any]) -> str:
+    v = _get(e, "parity", "verdicts") or {}
+    if not v:
+        return "–"
+    return (f"{v.get('equivalent', 0)} eq / {v.get('different', 0)} diff / {v.get('inconclusive', 0)} inc"
+            + (f" ({v['too_small']} too small)" if v.get("too_small") else ""))
+
+
 def rich_table(data: dict[str, Any]) -> Any:
     """A compact summary for the terminal (bench.md has every column)."""
     from rich.table import Table
 
-    title = "breaknli-fast bench vs " + str(data.get("reference"))
+    title = f"breaknli-fast bench --probe {data.get('probe', 'breaknli')} vs " + str(data.get("reference"))
     if not data.get("parity_meaningful", True):
         title += " (random weights: parity not meaningful)"
     t = Table(title=title)
-    cols = [("engine", "left"), ("speed-up wl / best / e2e", "right"), ("pairs/s", "right"), ("tokens/s", "right"),
-            ("p95 ms clf / gen", "right"), ("RSS MiB", "right"), ("agree %", "right"),
-            ("Δ Overall ineq. pp (fixed triples)", "left"), ("result", "left")]
+    cols = [("engine", "left"), ("speed-up e2e", "right"), ("pairs/s", "right"), ("RSS MiB", "right"),
+            ("records identical %", "right"), ("batching changes", "right"), ("verdicts", "left"), ("result", "left")]
     for name, just in cols:
         t.add_column(name, justify=just, overflow="fold")
     for e in data["engines"]:
@@ -288,26 +427,28 @@ def rich_table(data: dict[str, Any]) -> Any:
         st = {"FAIL": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "skipped": "[yellow]skipped[/]",
               "failed": "[bold red]failed[/]"}.get(st, st)
         if e["status"] != "ok":
-            t.add_row(e["label"], "–", "–", "–", "–", "–", "–", "–", st)
+            t.add_row(e["label"], "–", "–", "–", "–", "–", "–", st)
             continue
         sp, sm = e["speed"].get("speedup", {}), e["speed"].get("summary", {})
-        t.add_row(e["label"], f"{_f(sp.get('workload'), '.2f', '×')} / {_f(sp.get('workload_best'), '.2f', '×')} / "
-                  f"{_f(sp.get('end_to_end'), '.2f', '×')}",
-                  _f(sm.get("classifier_pairs_per_s"), ".0f"), _f(sm.get("generated_tokens_per_s"), ".0f"),
-                  f"{_f(sm.get('classifier_batch_p95_ms'), '.1f')} / {_f(sm.get('generator_call_p95_ms'), '.0f')}",
+        inv = e.get("batch_invariance") or {}
+        t.add_row(e["label"], _f(sp.get("end_to_end"), ".2f", "×"), _f(sm.get("classifier_pairs_per_s"), ".0f"),
                   _f(_get(e, "memory", "peak_rss_mib"), ".0f"),
-                  _f(_get(e, "parity", "classifier", "all", "label_agreement_pct"), ".2f"),
-                  overall_diffs(e, "fixed_triples").replace("; ", "\n"), st)
+                  _f(_get(e, "parity", "headline", "records", "identical_pct"), ".2f"),
+                  f"{inv.get('labels_changed')} / {inv.get('pairs')}" if inv.get("pairs") else "–",
+                  "reference" if e.get("reference") else _verdict_counts(e), st)
     return t
 
 
 def plot_speed_vs_breakage(data: dict[str, Any], path: str | Path) -> Path | None:
-    """Speed-up (fixed workload) against the largest |Δ Overall| (inequality or relaxed, fixed
-    triples) of each engine. Returns None when matplotlib is not installed."""
+    """Speed-up against the largest |Δ| of each engine (BreakNLI: Overall inequality / relaxed on the fixed
+    triples, workload speed-up; another probe: its headline metrics, end-to-end speed-up). Returns None when
+    matplotlib is not installed."""
     plt = pyplot()
     if plt is None:
         return None
-    pts = [(e["label"], max_abs_breakage_diff(e), _get(e, "speed", "speedup", "workload"), e.get("checks", {}).get("passed"))
+    bn = _breaknli(data)
+    key = "workload" if bn else "end_to_end"
+    pts = [(e["label"], max_abs_breakage_diff(e), _get(e, "speed", "speedup", key), e.get("checks", {}).get("passed"))
            for e in data["engines"] if e["status"] == "ok"]
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     for label, x, y, ok in pts:
@@ -320,9 +461,10 @@ def plot_speed_vs_breakage(data: dict[str, Any], path: str | Path) -> Path | Non
     if tol is not None:
         ax.axvline(tol, color="grey", ls="--", lw=1, label=f"tolerance {tol} pp")
     ax.axhline(1.0, color="grey", ls=":", lw=1)
-    ax.set_xlabel("max |Δ Overall breakage| vs torch:fp32 (pp, fixed triples)")
-    ax.set_ylabel("speed-up over torch:fp32 (fixed workload)")
-    title = "breaknli-fast bench"
+    ax.set_xlabel("max |Δ Overall breakage| vs torch:fp32 (pp, fixed triples)" if bn
+                  else "max |Δ headline metric| vs torch:fp32 (pp, paired)")
+    ax.set_ylabel("speed-up over torch:fp32 (" + ("fixed workload)" if bn else "end to end)"))
+    title = f"breaknli-fast bench --probe {data.get('probe', 'breaknli')}"
     if not data.get("parity_meaningful", True):
         title += " (random weights: x axis not meaningful)"
     ax.set_title(title, fontsize=10)
@@ -337,82 +479,3 @@ def plot_speed_vs_breakage(data: dict[str, Any], path: str | Path) -> Path | Non
     fig.savefig(out)
     plt.close(fig)
     return out
-
-
-# -- compare ----------------------------------------------------------------------------------------
-
-COMPARE_METRICS = (
-    ("speed-up (workload)", ("speed", "speedup", "workload"), ".2f", True),
-    ("speed-up (workload, best)", ("speed", "speedup", "workload_best"), ".2f", True),
-    ("speed-up (e2e)", ("speed", "speedup", "end_to_end"), ".2f", True),
-    ("clf pairs/s", ("speed", "summary", "classifier_pairs_per_s"), ".1f", True),
-    ("gen tokens/s", ("speed", "summary", "generated_tokens_per_s"), ".1f", True),
-    ("examples/s", ("speed", "summary", "examples_per_s"), ".3f", True),
-    ("clf batch p95 ms", ("speed", "summary", "classifier_batch_p95_ms"), ".1f", True),
-    ("gen call p95 ms", ("speed", "summary", "generator_call_p95_ms"), ".1f", True),
-    ("peak RSS MiB", ("memory", "peak_rss_mib"), ".0f", True),
-    ("GPU peak MiB", ("memory", "gpu_peak_allocated_mib"), ".0f", True),
-    ("label agreement %", ("parity", "classifier", "all", "label_agreement_pct"), ".2f", False),
-    ("max |Δ Overall| pp", None, ".2f", False),
-)
-
-
-def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Each engine's speed and parity in two benches side by side, with ratios B / A."""
-    ea = {e["label"]: e for e in a["engines"]}
-    eb = {e["label"]: e for e in b["engines"]}
-    labels = list(ea) + [x for x in eb if x not in ea]
-    rows = []
-    for lab in labels:
-        x, y = ea.get(lab), eb.get(lab)
-        row: dict[str, Any] = {"engine": lab, "status_a": status_text(x) if x else "absent",
-                               "status_b": status_text(y) if y else "absent", "metrics": {}}
-        for name, path, _, ratio in COMPARE_METRICS:
-            va = (max_abs_breakage_diff(x) if path is None else _get(x, *path)) if x and x["status"] == "ok" else None
-            vb = (max_abs_breakage_diff(y) if path is None else _get(y, *path)) if y and y["status"] == "ok" else None
-            r = vb / va if ratio and va and vb is not None else None
-            row["metrics"][name] = {"a": va, "b": vb, "ratio_b_over_a": r}
-        rows.append(row)
-
-    def who(d: dict[str, Any]) -> dict[str, Any]:
-        env = d.get("environment", {})
-        return {"command": d.get("command"), "started": d.get("started"), "cpu": env.get("cpu"),
-                "gpus": env.get("accelerators", {}).get("gpus"), "git": env.get("git"),
-                "models": d.get("models"), "parity_meaningful": d.get("parity_meaningful")}
-
-    return {"a": who(a), "b": who(b), "rows": rows}
-
-
-def compare_markdown(cmp: dict[str, Any], name_a: str = "A", name_b: str = "B") -> str:
-    lines = ["# breaknli-fast bench comparison", "",
-             f"- A: `{name_a}` ({cmp['a'].get('cpu')}, GPU {cmp['a'].get('gpus') or 'none'}, {cmp['a'].get('started')})",
-             f"- B: `{name_b}` ({cmp['b'].get('cpu')}, GPU {cmp['b'].get('gpus') or 'none'}, {cmp['b'].get('started')})", ""]
-    if not (cmp["a"].get("parity_meaningful", True) and cmp["b"].get("parity_meaningful", True)):
-        lines += ["> **Note:** at least one bench used random weights: its parity figures are not meaningful.", ""]
-    lines += _md_table(["engine", "metric", "A", "B", "B / A"], compare_rows(cmp))
-    return "\n".join(lines) + "\n"
-
-
-def compare_rows(cmp: dict[str, Any]) -> list[list[str]]:
-    rows = []
-    for r in cmp["rows"]:
-        rows.append([r["engine"], "status", r["status_a"], r["status_b"], ""])
-        for name, _, fmt, ratio in COMPARE_METRICS:
-            m = r["metrics"][name]
-            if m["a"] is None and m["b"] is None:
-                continue
-            rows.append(["", name, _f(m["a"], fmt), _f(m["b"], fmt), _f(m["ratio_b_over_a"], ".2f", "×") if ratio else ""])
-    return rows
-
-
-def compare_table(cmp: dict[str, Any], name_a: str = "A", name_b: str = "B") -> Any:
-    from rich.table import Table
-
-    t = Table(title=f"bench comparison: A = {name_a}, B = {name_b}")
-    for name, just in (("engine", "left"), ("metric", "left"), ("A", "right"), ("B", "right"), ("B / A", "right")):
-        t.add_column(name, justify=just, overflow="fold")
-    for row in compare_rows(cmp):
-        if row[1] == "status":
-            row = [row[0], row[1], row[2].split(":")[0], row[3].split(":")[0], ""]
-        t.add_row(*row, end_section=False)
-    return t

@@ -1,25 +1,31 @@
-"""Which engines a bench measures: ``ENGINE:PRECISION[:key=value...]`` specifications.
+"""Which engines a bench measures: ``ENGINE:PRECISION[:key=value...]`` specifications, parsed into the study's
+engine configuration (:class:`~breaknli_fast.study.loading.EngineConfig`), loaded the study's way.
 
-Examples: ``torch:fp32``, ``ort:int8``, ``tensorrt:fp16``, and, to compare another model folder
-under the same engine (an exported or quantised copy, a deliberately perturbed classifier),
-``torch:fp32:label=perm:classifier=/path/to/model``. Recognised keys: ``label`` (the name shown in
-reports), ``classifier`` and ``generator`` (model overrides for this engine only); any other key is an
-option of the engine's loaders (integers, floats and true / false are converted): ``clf.key`` for the
-classifier only, ``gen.key`` for the generator only, a plain key for each role whose loader takes it (the
-backend's typed options class says which; a key neither takes is refused with the valid ones, see
-:func:`breaknli_fast.engines.registry.split_options`).
+Examples: ``torch:fp32``, ``ort:int8``, ``ort:int8:quantization=static`` (int8 with static activation scales, labels
+that do not depend on batch neighbours), ``tensorrt:fp16``, and, to compare another model folder under the same
+engine (an exported or quantised copy, a deliberately perturbed classifier),
+``torch:fp32:label=perm:classifier=/path/to/model``. Recognised keys: ``label`` (the name shown in reports),
+``classifier`` and ``generator`` (model overrides for this engine only), ``clf.precision`` / ``gen.precision`` /
+``mlm.precision`` (one role at another precision); any other key is an option of the engine's loaders (integers,
+floats and true / false are converted): ``clf.key`` for the classifier only, ``gen.key`` for the generator only,
+``mlm.key`` for the masked LMs, a plain key for each role whose loader takes it (the backend's typed options class
+says which; a key none takes is refused with the valid ones when the engine loads).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Sequence
 
 from breaknli_fast.engines import registry
+from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.engines.registry import PRECISIONS
 from breaknli_fast.errors import UserError
 
 REFERENCE = ("torch", "fp32")
+ROLE_PRECISION = {"clf.precision": "classifier_precision", "gen.precision": "generator_precision",
+                  "mlm.precision": "mlm_precision"}
+ROLE_FIELD = {"classifier": "classifier_precision", "generator": "generator_precision", "mlm": "mlm_precision"}
 
 
 class BenchSpecError(UserError, ValueError):
@@ -27,42 +33,41 @@ class BenchSpecError(UserError, ValueError):
 
 
 @dataclass
-class EngineSpec:
-    engine: str
-    precision: str = "fp32"
+class BenchEngine:
+    """One engine of a bench: its configuration (the study's type), the name reports show, and what is not an
+    engine setting: models of its own (a perturbed classifier) and, for a component split, the engine it splits."""
+
+    config: EngineConfig
     label: str = ""
     classifier: str | None = None  # model override for this engine only
     generator: str | None = None
-    opts: dict[str, Any] = field(default_factory=dict)  # loader options, as given (clf. / gen. prefixes kept)
-    # one role at another precision (clf.precision= / gen.precision=): the component split of a quantised engine
-    classifier_precision: str | None = None
-    generator_precision: str | None = None
-    component_of: str | None = None  # the label of the engine this one splits (derived specs only)
+    component_of: str | None = None  # the label of the engine this one splits (derived entries only)
 
     def __post_init__(self) -> None:
         if not self.label:
-            self.label = f"{self.engine}:{self.precision}"
+            self.label = f"{self.config.engine}:{self.config.precision}"
+
+    @property
+    def engine(self) -> str:
+        return self.config.engine
+
+    @property
+    def precision(self) -> str:
+        return self.config.precision
 
     @property
     def is_plain_reference(self) -> bool:
         """torch:fp32 on the bench's own models, without options: a valid reference."""
-        return ((self.engine, self.precision) == REFERENCE and not (self.classifier or self.generator or self.opts)
-                and self.classifier_precision in (None, "fp32") and self.generator_precision in (None, "fp32"))
+        c = self.config
+        return ((c.engine, c.precision) == REFERENCE and not (self.classifier or self.generator or c.extra)
+                and all(getattr(c, f) in (None, "fp32") for f in ROLE_FIELD.values()))
 
-    @property
-    def clf_precision(self) -> str:
-        return self.classifier_precision or self.precision
-
-    @property
-    def gen_precision(self) -> str:
-        return self.generator_precision or self.precision
-
-    def role_options(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(classifier options, generator options) of this engine's loaders."""
-        return registry.split_options(self.engine, self.opts)
+    def role_precision(self, role: str) -> str:
+        return getattr(self.config, ROLE_FIELD[role]) or self.config.precision
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"label": self.label, "engine": self.engine, "precision": self.precision, "classifier": self.classifier,
+                "generator": self.generator, "component_of": self.component_of, "config": asdict(self.config)}
 
 
 def _value(text: str) -> Any:
@@ -76,62 +81,89 @@ def _value(text: str) -> Any:
     return text
 
 
-def parse_engine(text: str) -> EngineSpec:
+def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
+    """One ``ENGINE:PRECISION[:key=value...]``; the bench-wide settings (device, threads, classifier options) come
+    from ``base``."""
     parts = [p.strip() for p in text.strip().split(":")]
     if len(parts) < 2 or not parts[0] or not parts[1]:
         raise BenchSpecError(f"engine {text!r}: expected ENGINE:PRECISION (e.g. torch:fp32, ort:int8)")
     engine, precision = parts[0].lower(), parts[1].lower()
+    try:
+        registry.options_class(engine)  # an unknown engine is refused here, before any model loads
+    except registry.EngineUnavailable as e:
+        raise BenchSpecError(f"engine {text!r}: {e}") from None
     if precision not in PRECISIONS:
         raise BenchSpecError(f"engine {text!r}: unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
-    spec = EngineSpec(engine, precision)
+    cfg = replace(base or EngineConfig(), engine=engine, precision=precision, classifier_precision=None,
+                  generator_precision=None, mlm_precision=None, extra={})
+    # the name reports show: as written, without a label= (which replaces it)
+    out = BenchEngine(cfg, ":".join([engine, precision] + [kv for kv in parts[2:] if not kv.startswith("label=")]))
     for kv in parts[2:]:
         if "=" not in kv:
             raise BenchSpecError(f"engine {text!r}: option {kv!r} must be key=value")
         key, val = (x.strip() for x in kv.split("=", 1))
         if key == "label":
-            spec.label = val
-        elif key in ("clf.precision", "gen.precision"):
+            out.label = val
+        elif key in ROLE_PRECISION:
             if val.lower() not in PRECISIONS:
                 raise BenchSpecError(f"engine {text!r}: unknown precision {val!r}; use {', '.join(PRECISIONS)}")
-            setattr(spec, "classifier_precision" if key.startswith("clf") else "generator_precision", val.lower())
+            setattr(cfg, ROLE_PRECISION[key], val.lower())
         elif key in ("classifier", "generator"):
-            setattr(spec, key, val)
+            setattr(out, key, val)
         else:
-            spec.opts[key] = _value(val)
-    return spec
+            cfg.extra[key] = _value(val)
+    if cfg.extra:
+        try:  # a plain key that none of the engine's loaders takes: one line now, not a skipped engine later
+            registry.role_options(engine, "classifier", cfg.extra)
+        except UserError as e:
+            raise BenchSpecError(f"engine {text!r}: {e}") from None
+    return out
 
 
-def parse_engines(text: str | list[str], component_split: bool = False) -> list[EngineSpec]:
-    """Parse a comma-separated list; the ``torch:fp32`` reference is put first (added when absent);
-    repeated labels get ``#2``, ``#3``. ``component_split``: after each engine that runs both models at a
-    reduced precision (int8, fp16, bf16), the same engine with only its generator, and with only its classifier,
-    at that precision (the other role at fp32), so the report shows where a difference comes from."""
-    items = text if isinstance(text, list) else [x for x in text.split(",") if x.strip()]
-    specs = [parse_engine(x) if isinstance(x, str) else x for x in items]
-    if component_split:
-        out = []
-        for s in specs:
-            out.append(s)
-            if s.precision != "fp32" and s.classifier_precision is None and s.generator_precision is None:
-                out.append(EngineSpec(s.engine, s.precision, f"{s.label} generator only", s.classifier, s.generator,
-                                      dict(s.opts), classifier_precision="fp32", component_of=s.label))
-                out.append(EngineSpec(s.engine, s.precision, f"{s.label} classifier only", s.classifier, s.generator,
-                                      dict(s.opts), generator_precision="fp32", component_of=s.label))
-        specs = out
-    return with_reference(specs)
+def component_split(entries: Sequence[BenchEngine], roles: Sequence[str]) -> list[BenchEngine]:
+    """After each engine that runs every role of a probe with several roles at a reduced precision (int8, fp16,
+    bf16), the same engine with only one role at that precision (the others at fp32), one entry per role, so
+    the report shows where a difference comes from (``X generator only``, ``X classifier only``, ``X mlm only``).
+    An entry with loader options (``ort:int8:clf.quantization=static``) is a variant measured as a whole: not split."""
+    roles = sorted((r for r in roles if r in ROLE_FIELD), key=("generator", "mlm", "classifier").index)
+    out: list[BenchEngine] = []
+    for e in entries:
+        out.append(e)
+        c = e.config
+        if len(roles) < 2 or c.precision == "fp32" or c.extra or any(getattr(c, ROLE_FIELD[r]) for r in roles):
+            continue
+        for role in roles:
+            others = {ROLE_FIELD[r]: "fp32" for r in roles if r != role}
+            out.append(BenchEngine(replace(c, extra=dict(c.extra), **others), f"{e.label} {role} only",
+                                   e.classifier, e.generator, component_of=e.label))
+    return out
 
 
-def with_reference(specs: list[EngineSpec]) -> list[EngineSpec]:
-    specs = list(specs)
-    ref_at = next((i for i, s in enumerate(specs) if s.is_plain_reference), None)
+def parse_engines(text: str | Sequence[str | BenchEngine], base: EngineConfig | None = None,
+                  split: bool = False, roles: Sequence[str] = ("classifier", "generator")) -> list[BenchEngine]:
+    """Parse a comma-separated list (or a list of specifications / entries); the ``torch:fp32`` reference is put
+    first (added when absent); repeated labels get ``#2``, ``#3``. ``split``: :func:`component_split` for a probe
+    whose models are ``roles``."""
+    items = [x for x in text.split(",") if x.strip()] if isinstance(text, str) else list(text)
+    entries = [parse_engine(x, base) if isinstance(x, str) else x for x in items]
+    if split:
+        entries = component_split(entries, roles)
+    return with_reference(entries, base)
+
+
+def with_reference(entries: Sequence[BenchEngine], base: EngineConfig | None = None) -> list[BenchEngine]:
+    entries = list(entries)
+    ref_at = next((i for i, s in enumerate(entries) if s.is_plain_reference), None)
     if ref_at is None:
-        specs.insert(0, EngineSpec(*REFERENCE))
+        entries.insert(0, BenchEngine(replace(base or EngineConfig(), engine=REFERENCE[0], precision=REFERENCE[1],
+                                              classifier_precision=None, generator_precision=None,
+                                              mlm_precision=None, extra={})))
     elif ref_at:
-        specs.insert(0, specs.pop(ref_at))
+        entries.insert(0, entries.pop(ref_at))
     seen: dict[str, int] = {}
-    for s in specs:
+    for s in entries:
         n = seen.get(s.label, 0) + 1
         seen[s.label] = n
         if n > 1:
             s.label = f"{s.label}#{n}"
-    return specs
+    return entries

@@ -40,6 +40,9 @@ class ExportOptions:
     # sequence classifiers: ONNX Runtime's transformer optimizer (attention / LayerNorm / GELU fusion) where it
     # keeps fp32 parity with the unfused graph (export.onnx.fuse_transformer); its own cache entry ("-fused")
     fuse: bool = False
+    # int8 of a sequence classifier on the CPU: "dynamic" (the default: activation scales per batch tensor) or
+    # "static" (scales fixed at export, so a pair's label does not depend on the pairs batched with it)
+    quantization: str | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`export_model`."""

@@ -72,6 +72,18 @@ def default_pairs(n: int) -> tuple[list[Pair], str]:
     return as_pairs(random_weights.pairs(n)), "breaknli_fast.engines.random_weights.pairs"
 
 
+def tuning_pairs(n: int) -> tuple[list[Pair], str]:
+    """The first ``n`` pairs of the held-out tuning slice (``sample-tuning``; the evaluation slice, ``sample``,
+    is what studies and benches measure on), else :func:`default_pairs`."""
+    try:
+        ps = as_pairs(load_examples("sample-tuning", limit=n).examples)
+        if ps:
+            return ps, "embedded snli tuning slice"
+    except Exception:  # the slice missing or unreadable: fall back
+        pass
+    return default_pairs(n)
+
+
 def split_pairs(pairs: Sequence[Pair], calibration_size: int, validation_size: int) -> tuple[list[Pair], list[Pair]]:
     """Calibration and validation pairs, disjoint when there are enough."""
     pairs = list(pairs)
@@ -83,13 +95,32 @@ def split_pairs(pairs: Sequence[Pair], calibration_size: int, validation_size: i
     return calib, val
 
 
-def _variant(kind: str, format: str, precision: str, device: str, fuse: bool = False) -> str:
+QUANTIZATIONS = ("dynamic", "static")
+STATIC = ("int8-qdq", "int8-static")  # the variants calibrated on pairs
+
+
+def _variant(kind: str, format: str, precision: str, device: str, fuse: bool = False,
+             quantization: str | None = None) -> str:
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise UnsupportedModelError(f"quantization={quantization!r}: use dynamic or static")
     if fuse and kind == "seq-cls" and format == "onnx" and device == "cpu":
-        return _variant(kind, format, precision, device) + "-fused"
+        if quantization == "static" and precision == "int8":
+            raise UnsupportedModelError("fuse=true with quantization=static is not supported: use one of them")
+        return _variant(kind, format, precision, device, quantization=quantization) + "-fused"
     if precision != "int8":
+        if quantization is not None:
+            raise UnsupportedModelError(f"quantization={quantization} is an int8 setting, not one of {precision}")
         return precision
     if format == "onnx" and device == "cpu":
-        return "int8-dynamic"
+        if quantization != "static":
+            return "int8-dynamic"
+        if kind != "seq-cls":
+            raise UnsupportedModelError(
+                f"static int8 on the CPU is for sequence classifiers, not {kind} models (give it to the classifier "
+                "alone: clf.quantization=static)")
+        return "int8-static"
+    if quantization == "dynamic":
+        raise UnsupportedModelError("int8 on the GPU is static (QDQ): quantization=dynamic is for the CPU")
     if kind == "mlm":
         raise UnsupportedModelError("int8 masked LMs on the GPU are not supported (no static calibration of the "
                                     "mask positions): use fp16 on cuda, or int8 on the CPU")
@@ -129,6 +160,7 @@ def export_model(
     max_batch: int = 64,
     task: str | None = None,
     fuse: bool = False,
+    quantization: str | None = None,
 ) -> ExportResult:
     """Export ``model`` (a shipped mini-model name, a local folder or a hub id) and validate it.
 
@@ -192,20 +224,25 @@ def export_model(
             "(optionally with the TensorRT execution provider)"
         )
     fuse = bool(fuse) if not isinstance(fuse, str) else fuse.lower() in ("1", "true", "yes")
-    variant = _variant(kind, format, precision, dev, fuse)
+    variant = _variant(kind, format, precision, dev, fuse, quantization)
     if format == "tensorrt":
         require_tensorrt()  # fail fast, one line, before any work
     tol = val.tolerances_for(kind, precision, tolerances)
 
     pairs_src = "given"
+    n_calib = calibration_size if variant in STATIC else 0
     if calibration_pairs is not None:
         all_pairs = as_pairs(calibration_pairs)
         if not all_pairs:
             raise ExportError("no calibration/validation pairs were given")
+        calib, val_pairs = split_pairs(all_pairs, n_calib, validation_size)
+    elif variant == "int8-static":
+        # calibrated on the tuning slice, so that the evaluation slice stays unseen by the export
+        calib, _ = tuning_pairs(n_calib)
+        val_pairs, pairs_src = default_pairs(validation_size)
     else:
-        all_pairs, pairs_src = default_pairs(max(calibration_size if variant == "int8-qdq" else 0, validation_size)
-                                             + (validation_size if variant == "int8-qdq" else 0))
-    calib, val_pairs = split_pairs(all_pairs, calibration_size if variant == "int8-qdq" else 0, validation_size)
+        all_pairs, pairs_src = default_pairs(max(n_calib, validation_size) + (validation_size if n_calib else 0))
+        calib, val_pairs = split_pairs(all_pairs, n_calib, validation_size)
 
     fingerprint = model_fingerprint(model)
     key: dict[str, Any] = {
@@ -220,7 +257,7 @@ def export_model(
     }
     if _with_step_graphs(kind, precision, family):
         key["step_graphs"] = t5_step.STEP_GRAPHS_VERSION
-    if variant == "int8-qdq":
+    if variant in STATIC:
         key["calibration"] = {"pairs": len(calib), "sha256": _pairs_digest(calib)}
     if format == "tensorrt":  # an engine is specific to the GPU model and the TensorRT version
         import torch
@@ -369,6 +406,11 @@ def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_
         elif variant.startswith("int8-dynamic"):
             stats = {g: qz.int8_dynamic(fp32_dir / g, stage / g, fused=fuse and kind == "seq-cls") for g in graphs}
             info["quantization"] = {"scheme": "dynamic", "graphs": stats}
+        elif variant == "int8-static":
+            feeds = _calibration_feeds(fp32_dir, graphs[0], calib, max_length)
+            stats = {g: qz.int8_static_cpu(fp32_dir / g, stage / g, feeds) for g in graphs}
+            info["quantization"] = {"scheme": "static", "calibration_pairs": len(calib),
+                                    "calibration_source": "sample-tuning (held-out tuning slice)", "graphs": stats}
         else:
             feeds = _calibration_feeds(fp32_dir, graphs[0], calib, max_length)
             stats = {g: qz.int8_static_qdq(fp32_dir / g, stage / g, feeds) for g in graphs}

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.stats import rate_cell
-from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
+from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext
 
 
 @dataclass
@@ -71,8 +71,14 @@ class AccuracyProbe(Probe):
         return {"rates": {"accuracy (p, h)": rate_cell([r["correct"] for r in records])},
                 "counts": {"examples": len(records)}}
 
-    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    def headline_metrics(self) -> list[Metric]:
+        return [Metric("accuracy (p, h)", "share", "M(p, h) = gold")]
+
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return {"accuracy (p, h)": {r["id"]: float(r["correct"]) for r in records}}
+
+    def predictions(self, record: dict[str, Any]) -> dict[str, str]:
+        return {"(p, h)": record["yhat"]}
 
     def markdown(self, report: dict[str, Any]) -> str:
         a = report["accuracy"]

@@ -12,7 +12,10 @@ A **probe** (BreakNLI, word-order permutations, minimal replacements, ...) says
 - how it **summarises** its records (:meth:`Probe.summarise`) and renders them (:meth:`Probe.markdown`);
 - how its results enter a table that compares models (:meth:`Probe.comparison`) and how one record reads in the
   HTML report's example browser (:meth:`Probe.example_view`); both work from report.json and samples.jsonl
-  alone, so that any run directory can be reported on without the models or the probe's dependencies.
+  alone, so that any run directory can be reported on without the models or the probe's dependencies;
+- for parity between engines (``breaknli-fast bench --probe``): its **headline metrics** (:meth:`Probe.headline_metrics`)
+  with their per-example values (:meth:`Probe.per_example`, keyed by the record field :attr:`Probe.pair_key`), and the
+  classifier's **predictions** in a record (:meth:`Probe.predictions`), keyed by input.
 
 The study runner (:func:`breaknli_fast.study.run_study`) owns the rest: data, engines, the run directory and
 resume, chunks, progress, throughput and report files.
@@ -108,6 +111,26 @@ class StageTimes:
         return t
 
 
+METRIC_KINDS = ("share", "mean", "ratio")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A headline metric, as a comparison of two engines on the same examples pairs it.
+
+    ``kind``: ``share`` — 0/1 per example (accuracy, a break), the metric is their mean; ``mean`` — a fraction in
+    [0, 1] per example (c_i, a share of draws), the metric is their mean; ``ratio`` — (numerator, denominator) per
+    example, the metric is Σ numerator / Σ denominator (per-candidate rates, a pooled sample accuracy)."""
+
+    name: str
+    kind: str = "share"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in METRIC_KINDS:
+            raise ValueError(f"metric {self.name!r}: kind must be one of {', '.join(METRIC_KINDS)}")
+
+
 class StageCache(Protocol):
     """Where a probe keeps a stage's result between invocations (the run directory: ``stage_<name>.json``), keyed by
     a hash of the stage's inputs, so a resumed run does not compute it again."""
@@ -150,6 +173,7 @@ class Probe(ABC):
     config_class: ClassVar[type | None] = None  # the config the constructor takes (None: no options)
     roles: ClassVar[tuple[str, ...]] = ("classifier",)  # models it needs: "classifier", "generator"
     group_key: ClassVar[str] = "group"  # the record field that holds the unit's group
+    pair_key: ClassVar[str] = "id"  # the record field that pairs an example's metric values between two runs
     chunk_size: int = 16  # units per resumable chunk
     seed: int = 0
 
@@ -181,10 +205,21 @@ class Probe(ABC):
         ``{"rates": {name: {"n", "rate", "ci"}}, "counts": {name: int}}``, rates in percent."""
         return {"rates": {}, "counts": {}}
 
-    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-        """The headline metrics as per-example values (0/1 or a share), keyed by example: what a paired
-        comparison of two engines on the same examples takes (parity). A metric defined on a subset of the
-        examples (e.g. rates over evaluated examples) holds only those keys."""
+    def headline_metrics(self) -> list[Metric]:
+        """The metrics a comparison of two engines reports (``bench --probe``), in order; :meth:`per_example`
+        gives their values."""
+        return []
+
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The headline metrics as per-example values, keyed by metric name, then by the record's
+        :attr:`pair_key`: a 0/1 value (``share``), a fraction (``mean``) or a (numerator, denominator) pair
+        (``ratio``). What a paired comparison of two engines on the same examples takes (parity). A metric defined
+        on a subset of the examples (e.g. rates over evaluated examples) holds only those keys."""
+        return {}
+
+    def predictions(self, record: dict[str, Any]) -> dict[str, str]:
+        """The labels the classifier gave in one record, keyed by what was classified (e.g. ``(p, h)``, or a
+        candidate's text): two engines agree on a record when these are equal. Empty: the probe does not say."""
         return {}
 
     def console(self, report: dict[str, Any]) -> list[Any]:

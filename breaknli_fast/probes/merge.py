@@ -24,7 +24,8 @@ another word of the same kind, so that the reasoning and the gold label stay the
    every occurrence in both sentences (capitalised where the occurrence is), and a/an before a replaced word is
    fixed to agree with the new word.
 4. **Metrics**, over seed problems (problems with at least one variant), each with a 95 % CI over seed problems
-   (bootstrap; Wilson for 0/1 shares): accuracy on the seed problems; sample accuracy (correct variant
+   (Wilson for 0/1 shares; a Student-t interval over problems for ratios and means of shares, never narrower than
+   z²/(n + z²): :mod:`breaknli_fast.stats`): accuracy on the seed problems; sample accuracy (correct variant
    evaluations / all, pooled over draws); pattern accuracy PA(x) — in one draw a problem counts as correct at x
    when at least a share x of its variants is classified correctly; PA(x) is the share of problems correct at
    x, averaged over the draws — as a curve over x ∈ [0, 1]; splits by POS category and by the masked LM(s)
@@ -45,8 +46,9 @@ from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import MASK, derive_seed
 from breaknli_fast.errors import UserError, install_hint
-from breaknli_fast.stats import N_BOOT, _ci, bootstrap_indices, rate_cell
-from breaknli_fast.probes.base import Probe, StageTimes, StudyContext, option
+from breaknli_fast.stats import rate_cell
+from breaknli_fast.stats import ratio_ci as pooled_ratio_ci
+from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext, option
 from breaknli_fast.plotting import pyplot
 
 GROUP = "merge"
@@ -532,14 +534,28 @@ class MergeProbe(Probe):
         return {"rates": {k: m[k] for k in ("seed_accuracy", "sample_accuracy", "pa_0.9")},
                 "counts": {"seed_problems": len(seeds), "variants": int(m["variants"])}}
 
-    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    def headline_metrics(self) -> list[Metric]:
+        return [Metric("seed_accuracy", "share", METRIC_LABELS["seed_accuracy"]),
+                Metric("sample_accuracy", "ratio", "correct variant evaluations / all, pooled over problems"),
+                Metric("pa_0.9", "mean", "share of draws with >= 90 % of the problem's variants correct")]
+
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         seeds = [r for r in records if r.get("status") == "kept"]
-        out: dict[str, dict[str, float]] = {"seed_accuracy": {}, "sample_accuracy": {}, "pa_0.9": {}}
+        out: dict[str, dict[str, Any]] = {"seed_accuracy": {}, "sample_accuracy": {}, "pa_0.9": {}}
         for r in seeds:
             ok, n, c = _problem_draws(r, self.cfg.seeds)
             out["seed_accuracy"][r["id"]] = float(r["yhat"] == r["gold"])
-            out["sample_accuracy"][r["id"]] = float(ok.sum() / n.sum())
+            out["sample_accuracy"][r["id"]] = (float(ok.sum()), float(n.sum()))
             out["pa_0.9"][r["id"]] = float((c[n > 0] >= 0.9 - 1e-9).mean())
+        return out
+
+    def predictions(self, record: dict[str, Any]) -> dict[str, str]:
+        """M(p, h) and M of each variant, keyed by the replaced word, its replacement and its category."""
+        out = {"(p, h)": record["yhat"]} if "yhat" in record else {}
+        words = record.get("words") or []
+        for v in record.get("variants") or []:
+            if "yhat" in v and v["w"] < len(words):
+                out[f"{words[v['w']]['form']} -> {v['sub']} ({v['cat']})"] = v["yhat"]
         return out
 
     def markdown(self, report: dict[str, Any]) -> str:
@@ -660,14 +676,14 @@ def pattern_accuracy(shares: np.ndarray, x: float) -> np.ndarray:
 
 
 def ratio_ci(num: np.ndarray, den: np.ndarray) -> dict[str, Any]:
-    """A pooled rate Σ num / Σ den (percent) with a 95 % bootstrap CI that resamples problems (clusters)."""
+    """A pooled rate Σ num / Σ den (percent) with a 95 % CI over problems (clusters of variants: the ratio
+    linearised, a Student-t interval never narrower than z²/(n + z²); :func:`breaknli_fast.stats.ratio_ci`)."""
     keep = den > 0
     num, den = num[keep].astype(float), den[keep].astype(float)
     if den.size == 0:
         return {"n": 0, "rate": None, "ci": None, "variants": 0}
-    idx = bootstrap_indices(den.size, N_BOOT)
-    boot = 100 * num[idx].sum(axis=1) / den[idx].sum(axis=1)
-    return {"n": int(den.size), "rate": float(100 * num.sum() / den.sum()), "ci": _ci(boot), "variants": int(den.sum())}
+    return {"n": int(den.size), "rate": float(100 * num.sum() / den.sum()), "ci": pooled_ratio_ci(num, den),
+            "variants": int(den.sum())}
 
 
 def _metrics(seeds: Sequence[dict[str, Any]], n_draws: int, keep: Any = None, pa_curve: bool = False) -> dict[str, Any]:

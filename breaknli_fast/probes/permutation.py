@@ -9,7 +9,8 @@ is kept only when its q permutations are all distinct, for p and for h separatel
 with the reason they were dropped.
 
 c_i = share of example i's permuted pairs predicted as its gold label. Metrics over kept examples, each with a
-bootstrap 95 % CI over examples: A (accuracy on the unpermuted pairs), Ω_max (c_i > 0), Ω_rand (c_i > 1/3),
+95 % CI over examples (Wilson for a share of examples, a floored Student-t interval for a mean of c_i;
+:mod:`breaknli_fast.stats`): A (accuracy on the unpermuted pairs), Ω_max (c_i > 0), Ω_rand (c_i > 1/3),
 the Ω_x curve, P^c / P^f (mean c_i over the originally correct / wrong examples with c_i > 0; the wrong ones
 with c_i > 0 are the "flips"), the mean entropy (nats) of the predicted distribution over the permutations
 predicted correctly (originally correct / wrong), and acceptance by BLEU-2 of the permutation against its
@@ -25,11 +26,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from breaknli_fast.data.labels import LABELS
+from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import derive_seed
 from breaknli_fast.stats import rate_cell
-from breaknli_fast.probes.base import Probe, StageTimes, StudyContext, option
+from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext, option
 from breaknli_fast.plotting import pyplot
 
 GROUP = "permutation"
@@ -202,6 +203,7 @@ class PermutationProbe(Probe):
             rec["status"] = "kept"
             rec["c"] = round(float(hits.mean()), 6)
             rec["counts"] = {l2: int(sum(x == l2 for x in lab)) for l2 in LABELS}
+            rec["labels"] = "".join(SHORT[x] for x in lab)  # M of permutation j, one letter each (E / N / C)
             rec["entropy_correct_sum"] = round(float(ent[hits].sum()), 6)
             rec["n_correct"] = int(hits.sum())
             h_tok, p_tok = tokenize(rec["hypothesis"]), tokenize(rec["premise"])
@@ -272,7 +274,22 @@ class PermutationProbe(Probe):
         lines.append("")
         return "\n".join(lines)
 
-    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    def headline_metrics(self) -> list[Metric]:
+        return [Metric("A", "share", METRIC_LABELS["A"]), Metric("omega_max", "share", METRIC_LABELS["omega_max"]),
+                Metric("omega_rand", "share", METRIC_LABELS["omega_rand"]),
+                Metric("P_c", "mean", "c_i over originally correct examples with c_i > 0"),
+                Metric("P_f", "mean", "c_i over originally wrong examples with c_i > 0")]
+
+    def predictions(self, record: dict[str, Any]) -> dict[str, str]:
+        """M(p, h) and M of each permuted pair, keyed by its index j (permutation j is the same text for every
+        engine: one generator seeded by (run seed, j))."""
+        out = {"(p, h)": record["yhat"]} if "yhat" in record else {}
+        long = {v: k for k, v in SHORT.items()}
+        for j, x in enumerate(record.get("labels") or ""):
+            out[f"permutation {j}"] = long[x]
+        return out
+
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         kept = [r for r in records if r.get("status") == "kept"]
         return {"A": {r["id"]: float(r["yhat"] == r["gold"]) for r in kept},
                 "omega_max": {r["id"]: float(r["c"] > 0) for r in kept},

@@ -3,7 +3,7 @@ genre, any column of a local file.
 
 A column whose values are all 0/1 (missing values aside) is a **category**: its metrics are reported for the
 examples where it is 1 and for the complement. Any other column is **categorical**: one group per value. Each
-group gets the probe's headline rates with bootstrap 95 % CIs (:meth:`Probe.headline`) and its counts; a group
+group gets the probe's headline rates with 95 % CIs (:meth:`Probe.headline`) and its counts; a group
 with fewer than :data:`MIN_N` examples behind a rate is flagged, never dropped.
 """
 
@@ -112,8 +112,9 @@ def markdown(bd: dict[str, Any]) -> list[str]:
     if not bd:
         return []
     lines = ["## Breakdown by column", "",
-             f"Rates in % with bootstrap 95 % CIs; \"few\" marks a rate over fewer than {MIN_N} examples (shown, "
-             "not meaningful on its own).", ""]
+             f"Rates in % with 95 % CIs (Wilson for a share of examples, a Student-t interval over examples for a "
+             f"mean of shares or a ratio, never narrower than z²/(n + z²)); \"few\" marks a rate over fewer than "
+             f"{MIN_N} examples (shown, not meaningful on its own).", ""]
     for column, spec in bd.items():
         groups = spec["groups"]
         rate_keys = list(dict.fromkeys(k for g in groups for k in g["rates"]))

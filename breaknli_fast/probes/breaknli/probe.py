@@ -4,7 +4,7 @@ Units: one group per mode (contradictive, then entailed), each the examples whos
 Before the chunks, M(p, h) of every selected example (cached in the run directory); per chunk, the loop's
 steps (:func:`breaknli_fast.probes.breaknli.loop.process_chunk`): generate K, deduplicate to U, the relation
 filter to S, evaluate (p, h') and the triangle verdict. Summary: the funnel and the breakage rates with
-bootstrap CIs per mode x label and Overall.
+95 % CIs per mode x label and Overall (:mod:`breaknli_fast.probes.breaknli.metrics`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from breaknli_fast.stats import rate_cell
 from breaknli_fast.probes.breaknli.report import CONTRADICTIVE_C_NOTE, fmt_rate, to_markdown
 from breaknli_fast.probes.breaknli.verdicts import RULES, SELECTED, TARGET
 from breaknli_fast.stats import wilson_ci
-from breaknli_fast.probes.base import Probe, StageTimes, StudyContext
+from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext
 
 
 class BreakNLIProbe(Probe):
@@ -108,13 +108,38 @@ class BreakNLIProbe(Probe):
     def markdown(self, report: dict[str, Any]) -> str:
         return to_markdown(report)
 
-    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-        out: dict[str, dict[str, float]] = {"accuracy (p, h)": {}}
+    def headline_metrics(self) -> list[Metric]:
+        """Accuracy on (p, h); per mode the breakage per example (over evaluated examples) and per candidate
+        (non-compliant / evaluated candidates, pooled over examples)."""
+        out = [Metric("accuracy (p, h)", "share", "M(p, h) = gold")]
+        for mode in self.cfg.modes:
+            out += [Metric(f"{mode} inequality", "share", "an evaluated example is broken (strict)"),
+                    Metric(f"{mode} relaxed", "share", "an evaluated example is broken (relaxed)"),
+                    Metric(f"{mode} per-candidate inequality", "ratio", "non-compliant / evaluated candidates"),
+                    Metric(f"{mode} per-candidate relaxed", "ratio", "relaxed non-compliant / evaluated candidates")]
+        return out
+
+    def per_example(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {m.name: {} for m in self.headline_metrics()}
         for r in records:
             out["accuracy (p, h)"].setdefault(r["id"], float(r["yhat"] == r["gold"]))
             if r.get("status") == "evaluated":
+                v, mode = r["verdict"], r["mode"]
                 for k in ("inequality", "relaxed"):
-                    out.setdefault(f"{r['mode']} {k}", {})[r["id"]] = float(r["verdict"][k])
+                    out.setdefault(f"{mode} {k}", {})[r["id"]] = float(v[k])
+                    out.setdefault(f"{mode} per-candidate {k}", {})[r["id"]] = (float(v[f"n_{k}"]),
+                                                                               float(v["n_candidates"]))
+        return out
+
+    def predictions(self, record: dict[str, Any]) -> dict[str, str]:
+        """M(p, h), the relations of (h, h') and (h', h) that were classified, and M(p, h') of each evaluated h'."""
+        out = {"(p, h)": record["yhat"]}
+        for c, rel in zip(record.get("candidates") or [], record.get("relations") or []):
+            for key, lab in ((f"(h, {c})", rel[0]), (f"({c}, h)", rel[1] if len(rel) > 1 else None)):
+                if lab is not None:
+                    out[key] = lab
+        for c, lab in zip(record.get("evaluated") or [], record.get("predictions") or []):
+            out[f"(p, {c})"] = lab
         return out
 
     def console(self, report: dict[str, Any]) -> list[Any]:

@@ -50,7 +50,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(r) + " |")
     if "contradictive" in report["metrics"]:
         lines += ["", CONTRADICTIVE_C_NOTE]
-    lines += ["", "## Per candidate and 95 % bootstrap CIs", "",
+    lines += ["", "## Per candidate, with 95 % CIs", "",
+              "Per example: Wilson score intervals; per candidate (non-compliant candidates / evaluated candidates, "
+              "the candidates of one example counted together): a Student-t interval over examples, never narrower "
+              "than z²/(n + z²) of n examples (one example gives [0, 100]).", "",
               "| mode | ŷ | n | inequality % [CI] | relaxed % [CI] | per-candidate inequality % [CI] | per-candidate relaxed % [CI] |",
               "|---|---|---|---|---|---|---|"]
     for mode, table in report["metrics"].items():
