@@ -53,6 +53,20 @@ def test_toy_probe_runs_with_its_options(toy, tmp_path, tiny_roberta, tiny_tsv):
     assert r.exit_code == 2 and len(errors) == 1 and "--toy-repeat" in errors[0], r.output
 
 
+def test_toy_probe_runs_through_bench_with_its_options(toy, tmp_path, tiny_roberta, tiny_tsv):
+    r = runner.invoke(app, ["bench", "-h"], env={"COLUMNS": "80"})
+    assert "--toy-repeat" in r.output and "─ --probe toy" in r.output
+    out = tmp_path / "bench"
+    r = runner.invoke(app, ["bench", "--probe", "toy", "--toy-repeat", "2", "-c", tiny_roberta, "-d", str(tiny_tsv),
+                            "--limit", "6", "-e", "torch:fp32,torch:fp32:label=same", "--warmup", "0",
+                            "--min-iterations", "1", "--min-seconds", "0", "--invariance-pairs", "4", "--no-plot",
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads((out / "bench.json").read_text())
+    assert d["probe"] == "toy" and d["config"]["probe_config"]["repeat"] == 2
+    assert d["probe_identity"]["toy"] == {"repeat": 2, "swap": False, "seed": 0, "chunk_size": 8}
+
+
 def test_an_option_of_another_probe_is_refused(toy, tmp_path):
     r = runner.invoke(app, ["run", "--probe", "toy", "--q", "50", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "error: --q is an option of --probe permutation, not of --probe toy" in r.output
