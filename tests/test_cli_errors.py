@@ -357,3 +357,21 @@ def test_an_address_where_nothing_listens_fails_at_once():
         server.listen(1)
         probe_address(f"127.0.0.1:{server.getsockname()[1]}")
     probe_address("auto")  # left to Ray
+
+
+def test_auto_falling_back_to_torch_writes_the_torch_directory_only(tmp_path, tiny_t5, tiny_roberta, tiny_tsv,
+                                                                    monkeypatch):
+    """--engine auto with an export cache that cannot be written runs on torch (a note says why); the run directory
+    locked before loading (named for ort) is given up for the torch one, and nothing is left of it."""
+    pytest.importorskip("onnxruntime", reason="ONNX Runtime is not installed (the `onnx` extra)")
+    from breaknli_fast.engines import registry
+
+    if registry.resolve_engine("auto") != "ort":
+        pytest.skip("auto does not pick ort here")
+    monkeypatch.chdir(tmp_path)
+    afile = _write(tmp_path / "afile", b"x")
+    r = runner.invoke(app, ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--limit", "3", "--k", "4",
+                            "--u", "2", "--s", "1", "--max-new-tokens", "6"], env={"BREAKNLI_FAST_CACHE": str(afile / "c")})
+    assert r.exit_code == 0, r.output
+    assert "running on torch" in " ".join(r.output.split()) and "cannot write the export cache" in " ".join(r.output.split())
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny.tsv-n3-roberta-torch-fp32-s0"]
