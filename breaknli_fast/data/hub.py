@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import threading
 from urllib.parse import urlsplit
 
 from breaknli_fast.errors import UserError
@@ -43,13 +44,22 @@ def _unreachable(url: str, timeout: float) -> str | None:
         port = parts.port or (80 if parts.scheme == "http" else 443)
     except ValueError:
         return f"{url} is not a URL"
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except socket.timeout:
-        return f"no answer within {timeout:g} s"
-    except OSError as e:
-        return e.strerror or str(e) or type(e).__name__
+    answer: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                answer.append(None)
+        except socket.timeout:
+            answer.append(f"no answer within {timeout:g} s")
+        except OSError as e:
+            answer.append(e.strerror or str(e) or type(e).__name__)
+
+    # on a thread: the name lookup before the connection is not bound by the socket's timeout
+    worker = threading.Thread(target=connect, daemon=True)
+    worker.start()
+    worker.join(timeout + 0.5)
+    return answer[0] if answer else f"no answer within {timeout:g} s (the name lookup of {host} hangs)"
 
 
 def require_hub(what: str) -> None:
