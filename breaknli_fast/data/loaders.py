@@ -414,8 +414,8 @@ def load_hub(name: str, split: str | None = None, limit: int | None = None) -> L
     require_hub(f"the dataset {repo}")  # no network: one line now, not half a minute of retries later
     try:
         import datasets
-    except ImportError:  # pragma: no cover - datasets is a core dependency
-        raise DataError("loading hub datasets needs the `datasets` package") from None
+    except ImportError:  # the hub extra
+        raise DataError(f"loading the hub dataset {base} needs the datasets package: pip install 'breaknli-fast[hub]'") from None
     stats = SkipStats()
     examples: list[Example] = []
     offset = 0

@@ -35,6 +35,19 @@ STEP_FILES = (STEP_ENCODER, STEP_DECODER)
 INSTALL_ONNX = "pip install 'breaknli-fast[onnx]'"
 INSTALL_GPU = "pip install 'breaknli-fast[gpu]' (onnxruntime-gpu) on a machine with a CUDA GPU"
 
+def optimum_missing() -> str:
+    """What to install for optimum's ONNX Runtime models and exporters (Flan-T5 on the ort engine), and why it may
+    not be installable here: optimum-onnx's releases (0.1.0 the latest) need transformers < 4.58."""
+    try:
+        import transformers
+
+        have = f"this environment has transformers {transformers.__version__}"
+    except ImportError:  # pragma: no cover
+        have = "transformers is missing"
+    return (f"optimum-onnx: pip install 'breaknli-fast[optimum]' (its releases need transformers < 4.58; {have}; "
+            "with transformers 5 run text-to-text models on --engine torch)")
+
+
 PROVIDER_NAMES = {
     "cpu": "CPUExecutionProvider",
     "cuda": "CUDAExecutionProvider",
@@ -46,7 +59,7 @@ def import_ort() -> Any:
     try:
         import onnxruntime as ort
     except ImportError:
-        raise EngineUnavailable(f"the ort engine needs onnxruntime and optimum: {INSTALL_ONNX}") from None
+        raise EngineUnavailable(f"the ort engine needs onnxruntime: {INSTALL_ONNX}") from None
     ort.set_default_logger_severity(3)  # errors only: the CPU provider warns about every unfused fp16 node
     return ort
 
@@ -130,7 +143,10 @@ def providers_for(device: str, provider: str | None = None, trt_cache_dir: str |
         raise EngineUnavailable(
             f"--device cuda needs onnxruntime-gpu (this onnxruntime has only {', '.join(available)}): {INSTALL_GPU}"
         )
-    cuda = ("CUDAExecutionProvider", {"device_id": index})
+    # TF32 (on by default in the CUDA provider) rounds the inputs of fp32 matrix products to 10-bit mantissas: fp32
+    # graphs would miss the fp32 validation tolerances against torch, which runs true fp32 matmuls by default; off
+    # for every graph (fp16 graphs' products are fp16 anyway)
+    cuda = ("CUDAExecutionProvider", {"device_id": index, "use_tf32": 0})
     if provider == "tensorrt":
         if "TensorrtExecutionProvider" not in available:
             raise EngineUnavailable(
@@ -179,7 +195,7 @@ def load_ort_seq2seq(folder: str | Path, device: str = "cpu", provider: str | No
     try:
         from optimum.onnxruntime import ORTModelForSeq2SeqLM
     except ImportError:
-        raise EngineUnavailable(f"the ort engine needs optimum[onnxruntime]: {INSTALL_ONNX}") from None
+        raise EngineUnavailable(f"the ort engine runs text-to-text models through {optimum_missing()}") from None
     providers = providers_for(device, provider)
     so, details = session_options(threads, optimization, spin=False)
     names = [p[0] if isinstance(p, tuple) else p for p in providers]

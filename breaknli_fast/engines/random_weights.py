@@ -44,6 +44,8 @@ def train_bpe_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None,
     from tokenizers import ByteLevelBPETokenizer
     from transformers import RobertaTokenizerFast
 
+    from breaknli_fast.engines.compat import load_bpe_tokenizer
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     bpe = ByteLevelBPETokenizer()
@@ -51,7 +53,8 @@ def train_bpe_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None,
                             special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], show_progress=False)
     with tempfile.TemporaryDirectory() as tmp:
         bpe.save_model(tmp)
-        tok = RobertaTokenizerFast(vocab_file=f"{tmp}/vocab.json", merges_file=f"{tmp}/merges.txt", model_max_length=512)
+        # through from_pretrained: transformers 5.x ignores vocab_file / merges_file given to the constructor
+        tok = load_bpe_tokenizer(tmp, model_max_length=512)
         tok.save_pretrained(out_dir)
     return RobertaTokenizerFast.from_pretrained(out_dir)
 
@@ -73,7 +76,10 @@ def train_spm_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None,
             minloglevel=2,
         )
     (out_dir / "spiece.vocab").unlink(missing_ok=True)
-    tok = T5TokenizerFast.from_pretrained(out_dir, extra_ids=0, legacy=False)
+    # legacy=True: a word-boundary marker before every piece that follows a space or an added token, as the shipped
+    # mini-t5's tokenizer does; transformers 5.x's T5 tokenizer always works that way (it sets its own pre-tokenizer
+    # at load), 4.57's reads it from the file: both then give the same ids
+    tok = T5TokenizerFast.from_pretrained(out_dir, extra_ids=0, legacy=True)
     tok.save_pretrained(out_dir)
     return T5TokenizerFast.from_pretrained(out_dir)
 

@@ -8,10 +8,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from transformers import AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
 from breaknli_fast.engines.batching import BatchedClassifier, BatchedMaskFiller, pad_tokens, pad_values, split_threads
+from breaknli_fast.engines.compat import load_seq2seq
 from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import MaskedLogProbs, Seq2SeqNLIMixin, masked_lm_inputs, use_torch_threads
@@ -132,7 +133,7 @@ class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifi
         self.device = _check_device(device)
         path = resolve_model(model)
         self.tokenizer = load_tokenizer(path)
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=_dtype(precision))
+        self.model = load_seq2seq(path, _dtype(precision))
         self.model.to(self.device).eval()
         self.template = NLI_PROMPTS[prompt]
         self.method = method
@@ -188,7 +189,7 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
         raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
     path = resolve_model(model)
     tok = load_tokenizer(path)
-    m = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=_dtype(precision)).to(device).eval()
+    m = load_seq2seq(path, _dtype(precision), config).to(device).eval()
     info = EngineInfo("torch", "generator", model, precision, device, {"workers": workers, "torch_threads": intra})
     return HFGenerator(m, tok, info, device=device, torch_threads=intra, workers=workers,
                        max_input_length=o.max_input_length, prompt_batch=o.prompt_batch)

@@ -364,7 +364,7 @@ def _calibration_feeds(folder: Path, graph: str, pairs: Sequence[Pair], max_leng
 def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_dir: Path, stage: Path,
            calib: Sequence[Pair], val_pairs: Sequence[Pair], device: str, max_length: int, max_batch: int,
            say: Any, fuse: bool = False) -> dict[str, Any]:
-    ox.require_export_libs()
+    ox.require_export_libs(kind)
     t0 = time.perf_counter()
     direct = precision == "fp32"
     out = stage if direct else fp32_dir

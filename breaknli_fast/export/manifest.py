@@ -60,10 +60,15 @@ def export_dir_for(model: str, resolved: str, format: str, precision: str, varia
 def library_versions() -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
+    from breaknli_fast.envinfo import onnxruntime_distribution
+
     out: dict[str, str | None] = {}
     for name in LIBRARIES:
-        cands = ("onnxruntime", "onnxruntime-gpu") if name == "onnxruntime" else (
-            ("tensorrt", "tensorrt-cu12", "tensorrt-cu13") if name == "tensorrt" else (name,))
+        if name == "onnxruntime":  # the build that runs (onnxruntime-gpu when it is installed over the CPU package)
+            dist = onnxruntime_distribution()
+            out[name] = f"{dist[1]} ({dist[0]})" if dist and dist[0] != "onnxruntime" else (dist[1] if dist else None)
+            continue
+        cands = ("tensorrt", "tensorrt-cu12", "tensorrt-cu13") if name == "tensorrt" else (name,)
         out[name] = None
         for c in cands:
             try:

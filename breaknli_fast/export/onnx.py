@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from breaknli_fast.engines.model_info import input_limit
-from breaknli_fast.engines.ort_runtime import INSTALL_ONNX
+from breaknli_fast.engines.ort_runtime import INSTALL_ONNX, optimum_missing
 from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.export.errors import ExportError, UnsupportedModelError, first_line
 
@@ -46,17 +46,23 @@ SEQ2SEQ_FAMILIES = ("t5", "mt5", "umt5")
 INLINE_LIMIT = 1_800_000_000
 
 
-def require_export_libs() -> None:
-    """onnx, onnxruntime and optimum's exporters are installed (optional: imported on use), or a one-line
-    :class:`EngineUnavailable`."""
+def require_export_libs(kind: str | None = None) -> None:
+    """onnx and onnxruntime are installed, and for a text-to-text model (``kind="seq2seq"``) optimum's exporters
+    too (all optional: imported on use), or a one-line :class:`EngineUnavailable`. Classifiers and masked LMs
+    export with torch alone."""
     missing = []
-    for mod in ("onnx", "onnxruntime", "optimum.exporters.onnx"):
+    for mod in ("onnx", "onnxruntime"):
         try:
             __import__(mod)
         except ImportError:
-            missing.append(mod.split(".")[0])
+            missing.append(mod)
     if missing:
-        raise EngineUnavailable(f"ONNX export needs {', '.join(sorted(set(missing)))}: {INSTALL_ONNX}")
+        raise EngineUnavailable(f"ONNX export needs {', '.join(missing)}: {INSTALL_ONNX}")
+    if kind == "seq2seq":
+        try:
+            __import__("optimum.exporters.onnx")
+        except ImportError:
+            raise EngineUnavailable(f"exporting a text-to-text model (Flan-T5) to ONNX needs {optimum_missing()}") from None
 
 
 @contextlib.contextmanager
@@ -311,7 +317,7 @@ def export_seq2seq(src_path: str, out_dir: Path, opset: int | None = None) -> di
     """Export a T5-style text-to-text model (encoder + decoder + decoder-with-past, fp32) with optimum."""
     from transformers import AutoConfig
 
-    require_export_libs()
+    require_export_libs("seq2seq")
     from optimum.exporters.onnx import main_export
 
     family = AutoConfig.from_pretrained(src_path).model_type

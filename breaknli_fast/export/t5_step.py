@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 # the file names are the runtime's (the ort engine's stepper opens them)
+from breaknli_fast.engines.compat import load_seq2seq, t5_scales_output
 from breaknli_fast.engines.ort_runtime import STEP_DECODER, STEP_ENCODER, STEP_FILES  # noqa: F401
 from breaknli_fast.export.errors import ExportError, first_line
 from breaknli_fast.export.onnx import graph_io, quiet, save_onnx
@@ -78,7 +79,7 @@ def _modules() -> tuple[Any, Any]:
             super().__init__()
             self.m = model
             self.heads, self.d_kv, self.k = model.config.num_heads, model.config.d_kv, k
-            self.tied = bool(model.config.tie_word_embeddings)
+            self.tied = t5_scales_output(model.config)  # T5 v1.0 scales before its tied output layer
             self.scale = model.config.d_model ** -0.5
 
         def forward(self, input_ids: Any, cross_bias: Any, *kv: Any) -> Any:
@@ -125,9 +126,8 @@ def export_step_graphs(src_path: str, out_dir: Path) -> dict[str, Any]:
     """Write :data:`STEP_FILES` (fp32) for the T5-family model at ``src_path`` into ``out_dir``."""
     import onnx
     import torch
-    from transformers import AutoModelForSeq2SeqLM
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(src_path, dtype=torch.float32).eval()
+    model = load_seq2seq(src_path, torch.float32).eval()
     cfg = model.config
     n_layers, heads, d_kv = len(model.decoder.block), cfg.num_heads, cfg.d_kv
     nm = names(n_layers)

@@ -34,6 +34,7 @@ import numpy as np
 
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import MASK, ClassifierBase
+from breaknli_fast.engines.compat import load_seq2seq
 from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, input_limit,
                                           label_permutation)
 from breaknli_fast.engines.ort_runtime import (STEP_FILES, OrtSeq2SeqStepper, SessionMaskFiller, classifier_feeds,
@@ -185,14 +186,20 @@ def _token_agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, int
     return (100.0 * same / total if total else 100.0), identical
 
 
+def _on(enc: Mapping[str, Any], model: Any) -> dict[str, Any]:
+    """The tensors of ``enc`` on ``model``'s device: optimum's model on CUDA with IO binding takes every input's
+    data pointer as device memory, so host tensors fed to it would be read as GPU addresses."""
+    return {k: v.to(model.device) for k, v in enc.items()}
+
+
 def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: str = "cpu",
                      provider: str | None = None, max_length: int = 256) -> dict[str, Any]:
     """Figures of an exported text-to-text model against the PyTorch fp32 model (CPU)."""
     import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(folder))
-    ref_model = AutoModelForSeq2SeqLM.from_pretrained(src_path, dtype=torch.float32).eval()
+    ref_model = load_seq2seq(src_path, torch.float32).eval()
     ort_model, details = load_ort_seq2seq(folder, device=device, provider=provider)
     max_length = min(max_length, input_limit(ref_model.config, tok)[0])  # as the engines cap their prompts
     try:
@@ -209,7 +216,8 @@ def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: 
                       max_length=max_length, return_tensors="pt")
             dec = torch.full((len(chunk), 1), start, dtype=torch.long)
             refs.append(ref_model(**enc, decoder_input_ids=dec).logits[:, 0, :].float().numpy())
-            outs.append(ort_model(**enc, decoder_input_ids=dec).logits[:, 0, :].float().cpu().numpy())
+            outs.append(ort_model(**_on(enc, ort_model), decoder_input_ids=dec.to(ort_model.device))
+                        .logits[:, 0, :].float().cpu().numpy())
     ref = np.concatenate(refs)
     out = np.concatenate(outs)
     figs = _logit_figures(ref, out)
@@ -226,7 +234,7 @@ def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: 
         for prompt in prompts:
             enc = tok([prompt], return_tensors="pt", truncation=True, max_length=max_length)
             r = ref_model.generate(**enc, **kw)
-            o = ort_model.generate(**enc, **kw)
+            o = ort_model.generate(**_on(enc, ort_model), **kw)
             ref_rows.append([int(t) for t in r.sequences[0, 1:] if int(t) != pad])
             out_rows.append([int(t) for t in o.sequences[0, 1:].cpu() if int(t) != pad])
             # -inf is a legitimate mask from a logits processor; NaN and +inf are overflow

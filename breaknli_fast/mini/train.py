@@ -640,7 +640,9 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
 
     ``init="t5"`` continues from the saved ``mini-t5`` (a further round with a fresh schedule and its own task
     mix, e.g. more NLI: ``nli_fraction=1.0, gen_fraction=0.25``); rounds are recorded in ``train_info.json``."""
-    from transformers import T5Config, T5ForConditionalGeneration, T5TokenizerFast
+    from transformers import T5ForConditionalGeneration, T5TokenizerFast
+
+    from breaknli_fast.engines.compat import new_untied_t5
 
     cfg = {**DEFAULTS["t5"], **{k: v for k, v in hp.items() if v is not None}}
     out = Path(out_dir) / "mini-t5"
@@ -664,18 +666,18 @@ def train_t5(split: SnliSplit, out_dir: str | Path, tok: Any | None = None, seed
         counts[t] += 1
     src = tok([x for _, x, _ in examples], truncation=True, max_length=cfg["max_input"])["input_ids"]
     tgt = tok([y for _, _, y in examples], truncation=True, max_length=cfg["max_target"])["input_ids"]
-    config = T5Config(
+    config = dict(  # T5 v1.1: an untied output layer (new_untied_t5: on transformers 5.x too)
         vocab_size=len(tok), d_model=cfg["d_model"], d_kv=cfg["d_kv"], d_ff=cfg["d_ff"],
         num_layers=cfg["enc_layers"], num_decoder_layers=cfg["dec_layers"], num_heads=cfg["heads"],
         relative_attention_num_buckets=32, relative_attention_max_distance=128, dropout_rate=cfg["dropout"],
-        feed_forward_proj="gated-gelu", tie_word_embeddings=False, is_encoder_decoder=True,
+        feed_forward_proj="gated-gelu", is_encoder_decoder=True,
         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.pad_token_id,
         layer_norm_epsilon=1e-6, initializer_factor=1.0,
     )
     if init == "t5":
         model = T5ForConditionalGeneration.from_pretrained(out, dtype=torch.float32)
     else:
-        model = T5ForConditionalGeneration(config)
+        model = new_untied_t5(**config)
         # untied output layer: start with logits of unit scale (HF initialises it with std 1.0, loss ~40 at step 0)
         torch.nn.init.normal_(model.lm_head.weight, std=cfg["d_model"] ** -0.5)
     model.generation_config.decoder_start_token_id = tok.pad_token_id

@@ -34,6 +34,7 @@ class EngineConfig:
     device: str = "cpu"
     threads: int | None = None  # CPU threads in all (engines split them into workers)
     workers: int | str | None = None  # CPU batches side by side: a number or "auto"
+    gen_batch: int | None = None  # prompts per generator batch (None: the engine's default for the device)
     # classifier options
     label_map: dict[str, str] | None = None
     max_length: int = 256
@@ -88,6 +89,8 @@ class EngineConfig:
             own = {"label_map": self.label_map, **batching, "prompt": self.nli_prompt, "method": self.nli_method}
         elif role == MASK_FILLER:
             own = batching
+        elif role == GENERATOR:
+            own = {"prompt_batch": self.gen_batch} if self.gen_batch else {}
         else:
             own = {}
         return {**own, **common, **(registry.role_options(name, role, self.extra) if self.extra else {})}

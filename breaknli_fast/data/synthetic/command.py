@@ -21,19 +21,24 @@ PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress 
 
 def _write(name: str, rows: Iterator[dict[str, Any]], n: int, out: Path, progress: bool) -> None:
     from breaknli_fast.console import console, literal, make_progress
+    from breaknli_fast.data.synthetic import shortcut
     from breaknli_fast.data.synthetic.common import check_out, write_jsonl
 
     check_out(out)
     start = time.perf_counter()
+    tee = shortcut.Tee(rows)
     if progress:
         with make_progress() as bar:
             task = bar.add_task(name, total=n)
-            counts = write_jsonl(rows, out, advance=lambda k: bar.advance(task, k))
+            counts = write_jsonl(tee, out, advance=lambda k: bar.advance(task, k))
     else:
-        counts = write_jsonl(rows, out)
+        counts = write_jsonl(tee, out)
     secs = time.perf_counter() - start
     labels = ", ".join(f"{lab} {c}" for lab, c in counts.items())
     console.print(f"wrote {n} {name} pairs to {literal(out)} in {secs:.1f} s ({n / max(secs, 1e-9):,.0f} pairs/s): {labels}")
+    res = shortcut.hypothesis_only(tee.kept)
+    style = "" if res["within"] is not False else "[bold yellow]warning:[/] "
+    console.print(style + literal(shortcut.describe(res)))
 
 
 def _check_n(n: int) -> None:
@@ -53,7 +58,8 @@ def aenli(
     negation: float = typer.Option(0.5, "--negation", help="Chance of 'not' in each clause."),
     passive: float = typer.Option(0.5, "--passive", help="Chance of the passive voice in each clause."),
     adverb: float = typer.Option(0.5, "--adverb", help="Chance of the triple's adverb in each clause."),
-    balanced: bool = typer.Option(True, "--balanced/--natural", help="Equal label counts, or the draw's own label distribution."),
+    balanced: bool = typer.Option(True, "--balanced/--natural", help="Equal label counts, each hypothesis skeleton (connectives, determiners, negation, voice, adverb) once per label; or premise and hypothesis drawn independently, with the draw's own label distribution."),
+    the: str = typer.Option("unique", "--the", help="Reading of 'the': unique (a noun with 'the' in the pair denotes one individual: the poster's reading, 'A man happily did not kick the ball.' entails 'The ball was not kicked by the man.') or fixed (one fixed individual of a set that may hold others)."),
     vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="A vocabulary JSON of the shipped file's shape (default: the shipped 100 agents, 100 things, 100 verbs, 50 adverbs)."),
     progress: bool = PROGRESS,
 ) -> None:
@@ -64,7 +70,8 @@ def aenli(
     with user_errors():
         _check_n(n)
         cfg = gen.AenliConfig(compound=compound, other_vocab=other_vocab, negation=negation, passive=passive,
-                              adverb=adverb, balanced=balanced, vocabulary=str(vocabulary) if vocabulary else None)
+                              adverb=adverb, balanced=balanced, vocabulary=str(vocabulary) if vocabulary else None,
+                              the=the)
         gen.load_vocabulary(cfg.vocabulary)  # a bad vocabulary is one line before anything is written
         _write("aenli", gen.generate(n, seed, cfg), n, out, progress)
 
@@ -77,16 +84,17 @@ def kinship(
     min_k: int = typer.Option(2, "--min-k", help="Shortest chain (facts in the story)."),
     max_k: int = typer.Option(6, "--max-k", help="Longest chain (at most 10)."),
     shuffle: float = typer.Option(0.5, "--shuffle", help="Chance that a story's facts are out of chain order."),
-    neutral_words: float = typer.Option(0.25, "--neutral-words", help="Chance that a fact uses a word without gender (parent, child, spouse, sibling)."),
+    neutral_words: float = typer.Option(0.25, "--neutral-words", help="Chance that a fact, or a hypothesis, uses a word without gender (parent, child, spouse, sibling, grandparent, ...)."),
     inverse_facts: float = typer.Option(0.3, "--inverse-facts", help="Chance that a fact is stated backwards ('A is B's son' for 'B is A's parent')."),
+    outside: float = typer.Option(0.3, "--outside", help="Chance that a story also states a fact about two people outside the chain (a hypothesis about one of them is neutral, or a contradiction where a fact gives that person the other gender)."),
     progress: bool = PROGRESS,
 ) -> None:
-    """Kinship chains: labels through the relation composition table (balanced)."""
+    """Kinship chains: labels through the relation composition table (balanced; each hypothesis word once per label)."""
     from breaknli_fast.console import user_errors
     from breaknli_fast.data.synthetic import kinship as gen
 
     with user_errors():
         _check_n(n)
         cfg = gen.KinshipConfig(min_k=min_k, max_k=max_k, shuffle=shuffle, neutral_words=neutral_words,
-                                inverse_facts=inverse_facts)
+                                inverse_facts=inverse_facts, outside=outside)
         _write("kinship", gen.generate(n, seed, cfg), n, out, progress)

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.errors import UserError
 
-GENERATOR_VERSION = "1"  # bump when a generator's output for a given seed changes
+GENERATOR_VERSION = "2"  # bump when a generator's output for a given seed changes
 
 
 class SyntheticError(UserError, ValueError):

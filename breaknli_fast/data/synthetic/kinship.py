@@ -1,19 +1,27 @@
 """Kinship chains (``kinship``, after CLUTRR): a story of k kinship facts linking x0 to xk through a random
-family, and a hypothesis about x0 and xk whose label follows from the facts by the composition table of
+family, and a hypothesis whose label follows from the facts by the composition table of
 ``assets/synthetic/kinship_relations.json``.
 
 The family grows along a random walk of base relations (parent, child, spouse, sibling) in which every prefix
 composes to a relation of the table; it holds the chain's people and the co-parents and spouses they need
 (every child has two parents who are each other's only spouse). A fact states one step, forwards (``B is A's
 father``) or backwards (``A is B's son``), with a gendered word or a neutral one (``parent``); names are given
-names of both genders, so a person's gender is known only where a fact's word states it.
+names of both genders, so a person's gender is known only where a fact's word states it. With probability
+``outside`` the story also states one fact about two people outside the chain (``Quinn is Robin's sister``).
 
-Labels (:func:`label_of`), with T the relation the facts compose to:
+Labels (:func:`label_of`), with T the relation the facts compose to between the hypothesis's two people:
 
 - entailment: the hypothesis states T, with a word of the stated gender or a neutral word;
 - contradiction: a word of T for the other gender than the stated one, or a relation whose generation offset
-  differs from T's (the reversed relation, a grandparent for a parent, ...);
-- neutral: T with a gendered word where the facts state no gender for that person.
+  differs from T's (the reversed relation, a grandparent for a parent, ...), or — for a person outside the
+  chain — a word for the other gender than the one a fact states;
+- neutral: T with a gendered word where the facts state no gender for that person, or a relation between a
+  chain person and a person outside the chain that the facts leave open (one of the relations a person can
+  have any number of: a sibling, a child, a cousin, an uncle, ...).
+
+No surface form of the hypothesis tells the label: the k-th pair of every label shares one hypothesis
+*skeleton* (chain length, relation word, sentence template, whether the story has an outside pair), drawn
+before the label is known, and the story is then built for that word and label.
 
 A relation other than T at the same generation (a cousin for a sibling) is never a hypothesis: only
 assumptions about marriages between relatives, which the corpus does not make, would exclude it. Neutral
@@ -24,340 +32,271 @@ gender, which the logic (no assumption on couples) leaves open.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterator
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, NEUTRAL
-from breaknli_fast.data.synthetic.common import SyntheticError, asset_path, check_rate, label_schedule, load_json
-
-NAME = "kinship"
-GENDERS = ("male", "female")
-OTHER = {"male": "female", "female": "male"}
-MAX_K = 10
-MAX_TRIES = 1000
+from breaknli_fast.data.synthetic.common import SyntheticError, label_schedule
+from breaknli_fast.data.synthetic.family import (Fact, Family, GENDERS, KinshipConfig, MAX_TRIES, NAME, OTHER,
+                                                OUTSIDE_BASE, RelType, Relations, Story, _facts, _order, _walk,
+                                                compose_path, implied_genders, label_of, load_names, load_relations,
+                                                many, reachable, realise, stated_genders, walk_to)
 
 
 @dataclass(frozen=True)
-class RelType:
-    id: str
-    offset: int
-    inverse: str
-    male: str
-    female: str
-    neutral: str | None
+class Skeleton:
+    """What the k-th pairs of all three labels share: the chain length, the hypothesis's relation word and
+    sentence template, and whether the story states a fact about two people outside the chain."""
 
-    def word(self, gender: str | None) -> str | None:
-        return self.neutral if gender is None else getattr(self, gender)
-
-    @property
-    def gendered(self) -> bool:
-        return self.male != self.female
-
-
-@dataclass(frozen=True)
-class Relations:
-    base: tuple[str, ...]
-    types: dict[str, RelType]
-    compose: dict[str, dict[str, str]]
-    words: dict[str, tuple[str, str | None]]  # word -> (type, gender of the person it names; None: any)
-
-
-def relations_path():
-    return asset_path("kinship_relations.json")
-
-
-@lru_cache(maxsize=1)
-def load_relations() -> Relations:
-    data = load_json(relations_path())
-    types = {tid: RelType(tid, t["offset"], t["inverse"], t["male"], t["female"], t["neutral"])
-             for tid, t in data["types"].items()}
-    words: dict[str, tuple[str, str | None]] = {}
-    for t in types.values():
-        for g in ("male", "female", None):
-            w = t.word(g)
-            if w is not None:
-                words[w] = (t.id, g if t.gendered else None)
-    return Relations(tuple(data["base"]), types, {k: dict(v) for k, v in data["compose"].items()}, words)
-
-
-@lru_cache(maxsize=1)
-def load_names() -> tuple[str, ...]:
-    return tuple(load_json(asset_path("kinship_names.json"))["names"])
-
-
-@dataclass(frozen=True)
-class KinshipConfig:
-    """Chain lengths ``min_k``..``max_k`` (uniform); per story the chance of a shuffled fact order; per fact the
-    chances of a neutral word and of the backwards direction."""
-
-    min_k: int = 2
-    max_k: int = 6
-    shuffle: float = 0.5
-    neutral_words: float = 0.25
-    inverse_facts: float = 0.3
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_k <= self.max_k <= MAX_K:
-            raise SyntheticError(f"chain lengths need 1 <= --min-k <= --max-k <= {MAX_K} "
-                                 f"(got {self.min_k} and {self.max_k})")
-        for name in ("shuffle", "neutral_words", "inverse_facts"):
-            check_rate(name.replace("_", "-"), getattr(self, name))
-
-
-# -- families ---------------------------------------------------------------------------------
-
-@dataclass
-class Family:
-    """People (by index) with a gender, two parents or none, at most one spouse, and children."""
-
-    gender: list[str] = field(default_factory=list)
-    parents: list[tuple[int, ...]] = field(default_factory=list)
-    spouse: list[int | None] = field(default_factory=list)
-    children: list[list[int]] = field(default_factory=list)
-
-    def add(self, gender: str) -> int:
-        self.gender.append(gender)
-        self.parents.append(())
-        self.spouse.append(None)
-        self.children.append([])
-        return len(self.gender) - 1
-
-    def ensure_spouse(self, x: int) -> int:
-        s = self.spouse[x]
-        if s is None:
-            s = self.add(OTHER[self.gender[x]])
-            self.spouse[x], self.spouse[s] = s, x
-        return s
-
-    def ensure_parents(self, x: int) -> tuple[int, ...]:
-        if not self.parents[x]:
-            f = self.add("male")
-            m = self.ensure_spouse(f)
-            self.parents[x] = (f, m)
-            self.children[f].append(x)
-            self.children[m].append(x)
-        return self.parents[x]
-
-    def new_child(self, a: int, b: int, gender: str) -> int:
-        c = self.add(gender)
-        self.parents[c] = (a, b)
-        self.children[a].append(c)
-        self.children[b].append(c)
-        return c
-
-    def step(self, x: int, b: str, rng: random.Random, taken: set[int]) -> int | None:
-        """A person who is x's ``b`` and not in ``taken`` (created where needed); None where there is none."""
-        if b == "parent":
-            free = [p for p in self.ensure_parents(x) if p not in taken]
-            return free[int(rng.random() * len(free))] if free else None
-        if b == "child":
-            return self.new_child(x, self.ensure_spouse(x), GENDERS[int(rng.random() * 2)])
-        if b == "spouse":
-            s = self.ensure_spouse(x)
-            return None if s in taken else s
-        ps = self.ensure_parents(x)  # sibling
-        return self.new_child(ps[0], ps[1], GENDERS[int(rng.random() * 2)])
-
-    def copy(self) -> Family:
-        return Family(list(self.gender), list(self.parents), list(self.spouse), [list(c) for c in self.children])
-
-
-# -- stories ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fact:
-    """``holder`` is ``of``'s ``word`` (chain positions 0..k); ``rel``: the word's relation type."""
-
-    holder: int
-    of: int
-    rel: str
-    word: str
-    template: int = 0
-
-
-@dataclass
-class Story:
     k: int
-    people: list[int]  # family index of chain position i
-    steps: list[str]  # base relation of step i: position i+1 is position i's steps[i]
-    target: str  # who position k is to position 0
-    facts: list[Fact]  # in story order
-    order: str  # chain or shuffled
-    family: Family
-    names: list[str]
+    word: str
+    template: int
+    outside: bool
 
 
-def compose_path(rel: Relations, steps: list[str]) -> str | None:
-    """The relation a chain of base steps composes to; None where the table leaves a step open."""
-    t = steps[0]
-    for b in steps[1:]:
-        t = rel.compose.get(t, {}).get(b)
-        if t is None:
-            return None
-    return t
+KINDS = {ENTAILMENT: ("stated_relation", "gender_neutral_word"),
+         CONTRADICTION: ("gender_conflict", "reversed_relation", "generation_conflict", "outside_gender_conflict"),
+         NEUTRAL: ("gender_unstated", "unrelated_person")}
 
 
-def _walk(rng: random.Random, rel: Relations, k: int) -> tuple[Family, list[int], list[str], str]:
-    while True:
-        fam = Family()
-        people = [fam.add(GENDERS[int(rng.random() * 2)])]
-        steps: list[str] = []
-        t: str | None = None
-        for _ in range(k):
-            options = list(rel.base) if t is None else [b for b in rel.base if b in rel.compose.get(t, {})]
-            if steps and steps[-1] == "spouse":  # a spouse's spouse is the person before
-                options = [b for b in options if b != "spouse"]
-            if not options:
-                break
-            b = options[int(rng.random() * len(options))]
-            nxt = fam.step(people[-1], b, rng, set(people))
-            if nxt is None:
-                break
-            people.append(nxt)
-            steps.append(b)
-            t = b if t is None else rel.compose[t][b]
-        if len(steps) == k and t is not None:
-            return fam, people, steps, t
+def _conflicting(rel: Relations, t: RelType) -> list[str]:
+    """Types whose generation offset differs from ``t``'s by 1 or 2 (the inverse aside)."""
+    return [u.id for u in rel.types.values() if u.id != t.inverse and 1 <= abs(u.offset - t.offset) <= 2]
 
 
-def make_story(rng: random.Random, rel: Relations, cfg: KinshipConfig, k: int) -> Story:
-    fam, people, steps, target = _walk(rng, rel, k)
+def kinds(rel: Relations, sk: Skeleton, label: str) -> list[str]:
+    """The kinds of pair of ``label`` that can be built on the skeleton."""
+    tid, g = rel.words[sk.word]
+    t = rel.types[tid]
+    inv = rel.types[t.inverse]
+    on_chain = reachable(rel, sk.k, t.id) or reachable(rel, sk.k, inv.id)  # forwards or backwards
+    outside = sk.outside and (many(t) or many(inv))
+    out = []
+    for kind in KINDS[label]:
+        ok = {"stated_relation": on_chain and (g is not None or not t.gendered),
+              "gender_neutral_word": on_chain and g is None and t.gendered,
+              "gender_conflict": on_chain and g is not None,
+              "reversed_relation": t.offset != 0 and on_chain,
+              "generation_conflict": any(reachable(rel, sk.k, u) for u in _conflicting(rel, t)),
+              "outside_gender_conflict": outside and g is not None,
+              # one spouse fact states one spouse's gender and so lets a reader infer the other's
+              "gender_unstated": on_chain and g is not None and not (sk.k == 1 and t.id == "spouse"),
+              "unrelated_person": outside}[kind]
+        if ok:
+            out.append(kind)
+    return out
+
+
+def skeleton(rng: random.Random, rel: Relations, cfg: KinshipConfig) -> Skeleton:
+    """A skeleton on which all three labels can be built: the relation of a natural walk (either way round),
+    its neutral word with the ``neutral_words`` rate where it has one, else a gendered word at random."""
     r = rng.random
-    facts = []
-    for i, b in enumerate(steps):
-        holder, of, tid = (i, i + 1, rel.types[b].inverse) if r() < cfg.inverse_facts else (i + 1, i, b)
-        gender = None if r() < cfg.neutral_words else fam.gender[people[holder]]
-        facts.append(Fact(holder, of, tid, rel.types[tid].word(gender), int(r() * 2)))
-    order = "chain"
-    if k > 1 and r() < cfg.shuffle:
-        order = "shuffled"
-        idx = list(range(k))
-        while idx == sorted(idx):
-            rng.shuffle(idx)
-        facts = [facts[i] for i in idx]
-    names = rng.sample(load_names(), k + 1)
-    return Story(k, people, steps, target, facts, order, fam, names)
+    for _ in range(MAX_TRIES):
+        k = cfg.min_k + int(r() * (cfg.max_k - cfg.min_k + 1))
+        t = rel.types[_walk(rng, rel, k)[3]]
+        if r() < 0.5:
+            t = rel.types[t.inverse]
+        if t.gendered and t.neutral is not None and r() < cfg.neutral_words:
+            word = t.neutral
+        else:
+            word = t.word(GENDERS[int(r() * 2)]) if t.gendered else t.male
+        sk = Skeleton(k, word, int(r() * 2), r() < cfg.outside)
+        if all(kinds(rel, sk, lab) for lab in KINDS):
+            return sk
+    raise SyntheticError(f"no kinship hypothesis in {MAX_TRIES} draws allows all three labels with these rates")
 
 
-def stated_genders(rel: Relations, facts: list[Fact]) -> dict[int, str]:
-    """The people whose gender a fact's word states."""
-    out = {}
-    for f in facts:
-        g = rel.words[f.word][1]
-        if g is not None:
-            out[f.holder] = g
-    return out
+def _chain(rng: random.Random, rel: Relations, cfg: KinshipConfig, k: int, who: str | None,
+           holder_at_end: bool, gender: str | None, stated_end: int | None = None
+           ) -> tuple[Family, list[int], list[str], str, list[Fact]] | None:
+    """A chain of k steps whose end (position k) is ``who`` to its start (any relation when None), with the
+    hypothesis holder (position k, or 0) of family ``gender`` (any when None). Of the two ends, exactly one has
+    its gender stated by its fact: ``stated_end`` (0 or k; at random when None), and the other is not implied by
+    a spouse or co-parent either (where that can be had). Every story has this shape whatever its label, so the facts at the chain's
+    ends do not tell the label; which end is the hypothesis's person is what matters."""
+    target = who if who is None or holder_at_end else rel.types[who].inverse
+    if target is not None and not reachable(rel, k, target):
+        return None
+    holder = k if holder_at_end else 0
+    for attempt in range(50):
+        end = stated_end if stated_end is not None else (k if rng.random() < 0.5 else 0)
+        other = 0 if end == k else k
+        steps = walk_to(rng, rel, k, target)
+        made = realise(rng, steps, gender if holder == 0 else None)
+        if made is None:
+            continue
+        fam, people = made
+        if gender is not None and fam.gender[people[holder]] != gender:
+            continue
+        force = {0: "start_stated"} if end == 0 else {k - 1: "end_stated"}
+        if k > 1:  # with one fact, the fact that states one end's gender states no other
+            force.update({0: "start_unstated"} if other == 0 else {k - 1: "end_unstated"})
+        facts = _facts(rng, rel, cfg, fam, people, steps, force)
+        stated = stated_genders(rel, facts)
+        if other in stated:
+            continue
+        # a reader would infer the other end's gender from a spouse or co-parent: never for a hypothesis about
+        # it (a neutral), and for the others only where no other story turns up (one spouse fact, k = 1)
+        if other in implied_genders(facts, stated) and (other == holder or attempt < 40):
+            continue
+        return fam, people, steps, compose_path(rel, steps), facts
+    return None
 
 
-def implied_genders(facts: list[Fact], stated: dict[int, str]) -> set[int]:
-    """People whose gender a reader would infer from a spouse or a co-parent of stated gender."""
-    out = set()
-    parents: dict[int, list[int]] = {}
-    for f in facts:
-        if f.rel == "spouse":
-            for a, b in ((f.holder, f.of), (f.of, f.holder)):
-                if b in stated:
-                    out.add(a)
-        elif f.rel == "parent":
-            parents.setdefault(f.of, []).append(f.holder)
-        elif f.rel == "child":
-            parents.setdefault(f.holder, []).append(f.of)
-    for ps in parents.values():
-        for a in ps:
-            if any(b in stated for b in ps if b != a):
-                out.add(a)
-    return out - set(stated)
+def _attach(rng: random.Random, rel: Relations, fam: Family, y: int, tid: str) -> int:
+    """A new person who is y's ``tid`` (a type a person may have any number of), grown along a shortest walk
+    of base steps to it."""
+    steps = _shortest_walks()[tid]
+    x = y
+    for b in steps:
+        x = fam.step(x, b, rng, set())  # the last step always makes a new person (child, sibling, spouse)
+    return x
 
 
-def _path(rel: Relations, facts: list[Fact], holder: int, of: int) -> list[str] | None:
-    """The base steps from ``of`` to ``holder`` through the facts (None where they are not linked)."""
-    adj: dict[int, list[tuple[int, str]]] = {}
-    for f in facts:  # f.holder is f.of's f.rel; f.of is f.holder's inverse
-        adj.setdefault(f.of, []).append((f.holder, f.rel))
-        adj.setdefault(f.holder, []).append((f.of, rel.types[f.rel].inverse))
-    prev: dict[int, tuple[int, str] | None] = {of: None}
-    queue = [of]
+@lru_cache(maxsize=1)
+def _shortest_walks() -> dict[str, list[str]]:
+    """For each relation type, a shortest walk of base steps that composes to it."""
+    rel = load_relations()
+    chains = {b: [b] for b in rel.base}
+    queue = list(rel.base)
     while queue:
-        u = queue.pop(0)
-        for v, b in adj.get(u, []):
-            if v not in prev:
-                prev[v] = (u, b)
-                queue.append(v)
-    if holder not in prev or holder == of:
+        t = queue.pop(0)
+        for b, result in rel.compose.get(t, {}).items():
+            if result not in chains:
+                chains[result] = chains[t] + [b]
+                queue.append(result)
+    return chains
+
+
+def _relate(rng: random.Random, fam: Family, q: int, base: str, gender: str) -> int:
+    """R, who Q is the ``base`` of (Q is R's parent / sibling / spouse), made where needed, of ``gender``."""
+    if base == "parent":
+        r = fam.new_child(q, fam.ensure_spouse(q), gender)
+    elif base == "sibling":
+        ps = fam.ensure_parents(q)
+        r = fam.new_child(ps[0], ps[1], gender)
+    else:
+        r = fam.ensure_spouse(q)
+    fam.gender[r] = gender
+    return r
+
+
+def build(rng: random.Random, rel: Relations, cfg: KinshipConfig, sk: Skeleton, kind: str
+          ) -> tuple[Story, Fact, str] | None:
+    """A story and hypothesis of ``kind`` on the skeleton (None where this draw fails), and its phenomenon."""
+    r = rng.random
+    tid, g = rel.words[sk.word]
+    t = rel.types[tid]
+    k = sk.k
+    if kind in ("unrelated_person", "outside_gender_conflict"):
+        return _build_outside(rng, rel, cfg, sk, kind)
+    at_end = r() < 0.5
+    holder, of = (k, 0) if at_end else (0, k)
+    if kind in ("stated_relation", "gender_neutral_word"):
+        made = _chain(rng, rel, cfg, k, tid, at_end, g, holder if g else None)
+    elif kind == "gender_conflict":
+        made = _chain(rng, rel, cfg, k, tid, at_end, OTHER[g], holder)
+    elif kind == "gender_unstated":
+        made = _chain(rng, rel, cfg, k, tid, at_end, None, of)
+    elif kind == "reversed_relation":
+        made = _chain(rng, rel, cfg, k, t.inverse, at_end, g, None)
+    else:  # generation_conflict
+        options = [u for u in _conflicting(rel, t) if reachable(rel, k, u) or reachable(rel, k, rel.types[u].inverse)]
+        made = _chain(rng, rel, cfg, k, options[int(r() * len(options))], at_end, g, None) if options else None
+    if made is None:
         return None
-    steps = []
-    node = holder
-    while (p := prev[node]) is not None:
-        node, b = p
-        steps.append(b)
-    return steps[::-1]
+    fam, people, steps, target, facts = made
+    order, facts = _order(rng, cfg, facts)
+    names = rng.sample(load_names(), k + 1)
+    story = Story(k, people, steps, target, facts, order, fam, names)
+    if sk.outside:
+        _add_outside(rng, rel, cfg, story, None)
+    return story, Fact(holder, of, tid, sk.word, sk.template), kind
 
 
-def relation_between(rel: Relations, facts: list[Fact], holder: int, of: int) -> str | None:
-    """Who ``holder`` is to ``of`` by the facts: the composition of the path from ``of``, or the inverse of the
-    composition of the path from ``holder`` (the table composes some paths in one direction only)."""
-    steps = _path(rel, facts, holder, of)
-    if steps is None:
-        return None
-    fwd = compose_path(rel, steps)
-    if fwd is not None:
-        return fwd
-    back = compose_path(rel, [rel.types[b].inverse for b in steps[::-1]])
-    return rel.types[back].inverse if back is not None else None
-
-
-def label_of(rel: Relations, facts: list[Fact], holder: int, word: str, of: int) -> str | None:
-    """The label of "``holder`` is ``of``'s ``word``" given the facts; None where the facts and the corpus'
-    assumptions leave a relation other than the hypothesis's open at the same generation (never generated)."""
-    proven = relation_between(rel, facts, holder, of)
-    if proven is None:
-        return None
-    hyp, hyp_gender = rel.words[word]
-    if rel.types[hyp].offset != rel.types[proven].offset:
-        return CONTRADICTION
-    if hyp != proven:
-        return None
-    if hyp_gender is None:
-        return ENTAILMENT
-    stated = stated_genders(rel, facts).get(holder)
-    if stated is None:
-        return NEUTRAL
-    return ENTAILMENT if stated == hyp_gender else CONTRADICTION
-
-
-# hypotheses: (phenomenon, holder position, of position, word)
-Candidate = tuple[str, int, int, str]
-
-
-def candidates(rng: random.Random, rel: Relations, story: Story) -> dict[str, list[Candidate]]:
-    """Hypotheses about positions 0 and k, by label."""
+def _add_outside(rng: random.Random, rel: Relations, cfg: KinshipConfig, story: Story, q_gender: str | None,
+                 statement: str | None = None) -> None:
+    """The fact about two people outside the chain, Q (position k+1) and R (k+2), at a random place in the
+    story: Q is R's parent, sibling or spouse, forwards or backwards. ``statement``: the fact states Q's gender
+    (``stated``) or not (``unstated``), else either by the rates."""
+    r = rng.random
     k = story.k
+    fam = story.family
+    base = OUTSIDE_BASE[int(r() * len(OUTSIDE_BASE))]
+    q = fam.add(q_gender or GENDERS[int(r() * 2)])
+    rr = _relate(rng, fam, q, base, GENDERS[int(r() * 2)])
+    story.people += [q, rr]
+    story.outside, story.outside_base = (k + 1, k + 2), base
+    backwards = r() < cfg.inverse_facts
+    neutral = r() < cfg.neutral_words
+    if statement == "stated":
+        backwards, neutral = False, False
+    elif statement == "unstated" and not backwards:
+        neutral = True
+    holder, of_, tid = (k + 2, k + 1, rel.types[base].inverse) if backwards else (k + 1, k + 2, base)
+    word = rel.types[tid].word(None if neutral else fam.gender[story.people[holder]])
+    fact = Fact(holder, of_, tid, word, int(r() * 2))
+    at = int(r() * (len(story.facts) + 1))
+    story.facts.insert(at, fact)
+    taken = set(story.names)
+    story.names += [n for n in rng.sample(load_names(), k + 3) if n not in taken][:2]
+
+
+def _build_outside(rng: random.Random, rel: Relations, cfg: KinshipConfig, sk: Skeleton, kind: str
+                   ) -> tuple[Story, Fact, str] | None:
+    """A hypothesis between a chain end and Q, the outside person: Q as the holder (a type Q may join as) or as
+    the other person (the chain end is Q's ``word``, Q joining as the inverse type)."""
+    r = rng.random
+    tid, g = rel.words[sk.word]
+    t = rel.types[tid]
+    k = sk.k
+    sides = [side for side, ok in (("q_holder", many(t)), ("q_of", many(rel.types[t.inverse]))) if ok]
+    side = sides[int(r() * len(sides))]
+    end = k if r() < 0.5 else 0
+    conflict = kind == "outside_gender_conflict"
+    if side == "q_holder":
+        made = _chain(rng, rel, cfg, k, None, True, None, None)
+    else:  # the chain end holds the word: its gender is g (or the other one, stated, for a conflict)
+        want = OTHER[g] if conflict else g
+        made = _chain(rng, rel, cfg, k, None, end == k, want, end if conflict else None)
+    if made is None:
+        return None
+    fam, people, steps, target, facts = made
+    order, facts = _order(rng, cfg, facts)
+    story = Story(k, people, steps, target, facts, order, fam, rng.sample(load_names(), k + 1))
+    base_family = fam.copy()
+    if side == "q_holder":
+        q_gender = (OTHER[g] if conflict else g) if g else None
+        _add_outside(rng, rel, cfg, story, q_gender, "stated" if conflict else None)
+        hyp = Fact(k + 1, end, tid, sk.word, sk.template)
+    else:
+        _add_outside(rng, rel, cfg, story, None)
+        hyp = Fact(end, k + 1, tid, sk.word, sk.template)
     stated = stated_genders(rel, story.facts)
-    implied = implied_genders(story.facts, stated)
-    out: dict[str, list[Candidate]] = {ENTAILMENT: [], CONTRADICTION: [], NEUTRAL: []}
-    t_fwd = rel.types[story.target]
-    for holder, of, t in ((k, 0, t_fwd), (0, k, rel.types[t_fwd.inverse])):
-        g = stated.get(holder)
-        if not t.gendered:
-            out[ENTAILMENT].append(("stated_relation", holder, of, t.male))
-        elif g is not None:
-            out[ENTAILMENT].append(("stated_relation", holder, of, t.word(g)))
-            out[CONTRADICTION].append(("gender_conflict", holder, of, t.word(OTHER[g])))
-        elif holder not in implied:
-            out[NEUTRAL].append(("gender_unstated", holder, of, t.word(GENDERS[int(rng.random() * 2)])))
-        if t.gendered and t.neutral is not None:
-            out[ENTAILMENT].append(("gender_neutral_word", holder, of, t.neutral))
-        for u in rel.types.values():
-            if u.offset != t.offset and (abs(u.offset - t.offset) <= 2 or u.id == t.inverse):
-                if g is not None:
-                    w = u.word(g)
-                else:
-                    ws = [x for x in (u.male, u.female, u.neutral) if x is not None]
-                    w = ws[int(rng.random() * len(ws))]
-                out[CONTRADICTION].append(("reversed_relation" if u.id == t.inverse else "generation_conflict",
-                                           holder, of, w))
-    return out
+    if not conflict and g is not None and hyp.holder not in stated and \
+            hyp.holder in implied_genders(story.facts, stated):
+        return None  # a reader would take the holder's gender from a spouse or co-parent
+    if not conflict:  # the witness: a family where Q has joined the chain's as the hypothesis says
+        alt = base_family
+        q_pos, y_pos, joins = (k + 1, end, tid) if side == "q_holder" else (k + 1, end, t.inverse)
+        q = _attach(rng, rel, alt, people[y_pos], joins)
+        alt.gender[q] = fam.gender[story.people[q_pos]]
+        rr = _relate(rng, alt, q, story.outside_base, fam.gender[story.people[k + 2]])
+        story.alt_family, story.alt_people = alt, list(story.people[: k + 1]) + [q, rr]
+    return story, hyp, kind
+
+
+OUTSIDE_KINDS = ("unrelated_person", "outside_gender_conflict")
+
+
+def _pick(rng: random.Random, options: list[str]) -> str:
+    """A kind: one about the outside pair half the time where both sorts are possible (so that a hypothesis
+    about an outside person is as often a contradiction as neutral), else uniform."""
+    outside = [o for o in options if o in OUTSIDE_KINDS]
+    rest = [o for o in options if o not in OUTSIDE_KINDS]
+    group = outside if outside and (not rest or rng.random() < 0.5) else rest
+    return group[int(rng.random() * len(group))]
 
 
 def fact_text(f: Fact, names: list[str]) -> str:
@@ -374,29 +313,40 @@ class Example:
 
 def examples(n: int, seed: int = 0, config: KinshipConfig | None = None) -> Iterator[Example]:
     """``n`` labelled examples with their stories (families included), deterministic in ``seed``; the first m of
-    any n ≥ m are the same."""
+    any n ≥ m are the same. The k-th example of every label shares one :class:`Skeleton`."""
     cfg = config or KinshipConfig()
     rel = load_relations()
     rng = random.Random(f"{NAME}-{seed}")
+    skeleton_rng = random.Random(f"{NAME}-{seed}-skeleton")
     schedule = label_schedule(rng)
+    skeletons: dict[int, list[Any]] = {}
+    drawn = 0
+    seen = {lab: 0 for lab in KINDS}
     for i in range(n):
         target = next(schedule)
-        k = cfg.min_k + int(rng.random() * (cfg.max_k - cfg.min_k + 1))
+        j = seen[target]
+        seen[target] += 1
+        while drawn <= j:
+            skeletons[drawn] = [skeleton(skeleton_rng, rel, cfg), len(KINDS)]
+            drawn += 1
+        entry = skeletons[j]
+        sk = entry[0]
+        entry[1] -= 1
+        if not entry[1]:
+            del skeletons[j]
+        options = kinds(rel, sk, target)
         for _ in range(MAX_TRIES):
-            story = make_story(rng, rel, cfg, k)
-            cands = candidates(rng, rel, story)[target]
-            if cands:
+            made = build(rng, rel, cfg, sk, _pick(rng, options))
+            if made is not None:
                 break
         else:
-            raise SyntheticError(f"no {target} hypothesis in {MAX_TRIES} stories of {k} facts with these rates")
-        kinds = sorted({c[0] for c in cands})
-        kind = kinds[int(rng.random() * len(kinds))]
-        pick = [c for c in cands if c[0] == kind]
-        phen, holder, of, word = pick[int(rng.random() * len(pick))]
-        hyp = Fact(holder, of, rel.words[word][0], word, int(rng.random() * 2))
-        lab = label_of(rel, story.facts, holder, word, of)
-        if lab != target:  # the candidates are built for their label; label_of decides from the facts alone
+            raise SyntheticError(f"no {target} story for {sk.word!r} in {MAX_TRIES} tries with these rates")
+        story, hyp, phen = made
+        lab = label_of(rel, story.facts, hyp.holder, hyp.word, hyp.of)
+        if lab != target:  # built for the label; label_of decides from the facts alone
             raise AssertionError(f"kinship: {phen} hypothesis labelled {lab}, built as {target}")
+        k = story.k
+        chain_facts = [f for f in story.facts if f.holder <= k and f.of <= k]
         row = {
             "id": f"{NAME}-{seed}-{i}",
             "premise": " ".join(fact_text(f, story.names) for f in story.facts),
@@ -405,11 +355,13 @@ def examples(n: int, seed: int = 0, config: KinshipConfig | None = None) -> Iter
             "k": k,
             "relation": story.target,
             "hypothesis_relation": hyp.rel,
-            "hypothesis_direction": "forward" if holder == k else "inverse",
+            "hypothesis_direction": "outside" if max(hyp.holder, hyp.of) > k else
+                                    "forward" if hyp.holder == k else "inverse",
             "phenomenon": phen,
             "story_order": story.order,
-            "inverse_facts": sum(f.holder < f.of for f in story.facts),  # "A is B's son" for B, A's parent
-            "neutral_words": sum(rel.words[f.word][1] is None and rel.types[f.rel].gendered for f in story.facts),
+            "outside_fact": int(story.outside is not None),
+            "inverse_facts": sum(f.holder < f.of for f in chain_facts),  # "A is B's son" for B, A's parent
+            "neutral_words": sum(rel.words[f.word][1] is None and rel.types[f.rel].gendered for f in chain_facts),
         }
         yield Example(row, story, hyp)
 

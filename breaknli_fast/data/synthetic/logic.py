@@ -5,7 +5,11 @@ Semantics (docs/synthetic.md has the examples):
 
 - a clause is built from a triple ⟨agent noun, verb, thing noun⟩. Each noun denotes its own non-empty set
   (:data:`AGENTS` agents and :data:`THINGS` things in the enumeration); the verb denotes a relation R between
-  them; ``every`` is ∀, ``a`` is ∃, ``the`` is one fixed individual of the noun, the same in both sentences;
+  them; ``every`` is ∀, ``a`` is ∃. ``the`` has two readings (``the``, :data:`THE_READINGS`): ``unique`` (the
+  default, the poster's: "A man happily did not kick the ball." entails "The ball was not kicked by the man.")
+  — a noun that takes ``the`` anywhere in the pair denotes exactly one individual, so ``every``, ``a`` and
+  ``the`` coincide on it; ``fixed`` — ``the`` is one fixed individual of a set that may hold others, the same
+  in both sentences;
 - quantifier scope follows the surface order: the grammatical subject scopes over ``not``, which scopes over the
   object (active) or the by-phrase (passive). The passive expresses the same relation (``y was kicked by x`` ⇔
   ``x kicked y``), so an active and a passive clause state the same proposition whenever the order of their
@@ -37,6 +41,7 @@ from typing import Hashable, Iterable, Sequence
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, NEUTRAL
 
 DETERMINERS = ("every", "a", "the")
+THE_READINGS = ("unique", "fixed")
 POSITIONS = ("before_negation", "before_verb", "end")
 CONNECTIVES = ("none", "and", "or", "if")
 DUAL = {"every": "a", "a": "every", "the": "the"}
@@ -55,6 +60,11 @@ class Formula:
     negated: bool
     q2: str
     atom: str
+
+    def the_sorts(self) -> frozenset[str]:
+        """The sorts (agent, thing) this formula names with ``the``."""
+        inner = "thing" if self.outer == "agent" else "agent"
+        return frozenset(s for s, q in ((self.outer, self.q1), (inner, self.q2)) if q == "the")
 
     def __str__(self) -> str:
         inner = "thing" if self.outer == "agent" else "agent"
@@ -236,19 +246,30 @@ class Sentence:
         return (not v[0]) or v[1]
 
 
-def realised_pairs(premise: Sentence, hypothesis: Sentence, agents: int = AGENTS,
-                   things: int = THINGS) -> frozenset[tuple[bool, bool]]:
-    """The (premise, hypothesis) truth values some model realises."""
+def check_reading(the: str) -> str:
+    if the not in THE_READINGS:
+        raise ValueError(f"readings of 'the' are {', '.join(THE_READINGS)}")
+    return the
+
+
+def realised_pairs(premise: Sentence, hypothesis: Sentence, agents: int = AGENTS, things: int = THINGS,
+                   the: str = "unique") -> frozenset[tuple[bool, bool]]:
+    """The (premise, hypothesis) truth values some model realises. With ``the="unique"`` a noun that takes
+    ``the`` in any clause of the pair has one individual (a domain of 1 for that noun in every triple)."""
+    check_reading(the)
     leaves = list(premise.clauses) + list(hypothesis.clauses)
     groups: dict[tuple[Hashable, Hashable, Hashable], list[int]] = {}
     for i, (key, _) in enumerate(leaves):
         groups.setdefault(tuple(key[:3]), []).append(i)
+    single_agents = {key[0] for key, c in leaves if the == "unique" and c.subj_det == "the"}
+    single_things = {key[2] for key, c in leaves if the == "unique" and c.obj_det == "the"}
     parts = []
-    for idxs in groups.values():
+    for (agent, _, thing), idxs in groups.items():
         adverbs = {leaves[i][0][3] for i in idxs if leaves[i][1].adverb}
         if len(adverbs) > 1:
             raise ValueError("one adverb per ⟨agent, verb, thing⟩ triple")
-        parts.append((idxs, realised(tuple(leaves[i][1].formula() for i in idxs), agents, things)))
+        size = (1 if agent in single_agents else agents, 1 if thing in single_things else things)
+        parts.append((idxs, realised(tuple(leaves[i][1].formula() for i in idxs), *size)))
     n_p = len(premise.clauses)
     out = set()
     for combo in itertools.product(*(vecs for _, vecs in parts)):
@@ -271,38 +292,53 @@ def label_of(realised_set: Iterable[tuple[bool, bool]]) -> str:
     return NEUTRAL
 
 
-def label(premise: Sentence, hypothesis: Sentence, agents: int = AGENTS, things: int = THINGS) -> str:
+def label(premise: Sentence, hypothesis: Sentence, agents: int = AGENTS, things: int = THINGS,
+          the: str = "unique") -> str:
     """Entailment, contradiction or neutral, by enumerating every model (:func:`realised_pairs`)."""
-    return label_of(realised_pairs(premise, hypothesis, agents, things))
+    return label_of(realised_pairs(premise, hypothesis, agents, things, the))
 
 
 # -- the generator's fast path ----------------------------------------------------------------
 # A pair whose clauses pair up (premise clause i with hypothesis clause i, each pair over one triple, or over two
-# triples that share nothing) is decided by 4-bit masks: bit 2p + h is set when some model gives the premise
-# clause truth value p and the hypothesis clause h. A compound's mask is the product of its clause pairs' masks
-# through the connective; :func:`label` of the same sentences gives the same label (tests/test_synthetic.py).
+# triples that differ in a word; clause pairs share no word with each other) is decided by 4-bit masks: bit
+# 2p + h is set when some model gives the premise clause truth value p and the hypothesis clause h. A compound's
+# mask is the product of its clause pairs' masks through the connectives (the premise's and the hypothesis's
+# may differ); :func:`label` of the same sentences gives the same label (tests/test_synthetic.py).
 
 
 def _mask(pairs: Iterable[tuple[bool, bool]]) -> int:
     return sum(1 << (2 * p + h) for p, h in set(pairs))
 
 
+def domain_of(formulas: Iterable[Formula], the: str = "unique") -> tuple[int, int]:
+    """The enumeration domain of formulas over one triple: a sort some formula names with ``the`` has one
+    individual under the unique reading; otherwise :data:`AGENTS` × :data:`THINGS`."""
+    sorts = frozenset().union(*(f.the_sorts() for f in formulas)) if the == "unique" else frozenset()
+    return (1 if "agent" in sorts else AGENTS, 1 if "thing" in sorts else THINGS)
+
+
 @lru_cache(maxsize=None)
-def pair_mask(p: Formula, h: Formula, same_triple: bool) -> int:
-    """The realised (p, h) values of two clauses over one triple, or over two unrelated triples."""
+def pair_mask(p: Formula, h: Formula, same_triple: bool, the: str = "unique") -> int:
+    """The realised (p, h) values of two clauses over one triple, or over two triples that differ in a word
+    (their cells are distinct, so the values combine freely)."""
     if same_triple:
-        return _mask(realised((p, h)))
-    return _mask((vp[0], vh[0]) for vp in realised((p,)) for vh in realised((h,)))
+        return _mask(realised((p, h), *domain_of((p, h), the)))
+    return _mask((vp[0], vh[0]) for vp in realised((p,), *domain_of((p,), the))
+                 for vh in realised((h,), *domain_of((h,), the)))
 
 
-def _combine_table(op) -> list[list[int]]:
+_OPS = {"and": lambda a, b: a and b, "or": lambda a, b: a or b, "if": lambda a, b: (not a) or b}
+
+
+def _combine_table(p_op, h_op) -> list[list[int]]:
     values = [(bool(b >> 1), bool(b & 1)) for b in range(4)]  # bit b = (p, h)
-    return [[_mask((op(p1, p2), op(h1, h2)) for i, (p1, h1) in enumerate(values) if m1 >> i & 1
+    return [[_mask((p_op(p1, p2), h_op(h1, h2)) for i, (p1, h1) in enumerate(values) if m1 >> i & 1
                    for j, (p2, h2) in enumerate(values) if m2 >> j & 1) for m2 in range(16)] for m1 in range(16)]
 
 
-COMBINE = {"and": _combine_table(lambda a, b: a and b), "or": _combine_table(lambda a, b: a or b),
-           "if": _combine_table(lambda a, b: (not a) or b)}
+# COMBINE2[premise connective, hypothesis connective][m1][m2]: the mask of a compound pair; COMBINE[c]: both c
+COMBINE2 = {(a, b): _combine_table(_OPS[a], _OPS[b]) for a in _OPS for b in _OPS}
+COMBINE = {c: COMBINE2[c, c] for c in _OPS}
 # bit 2 = (p, not h) realised, bit 3 = (p, h) realised; None: the premise has no model
 MASK_LABEL = [None if not m & 0b1100 else ENTAILMENT if not m & 0b0100 else CONTRADICTION if not m & 0b1000
               else NEUTRAL for m in range(16)]

@@ -4,12 +4,15 @@
   turns the parse into a first-order formula of its own (:class:`Node`: quantifiers, negation, atoms, built
   from the surface order without :meth:`Clause.formula`) and evaluates it on every model of a larger domain
   (4 agents × 3 things by default) as numpy arrays, chunk by chunk. Clauses over different triples are
-  independent, so a sentence's models are the product of its triples' models, as in the model checker.
+  independent, so a sentence's models are the product of its triples' models, as in the model checker. Under
+  the unique reading of *the* it finds, from the parse, the nouns that take *the* anywhere in the pair and
+  gives each of them one individual.
 - ``kinship``: :func:`check_kinship` verifies an example against its family by graph search: every fact holds
   in the family under the words' dictionary definitions (:func:`definition`, written from the words, not
   from the composition table); an entailment holds in the family; a contradiction fails there and the facts
-  fix the opposite gender or another generation difference; a neutral hypothesis holds in exactly one of the
-  family and the family with that person's gender flipped, while every fact holds in both.
+  fix the opposite gender or another generation difference; a neutral hypothesis holds in exactly one of two
+  families where every fact holds: the family and the family with that person's gender flipped, or — for a
+  person outside the chain — the family and one where that person has joined the chain's family.
   :func:`kinship_label_from_text` reads a premise and a hypothesis back from their words and labels them.
 """
 
@@ -260,22 +263,26 @@ _CONN = {"none": lambda v: v[0], "and": lambda v: v[0] and v[1], "or": lambda v:
 
 
 def brute_force_label(premise: ParsedSentence, hypothesis: ParsedSentence, agents: int = 4, things: int = 3,
-                      cache: dict | None = None) -> str:
-    """The label by evaluating the parses' own formulas on every model over ``agents`` × ``things``.
-    ``cache`` (a dict) keeps the realised sets of formula tuples between calls."""
+                      cache: dict | None = None, the: str = "unique") -> str:
+    """The label by evaluating the parses' own formulas on every model over ``agents`` × ``things`` (one
+    individual for a noun that takes *the* in the pair, under ``the="unique"``). ``cache`` (a dict) keeps the
+    realised sets of formula tuples between calls."""
     cache = {} if cache is None else cache
     leaves = list(premise.clauses) + list(hypothesis.clauses)
+    unique = {("agent", c.agent) for c in leaves if c.subj_det == "the"} | \
+             {("thing", c.thing) for c in leaves if c.obj_det == "the"} if the == "unique" else set()
     groups: dict[tuple[str, str, str], list[int]] = {}
     for i, c in enumerate(leaves):
         groups.setdefault((c.agent, c.verb, c.thing), []).append(i)
     parts = []
-    for idxs in groups.values():
+    for (agent, _, thing), idxs in groups.items():
         if len({leaves[i].adverb for i in idxs if leaves[i].adverb}) > 1:
             raise ValueError("one adverb per triple")
         fs = tuple(formula_of(leaves[i]) for i in idxs)
-        key = (fs, agents, things)
+        size = (1 if ("agent", agent) in unique else agents, 1 if ("thing", thing) in unique else things)
+        key = (fs, *size)
         if key not in cache:
-            cache[key] = brute_force_realised(fs, agents, things)
+            cache[key] = brute_force_realised(fs, *size)
         parts.append((idxs, cache[key]))
     n_p = len(premise.clauses)
     seen = set()
@@ -293,10 +300,10 @@ def brute_force_label(premise: ParsedSentence, hypothesis: ParsedSentence, agent
 
 
 def checker_label(premise: str, hypothesis: str, vocab: Vocabulary | None = None, agents: int = logic.AGENTS,
-                  things: int = logic.THINGS) -> str:
+                  things: int = logic.THINGS, the: str = "unique") -> str:
     """The model checker's label of two sentences in words."""
     return logic.label(parse_sentence(premise, vocab).sentence(), parse_sentence(hypothesis, vocab).sentence(),
-                       agents, things)
+                       agents, things, the)
 
 
 # -- kinship: definitions of the words and graph search -----------------------------------------
@@ -401,9 +408,21 @@ def check_kinship(ex: kinship.Example) -> list[str]:
         if truth:
             problems.append("contradicted hypothesis true in the family")
         gender_clash = h_gender is not None and stated.get(hyp.holder) not in (None, h_gender)
-        generation_clash = _fact_offset(st.facts, hyp.holder, hyp.of) != _offset(h_paths[0])
+        offset = _fact_offset(st.facts, hyp.holder, hyp.of)
+        generation_clash = offset is not None and offset != _offset(h_paths[0])
         if not (gender_clash or generation_clash):
             problems.append("the facts fix neither another gender nor another generation")
+    elif lab == NEUTRAL and st.alt_family is not None:  # a person outside the chain: two families disagree
+        alt, alt_people = st.alt_family, st.alt_people
+        if len(set(alt_people)) != len(alt_people):
+            problems.append("two names are one person in the second family")
+        if not all(holds(alt, alt_people[f.holder], f.word, alt_people[f.of]) for f in st.facts):
+            problems.append("a fact fails in the second family")
+        if holds(alt, alt_people[hyp.holder], hyp.word, alt_people[hyp.of]) == truth:
+            problems.append("the hypothesis has the same truth in both families")
+        if h_gender is not None and hyp.holder not in stated and hyp.holder in kinship.implied_genders(
+                st.facts, {f: g for f, g in stated.items() if g is not None}):
+            problems.append("a reader would infer the holder's gender from a spouse or co-parent")
     elif lab == NEUTRAL:
         if hyp.holder in stated:
             problems.append("a fact states the gender of the neutral hypothesis's person")

@@ -1,26 +1,8 @@
-"""Word-order permutation acceptance (UnNatural Language Inference; spec: shared/spec/probes.md, first section;
-Sinha et al., ACL 2021).
-
-For each example (p, h, y) the probe builds q permutations of p and of h (``--scheme both``; ``hyp``: h only):
-tokenise on whitespace and punctuation, keep punctuation tokens in place, shuffle the other tokens so that no
-position keeps its token (re-drawn until none does), join with spaces. Permutation j uses one random generator
-seeded by (run seed, j) for both sentences of every example, so every engine sees identical inputs. An example
-is kept only when its q permutations are all distinct, for p and for h separately; the others are recorded
-with the reason they were dropped.
-
-c_i = share of example i's permuted pairs predicted as its gold label. Metrics over kept examples, each with a
-95 % CI over examples (Wilson for a share of examples, a floored Student-t interval for a mean of c_i;
-:mod:`breaknli_fast.stats`): A (accuracy on the unpermuted pairs), Ω_max (c_i > 0), Ω_rand (c_i > 1/3),
-the Ω_x curve, P^c / P^f (mean c_i over the originally correct / wrong examples with c_i > 0; the wrong ones
-with c_i > 0 are the "flips"), the mean entropy (nats) of the predicted distribution over the permutations
-predicted correctly (originally correct / wrong), and acceptance by BLEU-2 of the permutation against its
-original.
-"""
+"""The permutation probe: its options, the model calls per chunk, the records, the metrics (A, Ω_x, P^c, P^f),
+report.md and the Ω_x / BLEU-2 plots."""
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -28,19 +10,16 @@ import numpy as np
 
 from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
-from breaknli_fast.engines.base import derive_seed
 from breaknli_fast.stats import rate_cell
 from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext, option
 from breaknli_fast.plotting import pyplot
+from breaknli_fast.probes.permutation.draws import (BLEU_BUCKETS, _bucket, _movable_words, bleu2, count_derangements,
+                                                    entropy, permutations, tokenize)
 
 GROUP = "permutation"
 SCHEMES = ("both", "hyp")
-MAX_DRAWS = 200  # re-draws of one derangement before the sentence counts as one that cannot be deranged
-TOKEN_RE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
-BLEU_BUCKETS = tuple(round(0.1 * i, 1) for i in range(11))  # lower edges 0.0 … 1.0 (the last holds 1.0 only)
 X_GRID = tuple(round(0.01 * i, 2) for i in range(101))
-DROP_REASONS = ("too_short", "cannot_derange", "not_distinct")
-# figures of the study (RoBERTa-large), printed next to the user's
+DROP_REASONS = ("too_short", "fewer_than_q")  # < 2 movable tokens; fewer than q distinct derangements
 REFERENCE = {"MNLI matched dev, RoBERTa-large": {"A": 90.6, "omega_max": 98.7, "omega_rand": 79.4},
              "ANLI, RoBERTa-large": {"A": 45.6, "omega_max": 89.7}}
 
@@ -66,79 +45,6 @@ class PermutationConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def tokenize(text: str) -> list[str]:
-    """Whitespace and punctuation split: words and each punctuation character are tokens."""
-    return TOKEN_RE.findall(text)
-
-
-def _movable(tok: str) -> bool:
-    return bool(re.match(r"\w", tok, re.UNICODE))
-
-
-def permute(tokens: Sequence[str], rng: np.random.Generator) -> list[str] | None:
-    """One permutation of ``tokens``: punctuation in place, every other position given a different token
-    (re-drawn until no position keeps its token). None when the sentence has fewer than 2 movable tokens or
-    no such draw is found within MAX_DRAWS (e.g. most movable tokens identical)."""
-    pos = [i for i, t in enumerate(tokens) if _movable(t)]
-    if len(pos) < 2:
-        return None
-    words = [tokens[i] for i in pos]
-    for _ in range(MAX_DRAWS):
-        order = rng.permutation(len(words))
-        if all(words[o] != words[k] for k, o in enumerate(order)):
-            out = list(tokens)
-            for k, o in enumerate(order):
-                out[pos[k]] = words[o]
-            return out
-    return None
-
-
-def permutations(text: str, q: int, seed: int) -> tuple[list[str] | None, str | None]:
-    """The q permutations of a sentence (permutation j drawn by the generator of (seed, j)), or (None, reason)."""
-    tokens = tokenize(text)
-    if sum(_movable(t) for t in tokens) < 2:
-        return None, "too_short"
-    out = []
-    for j in range(q):
-        perm = permute(tokens, np.random.default_rng(derive_seed(seed, "permutation", j)))
-        if perm is None:
-            return None, "cannot_derange"
-        out.append(" ".join(perm))
-    if len(set(out)) < q:
-        return None, "not_distinct"
-    return out, None
-
-
-def bleu2(candidate: Sequence[str], reference: Sequence[str]) -> float:
-    """BLEU-2 of a permutation against its original (same length, same words: brevity penalty and unigram
-    precision are 1), the geometric mean of unigram and clipped bigram precision."""
-    if len(candidate) < 2:
-        return 1.0
-    ref: dict[tuple[str, str], int] = {}
-    for bg in zip(reference, reference[1:]):
-        ref[bg] = ref.get(bg, 0) + 1
-    match = 0
-    for bg in zip(candidate, candidate[1:]):
-        if ref.get(bg, 0) > 0:
-            ref[bg] -= 1
-            match += 1
-    uni_ref: dict[str, int] = {}
-    for t in reference:
-        uni_ref[t] = uni_ref.get(t, 0) + 1
-    uni = sum(1 for t in candidate if uni_ref.get(t, 0) > 0 and not uni_ref.__setitem__(t, uni_ref[t] - 1))
-    p1, p2 = uni / len(candidate), match / (len(candidate) - 1)
-    return math.sqrt(p1 * p2)
-
-
-def _bucket(b: float) -> int:
-    return min(int(b * 10 + 1e-9), 10)
-
-
-def entropy(probs: np.ndarray) -> np.ndarray:
-    p = np.clip(probs, 1e-12, 1.0)
-    return -(p * np.log(p)).sum(axis=1)
 
 
 class PermutationProbe(Probe):
@@ -180,6 +86,8 @@ class PermutationProbe(Probe):
                 rec["status"] = "dropped"
                 rec["reason"] = why_p or why_h
                 rec["dropped_sentence"] = "premise" if why_p else "hypothesis"
+                rec["derangements"] = count_derangements(
+                    _movable_words(tokenize(ex.premise if why_p else ex.hypothesis))[1])
                 continue
             jobs.append((rec, pp, hp))
         ctx.times.add("permute", time.perf_counter() - t0)
@@ -229,8 +137,8 @@ class PermutationProbe(Probe):
                                "dropped": dropped, "metrics": _metrics(kept), "reference": REFERENCE,
                                "skips": data.skips.to_dict()}
         c = np.array([r["c"] for r in kept], dtype=float)
-        out["omega_curve"] = {"x": list(X_GRID), "omega": [float(100 * (c > x).mean()) if c.size else None
-                                                            for x in X_GRID]}
+        out["omega_curve"] = {"x": list(X_GRID), "omega": [omega(c, x) for x in X_GRID],
+                              "rule": "c_i > x for x < 1; c_i = 1 at x = 1"}
         tot = np.zeros((len(BLEU_BUCKETS), 2))
         for r in kept:
             tot += np.asarray(r["bleu2_buckets"], dtype=float)
@@ -241,7 +149,7 @@ class PermutationProbe(Probe):
     def headline(self, records: Sequence[dict[str, Any]], examples: Sequence[Example]) -> dict[str, Any]:
         kept = [r for r in records if r.get("status") == "kept"]
         m = _metrics(kept)
-        return {"rates": {k: m[k] for k in ("A", "omega_max", "omega_rand", "P_c", "P_f")},
+        return {"rates": {k: m[k] for k in ("A", "omega_max", "omega_rand", "omega_1", "P_c", "P_f")},
                 "counts": {"kept": len(kept), "dropped": len(records) - len(kept), "flips": m["flips"]}}
 
     def markdown(self, report: dict[str, Any]) -> str:
@@ -261,8 +169,11 @@ class PermutationProbe(Probe):
                   f"{_num(m['entropy_correct_orig_correct'])} | |",
                   f"| mean entropy, permutations predicted correctly (originally wrong), nats | "
                   f"{_num(m['entropy_correct_orig_wrong'])} | |", "",
-                  "P^c / P^f: mean c_i over the originally correct / wrong examples with c_i > 0 (spec). A model "
-                  "that ignores word order has P^c = 100 and P^f = 0.", "",
+                  "Definitions (Sinha et al. 2021, UnNatural Language Inference): Ω_x = share of examples with "
+                  "c_i > x (Ω_max: c_i > 0; Ω_rand: c_i > 1/3); Ω_1.0 = share with c_i = 1, every permutation "
+                  "accepted (the Ω_x curve uses c_i > x below 1 and c_i = 1 at its endpoint); P^c = mean c_i over "
+                  "all originally correct examples; P^f = mean c_i over the originally wrong examples with c_i > 0 "
+                  "(the flips). A model that ignores word order has P^c = 100 and P^f = 0.", "",
                   "Reference (the study): " + "; ".join(
                       f"{k}: " + ", ".join(f"{REF_NAMES[a]} {b} %" for a, b in v.items())
                       for k, v in report["reference"].items()), "",
@@ -294,7 +205,8 @@ class PermutationProbe(Probe):
         return {"A": {r["id"]: float(r["yhat"] == r["gold"]) for r in kept},
                 "omega_max": {r["id"]: float(r["c"] > 0) for r in kept},
                 "omega_rand": {r["id"]: float(r["c"] > 1 / 3) for r in kept},
-                "P_c": {r["id"]: r["c"] for r in kept if r["yhat"] == r["gold"] and r["c"] > 0},
+                "omega_1": {r["id"]: float(r["c"] >= 1) for r in kept},
+                "P_c": {r["id"]: r["c"] for r in kept if r["yhat"] == r["gold"]},
                 "P_f": {r["id"]: r["c"] for r in kept if r["yhat"] != r["gold"] and r["c"] > 0}}
 
     def console(self, report: dict[str, Any]) -> list[Any]:
@@ -387,7 +299,8 @@ def _view(r: dict[str, Any], code: str, label: str, why: str, sections: list[dic
 
 REF_NAMES = {"A": "A", "omega_max": "Ω_max", "omega_rand": "Ω_rand"}
 METRIC_LABELS = {"A": "A: accuracy, unpermuted", "omega_max": "Ω_max: some permutation accepted",
-                 "omega_rand": "Ω_rand: c_i > 1/3", "P_c": "P^c", "P_f": "P^f"}
+                 "omega_rand": "Ω_rand: c_i > 1/3", "omega_1": "Ω_1.0: every permutation accepted",
+                 "P_c": "P^c: mean c_i, originally correct", "P_f": "P^f: mean c_i, flips"}
 
 
 def _fmt(c: dict[str, Any]) -> str:
@@ -412,10 +325,19 @@ def _metrics(kept: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"A": rate_cell([r["yhat"] == r["gold"] for r in kept]),
             "omega_max": rate_cell([r["c"] > 0 for r in kept]),
             "omega_rand": rate_cell([r["c"] > 1 / 3 for r in kept]),
-            "P_c": rate_cell([r["c"] for r in correct if r["c"] > 0]),
+            "omega_1": rate_cell([r["c"] >= 1 for r in kept]),
+            "P_c": rate_cell([r["c"] for r in correct]),
             "P_f": rate_cell([r["c"] for r in flips]),
             "flips": len(flips), "wrong": len(wrong), "correct": len(correct),
             "entropy_correct_orig_correct": ent(correct), "entropy_correct_orig_wrong": ent(wrong)}
+
+
+def omega(c: np.ndarray, x: float) -> float | None:
+    """Ω_x in percent over the shares ``c``: c_i > x (the thesis's definition) for x < 1, and at x = 1 the share
+    with c_i = 1 (the thesis's Ω_1.0, every permutation accepted; c_i > 1 never holds)."""
+    if not c.size:
+        return None
+    return float(100 * ((c >= 1) if x >= 1 else (c > x)).mean())
 
 
 def plot(report: dict[str, Any], path: Any) -> bool:
@@ -430,7 +352,7 @@ def plot(report: dict[str, Any], path: Any) -> bool:
     a.plot(curve["x"], curve["omega"], lw=2)
     a.axvline(1 / 3, ls=":", c="grey")
     a.set_xlabel("x (share of permutations accepted)")
-    a.set_ylabel("Ω_x: % of examples with c_i > x")
+    a.set_ylabel("Ω_x: % of examples with c_i > x (c_i = 1 at x = 1)")
     a.set_ylim(0, 100)
     a.set_title(f"Ω_x curve ({report['kept']} examples, q = {report['permutation']['q']})")
     rows = [r for r in report["bleu2"] if r["permutations"]]

@@ -1,0 +1,129 @@
+"""Parity of BreakNLI run directories with a reference run on the same examples and seeds (the GPU check's
+comparison of each device run with the CPU reference computed on the spot).
+
+    python scripts/compare_runs.py REF_RUN RUN [RUN ...] [--tolerance 1.0] [--json OUT.json]
+
+Per run, against the reference, over the (mode, example) records both hold:
+
+* the classifier on (p, h): label agreement, and max |Δ probability| (``ph_probs``); labels are also compared
+  leaving out near ties (the reference's two largest probabilities closer than ``--tie``), where rounding of
+  another device may legitimately flip them;
+* the generator: the share of examples whose K raw samples (``generated``) are identical;
+* end to end: the breakage rates (inequality, relaxed) per mode and reference label over the examples both runs
+  evaluated, paired, with a 95 % bootstrap CI and the bench's equivalence verdict within ``--tolerance``
+  percentage points (:mod:`breaknli_fast.bench.parity`).
+
+A run passes at fp32 when every label outside near ties agrees, max |Δ probability| <= ``--fp32-prob-tol`` and no
+end-to-end cell is *different*; at any other precision when no cell is *different* (what ``bench --strict``
+requires). Prints one line per run; with ``--json`` writes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+FP32_PROB_TOL = 1e-3
+TIE = 1e-3
+
+
+def load_records(run: Path) -> list[dict[str, Any]]:
+    path = Path(run) / "samples.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_precision(run: Path) -> str:
+    try:
+        cfg = json.loads((Path(run) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return "?"
+    eng = cfg.get("engine") or {}
+    gen, clf = eng.get("generator_precision"), eng.get("classifier_precision")
+    return gen if gen == clf else f"{clf}/{gen}"
+
+
+def compare(ref: list[dict[str, Any]], run: list[dict[str, Any]], tolerance: float = 1.0, tie: float = TIE,
+            prob_tol: float = FP32_PROB_TOL, precision: str = "fp32") -> dict[str, Any]:
+    from breaknli_fast.bench import parity as par
+
+    a = {(r["mode"], r["id"]): r for r in ref}
+    b = {(r["mode"], r["id"]): r for r in run}
+    both = [k for k in a if k in b]
+    labels = [a[k].get("yhat") == b[k].get("yhat") for k in both]
+    clear = []
+    diffs = []
+    for k in both:
+        pa, pb = a[k].get("ph_probs") or {}, b[k].get("ph_probs") or {}
+        top = sorted(pa.values(), reverse=True)
+        if len(top) < 2 or top[0] - top[1] > tie:
+            clear.append(a[k].get("yhat") == b[k].get("yhat"))
+        diffs += [abs(float(pa[x]) - float(pb[x])) for x in pa if x in pb]
+    gen = [(a[k]["generated"], b[k]["generated"]) for k in both if "generated" in a[k] and "generated" in b[k]]
+    e2e = {"end_to_end": par.end_to_end_parity(ref, run)}
+    verdicts = par.add_verdicts(e2e, tolerance)
+    out = {
+        "examples_both": len(both), "only_reference": len(a) - len(both), "only_run": len(b) - len(both),
+        "precision": precision,
+        "classifier": {"label_agreement_pct": 100.0 * sum(labels) / len(labels) if labels else None,
+                       "label_agreement_outside_near_ties_pct": 100.0 * sum(clear) / len(clear) if clear else None,
+                       "near_ties": len(both) - len(clear), "tie_gap": tie,
+                       "max_abs_prob_diff": max(diffs) if diffs else None},
+        "generator": {"examples": len(gen),
+                      "identical_samples_pct": 100.0 * sum(x == y for x, y in gen) / len(gen) if gen else None},
+        "end_to_end": e2e["end_to_end"], "verdicts": verdicts, "tolerance_pp": tolerance,
+    }
+    fails = []
+    if verdicts["different"]:
+        fails.append(f"{verdicts['different']} end-to-end cell(s) different (tolerance {tolerance} pp)")
+    if precision == "fp32":
+        c = out["classifier"]
+        if c["label_agreement_outside_near_ties_pct"] not in (None, 100.0):
+            fails.append(f"labels outside near ties agree on {c['label_agreement_outside_near_ties_pct']:.2f} %")
+        if c["max_abs_prob_diff"] is not None and c["max_abs_prob_diff"] > prob_tol:
+            fails.append(f"max |Δ probability| {c['max_abs_prob_diff']:.2e} > {prob_tol:.0e}")
+    if not both:
+        fails.append("no example in common with the reference")
+    out["failures"] = fails
+    out["passed"] = not fails
+    return out
+
+
+def summary_line(name: str, res: dict[str, Any]) -> str:
+    c, g, v = res["classifier"], res["generator"], res["verdicts"]
+
+    def pct(x: Any) -> str:
+        return "–" if x is None else f"{x:.2f} %"
+
+    return (f"{name} ({res['precision']}): {'PASS' if res['passed'] else 'FAIL'}; {res['examples_both']} examples; "
+            f"labels {pct(c['label_agreement_pct'])} ({c['near_ties']} near ties), max |Δp| "
+            f"{'–' if c['max_abs_prob_diff'] is None else format(c['max_abs_prob_diff'], '.2e')}; identical samples "
+            f"{pct(g['identical_samples_pct'])}; cells {v['equivalent']} equivalent / {v['inconclusive']} inconclusive "
+            f"/ {v['different']} different" + (f" -- {'; '.join(res['failures'])}" if res["failures"] else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("reference", type=Path)
+    ap.add_argument("runs", type=Path, nargs="+")
+    ap.add_argument("--tolerance", type=float, default=1.0, help="equivalence margin, percentage points")
+    ap.add_argument("--tie", type=float, default=TIE, help="labels whose top-two probabilities are closer are near ties")
+    ap.add_argument("--fp32-prob-tol", type=float, default=FP32_PROB_TOL)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    ref = load_records(args.reference)
+    results = {}
+    for run in args.runs:
+        results[str(run)] = compare(ref, load_records(run), args.tolerance, args.tie, args.fp32_prob_tol,
+                                    run_precision(run))
+        print(summary_line(run.name, results[str(run)]))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"reference": str(args.reference), "runs": results}, indent=2) + "\n")
+    return 0 if all(r["passed"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""The generator's sampler as it was before batches shared their cross-attention keys / values and the fast
+sampler moved onto the device (verbatim but for this note): the oracle that pins the present sampler to the
+same tokens (tests/test_gen_batch.py). Not used by the package."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from breaknli_fast.engines.base import Decoding, NonFiniteError
+
+# drop finished rows from the model batch once they are at least this share of it
+COMPACT_SHARE = 0.25
+
+
+class Stepper(Protocol):
+    """One engine's incremental decoder over a batch of ``rows = prompts x n`` sequences."""
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int) -> None:
+        """Encode the prompts (``(b, L)`` CPU tensors) once; every prompt gets ``n`` rows."""
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per live row (``(r,)`` long, CPU); return float logits ``(r, vocab)``."""
+
+    def keep(self, positions: torch.Tensor) -> None:
+        """Keep only these rows (positions in the current batch, ascending) in the cache."""
+
+    # Optional (the ort engine's CPU stepper): a stepper whose ``supports_topk`` is true after
+    # ``start`` and that has ``vocab_size`` also has ``step_topk(tokens, k) -> (values, ids)``, the
+    # ``k`` largest logits per row in descending order; the ``fast`` sampler with top-k then calls it
+    # instead of ``step`` for the whole batch (the first call after ``start`` decides).
+
+
+class TorchStepper:
+    """Stepper over any Hugging Face seq2seq model object (torch, or optimum's ORT models)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.device = getattr(model, "device", torch.device("cpu"))
+
+    def start(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int) -> None:
+        from transformers.modeling_outputs import BaseModelOutput
+
+        ids, mask = input_ids.to(self.device), attention_mask.to(self.device)
+        with torch.inference_mode():
+            hidden = self.model.get_encoder()(input_ids=ids, attention_mask=mask)[0]
+        self._wrap = BaseModelOutput
+        self.hidden = hidden.repeat_interleave(n, dim=0)
+        self.mask = mask.repeat_interleave(n, dim=0)
+        self.past: Any = None
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            out = self.model(encoder_outputs=self._wrap(last_hidden_state=self.hidden), attention_mask=self.mask,
+                             decoder_input_ids=tokens.to(self.device)[:, None], past_key_values=self.past, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[:, -1, :].to(dtype=torch.float32)
+
+    def fork(self) -> "TorchStepper":
+        """Another stepper over the same model (its own batch state), for a worker thread."""
+        return TorchStepper(self.model)
+
+    def keep(self, positions: torch.Tensor) -> None:
+        pos = positions.to(self.hidden.device)
+        self.hidden = self.hidden.index_select(0, pos)
+        self.mask = self.mask.index_select(0, pos)
+        self.past = select_cache(self.past, pos)
+
+
+def select_cache(past: Any, pos: torch.Tensor) -> Any:
+    """Rows ``pos`` of a transformers cache object or a legacy tuple-of-tuples cache."""
+    if past is None:
+        return None
+    if hasattr(past, "reorder_cache"):
+        past.reorder_cache(pos)
+        return past
+    return tuple(tuple(t.index_select(0, pos.to(t.device)) for t in layer) for layer in past)
+
+
+def fast_candidates(scores: torch.Tensor, decoding: Decoding) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids ``(r, k)`` (descending score) and their cumulative kept probability ``(r, k)``
+    after temperature, top-k and top-p -- the semantics of transformers' warpers: top-p removes
+    the tokens whose ascending cumulative probability is at most ``1 - top_p``, keeping at
+    least the most likely one."""
+    vocab = scores.shape[-1]
+    k = decoding.top_k if decoding.top_k and decoding.top_k < vocab else vocab
+    vals, idx = torch.topk(scores, k, dim=-1)
+    return warp_top(vals, idx, decoding)
+
+
+def warp_top(vals: torch.Tensor, idx: torch.Tensor, decoding: Decoding) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fast_candidates` from the top-k logits ``vals`` (descending) and their ids: temperature
+    (applied after the top-k: dividing by T > 0 changes no order, and the kept values are the same
+    numbers), softmax, top-p."""
+    if decoding.temperature is not None and decoding.temperature != 1.0:
+        vals = vals / decoding.temperature
+    probs = torch.softmax(vals, dim=-1)
+    if decoding.top_p is not None and decoding.top_p < 1.0:
+        ascending = probs.flip(-1).cumsum(-1)
+        remove = (ascending <= 1.0 - decoding.top_p).flip(-1)
+        remove[:, 0] = False
+        probs = probs.masked_fill(remove, 0.0)
+    return idx, probs.cumsum(-1)
+
+
+def fast_draw(idx: torch.Tensor, cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw: for each row the first candidate whose cumulative probability exceeds
+    ``u * total``."""
+    target = (u.to(cdf.device, cdf.dtype) * cdf[:, -1]).unsqueeze(1)
+    j = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[1] - 1)
+    return idx.gather(1, j).squeeze(1)
+
+
+def _refuse(bad: torch.Tensor, step: int) -> None:
+    """Raise :class:`NonFiniteError` when any of the rows flagged in ``bad`` ``(rows,)`` is set."""
+    if bool(bad.any()):
+        raise NonFiniteError(f"next-token scores of {int(bad.sum())} of {bad.shape[0]} sequences at decoding "
+                             f"step {step + 1}")
+
+
+def _check_finite(totals: torch.Tensor, step: int) -> None:
+    """Each row's kept probability mass must be a positive number: NaN or infinite logits (an fp16 overflow,
+    say) make it NaN, and a draw over them would pick an arbitrary token without a word."""
+    _refuse(~(torch.isfinite(totals) & (totals > 0)), step)
+
+
+def check_scores(scores: torch.Tensor, step: int) -> None:
+    """Next-token scores ``(rows, vocab)`` (logits or log-probabilities) of the decoders that do not sample
+    here (transformers' beam and greedy search, diverse beam): a NaN or +inf anywhere in a row, or a row of
+    -inf only, is refused as in :func:`sample`. One pass: a row's maximum is NaN, +inf or -inf exactly then."""
+    _refuse(~torch.isfinite(scores.amax(-1)), step)
+
+
+class FiniteScores:
+    """A logits processor for transformers' ``generate`` that applies :func:`check_scores` at every step."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        check_scores(scores, self.step)
+        self.step += 1
+        return scores
+
+
+def _hf_processors(decoding: Decoding, eos_id: int, device: Any) -> Any:
+    from transformers.generation.logits_process import (LogitsProcessorList, MinNewTokensLengthLogitsProcessor,
+                                                         TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+    procs = LogitsProcessorList()
+    if decoding.min_new_tokens:
+        procs.append(MinNewTokensLengthLogitsProcessor(1, decoding.min_new_tokens, eos_id, device=device))
+    if decoding.temperature is not None and decoding.temperature != 1.0:
+        procs.append(TemperatureLogitsWarper(decoding.temperature))
+    if decoding.top_k:
+        procs.append(TopKLogitsWarper(top_k=decoding.top_k, min_tokens_to_keep=1))
+    if decoding.top_p is not None and decoding.top_p < 1.0:
+        procs.append(TopPLogitsWarper(top_p=decoding.top_p, min_tokens_to_keep=1))
+    return procs
+
+
+def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, decoding: Decoding,
+           seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int,
+           compact_share: float | None = COMPACT_SHARE) -> list[list[list[int]]]:
+    """``n`` sampled sequences per prompt (token ids after the decoder start token, up to and
+    including eos, without padding), one random generator per prompt seeded with ``seeds[i]``.
+
+    ``compact_share``: drop finished rows from the model batch once they make up this share of
+    it (``None``: never, finished rows are fed padding as transformers does)."""
+    sampler = decoding.sampler
+    if sampler not in Decoding.SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(Decoding.SAMPLERS)}")
+    b = int(input_ids.shape[0])
+    rows = b * n
+    stepper.start(input_ids, attention_mask, n)
+    active = torch.arange(rows)  # global row ids of the stepper's batch, ascending
+    unfinished = torch.ones(rows, dtype=torch.bool)
+    last = torch.full((rows,), start_id, dtype=torch.long)
+    out: list[list[int]] = [[] for _ in range(rows)]
+    if sampler == "fast":
+        rngs = [np.random.Generator(np.random.PCG64(int(sd) & (2**63 - 1))) for sd in seeds]
+    else:  # generators on the logits' device, as torch.manual_seed seeds transformers' draws there
+        procs, gens = None, []
+    # the stepper's own top-k (``step_topk``), when it has one: only (rows, k) values leave the model
+    k = decoding.top_k
+    k_eos = k + 1 if decoding.min_new_tokens else k  # one more, to drop eos while it is not allowed yet
+    use_topk = (sampler == "fast" and k > 0 and getattr(stepper, "supports_topk", False)
+                and k_eos <= getattr(stepper, "vocab_size", 0))
+    for t in range(decoding.max_new_tokens):
+        if use_topk:
+            no_eos = bool(decoding.min_new_tokens) and t < decoding.min_new_tokens
+            vals, idx = stepper.step_topk(last[active], k_eos if no_eos else k)
+            if no_eos:  # the top k without eos: drop eos where it is among the k + 1, else the last
+                drop = idx == eos_id
+                drop[~drop.any(1), -1] = True
+                vals, idx = vals[~drop].view(-1, k), idx[~drop].view(-1, k)
+            idx, cdf = warp_top(vals, idx, decoding)
+        else:
+            logits = stepper.step(last[active])
+        act_unfinished = unfinished[active]
+        live = [e for e in range(b) if bool(unfinished[e * n : (e + 1) * n].any())]
+        if sampler == "fast":
+            if not use_topk:
+                if decoding.min_new_tokens and t < decoding.min_new_tokens:
+                    logits = logits.clone()
+                    logits[:, eos_id] = float("-inf")
+                idx, cdf = fast_candidates(logits, decoding)
+            _check_finite(cdf[:, -1], t)
+            u = np.zeros(rows)
+            for e in live:  # every live prompt draws n numbers per step, finished rows included
+                u[e * n : (e + 1) * n] = rngs[e].random(n)
+            nxt = fast_draw(idx, cdf, torch.from_numpy(u)[active]).cpu()
+        else:
+            if procs is None:
+                procs = _hf_processors(decoding, eos_id, logits.device)
+                gens = [torch.Generator(device=logits.device).manual_seed(int(sd)) for sd in seeds]
+            length_view = torch.zeros((logits.shape[0], t + 1), dtype=torch.long, device=logits.device)
+            probs = torch.softmax(procs(length_view, logits), dim=-1)
+            _check_finite(probs.sum(-1), t)
+            nxt = torch.full((logits.shape[0],), pad_id, dtype=torch.long)
+            pos_of = {int(g): i for i, g in enumerate(active.tolist())}
+            for e in live:
+                here = [pos_of.get(r) for r in range(e * n, (e + 1) * n)]
+                if all(p is not None for p in here):
+                    block = probs[here[0] : here[0] + n]
+                else:  # compacted rows: a placeholder distribution keeps the generator's stream
+                    block = torch.zeros((n, probs.shape[1]), dtype=probs.dtype, device=probs.device)
+                    block[:, pad_id] = 1.0
+                    for j, p in enumerate(here):
+                        if p is not None:
+                            block[j] = probs[p]
+                draw = torch.multinomial(block, num_samples=1, generator=gens[e]).squeeze(1).cpu()
+                for j, p in enumerate(here):
+                    if p is not None:
+                        nxt[p] = draw[j]
+        nxt = torch.where(act_unfinished, nxt, torch.full_like(nxt, pad_id))
+        for g, tok, live_row in zip(active.tolist(), nxt.tolist(), act_unfinished.tolist()):
+            if live_row and tok != pad_id:
+                out[g].append(tok)
+        last[active] = nxt
+        unfinished[active] = act_unfinished & (nxt != eos_id)
+        if not unfinished.any():
+            break
+        if compact_share is not None:
+            still = unfinished[active]
+            dead = int((~still).sum())
+            if dead and dead >= compact_share * len(active):
+                keep = torch.nonzero(still).squeeze(1)
+                stepper.keep(keep)
+                active = active[keep]
+    return [out[e * n : (e + 1) * n] for e in range(b)]

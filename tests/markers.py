@@ -1,0 +1,30 @@
+"""Skip conditions shared by test modules (each with the reason the skip prints)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _transformers_version() -> str:
+    try:
+        import transformers
+
+        return transformers.__version__
+    except ImportError:  # pragma: no cover
+        return "missing"
+
+
+# Flan-T5's ONNX export and optimum's ONNX Runtime models: optimum-onnx, whose releases need transformers < 4.58
+needs_optimum = pytest.mark.skipif(
+    not _installed("optimum.onnxruntime"),
+    reason=f"optimum-onnx is not installed (transformers {_transformers_version()} here; its releases need "
+           "transformers < 4.58): Flan-T5's ONNX export and ORT models come from it")
