@@ -1,4 +1,6 @@
-"""Command line: ``breaknli-fast run | report | export | bench | env | mini train | mini check`` (thin; calls the library)."""
+"""Command line: ``breaknli-fast run | report | export | bench | env | generate | mini train | mini check`` (thin;
+calls the library). Help and usage errors of every command: :mod:`breaknli_fast.cli_help`; the options each probe
+declares: :mod:`breaknli_fast.cli_options`."""
 
 from __future__ import annotations
 
@@ -10,21 +12,19 @@ import typer
 from rich.table import Table
 
 from breaknli_fast import cli_options as opts
+from breaknli_fast.cli_help import install as install_help
 from breaknli_fast.console import RichHook, console, fail, literal, make_progress, user_errors
 from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
-from breaknli_fast.engines.base import Decoding
+from breaknli_fast.errors import install_hint
+from breaknli_fast.probes import probe_class
+from breaknli_fast.probes.breaknli.loop import parse_modes
 from breaknli_fast.study.loading import EngineConfig
-from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
-from breaknli_fast.prompts import GEN_PROMPTS
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+app = typer.Typer(name="breaknli-fast", add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="BreakNLI logical-triangle robustness test for NLI models, on fast engines.")
 
 DEFAULT_SAMPLE_LIMIT = 1000  # examples of the embedded sample used when --limit is not given
-def _modes(mode: str) -> tuple[str, ...]:
-    """The modes of a ``--mode`` option (``both`` = contradictive then entailed)."""
-    return ("contradictive", "entailed") if mode == "both" else (mode,)
 
 
 def breakdown_table(bd: dict[str, Any]) -> Table:
@@ -83,128 +83,85 @@ def print_summary(result: Any) -> None:
         console.print(f"run directory: [bold]{literal(run_dir)}[/] ({', '.join(files)})")
 
 
-@app.command()
 def run(
-    probe: str = typer.Option("breaknli", "--probe", help="The study: breaknli (generate, filter, evaluate), permutation "
-                                                           "(word-order permutation acceptance, UNLI) or accuracy (M on (p, h); "
-                                                           "with --by, per category). The last two need no generator."),
-    generator: str = opts.GENERATOR,
-    classifier: str = opts.CLASSIFIER,
+    probe: str = typer.Option("breaknli", "--probe", rich_help_panel=opts.STUDY,
+                              help="The study (the registered probes are listed here)."),
+    seed: int = typer.Option(0, "--seed", rich_help_panel=opts.STUDY,
+                             help="One seed for the whole run (generation, generated data; bootstrap uses a fixed seed)."),
+    chunk_size: Optional[int] = typer.Option(None, "--chunk-size", min=1, rich_help_panel=opts.STUDY,
+                                             help="Examples per resumable chunk (default: the probe's: 16; accuracy 256)."),
     dataset: str = opts.DATASET,
     split: Optional[str] = opts.SPLIT,
-    mode: str = opts.MODE,
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, rich_help_panel=opts.DATA,
                                         help=f"Use the first N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
-    seed: int = typer.Option(0, "--seed", help="One seed for the whole run (generation; bootstrap uses a fixed seed)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory. Default: runs/<dataset>-<classifier>-<engine>-<precision>-s<seed>."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run directory that holds different settings."),
-    engine: str = typer.Option("auto", "--engine", "-e",
-                               help="auto, torch, ort, tensorrt or ct2 (CTranslate2 generator, classifier on ort/torch; "
-                                    "the ct2 extra). auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
-                                    "installed (exactly torch's fp32 results, faster), else torch."),
-    precision: str = typer.Option("fp32", "--precision", "-p", help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
-    device: str = opts.DEVICE,
-    classifier_precision: Optional[str] = typer.Option(
-        None, "--classifier-precision", help="The classifier at another precision than --precision (e.g. --precision fp32 "
-                                             "--classifier-precision int8: the fp32 generator's candidates, a faster classifier)."),
-    generator_precision: Optional[str] = typer.Option(None, "--generator-precision",
-                                                      help="The generator at another precision than --precision."),
-    k: int = opts.K,
-    u: int = opts.U,
-    s: int = opts.S,
-    bidirectional: bool = opts.BIDIRECTIONAL,
-    relation_filter: str = opts.RELATION_FILTER,
-    decoding: str = opts.DECODING,
-    top_p: float = opts.TOP_P,
-    top_k: int = opts.TOP_K,
-    temperature: float = opts.TEMPERATURE,
-    sampler: str = opts.SAMPLER,
-    max_new_tokens: int = opts.MAX_NEW_TOKENS,
-    gen_batch: Optional[int] = opts.GEN_BATCH,
-    num_beams: Optional[int] = typer.Option(None, "--num-beams", help="Beams for beam / diverse-beam decoding (default: K)."),
-    num_beam_groups: Optional[int] = typer.Option(None, "--num-beam-groups", help="diverse-beam: groups (default: one beam per group)."),
-    diversity_penalty: float = typer.Option(1.0, "--diversity-penalty", help="diverse-beam: Hamming diversity penalty."),
-    contradict_prompt: str = typer.Option(GEN_PROMPTS["contradictive"], "--contradict-prompt", help="Prompt of the contradictive mode ({h} = hypothesis)."),
-    entail_prompt: str = typer.Option(GEN_PROMPTS["entailed"], "--entail-prompt", help="Prompt of the entailed mode ({h} = hypothesis)."),
-    nli_prompt: str = opts.NLI_PROMPT,
-    nli_method: str = opts.NLI_METHOD,
-    label_map: Optional[str] = opts.LABEL_MAP,
     premise_col: Optional[str] = opts.PREMISE_COL,
     hypothesis_col: Optional[str] = opts.HYPOTHESIS_COL,
     label_col: Optional[str] = opts.LABEL_COL,
     id_col: Optional[str] = opts.ID_COL,
     by: Optional[str] = opts.BY,
-    q: int = typer.Option(100, "--q", help="permutation: permutations per example."),
-    scheme: str = typer.Option("both", "--scheme", help="permutation: both (premise and hypothesis permuted) or hyp."),
-    save_permutations: bool = typer.Option(False, "--save-permutations",
-                                           help="permutation: keep every permuted pair in samples.jsonl."),
-    mlm: Optional[str] = typer.Option(None, "--mlm", help="merge: the masked LMs that suggest replacements, comma-separated "
-                                                          "(mini-mlm, a folder or a hub id such as bert-base-cased). Default: mini-mlm."),
-    mlm_precision: Optional[str] = typer.Option(None, "--mlm-precision",
+    generator: str = opts.GENERATOR,
+    classifier: str = opts.CLASSIFIER,
+    mlm: Optional[str] = typer.Option(None, "--mlm", rich_help_panel=opts.MODELS,
+                                      help="merge: the masked LMs that suggest replacements, comma-separated (mini-mlm, a "
+                                           "folder or a hub id such as bert-base-cased). Default: mini-mlm."),
+    engine: str = typer.Option("auto", "--engine", "-e", rich_help_panel=opts.MODELS,
+                               help="auto, torch, ort, tensorrt or ct2 (CTranslate2 generator, classifier on ort/torch; "
+                                    "the ct2 extra). auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
+                                    "installed (exactly torch's fp32 results, faster), else torch."),
+    precision: str = typer.Option("fp32", "--precision", "-p", rich_help_panel=opts.MODELS,
+                                  help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
+    classifier_precision: Optional[str] = typer.Option(
+        None, "--classifier-precision", rich_help_panel=opts.MODELS,
+        help="The classifier at another precision than --precision (e.g. --precision fp32 --classifier-precision int8: "
+             "the fp32 generator's candidates, a faster classifier)."),
+    generator_precision: Optional[str] = typer.Option(None, "--generator-precision", rich_help_panel=opts.MODELS,
+                                                      help="The generator at another precision than --precision."),
+    mlm_precision: Optional[str] = typer.Option(None, "--mlm-precision", rich_help_panel=opts.MODELS,
                                                 help="merge: the masked LMs at another precision than --precision."),
-    merge_seeds: int = typer.Option(10, "--merge-seeds", min=1, help="merge: random draws of the variants (ALLVar: 10)."),
-    merge_per_pos: int = typer.Option(20, "--merge-per-pos", min=1,
-                                      help="merge: (word, suggestion) variants per POS category and problem in each draw."),
-    merge_min_suggestions: int = typer.Option(20, "--merge-min-suggestions", min=1,
-                                              help="merge: a word with fewer surviving suggestions is dropped."),
-    merge_top_k: int = typer.Option(200, "--merge-top-k", min=1, help="merge: suggestions asked of each masked LM."),
-    merge_pos_filter: bool = typer.Option(True, "--merge-pos-filter/--no-merge-pos-filter",
-                                          help="merge: keep a suggestion only with the original's POS tag in context."),
-    merge_prob_filter: str = typer.Option("below", "--merge-prob-filter",
-                                          help="merge: keep suggestions no more probable than the original (below), "
-                                               "more probable (reversed), or any (off)."),
-    merge_pattern: str = typer.Option("draws", "--merge-pattern",
-                                      help="merge: pattern accuracy PA(x) per draw and averaged over the draws (draws), "
-                                           "or over all distinct variants of a problem at once (pooled)."),
-    ray: bool = typer.Option(False, "--ray", help="Shard the study over Ray actors (pip install 'breaknli-fast[ray]'): a "
-                                                  "local instance, or the cluster of --ray-address. Same records as one process."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
-                                              help="Join this Ray cluster (implies --ray), e.g. 10.0.0.5:6379 or auto."),
-    ray_workers: Optional[int] = typer.Option(None, "--ray-workers", min=1,
-                                              help="Ray actors (default: one per GPU, else one per --ray-threads CPUs)."),
-    ray_gpus_per_worker: float = typer.Option(0.0, "--ray-gpus-per-worker", min=0.0, help="GPUs per Ray actor (1 on GPU clusters)."),
-    ray_threads: int = typer.Option(1, "--ray-threads", min=1, help="CPU threads per Ray actor."),
+    device: str = opts.DEVICE,
+    nli_prompt: str = opts.NLI_PROMPT,
+    nli_method: str = opts.NLI_METHOD,
+    label_map: Optional[str] = opts.LABEL_MAP,
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, rich_help_panel=opts.SPEED,
+                                          help="CPU threads in all (default: torch's choice; ort: physical cores)."),
+    workers: Optional[str] = typer.Option(None, "--workers", rich_help_panel=opts.SPEED,
+                                          help="CPU batches run side by side, each on threads/workers threads: a number or "
+                                               "'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. "
+                                               "ort's results do not change with it; torch's logits may move at the 1e-6 level."),
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
-    chunk_size: Optional[int] = typer.Option(None, "--chunk-size", min=1,
-                                             help="Examples per resumable chunk (default: 16; accuracy 256)."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads in all (default: torch's choice; ort: physical cores)."),
-    workers: Optional[str] = typer.Option(None, "--workers", help="CPU batches run side by side, each on threads/workers threads: a number or 'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. ort's results do not change with it; torch's logits may move at the 1e-6 level."),
+    gen_batch: Optional[int] = opts.GEN_BATCH,
+    ray: bool = typer.Option(False, "--ray", rich_help_panel=opts.RAY,
+                             help=f"Shard the study over Ray actors ({install_hint('ray')}): a local instance, or the "
+                                  "cluster of --ray-address. Same records as one process."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", rich_help_panel=opts.RAY,
+                                              help="Join this Ray cluster (implies --ray), e.g. 10.0.0.5:6379 or auto."),
+    ray_workers: Optional[int] = typer.Option(None, "--ray-workers", min=1, rich_help_panel=opts.RAY,
+                                              help="Ray actors (default: one per GPU, else one per --ray-threads CPUs)."),
+    ray_gpus_per_worker: float = typer.Option(0.0, "--ray-gpus-per-worker", min=0.0, rich_help_panel=opts.RAY,
+                                              help="GPUs per Ray actor (1 on GPU clusters)."),
+    ray_threads: int = typer.Option(1, "--ray-threads", min=1, rich_help_panel=opts.RAY, help="CPU threads per Ray actor."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", rich_help_panel=opts.OUTPUT,
+                                       help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-"
+                                            "<precision>-s<seed> (the probe's name first, other than breaknli's)."),
+    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=opts.OUTPUT,
+                                   help="Replace a run directory that holds different settings."),
 ) -> None:
     """Run a study (BreakNLI by default) and write a run directory. Re-running the same command resumes."""
-    from breaknli_fast.probes import probe_class
-    from breaknli_fast.probes.accuracy import AccuracyConfig
-    from breaknli_fast.probes.permutation import PermutationConfig
     from breaknli_fast.study import run_study
     from breaknli_fast.study.distributed import RayConfig
 
     with user_errors(resumable=True):
         probe_class(probe)  # an unknown --probe is a one-line error
-        dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler,
-                       max_new_tokens=max_new_tokens, num_beams=num_beams, num_beam_groups=num_beam_groups,
-                       diversity_penalty=diversity_penalty)
-        cfg = BreakNLIConfig(modes=_modes(mode), k=k, u=u, s=s, bidirectional=bidirectional, relation_filter=relation_filter,
-                         prompts={"contradictive": contradict_prompt, "entailed": entail_prompt},
-                         decoding=dec, seed=seed, chunk_size=chunk_size or 16)
+        cfg = opts.probe_config(probe, seed=seed, chunk_size=chunk_size)
+        opts.warn_threads(threads)
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
                             gen_batch=gen_batch,
                             classifier_precision=classifier_precision, generator_precision=generator_precision,
-                            label_map=parse_label_map(label_map), max_length=max_length, token_budget=token_budget,
-                            max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
+                            mlm_precision=mlm_precision, label_map=parse_label_map(label_map), max_length=max_length,
+                            token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
-        if probe == "accuracy":
-            cfg = AccuracyConfig(seed=seed, chunk_size=chunk_size or 256)
-        if probe == "permutation":
-            cfg = PermutationConfig(q=q, scheme=scheme, seed=seed, chunk_size=chunk_size or 16,
-                                    save_permutations=save_permutations)
-        elif probe == "merge":
-            from breaknli_fast.probes.merge import MergeConfig
-
-            cfg = MergeConfig(seeds=merge_seeds, per_pos=merge_per_pos, min_suggestions=merge_min_suggestions,
-                              top_k=merge_top_k, pos_filter=merge_pos_filter, prob_filter=merge_prob_filter,
-                              pattern=merge_pattern, seed=seed, chunk_size=chunk_size or 16)
-            ecfg.mlm_precision = mlm_precision
         if "," in classifier or "," in dataset:  # a study over classifiers x datasets (breaknli_fast.study.grid)
             from breaknli_fast.cli_report import run_grid_command
 
@@ -227,6 +184,9 @@ def run(
     print_summary(result)
 
 
+app.command("run")(opts.ProbeOptions(run))
+
+
 @app.command()
 def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """Print versions, hardware and CUDA / TensorRT availability (paste it into bug reports)."""
@@ -246,7 +206,7 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
     acc = info["accelerators"]
     t.add_row("CUDA", literal(", ".join(acc.get("gpus", []))) if acc["cuda_available"] else "[dim]no CUDA GPU visible[/]")
     t.add_row("ORT providers", literal(", ".join(acc["onnxruntime_providers"] or [])) or "[dim]onnxruntime not installed[/]")
-    hint = literal("pip install 'breaknli-fast[tensorrt]'")
+    hint = literal(install_hint("tensorrt"))
     t.add_row("TensorRT", literal(acc["tensorrt"]) if acc["tensorrt"] else f"[dim]not installed ({hint}, needs a CUDA GPU)[/]")
     console.print(t)
 
@@ -254,24 +214,18 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
 from breaknli_fast.bench.command import bench  # noqa: E402
 from breaknli_fast.cli_report import report  # noqa: E402
 from breaknli_fast.export.command import export  # noqa: E402
+from breaknli_fast.mini.command import EPILOG as MINI_TRAIN_EPILOG  # noqa: E402
+from breaknli_fast.mini.command import train as mini_train  # noqa: E402
 
 app.command("export")(export)
-app.command("bench")(bench)
+app.command("bench")(opts.ProbeOptions(bench))
 app.command("report")(report)
 
 mini_app = typer.Typer(help="The shipped mini models (train them again from SNLI).", add_completion=False)
 app.add_typer(mini_app, name="mini")
 
 
-@mini_app.command("train", add_help_option=False,
-                  context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def mini_train(ctx: typer.Context) -> None:
-    """Train mini-mlm, mini-nli and mini-t5 from an SNLI file (`breaknli-fast mini train --help` for options)."""
-    from breaknli_fast.mini.train import main as train_main
-
-    with user_errors():
-        code = train_main(list(ctx.args), prog="breaknli-fast mini train") or 0
-    raise typer.Exit(code)
+mini_app.command("train", epilog=MINI_TRAIN_EPILOG)(mini_train)
 
 
 @mini_app.command("check")
@@ -291,7 +245,7 @@ def mini_check(
     from breaknli_fast.mini.evaluate import check_generator
 
     with user_errors():
-        res = check_generator(generator, judge, sample_path(), n=n, modes=_modes(mode), seed=seed, progress=progress)
+        res = check_generator(generator, judge, sample_path(), n=n, modes=parse_modes(mode), seed=seed, progress=progress)
     t = Table(title="generator check (K=20, U=10, S=5)",
               caption="checked: first correctly classified examples (of all correct); <U: fewer than U distinct "
                       "candidates; <S: fewer than S of the first U on target both ways")
@@ -314,6 +268,7 @@ def mini_check(
 
 from breaknli_fast.data.synthetic.command import generate_app  # noqa: E402
 app.add_typer(generate_app, name="generate")
+install_help(app)  # every command: help in panels, -h, usage errors on one line
 
 
 def main() -> None:  # pragma: no cover

@@ -35,9 +35,19 @@ def literal(text: Any) -> str:
     return escape(str(text))
 
 
+def print_error(msg: str) -> None:
+    """``error: msg`` on stderr, on one line (``msg`` literally, never as markup)."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", msg), soft_wrap=True)
+
+
+def warn(msg: str) -> None:
+    """``warning: msg`` on stderr, on one line (``msg`` literally)."""
+    err_console.print(Text.assemble(("warning:", "bold yellow"), " ", msg), soft_wrap=True)
+
+
 def fail(msg: str, code: int = EXIT_USER_ERROR) -> NoReturn:
     """Print ``error: msg`` (``msg`` literally, never as markup) on stderr and exit with ``code``."""
-    err_console.print(Text.assemble(("error:", "bold red"), " ", msg), soft_wrap=True)
+    print_error(msg)
     raise typer.Exit(code)
 
 

@@ -8,6 +8,8 @@ Each layer raises its own subclass (``DataError``, ``ModelLoadError``, ``RunDirE
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class UserError(RuntimeError):
     """A problem with the user's input or environment, reported as one line (exit code 2)."""
@@ -19,3 +21,12 @@ def first_line(exc: BaseException) -> str:
         if line.strip():
             return line.strip()
     return type(exc).__name__
+
+
+def install_hint(extra: str) -> str:
+    """The ``pip install`` of an optional extra: from the checkout this package runs from when it is one (an
+    editable install of a clone: the extra's pins are the checkout's), else from the package index."""
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file():
+        return f"pip install -e '{root}[{extra}]'"
+    return f"pip install 'breaknli-fast[{extra}]'"

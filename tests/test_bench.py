@@ -241,7 +241,8 @@ def test_reference_is_first_and_labels_are_unique():
 @pytest.mark.parametrize("args,match", [(["-e", "torch:fp99"], "unknown precision"),
                                         (["-e", "bogus:fp32", "--strict", "--require-equivalence"], "unknown engine"),
                                         (["--probe", "nope"], "unknown probe"),
-                                        (["--probe", "accuracy", "--k", "4"], "--k shapes the BreakNLI loop only")])
+                                        (["--probe", "accuracy", "--k", "4"], "--k is an option of --probe breaknli, not of --probe accuracy"),
+                                        (["--probe", "accuracy", "--gen-prompts", "4"], "--gen-prompts shapes the BreakNLI loop only")])
 def test_bad_bench_arguments_are_one_line_errors(tmp_path, args, match):
     r = runner.invoke(_app(), ["bench", *args, "--out", str(tmp_path)])
     assert r.exit_code == 2 and match in r.output and "Traceback" not in r.output, r.output

@@ -5,6 +5,7 @@ failure, Ctrl-C and a rerun of a finished run."""
 import gzip
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,39 +37,141 @@ def _write(path: Path, data: bytes) -> Path:
 GOOD_TSV = b"premise\thypothesis\tlabel\nA man sleeps.\tA man rests.\tentailment\nA dog runs.\tA cat runs.\tcontradiction\n"
 
 
-def _cases(tmp: Path) -> list[tuple[str, list[str], str]]:
-    """(name, extra args of `run`, expected message) — built per test so paths live in tmp."""
+def _closed_port() -> int:
+    """A local TCP port where nothing listens (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _truncated_model(tmp: Path) -> Path:
+    import shutil
+
+    from breaknli_fast.engines.model_info import assets_models_dir
+
+    folder = tmp / "cut-model"
+    if not folder.exists():
+        shutil.copytree(assets_models_dir() / "mini-nli", folder)
+        with open(folder / "model.safetensors", "r+b") as fh:
+            fh.truncate(100_000)  # a download cut short
+    return folder
+
+
+# (name, issue item, extra args of `run`, expected message, environment, needs a model loaded)
+Case = tuple[str, str, list[str], str, dict, bool]
+
+
+def _cases(tmp: Path) -> list[Case]:
+    """Built per test so that paths live in tmp. Every row but those marked is refused before any model loads."""
     afile = _write(tmp / "afile.txt", b"x")
+    no_hub = {"HF_HUB_OFFLINE": None, "TRANSFORMERS_OFFLINE": None, "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+              **{k: None for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")}}
     return [
-        ("out under /proc", ["--out", "/proc/breaknli-x"], "cannot create the run directory /proc/breaknli-x"),
-        ("out below a file", ["--out", str(afile / "sub")], f"cannot create the run directory {afile / 'sub'}: Not a directory"),
-        ("out is a file", ["--out", str(afile)], f"cannot use {afile} as the run directory"),
-        ("markup in a missing path", ["-d", str(tmp / "no[/]such[bold].jsonl")], "no[/]such[bold].jsonl does not exist"),
-        ("empty file", ["-d", str(_write(tmp / "empty[gold].tsv", b""))], "empty[gold].tsv has no data rows"),
-        ("header-only file", ["-d", str(_write(tmp / "head.tsv", b"premise\thypothesis\tlabel\n"))], "has no data rows"),
-        ("misspelled shipped model", ["-c", "mini-nil"], "did you mean mini-nli?"),
-        ("missing model folder", ["-g", str(tmp / "nope")], "does not exist"),
-        ("no GPU", ["--device", "cuda"], "cuda"),
+        ("out under /proc", "15", ["--out", "/proc/breaknli-x"], "cannot create the run directory /proc/breaknli-x", {}, False),
+        ("out below a file", "15", ["--out", str(afile / "sub")], f"cannot create the run directory {afile / 'sub'}: Not a directory", {}, False),
+        ("out is a file", "15", ["--out", str(afile)], f"cannot use {afile} as the run directory", {}, False),
+        ("markup in a missing path", "-", ["-d", str(tmp / "no[/]such[bold].jsonl")], "no[/]such[bold].jsonl does not exist", {}, False),
+        ("empty file", "-", ["-d", str(_write(tmp / "empty[gold].tsv", b""))], "empty[gold].tsv has no data rows", {}, False),
+        ("header-only file", "-", ["-d", str(_write(tmp / "head.tsv", b"premise\thypothesis\tlabel\n"))], "has no data rows", {}, False),
+        ("misspelled shipped model", "-", ["-c", "mini-nil"], "did you mean mini-nli?", {}, False),
+        ("missing model folder", "-", ["-g", str(tmp / "nope")], "does not exist", {}, False),
+        ("no GPU", "15", ["--device", "cuda"], "no CUDA GPU is visible", {}, False),
+        ("read-only export cache", "1", ["--engine", "ort", "-c", "mini-nli"], "cannot write the export cache",
+         {"BREAKNLI_FAST_CACHE": str(afile / "cache")}, True),
+        ("truncated safetensors", "2", ["-c", str(_truncated_model(tmp))], "model.safetensors is truncated or corrupt", {}, False),
+        ("unknown prompt field", "3", ["--contradict-prompt", "Contradict {h} {x}"], "has an unknown field {x}", {}, False),
+        ("positional prompt field", "3", ["--contradict-prompt", "Contradict {0}"], "has a positional field {0}", {}, False),
+        ("unbalanced prompt brace", "3", ["--entail-prompt", "Say {h"], "the entailed generation prompt (--entail-prompt): expected '}'", {}, False),
+        ("stray closing brace", "3", ["--contradict-prompt", "Contradict {h} }"], "Single '}'", {}, False),
+        ("nothing at the Ray address", "7", ["--ray-address", f"127.0.0.1:{_closed_port()}"], "Ray", {}, False),
+        ("K too large", "8", ["--k", "100000"], "--k", {}, False),
+        ("q too large", "8", ["--probe", "permutation", "--q", "100000000"], "--q", {}, False),
+        ("negative max batch", "9", ["--max-batch", "-4"], "--max-batch", {}, False),
+        ("zero token budget", "9", ["--token-budget", "0"], "--token-budget", {}, False),
+        ("split of a file", "9", ["--split", "bogus"], "--split bogus: only the hub datasets", {}, False),
+        ("split of the sample", "9", ["-d", "sample", "--split", "bogus"], "only the hub datasets", {}, False),
+        ("by a column without values", "10",
+         ["-d", str(_write(tmp / "subj.tsv", GOOD_TSV.replace(b"label\n", b"label\tsubject\n").replace(b"ment\n", b"ment\t\n").replace(b"tion\n", b"tion\t-\n"))),
+          "--by", "subject"], "--by subject: the column has no value", {}, False),
+        ("hub unreachable (model)", "13", ["-c", "someone/some-nli-model"], "does not answer", no_hub, False),
+        ("hub unreachable (dataset)", "13", ["-d", "mnli"], "does not answer", no_hub, False),
+        ("negative limit", "15", ["--limit", "-1"], "--limit", {}, False),
+        ("zero K", "15", ["--k", "0"], "--k", {}, False),
+        ("bad workers", "15", ["--workers", "many"], "--workers must be a number or 'auto'", {}, False),
+        ("unknown precision", "16", ["--precision", "fp8"], "--precision 'fp8': use fp32, fp16, bf16, int8", {}, False),
+        ("misnamed premise column", "16", ["--premise-col", "nope"], "--premise-col nope: there is no such column (its columns: premise, hypothesis, label)", {}, False),
+        ("ragged CSV", "16", ["-d", str(_write(tmp / "ragged.csv", b"premise,hypothesis,label\nA,B,neutral,extra\nC,D,neutral,x\n"))],
+         "its rows have 4 fields where its header has 3", {}, False),
+        ("a .txt with spaces", "16", ["-d", str(_write(tmp / "pairs.txt", b"premise hypothesis label\nA B neutral\n"))],
+         "its header is one column", {}, False),
+        ("a JSON array", "16", ["-d", str(_write(tmp / "pairs.json", b'[{"premise": "A", "hypothesis": "B", "label": "neutral"}]\n'))],
+         "it holds a JSON array of objects; write each object on a line of its own", {}, False),
+        ("a pretty-printed JSON array", "16", ["-d", str(_write(tmp / "pretty.json", b'[\n  {"premise": "A"}\n]\n'))],
+         "it holds a JSON array;", {}, False),
     ]
 
 
-CASE_NAMES = [c[0] for c in _cases(Path("/tmp/breaknli-case-names"))]
+CASE_NAMES = [c[0] for c in _cases(Path(tempfile.mkdtemp(prefix="breaknli-case-names-")))]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_run_bad_input_is_one_line(tmp_path, name):
+def test_run_bad_input_is_one_line(tmp_path, name, monkeypatch):
+    """Each row: one `error:` line, exit code 2, no traceback; rows that need no model are refused before any
+    model loads (loading one fails the test) and within seconds."""
+    import time
+
+    import breaknli_fast.study.runner as runner_module
+
     if name == "no GPU":
         import torch
 
         if torch.cuda.is_available():
             pytest.skip("a CUDA GPU is visible: --device cuda is valid here")
-    args, match = next((a, m) for n, a, m in _cases(tmp_path) if n == name)
+    if name == "nothing at the Ray address":
+        pytest.importorskip("ray", reason="Ray is not installed (the `ray` extra)")
+    if name == "read-only export cache":
+        pytest.importorskip("onnxruntime", reason="ONNX Runtime is not installed (the `onnx` extra)")
+    _, _, args, match, env, needs_model = next(c for c in _cases(tmp_path) if c[0] == name)
+    if not needs_model:
+        def no_models(*a, **k):
+            raise AssertionError("a model was loaded before the bad input was refused")
+
+        monkeypatch.setattr(runner_module, "load_models", no_models)
     base = ["run", "-d", str(_write(tmp_path / "good.tsv", GOOD_TSV)), "--out", str(tmp_path / "run"), "--engine", "torch",
             "--k", "2", "--u", "1", "--s", "1", "--max-new-tokens", "4"]
-    r = runner.invoke(app, base + args)
+    t0 = time.perf_counter()
+    r = runner.invoke(app, base + args, env=env)
     _one_error_line(r, match)
-    if name == "no GPU":  # failed before the first example: nothing written, the directory is re-usable
-        assert not (tmp_path / "run" / "config.json").exists()
+    if not needs_model:
+        assert time.perf_counter() - t0 < 30  # seconds, on a busy 2-core machine; the bound is loading nothing
+    assert not (tmp_path / "run").exists()  # refused before anything was written: no directory, no .lock left
+
+
+def test_the_error_table_covers_the_issue():
+    """Items 1-3, 7-10, 13, 15 and 16 of the new-user review each have a row (4-6 are bench's; 11, 12 are the
+    README, 14 the help tests in test_cli_probes.py, 17 the run-directory test below)."""
+    items = {c[1] for c in _cases(Path(tempfile.mkdtemp(prefix="breaknli-case-items-")))}
+    assert {"1", "2", "3", "7", "8", "9", "10", "13", "15", "16"} <= items
+
+
+def test_threads_beyond_the_cores_warn(tmp_path, monkeypatch):
+    from breaknli_fast import cli_options
+
+    monkeypatch.setattr(cli_options, "usable_cores", lambda: 2)
+    r = runner.invoke(app, ["run", "--threads", "512", "--precision", "fp8", "--out", str(tmp_path / "x")])
+    assert "warning: --threads 512 is more than the 2 CPU cores" in " ".join(r.output.split())
+    _one_error_line(r, "--precision 'fp8'")
+
+
+def test_usage_errors_are_one_line_not_a_panel(tmp_path):
+    for args in (["run", "--limit", "-1"], ["run", "--k", "0"], ["run", "--no-such-option"], ["nope"],
+                 ["bench", "--k", "0"], ["mini", "train", "--seed", "x"], ["run", "--probe", "toy-none"]):
+        r = runner.invoke(app, args)
+        errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+        assert r.exit_code == 2 and len(errors) == 1, (args, r.output)
+        assert "╭" not in r.output and "Traceback" not in r.output, args
 
 
 def test_other_commands_report_user_errors_the_same_way(tmp_path):
@@ -81,11 +184,15 @@ def test_other_commands_report_user_errors_the_same_way(tmp_path):
 
 
 def test_mini_train_never_writes_into_the_package_by_default(tmp_path):
-    from breaknli_fast.mini import MODELS_DIR
-    from breaknli_fast.mini.train import DEFAULT_OUT, build_parser
+    import inspect
 
-    args = build_parser().parse_args(["--data", "x.jsonl"])
-    assert args.out == DEFAULT_OUT and Path(args.out).resolve() != MODELS_DIR.resolve() and not args.into_package
+    from breaknli_fast.mini import MODELS_DIR
+    from breaknli_fast.mini.command import train
+    from breaknli_fast.mini.recipe import DEFAULT_OUT
+
+    defaults = {name: p.default.default for name, p in inspect.signature(train).parameters.items()}
+    assert defaults["out"] == DEFAULT_OUT and Path(DEFAULT_OUT).resolve() != MODELS_DIR.resolve()
+    assert defaults["into_package"] is False
     data = _write(tmp_path / "train.jsonl", b'{"premise": "a", "hypothesis": "b", "label": "neutral"}\n')
     _one_error_line(runner.invoke(app, ["mini", "train", "--data", str(data), "--out", str(MODELS_DIR)]), "--into-package")
 
@@ -164,7 +271,7 @@ def test_user_text_and_install_hints_print_literally(tmp_path, tiny_t5, tiny_rob
     import importlib.util
 
     if importlib.util.find_spec("tensorrt") is None:
-        assert "breaknli-fast[tensorrt]" in r.output
+        assert "[tensorrt]'" in r.output  # the extra's brackets are printed, not read as markup
     out = tmp_path / "out[v2]"
     r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out)
     assert r.exit_code == 0, r.output
@@ -190,3 +297,87 @@ def test_result_tables_fit_80_columns(tmp_path, tiny_t5, tiny_roberta, tiny_tsv)
         assert max(len(ln) for ln in text.splitlines()) <= 80
         for h in headers:
             assert h in text, (h, text)
+
+
+def test_run_files_share_the_umask_permissions_and_the_lock_goes(tmp_path, tiny_t5, tiny_roberta, tiny_tsv):
+    """Every file of a finished run gets 0666 less the umask (report files were owner-only while samples.jsonl
+    was world-readable), and .lock is gone once the run is over."""
+    old = os.umask(0o027)
+    try:
+        r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, tmp_path / "run")
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.output
+    files = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "run").iterdir() if p.is_file()}
+    assert {"config.json", "samples.jsonl", "report.json", "report.md", "stage_premise_hypothesis.json"} <= set(files)
+    assert set(files.values()) == {0o640}, files
+    assert ".lock" not in files
+
+
+def test_the_run_directory_lock_is_removed_and_taken_again(tmp_path):
+    first = RunDir(tmp_path / "run")
+    first.lock()
+    with pytest.raises(Exception, match="is in use by another run"):
+        RunDir(tmp_path / "run").lock()
+    first.unlock()
+    assert not (tmp_path / "run").exists()  # the lock made it and nothing was written: removed with the lock
+    again = RunDir(tmp_path / "run")
+    again.lock()
+    (tmp_path / "run" / "samples.jsonl").write_text("")
+    again.unlock()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["samples.jsonl"]
+
+
+def test_run_then_run_with_limit_0_are_two_run_directories(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, monkeypatch):
+    """The README's `run` then `run --limit 0`: the default directory names the limit, so the second is a run of
+    its own rather than one refused for holding "different settings (limit)"."""
+    monkeypatch.chdir(tmp_path)
+    common = ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--engine", "torch", "--k", "4", "--u", "2",
+              "--s", "1", "--max-new-tokens", "6"]
+    assert runner.invoke(app, [*common, "--limit", "4"]).exit_code == 0
+    r = runner.invoke(app, [*common, "--limit", "0"])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny.tsv-all-roberta-torch-fp32-s0",
+                                                                     "tiny.tsv-n4-roberta-torch-fp32-s0"]
+
+
+def test_an_address_where_nothing_listens_fails_at_once():
+    """A TCP connection answers what Ray's own retries take minutes to give up on (no Ray needed)."""
+    import socket
+    import time
+
+    from breaknli_fast.study.distributed import RayUnavailable, probe_address
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # released below: nothing listens there
+    t0 = time.perf_counter()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", f"[::1]:{port}"):
+        with pytest.raises(RayUnavailable, match="nothing answers on"):
+            probe_address(address)
+    assert time.perf_counter() - t0 < 10
+    with pytest.raises(RayUnavailable, match="is not a number"):
+        probe_address("127.0.0.1:port")
+    with socket.socket() as server:  # something listening: no error
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        probe_address(f"127.0.0.1:{server.getsockname()[1]}")
+    probe_address("auto")  # left to Ray
+
+
+def test_auto_falling_back_to_torch_writes_the_torch_directory_only(tmp_path, tiny_t5, tiny_roberta, tiny_tsv,
+                                                                    monkeypatch):
+    """--engine auto with an export cache that cannot be written runs on torch (a note says why); the run directory
+    locked before loading (named for ort) is given up for the torch one, and nothing is left of it."""
+    pytest.importorskip("onnxruntime", reason="ONNX Runtime is not installed (the `onnx` extra)")
+    from breaknli_fast.engines import registry
+
+    if registry.resolve_engine("auto") != "ort":
+        pytest.skip("auto does not pick ort here")
+    monkeypatch.chdir(tmp_path)
+    afile = _write(tmp_path / "afile", b"x")
+    r = runner.invoke(app, ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--limit", "3", "--k", "4",
+                            "--u", "2", "--s", "1", "--max-new-tokens", "6"], env={"BREAKNLI_FAST_CACHE": str(afile / "c")})
+    assert r.exit_code == 0, r.output
+    assert "running on torch" in " ".join(r.output.split()) and "cannot write the export cache" in " ".join(r.output.split())
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny.tsv-n3-roberta-torch-fp32-s0"]

@@ -165,3 +165,42 @@ def test_run_finishes_on_a_very_long_row(tmp_path, tiny_t5, long_tsv, classifier
     details = cfg["engine"]["classifier_details"]["details"]
     assert details["max_length"] == 128 and details["max_length_requested"] == 256
     assert json.loads((tmp_path / "run" / "report.json").read_text())["funnel"]["valid"] == 3
+
+
+def test_over_long_texts_are_cut_before_tokenising_keeping_the_same_tokens(tiny_roberta, tiny_t5):
+    """A long text is cut by characters before the tokenizer sees it, only where the cut still gives at least
+    twice max_length tokens: the tokens kept after truncation are exactly those of the whole text. (The whole
+    text of a pair of long texts is tokenised here at moderate length only: the tokenizer's overflow windows of
+    two long texts multiply, which is what took gigabytes on megabyte inputs.)"""
+    from breaknli_fast.engines.batching import clip_text
+    from breaknli_fast.engines.model_info import load_tokenizer
+
+    assert len(LONG) > 16 * 512
+    for path in (tiny_roberta, tiny_t5):
+        tok = load_tokenizer(path)
+        for n in (64, 512):
+            assert len(clip_text(tok, LONG, n)) <= 16 * n
+            mid = LONG[:17 * n]  # two long texts: just past the cut (the whole pair's tokenisation is the slow one)
+            cases = [(LONG, SHORT[0][1]), (SHORT[0][0], LONG), (mid, mid[::-1])]
+            for first, second in cases:
+                full = tok(first, second, truncation=True, max_length=n)["input_ids"]
+                clipped = tok(clip_text(tok, first, n), clip_text(tok, second, n), truncation=True,
+                              max_length=n)["input_ids"]
+                assert clipped == full, (path, n)
+        assert clip_text(tok, SHORT[0][0], 16) == SHORT[0][0]
+    t5 = load_tokenizer(tiny_t5)
+    spaces = " " * 20_000 + "word"  # many characters, few tokens (runs of spaces are one): not cut
+    assert clip_text(t5, spaces, 16) == spaces
+
+
+def test_a_classifier_on_a_megabyte_premise_is_quick_and_exact(tiny_roberta):
+    import time
+
+    clf = registry.load_classifier("torch", tiny_roberta, max_length=64)
+    huge = (LONG + " ") * 200  # about 6 MB
+    t0 = time.perf_counter()
+    probs = clf.classify([(huge, SHORT[0][1]), (SHORT[1][0], huge)]).probs
+    assert time.perf_counter() - t0 < 10  # tokenising the whole text first took minutes at 50 MB
+    fresh = registry.load_classifier("torch", tiny_roberta, max_length=64)
+    ref = fresh.classify([(huge[:100_000], SHORT[0][1]), (SHORT[1][0], huge[:100_000])]).probs
+    assert np.array_equal(probs, ref)

@@ -384,12 +384,19 @@ def test_end_to_end_without_spacy_deterministic_by_seed_and_resumes(tmp_path, ti
 
 def test_spacy_missing_is_one_line(monkeypatch, tmp_path, tiny_roberta):
     monkeypatch.setattr(mg, "_module_found", lambda name: False)
-    with pytest.raises(mg.SpacyMissing, match=r"pip install 'breaknli-fast\[merge\]'"):
+    from breaknli_fast.errors import install_hint
+
+    # from a checkout (this one), the hint installs the checkout's extra, not a package from the index
+    import breaknli_fast
+
+    checkout = Path(breaknli_fast.__file__).resolve().parents[1]
+    assert install_hint("merge") == f"pip install -e '{checkout}[merge]'"
+    with pytest.raises(mg.SpacyMissing, match=re.escape(install_hint("merge"))):
         MergeProbe()
     r = runner.invoke(app, ["run", "--probe", "merge", "-c", tiny_roberta, "--engine", "torch", "--limit", "2",
                             "--out", str(tmp_path / "x")])
     assert r.exit_code == 2, r.output
-    assert "pip install 'breaknli-fast[merge]'" in r.output and "Traceback" not in r.output
+    assert install_hint("merge") in " ".join(r.output.split()) and "Traceback" not in r.output
     assert not (tmp_path / "x").exists()  # refused before any model loads
     monkeypatch.setattr(mg, "_module_found", lambda name: name == "spacy")  # spaCy without its pipeline
     with pytest.raises(mg.SpacyMissing, match="small English pipeline"):

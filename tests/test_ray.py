@@ -5,6 +5,7 @@ all end with every record exactly once."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -100,9 +101,12 @@ def test_ray_missing_is_one_line(monkeypatch, tmp_path, tiny_roberta, tiny_tsv):
             raise ImportError("no ray")
         return real(name, *a, **k)
 
+    from breaknli_fast.errors import install_hint
+
     monkeypatch.setattr(builtins, "__import__", no_ray)
-    with pytest.raises(RayUnavailable, match=r"pip install 'breaknli-fast\[ray\]'"):
+    with pytest.raises(RayUnavailable, match=re.escape(install_hint("ray"))):
         connect(RayConfig())
+
 
 
 class KillOneWorker(ProgressHook):

@@ -1,14 +1,12 @@
 """``breaknli-fast bench``: speed and parity of engines / precisions, for any registered probe, in one command.
 
-Registered by the CLI with ``app.command("bench")(bench)``; the library logic is
-:func:`breaknli_fast.bench.runner.run_bench`, which takes the probe's own config object. The command's BreakNLI
-options (``--k``, ``--decoding``, ...) shape ``--probe breaknli``; another probe runs with its defaults (and
-``--seed``).
+Registered by the CLI as ``ProbeOptions(bench)``, so it takes every registered probe's options as ``run`` does
+(:mod:`breaknli_fast.cli_options`); the library logic is :func:`breaknli_fast.bench.runner.run_bench`, which takes
+the probe's own config object.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import sys
 from datetime import datetime
@@ -20,13 +18,12 @@ import typer
 from breaknli_fast import cli_options as opts
 
 from breaknli_fast.data.loaders import SAMPLE_NAME
-from breaknli_fast.prompts import GEN_PROMPTS
 
 DEFAULT_ENGINES = "torch:fp32,ort:fp32,ort:int8"
 DEFAULT_SAMPLE_LIMIT = 32  # examples of the embedded sample when --limit is not given (several engines run)
-# options that shape the BreakNLI loop only: refused with another --probe, where they would change nothing
-BREAKNLI_ONLY = ("generator", "mode", "k", "u", "s", "bidirectional", "relation_filter", "decoding", "top_p", "top_k",
-                 "temperature", "sampler", "max_new_tokens", "fixed_length", "gen_prompts", "greedy_prompts")
+# bench's own options that shape the BreakNLI workload only: refused with another --probe, where they would change
+# nothing (the probes' own options are refused by cli_options.probe_config the same way)
+BREAKNLI_ONLY = ("generator", "fixed_length", "gen_prompts", "greedy_prompts")
 
 
 def _command_line(ctx: typer.Context | None = None) -> str:
@@ -79,7 +76,6 @@ def bench(
     by: Optional[str] = typer.Option(None, "--by", help="Also pair the headline metrics per group of these dataset "
                                      "columns (0/1 columns: where it is 1 and the rest; others: per value). Default: "
                                      "TaxiNLI's categories on taxinli."),
-    mode: str = opts.MODE,
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
                                         help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
     repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported)."),
@@ -91,17 +87,6 @@ def bench(
     invariance_pairs: int = typer.Option(1000, "--invariance-pairs", min=0, help="Pairs classified one at a time and in "
                                          "the engine's batches: how many labels depend on batch neighbours."),
     seed: int = typer.Option(0, "--seed", help="The probe's seed (generation, permutations, draws)."),
-    k: int = opts.K,
-    u: int = opts.U,
-    s: int = opts.S,
-    bidirectional: bool = opts.BIDIRECTIONAL,
-    relation_filter: str = opts.RELATION_FILTER,
-    decoding: str = opts.DECODING,
-    top_p: float = opts.TOP_P,
-    top_k: int = opts.TOP_K,
-    temperature: float = opts.TEMPERATURE,
-    sampler: str = opts.SAMPLER,
-    max_new_tokens: int = opts.MAX_NEW_TOKENS,
     gen_batch: Optional[int] = opts.GEN_BATCH,
     fixed_length: bool = typer.Option(False, "--fixed-length", help="Generate exactly --max-new-tokens tokens (same work for every engine; on with --random-weights)."),
     random_weights: Optional[str] = typer.Option(None, "--random-weights",
@@ -136,10 +121,8 @@ def bench(
     from breaknli_fast.bench.specs import BenchSpecError, parse_engines
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
     from breaknli_fast.data.labels import parse_label_map
-    from breaknli_fast.engines.base import Decoding
     from breaknli_fast.study.loading import EngineConfig
-    from breaknli_fast.probes import get_probe, probe_class
-    from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
+    from breaknli_fast.probes import probe_class
     from rich.markup import escape
 
     with user_errors(extra=(OSError,)):  # an output folder that cannot be written: one line too
@@ -156,21 +139,14 @@ def bench(
                 console.print(f"comparison written to [bold]{escape(str(out))}[/] (compare.json, compare.md)")
             return
         probe_cls = probe_class(probe)  # an unknown --probe is a one-line error
-        if probe == "breaknli":
-            modes = ("contradictive", "entailed") if mode == "both" else (mode,)
-            dec = Decoding(strategy=decoding, top_p=top_p, top_k=top_k, temperature=temperature, sampler=sampler,
-                           max_new_tokens=max_new_tokens)
-            probe_config: object = BreakNLIConfig(modes=modes, k=k, u=u, s=s, bidirectional=bidirectional, decoding=dec,
-                                                  seed=seed, relation_filter=relation_filter, prompts=dict(GEN_PROMPTS))
-        else:
+        if probe != "breaknli":
             # compared by name: typer may hand back its own copy of click's enum
             given = [name for name in BREAKNLI_ONLY
                      if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
             if given:
                 raise BenchSpecError(f"--{given[0].replace('_', '-')} shapes the BreakNLI loop only, not --probe {probe}")
-            probe_config = getattr(get_probe(probe), "cfg", None)  # the probe's defaults
-            if hasattr(probe_config, "seed"):
-                probe_config = dataclasses.replace(probe_config, seed=seed)
+        # the probe's config from its own options, as run builds it (another probe's options are refused)
+        probe_config = opts.probe_config(probe, seed=seed)
         eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
         base = EngineConfig(device=device, threads=threads, label_map=parse_label_map(label_map), max_length=max_length,
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method,

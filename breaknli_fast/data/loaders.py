@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import json
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
+from breaknli_fast.data.hub import require_hub
 from breaknli_fast.data.labels import dataset_label, is_missing_label
 from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.errors import UserError
@@ -335,10 +337,51 @@ def load_file(path: str | Path, cols: Columns | None = None, limit: int | None =
     if not rows.n:
         raise DataError(f"{path} has no data rows")
     if stats.read and not examples and stats.counts["malformed"] == stats.read:
-        raise DataError(
-            f"no row of {path} has premise/hypothesis/label columns; name them with --premise-col/--hypothesis-col/--label-col"
-        )
+        raise DataError(f"no row of {path} has premise/hypothesis/label columns: {_found(path, suffix, cols)}")
     return LoadedData(examples, stats, {"type": "file", "path": str(path.resolve()), "format": suffix.lstrip(".")})
+
+
+def _found(path: Path, suffix: str, cols: Columns) -> str:
+    """What the first rows of a file that gave no example hold, and what to do about it (one clause)."""
+    hint = "name them with --premise-col/--hypothesis-col/--label-col"
+    try:
+        with _open_bytes(path) as fh:
+            lines = [t for t, _ in itertools.islice(_lines(fh), 200) if t.strip()][:20]
+    except (OSError, EOFError, zlib.error):
+        return hint
+    if not lines:
+        return hint
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        first = lines[0].strip()
+        try:
+            row = json.loads(first)
+        except (ValueError, RecursionError):
+            if first.startswith("["):
+                return "it holds a JSON array; write each object on a line of its own (JSONL)"
+            return f"its first line is not JSON ({first[:40]!r}); write one JSON object per line"
+        if isinstance(row, list) and row and all(isinstance(x, dict) for x in row):
+            return "it holds a JSON array of objects; write each object on a line of its own (JSONL)"
+        if isinstance(row, list):
+            return "its lines are JSON arrays; write one JSON object per line (JSONL), with keys"
+        if not isinstance(row, dict):
+            return f"its lines are JSON {type(row).__name__}s, not objects; write one JSON object per line"
+        keys = [str(k) for k in row]
+    else:
+        delimiter = "," if suffix == ".csv" else "\t"
+        rows = list(csv.reader(lines, delimiter=delimiter))
+        keys = [h.strip() for h in rows[0]]
+        if len(keys) == 1:
+            return (f"its header is one column ({keys[0][:40]!r}): a {suffix} file is read as "
+                    f"{'comma' if delimiter == ',' else 'tab'}-separated")
+        widths = sorted({len(r) for r in rows[1:] if r})
+        if widths and len(keys) not in widths:
+            return (f"its rows have {'/'.join(map(str, widths))} fields where its header has {len(keys)} "
+                    f"({', '.join(keys[:8])})")
+    for flag, name in (("--premise-col", cols.premise), ("--hypothesis-col", cols.hypothesis),
+                       ("--label-col", cols.label)):
+        if name and name not in keys:
+            return f"{flag} {name}: there is no such column (its columns: {', '.join(keys[:12])})"
+    return f"its columns are {', '.join(keys[:12])}; {hint}"
 
 
 # -- hub datasets ---------------------------------------------------------------------------
@@ -368,6 +411,7 @@ def load_hub(name: str, split: str | None = None, limit: int | None = None) -> L
     if want not in splits:
         raise DataError(f"unknown split {want!r} for {base}: choose one of {', '.join(sorted(set(splits)))}")
     hub_splits = ["dev_r1", "dev_r2", "dev_r3"] if splits[want] == "all" else [splits[want]]
+    require_hub(f"the dataset {repo}")  # no network: one line now, not half a minute of retries later
     try:
         import datasets
     except ImportError:  # the hub extra
@@ -397,6 +441,10 @@ def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, lim
     example keeps its row's other columns in ``meta``."""
     if limit is not None and limit < 0:
         raise DataError("--limit must be positive")
+    base, _ = parse_hub_name(name_or_path)
+    if split is not None and (base not in HUB_SPLITS or Path(name_or_path).exists()):
+        raise DataError(f"--split {split}: only the hub datasets ({', '.join(HUB_SPLITS)}) have splits, not "
+                        f"{name_or_path!r}")
     if name_or_path in (SAMPLE_NAME, TUNING_NAME):
         p = sample_path() if name_or_path == SAMPLE_NAME else tuning_path()
         if not p.exists():
@@ -421,7 +469,6 @@ def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, lim
             raise DataError(str(e)) from None
         stats = SkipStats()
         return LoadedData(rows_to_examples(enumerate(rows, start=1), Columns(id="id"), limit, stats), stats, source)
-    base, _ = parse_hub_name(name_or_path)
     if base in HUB_SPLITS and not Path(name_or_path).exists():
         return load_hub(name_or_path, split, limit)
     return load_file(name_or_path, cols, limit, label_values)

@@ -22,6 +22,21 @@ from breaknli_fast.engines.base import (ClassifierBase, ClassifierStats, EngineI
 
 
 DEFAULT_MAX_BATCH = 64  # pairs per classifier batch unless the engine or the user says otherwise
+CLIP_CHARS_PER_TOKEN = 16  # a text longer than max_length x this many characters is cut before tokenising
+
+
+def clip_text(tokenizer: Any, text: str, max_length: int) -> str:
+    """``text`` as the tokenizer needs to see it when only its first ``max_length`` tokens are kept: a text of
+    more than ``max_length * CLIP_CHARS_PER_TOKEN`` characters is cut to that many when the cut alone gives at
+    least twice ``max_length`` tokens, so the kept tokens are those of the whole text (a tokenizer only
+    reconsiders the words at the cut, far behind them), without tokenising megabytes first. A cut that gives
+    fewer tokens (long runs of spaces, say) is not taken: the whole text is tokenised, as before."""
+    limit = int(max_length) * CLIP_CHARS_PER_TOKEN
+    if len(text) <= limit or max_length < 1:
+        return text
+    cut = text[:limit]
+    n = len(tokenizer(cut, add_special_tokens=False, verbose=False)["input_ids"])
+    return cut if n >= 2 * int(max_length) else text
 
 
 def plan_batches(lengths: Sequence[int], token_budget: int, max_batch: int) -> list[list[int]]:
@@ -255,6 +270,9 @@ class BatchedClassifier(ClassifierBase):
         return Predictions(out)
 
     def _run_batched(self, pairs: list[Pair]) -> np.ndarray:
+        tokenizer, max_length = getattr(self, "tokenizer", None), getattr(self, "max_length", None)
+        if tokenizer is not None and max_length:  # over-long texts are cut before tokenising (same tokens kept)
+            pairs = [(clip_text(tokenizer, p, max_length), clip_text(tokenizer, h, max_length)) for p, h in pairs]
         tokens = self._tokenize(pairs) if self.parallel_capable else None  # one tokenizer pass for the call
         lengths = [len(x) for x in tokens["input_ids"]] if tokens is not None else self._token_lengths(pairs)
         res = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)

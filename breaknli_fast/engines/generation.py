@@ -15,7 +15,7 @@ import torch
 
 from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats, NonFiniteError, nonfinite_error)
 from breaknli_fast.engines.options import EngineOptions, option
-from breaknli_fast.engines.batching import Workers
+from breaknli_fast.engines.batching import Workers, clip_text
 from breaknli_fast.engines.hf import use_torch_threads
 from breaknli_fast.engines.model_info import effective_max_length
 from breaknli_fast.engines.sampling import COMPACT_SHARE, FiniteScores, TorchStepper, check_scores, sample
@@ -265,6 +265,7 @@ class HFGenerator(GeneratorBase):
                       seeds: Sequence[int]) -> list[list[list[int]]]:
         if self.torch_threads:
             use_torch_threads(self.torch_threads)
+        prompts = [clip_text(self.tokenizer, p, self.max_input_length) for p in prompts]  # same tokens kept
         cfg = self.config
         start, eos, pad = int(cfg.decoder_start_token_id or 0), int(cfg.eos_token_id), int(self.tokenizer.pad_token_id)
         batched_sampling = (decoding.strategy == "sampling" and batched_sampling_supported(self.generation_config)

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from breaknli_fast.data.hub import require_hub
 from breaknli_fast.data.labels import LABELS, map_id2label
 from breaknli_fast.errors import UserError
 from breaknli_fast.prompts import NLI_ANSWERS
@@ -41,6 +42,8 @@ def resolve_model(name: str) -> str:
     if p.exists():
         if not (p / "config.json").exists():
             raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
+        for weights in sorted(p.glob("*.safetensors")):
+            check_safetensors(weights)
         return str(p)
     if name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1]:
         raise ModelLoadError(f"model path {name!r} does not exist")
@@ -48,7 +51,34 @@ def resolve_model(name: str) -> str:
     if near and "/" not in name:  # "mini-nil": a typo of a shipped model, not a hub id
         raise ModelLoadError(f"unknown model {name!r}: did you mean {near[0]}? (shipped: {', '.join(MINI_MODELS)}; "
                              "or a local folder, or a hub id such as roberta-large-mnli)")
+    require_hub(f"the model {name!r}")  # no network: one line now, not half a minute of retries later
     return name
+
+
+def check_safetensors(path: Path) -> None:
+    """Raise a one-line :class:`ModelLoadError` unless ``path`` is a whole safetensors file: its 8-byte header
+    length, its JSON header and every tensor's byte range inside the file (a download or copy cut short fails
+    here in microseconds, before a loader reports ``incomplete metadata`` with a traceback)."""
+    import json
+    import struct
+
+    size = path.stat().st_size
+    problem = None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+            if n is None or 8 + n > size:
+                problem = f"its header needs {8 + (n or 0)} bytes, the file has {size}"
+            else:
+                header = json.loads(fh.read(n))
+                end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+                if 8 + n + end > size:
+                    problem = f"its tensors need {8 + n + end} bytes, the file has {size}"
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        problem = f"its header cannot be read ({type(e).__name__})"
+    if problem:
+        raise ModelLoadError(f"{path} is truncated or corrupt: {problem}; copy or download it again")
 
 
 def load_config(name: str) -> Any:

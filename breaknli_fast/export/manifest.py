@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from breaknli_fast.engines.model_info import file_sha256
+from breaknli_fast.export.errors import ExportError
 
 MANIFEST = "manifest.json"
 # Bump when the layout or the export recipe changes: older exports are then rebuilt.
@@ -150,9 +151,15 @@ def locked(lock: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def staging_dir(target: Path) -> Iterator[Path]:
-    """A temporary folder beside ``target``; removed on error (the caller installs it with :func:`install`)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    """A temporary folder beside ``target``; removed on error (the caller installs it with :func:`install`).
+    A cache folder that cannot be written (read-only, under a file) is a one-line :class:`ExportError`, which
+    ``--engine auto`` answers by running on torch."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    except OSError as e:
+        raise ExportError(f"cannot write the export cache {target.parent}: {e.strerror or e}; set "
+                          "BREAKNLI_FAST_CACHE to a writable folder (or export with --out)") from None
     try:
         yield tmp
     finally:

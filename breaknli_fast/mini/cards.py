@@ -8,7 +8,7 @@ from typing import Any
 from breaknli_fast.mini.common import LENGTH_BUCKETS, folder_size, read_json
 from breaknli_fast.mini.data import DEV_MODULUS, SNLI_CITATION
 
-COMMAND = "python -m breaknli_fast.mini.train --data snli_1.0_train_subset.jsonl.gz --seed 0 --threads 2"
+COMMAND = "breaknli-fast mini train --data snli_1.0_train_subset.jsonl.gz --seed 0 --threads 2"
 
 LICENSE = f"""## License
 

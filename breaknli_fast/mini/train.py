@@ -12,18 +12,15 @@ Stages (each a library function, all driven by :func:`train_all`):
 The hyperparameters of every round of every stage (the recipe of the shipped models) are the data file
 ``recipe.json`` beside this module, loaded into :data:`DEFAULTS`.
 
-Command line: ``breaknli-fast mini train --data snli_1.0_train.jsonl [--out DIR] [--seed 0]`` (or
-``python -m breaknli_fast.mini.train``). Held-out (dev) pairs are never trained on: see
+Command line: ``breaknli-fast mini train --data snli_1.0_train.jsonl [--out DIR] [--seed 0]`` (its options are
+read in :mod:`breaknli_fast.mini.command`). Held-out (dev) pairs are never trained on: see
 :mod:`breaknli_fast.mini.data` for the split rule.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
-import json
-import logging
 import math
 import random
 import sys
@@ -36,17 +33,15 @@ import numpy as np
 import torch
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, NEUTRAL
-from breaknli_fast.data.loaders import DataError
 from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.engines.base import Decoding, derive_seed
 from breaknli_fast.engines.registry import load_generator
-from breaknli_fast.mini import DATA_DIR, MODELS_DIR
 from breaknli_fast.mini.common import (folder_size, hardware, log, make_progress, n_params, pad_batch, read_json,
                                        save_fp16, seed_everything, set_threads, write_json)
 from breaknli_fast.mini.data import Pair, SnliSplit, load_split, write_sample
 from breaknli_fast.mini.evaluate import NliClassifier, evaluate_models
 from breaknli_fast.mini.paraphrase_rules import keeps_content, rule_paraphrases
-from breaknli_fast.mini.richhelp import RichArgumentParser
+from breaknli_fast.mini.recipe import DEFAULT_OUT, RECIPE_FILE, load_recipe  # noqa: F401 (re-exported)
 from breaknli_fast.mini.tokenizers_mini import prompt_lines, train_bpe, train_sentencepiece
 from breaknli_fast.probes.breaknli.loop import dedup_candidates
 from breaknli_fast.prompts import CONTRADICT_PROMPT, ENTAIL_PROMPT, NLI_ANSWERS, NLI_PROMPTS
@@ -55,26 +50,6 @@ from breaknli_fast.prompts import CONTRADICT_PROMPT, ENTAIL_PROMPT, NLI_ANSWERS,
 NLI_ID2LABEL = {0: CONTRADICTION, 1: NEUTRAL, 2: ENTAILMENT}
 NLI_LABEL2ID = {v: k for k, v in NLI_ID2LABEL.items()}
 INFO_FILE = "train_info.json"
-DEFAULT_OUT = "mini-models"  # relative to the working directory: never the installed package by default
-
-RECIPE_FILE = Path(__file__).with_name("recipe.json")
-
-
-def _settings(node: Any) -> Any:
-    """``node`` without its ``_about`` notes, at any depth."""
-    if isinstance(node, dict):
-        return {k: _settings(v) for k, v in node.items() if k != "_about"}
-    if isinstance(node, list):
-        return [_settings(v) for v in node]
-    return node
-
-
-def load_recipe(path: str | Path = RECIPE_FILE) -> dict[str, Any]:
-    """The training recipe: the first round's hyperparameters of each stage (``mlm``, ``nli``, ``t5``), the further
-    rounds that continue from it (``mlm_more_rounds``, ``nli_more_rounds``, ``t5_more_rounds``: each round's keys
-    override the first round's) and the tokenizer vocabulary sizes; the ``_about`` notes left out."""
-    return _settings(json.loads(Path(path).read_text(encoding="utf-8")))
-
 
 # the recipe of the shipped models, as train_all and the stages read it
 DEFAULTS: dict[str, Any] = load_recipe()
@@ -834,143 +809,5 @@ def train_all(data_path: str | Path, out_dir: str | Path = DEFAULT_OUT, seed: in
     return result
 
 
-
-def build_parser(prog: str = "python -m breaknli_fast.mini.train") -> argparse.ArgumentParser:
-    ap = RichArgumentParser(prog=prog, description=__doc__.split("\n")[0], add_help=False,
-                            epilog="A stage started afresh (--mlm-init scratch, --nli-init mlm, --t5-init scratch) goes "
-                                   "on with the further rounds of the recipe (breaknli_fast/mini/recipe.json) unless "
-                                   "--no-*-round2 is given; a stage's options set its first round (--nli-ema: every "
-                                   "mini-nli round).")
-    ap.add_argument("-h", "--help", action="help", help="Show this message and exit.")
-    first = {stage: DEFAULTS[stage] for stage in ("mlm", "nli", "t5")}
-    io = ap.add_argument_group("Data and output")
-    io.add_argument("--data", required=True, metavar="FILE",
-                    help="SNLI training pairs: JSONL(.gz) with pairID, premise/sentence1, hypothesis/sentence2, "
-                         "label/gold_label (e.g. snli_1.0_train.jsonl from https://nlp.stanford.edu/projects/snli/)")
-    io.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
-                    help="models folder, relative to the working directory (a round with --*-init continues from "
-                         "the models in it); the shipped models are replaced only with --into-package")
-    io.add_argument("--sample-out", default=None, metavar="DIR",
-                    help="where to write snli_sample.jsonl + DATA_CARD.md (default: OUT/data; '' to skip)")
-    io.add_argument("--into-package", action="store_true",
-                    help="write the models and the sample into the installed package's assets, replacing the shipped "
-                         "ones (and continue from those with --*-init)")
-    run = ap.add_argument_group("Run")
-    run.add_argument("--seed", type=int, default=0, metavar="N", help="seed of every random draw of training")
-    run.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
-    run.add_argument("--only", choices=["sample", "tokenizers", "mlm", "nli", "t5", "eval"], default=None,
-                     help="run this stage alone")
-    run.add_argument("--max-steps", type=int, default=None, metavar="N", help="cap every training stage (smoke test)")
-    run.add_argument("--n-gen", type=int, default=200, metavar="N",
-                     help="dev hypotheses per mode for the generator check")
-    run.add_argument("--no-eval", action="store_true", help="skip the evaluation and the model cards")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars")
-    mlm = ap.add_argument_group("mini-mlm")
-    mlm.add_argument("--mlm-epochs", type=float, default=None, metavar="EPOCHS",
-                     help=f"epochs of the first round (recipe: {first['mlm']['epochs']})")
-    mlm.add_argument("--mlm-init", choices=["scratch", "mlm"], default="scratch",
-                     help="mlm: continue from the saved mini-mlm (a further round, with --only mlm)")
-    mlm.add_argument("--mlm-add-layers", type=int, default=0, metavar="N",
-                     help="with --mlm-init mlm: first append N copies of mini-mlm's top layer")
-    mlm.add_argument("--no-mlm-round2", action="store_true",
-                     help="skip the further mini-mlm rounds (continuations from the saved mini-mlm) of a run from scratch")
-    nli = ap.add_argument_group("mini-nli")
-    nli.add_argument("--nli-epochs", type=float, default=None, metavar="EPOCHS",
-                     help=f"epochs of the first round (recipe: {first['nli']['epochs']})")
-    nli.add_argument("--nli-init", choices=["mlm", "nli"], default="mlm",
-                     help="nli: continue from the saved mini-nli (a second round, with --only nli)")
-    nli.add_argument("--nli-lr", type=float, default=None, metavar="LR",
-                     help=f"peak learning rate of the first round (recipe: {first['nli']['lr']})")
-    nli.add_argument("--nli-dropout", type=float, default=None, metavar="P",
-                     help=f"hidden and attention dropout of the first round (recipe: {first['nli']['dropout']})")
-    nli.add_argument("--nli-ema", type=float, default=None, metavar="DECAY",
-                     help="decay of the moving average of mini-nli's weights that is judged on dev beside the "
-                          "weights themselves, the better kept (default 0.999; 0 turns it off)")
-    nli.add_argument("--nli-swap-contradictions", action="store_true",
-                     help="also train on (hypothesis, premise) of every contradiction pair")
-    nli.add_argument("--no-nli-round2", action="store_true",
-                     help="skip the further mini-nli rounds (continuations from the best mini-nli) of a run from mini-mlm")
-    t5 = ap.add_argument_group("mini-t5")
-    t5.add_argument("--t5-epochs", type=float, default=None, metavar="EPOCHS",
-                    help=f"epochs of the first round's task mix (recipe: {first['t5']['epochs']})")
-    t5.add_argument("--t5-init", choices=["scratch", "t5"], default="scratch",
-                    help="t5: continue from the saved mini-t5 (a further round, with --only t5)")
-    t5.add_argument("--t5-nli-fraction", type=float, default=None, metavar="F",
-                    help=f"share of train pairs used as NLI examples (recipe, first round: {first['t5']['nli_fraction']})")
-    t5.add_argument("--t5-gen-fraction", type=float, default=None, metavar="F",
-                    help=f"share of the generation examples kept (recipe, first round: {first['t5']['gen_fraction']})")
-    t5.add_argument("--t5-lr", type=float, default=None, metavar="LR",
-                    help=f"peak learning rate of the first round (recipe: {first['t5']['lr']})")
-    t5.add_argument("--t5-save-every", type=int, default=None, metavar="N",
-                    help=f"checkpoint every N steps (0: only at the end; recipe, first round: {first['t5']['save_every']})")
-    t5.add_argument("--t5-bi-entailed-human", action="store_true",
-                    help="add the SNLI paraphrase examples that mini-nli labels entailment both ways (needs mini-nli)")
-    t5.add_argument("--t5-self-paraphrases", type=int, default=0, metavar="N",
-                    help="add mini-t5's own rephrasings of N training hypotheses that mini-nli labels entailment both ways")
-    t5.add_argument("--t5-self-per-hypothesis", type=int, default=3, metavar="N",
-                    help="with --t5-self-paraphrases: keep up to N distinct rephrasings per hypothesis")
-    t5.add_argument("--t5-self-temperature", type=float, default=1.0, metavar="T",
-                    help="with --t5-self-paraphrases: sampling temperature of the rephrasings (the loop's is 1.0)")
-    t5.add_argument("--t5-faithful-paraphrases", action="store_true",
-                    help="SNLI's and mini-t5's own paraphrase candidates must also keep every content word of "
-                         "their source (rules keep them by construction)")
-    t5.add_argument("--t5-rule-paraphrases", type=int, default=0, metavar="N",
-                    help="add rule-based rewrites (synonyms, tense, 'there is') of N training hypotheses that "
-                         "mini-nli labels entailment both ways")
-    t5.add_argument("--t5-rules-per-hypothesis", type=int, default=2, metavar="N",
-                    help="with --t5-rule-paraphrases: rewrites per hypothesis")
-    t5.add_argument("--t5-rules-max-edits", type=int, default=2, metavar="N",
-                    help="with --t5-rule-paraphrases: at most N edits per rewrite")
-    t5.add_argument("--t5-rules-extended", action="store_true",
-                    help="with --t5-rule-paraphrases: a larger synonym table and the leading 'The' / 'A' swap")
-    t5.add_argument("--t5-rules-rich", action="store_true",
-                    help="with --t5-rule-paraphrases: the extended rules, a third synonym table, 'a' / 'the' inside "
-                         "the sentence, a final place phrase moved to the front, 'A man and a woman' swapped")
-    t5.add_argument("--t5-denoise", type=int, default=None, metavar="N",
-                    help="add N reconstruction examples (a training sentence with words hidden -> the sentence)")
-    t5.add_argument("--no-t5-round2", action="store_true",
-                    help="skip the further T5 rounds (continuations: more NLI, generation, paraphrases) of a run "
-                         "from scratch")
-    return ap
-
-
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    args = (build_parser(prog) if prog else build_parser()).parse_args(argv)
-    data = Path(args.data).expanduser()
-    if not data.is_file():
-        raise DataError(f"training data {data} {'is not a file' if data.exists() else 'does not exist'}; "
-                        "download SNLI 1.0 from https://nlp.stanford.edu/projects/snli/ and pass its "
-                        "snli_1.0_train.jsonl with --data")
-    if args.into_package:
-        args.out = str(MODELS_DIR)
-        if args.sample_out is None:
-            args.sample_out = str(DATA_DIR)
-    elif Path(args.out).expanduser().resolve() == MODELS_DIR.resolve():
-        raise DataError(f"--out {args.out} is the package's shipped models; add --into-package to replace them")
-    if args.sample_out is None:
-        args.sample_out = str(Path(args.out) / "data")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    res = train_all(args.data, args.out, seed=args.seed, threads=args.threads, mlm_epochs=args.mlm_epochs,
-                    nli_epochs=args.nli_epochs, t5_epochs=args.t5_epochs, only=args.only,
-                    mlm_init=args.mlm_init, mlm_add_layers=args.mlm_add_layers, nli_ema=args.nli_ema,
-                    mlm_round2=not args.no_mlm_round2, max_steps=args.max_steps,
-                    sample_dir=args.sample_out or None, evaluate=not args.no_eval, n_gen=args.n_gen,
-                    progress=not args.no_progress, nli_init=args.nli_init, nli_lr=args.nli_lr, nli_dropout=args.nli_dropout,
-                    nli_swap=args.nli_swap_contradictions,
-                    t5_init=args.t5_init, t5_nli_fraction=args.t5_nli_fraction, t5_gen_fraction=args.t5_gen_fraction,
-                    t5_lr=args.t5_lr, t5_round2=not args.no_t5_round2,
-                    t5_save_every=args.t5_save_every, nli_round2=not args.no_nli_round2, t5_denoise=args.t5_denoise,
-                    t5_bi_entailed=(dict(human=args.t5_bi_entailed_human, hypotheses=args.t5_self_paraphrases,
-                                         rules=args.t5_rule_paraphrases, per_hypothesis=args.t5_self_per_hypothesis,
-                                         faithful=args.t5_faithful_paraphrases, self_temperature=args.t5_self_temperature,
-                                         rules_per_hypothesis=args.t5_rules_per_hypothesis,
-                                         rules_max_edits=args.t5_rules_max_edits, rules_extended=args.t5_rules_extended,
-                                         rules_rich=args.t5_rules_rich)
-                                    if args.t5_bi_entailed_human or args.t5_self_paraphrases
-                                    or args.t5_rule_paraphrases else None))
-    log.info("result: %s", {k: v for k, v in res.items() if k in ("total_seconds", "models_size_bytes")})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the options are read by the command line (breaknli_fast.mini.command)
+    sys.exit("error: the training command is `breaknli-fast mini train` (breaknli-fast mini train -h for its options)")

@@ -27,6 +27,11 @@ def register(name: str, target: str) -> None:
     _PROBES[name] = target
 
 
+def probe_names() -> list[str]:
+    """The registered probes, in registration order (the command line builds their options and lists them)."""
+    return list(_PROBES)
+
+
 def probe_class(name: str) -> Any:
     if name not in _PROBES:
         raise UnknownProbe(f"unknown probe {name!r}; choose one of {', '.join(_PROBES)}")

@@ -32,6 +32,8 @@ class AccuracyConfig:
 
 class AccuracyProbe(Probe):
     name = "accuracy"
+    summary = "M on (p, h), with --by per category"
+    config_class = AccuracyConfig
     roles = ("classifier",)
 
     def __init__(self, config: AccuracyConfig | None = None):

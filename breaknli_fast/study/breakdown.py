@@ -56,6 +56,9 @@ def column_groups(data: LoadedData, column: str) -> dict[str, Any]:
                         + (f" (its other columns: {', '.join(cols)})" if cols else " (it has no other columns)"))
     values = {ex.id: _value(ex, column) for ex in data.examples}
     present = {v for v in values.values() if v is not None}
+    if not present:
+        raise DataError(f"--by {column}: the column has no value in any of the {len(values)} examples "
+                        f"(all empty or {' / '.join(repr(m) for m in MISSING if m)})")
     missing = sum(v is None for v in values.values())
     binary = sum(v in TRUE + FALSE for v in values.values())
     other = len(values) - missing - binary

@@ -13,13 +13,14 @@ worker in a single call as in one process, and chunks are formed exactly as :fun
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from breaknli_fast.data.loaders import LoadedData
 from breaknli_fast.study.loading import EngineConfig
-from breaknli_fast.errors import UserError
+from breaknli_fast.errors import UserError, install_hint
 from breaknli_fast.study.rundir import RunDir
 from breaknli_fast.probes.base import Probe, StageTimes, pending_chunks
 from breaknli_fast.progress import ProgressHook
@@ -50,14 +51,48 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise RayUnavailable("--ray needs Ray: pip install 'breaknli-fast[ray]'") from None
+        raise RayUnavailable(f"--ray needs Ray: {install_hint('ray')}") from None
     return ray
+
+
+RAY_PORT = 6379  # the head node's port when an address names none (Ray's default)
+PROBE_SECONDS = 3.0
+
+
+def probe_address(address: str, timeout: float = PROBE_SECONDS) -> None:
+    """A one-line :class:`RayUnavailable` within ``timeout`` seconds unless something accepts connections at
+    ``address`` (``host[:port]`` or ``ray://host[:port]``): Ray itself retries an address where nothing listens
+    for minutes. ``auto`` and ``local`` are left to Ray."""
+    if address in ("", "auto", "local"):
+        return
+    rest = address.split("://", 1)[-1].rstrip("/")
+    if rest.startswith("["):  # [IPv6]:port
+        host, _, port = rest[1:].partition("]")
+        port = port.lstrip(":")
+    elif rest.count(":") == 1:  # host:port
+        host, _, port = rest.partition(":")
+    else:  # a host name, or an IPv6 address without a port
+        host, port = rest, ""
+    host = host or "127.0.0.1"
+    try:
+        port_n = int(port) if port else (10001 if address.startswith("ray://") else RAY_PORT)
+    except ValueError:
+        raise RayUnavailable(f"--ray-address {address!r}: the port {port!r} is not a number") from None
+    try:
+        with socket.create_connection((host, port_n), timeout=timeout):
+            pass
+    except OSError as e:
+        reason = "timed out" if isinstance(e, socket.timeout) else (e.strerror or str(e))
+        raise RayUnavailable(f"cannot connect to Ray at {address}: nothing answers on {host}:{port_n} ({reason}); "
+                             "start the cluster (ray start --head) or check --ray-address") from None
 
 
 def connect(cfg: RayConfig) -> Any:
     """Start or join Ray; record the cluster's size in ``cfg.cluster`` and settle ``cfg.workers``."""
     ray = _ray()
     if not ray.is_initialized():
+        if cfg.address not in (None, "", "local"):
+            probe_address(cfg.address)
         try:
             if cfg.address in (None, "", "local"):
                 ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,

@@ -18,7 +18,7 @@ from breaknli_fast.engines.roles import ROLES, Models, model_names
 from breaknli_fast.errors import UserError, first_line
 from breaknli_fast.engines.artifacts import ExportError
 import breaknli_fast.export.api  # noqa: F401  (provides the builder of the engines that export on first use)
-from breaknli_fast.prompts import DEFAULT_NLI_PROMPT
+from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
 
 @dataclass
@@ -45,6 +45,37 @@ class EngineConfig:
     # backend-specific options: ``clf.key`` / ``gen.key`` for one role, a plain key for each role that takes it
     # (registry.role_options)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Refuse, in one line, what is wrong without loading a model: an unknown precision, device, ``workers``,
+        NLI prompt or method, and sizes below 1 (the run stops before the minutes of loading)."""
+        for flag, prec in (("--precision", self.precision), ("--classifier-precision", self.classifier_precision),
+                           ("--generator-precision", self.generator_precision), ("--mlm-precision", self.mlm_precision)):
+            if prec is not None and prec not in registry.PRECISIONS:
+                raise UserError(f"{flag} {prec!r}: use {', '.join(registry.PRECISIONS)}")
+        kind, _, index = self.device.partition(":")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
+            raise UserError(f"unknown device {self.device!r}; use cpu or cuda[:N]")
+        if kind == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UserError(f"--device {self.device} was requested but no CUDA GPU is visible to torch")
+        if self.workers is not None and self.workers != "auto":
+            try:
+                workers = int(self.workers)
+            except (TypeError, ValueError):
+                raise UserError(f"--workers must be a number or 'auto', not {self.workers!r}") from None
+            if workers < 1:
+                raise UserError(f"--workers must be at least 1, not {workers}")
+        for flag, value in (("--threads", self.threads), ("--max-length", self.max_length),
+                            ("--token-budget", self.token_budget), ("--max-batch", self.max_batch)):
+            if value is not None and value < 1:
+                raise UserError(f"{flag} must be at least 1, not {value}")
+        if self.nli_prompt not in NLI_PROMPTS:
+            raise UserError(f"unknown --nli-prompt {self.nli_prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
+        if self.nli_method not in ("score", "generate"):
+            raise UserError(f"unknown --nli-method {self.nli_method!r}; use score or generate")
 
     def options(self, role: str, engine: str | None = None) -> dict[str, Any]:
         """The keyword options of ``engine``'s loader for ``role`` (``engine``: this config's, ``auto`` resolved):

@@ -7,7 +7,8 @@ start and cut off, and those examples are recomputed. Re-running the same comman
 
 One process at a time: :meth:`RunDir.lock` takes an exclusive ``flock`` on ``.lock`` (which records the
 holder's PID), so a second run into the same directory stops with a one-line error instead of appending
-every record twice. ``invocations.jsonl`` keeps one line of timings per invocation that did work, so the
+every record twice; :meth:`RunDir.unlock` removes ``.lock`` again (and the directory, when the lock created it
+and a run that failed early left nothing in it). ``invocations.jsonl`` keeps one line of timings per invocation that did work, so the
 report's throughput covers the runs that computed the records, not a resume that had nothing left to do.
 """
 
@@ -30,10 +31,27 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+def _umask() -> int:
+    """The process's umask (read from /proc where there is one: setting it to read it races with threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, with the permissions of a file the
+    process creates (0666 less the umask, like samples.jsonl; a temporary file is owner-only)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -63,6 +81,7 @@ class RunDir:
         self.path = Path(path)
         self.repaired_bytes = 0  # bytes of a torn tail cut off on load
         self._lock_fd: int | None = None
+        self._created = False  # the lock created the directory
 
     # -- creation and the lock ----------------------------------------------------------------
     def create(self) -> None:
@@ -77,26 +96,36 @@ class RunDir:
     def lock(self) -> None:
         """Create the directory and hold an exclusive lock on it until :meth:`unlock` or the process ends.
         A directory locked by another process raises RunDirError naming that process."""
+        self._created = not self.path.exists()
         self.create()
         lock_path = self.path / self.LOCK
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise RunDirError(f"cannot write in the run directory {self.path}: {_reason(e)}") from None
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX: no lock
-            self._lock_fd = fd
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        while True:
             try:
-                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
-            finally:
-                os.close(fd)
-            raise RunDirError(f"{self.path} is in use by another run (PID {holder}); wait for it to finish, "
-                              "or use another --out") from None
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as e:
+                self._remove_if_empty()
+                raise RunDirError(f"cannot write in the run directory {self.path}: {_reason(e)}") from None
+            try:
+                import fcntl
+            except ImportError:  # pragma: no cover - not POSIX: no lock
+                self._lock_fd = fd
+                return
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                try:
+                    holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+                finally:
+                    os.close(fd)
+                raise RunDirError(f"{self.path} is in use by another run (PID {holder}); wait for it to finish, "
+                                  "or use another --out") from None
+            try:  # the holder before us may have removed .lock between our open and our flock: lock the new one
+                same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
@@ -109,9 +138,23 @@ class RunDir:
         self.unlock()
 
     def unlock(self) -> None:
+        """Release the lock and remove ``.lock`` (a finished run leaves none behind); a directory that the lock
+        created and nothing was written into is removed too."""
         if self._lock_fd is not None:
+            try:
+                (self.path / self.LOCK).unlink(missing_ok=True)  # while still held: no one locks a file we remove
+            except OSError:
+                pass
             os.close(self._lock_fd)  # closing the descriptor releases the flock
             self._lock_fd = None
+            self._remove_if_empty()
+
+    def _remove_if_empty(self) -> None:
+        if getattr(self, "_created", False):
+            try:
+                self.path.rmdir()  # only when empty
+            except OSError:
+                pass
 
     # -- config / identity -----------------------------------------------------------------
     def check(self, identity: dict[str, Any], overwrite: bool = False) -> tuple[bool, dict[str, Any] | None]:
@@ -205,7 +248,7 @@ class RunDir:
     def _append(self, path: Path, blob: bytes) -> None:
         """One write on an O_APPEND descriptor, fsync'ed (whole lines or, at worst, a torn last line)."""
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # less the umask
             try:
                 view = memoryview(blob)
                 while view:

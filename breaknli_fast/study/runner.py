@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
+from breaknli_fast.engines import registry
 from breaknli_fast.engines.roles import ROLES, Models, role
 from breaknli_fast.study.loading import EngineConfig, load_models, mlm_names
 from breaknli_fast.engines.model_info import model_fingerprint
@@ -88,9 +89,11 @@ def slug(text: str) -> str:
     return s[:40] or "x"
 
 
-def default_run_path(root: Path, probe: Probe, dataset: str, classifier: str, engine: str, precision: str) -> Path:
-    """``<root>/<dataset>-<classifier>-<engine>-<precision>-s<seed>`` (a probe other than BreakNLI first)."""
-    stem = f"{slug(dataset)}-{slug(classifier)}-{engine}-{precision}-s{probe.seed}"
+def default_run_path(root: Path, probe: Probe, dataset: str, classifier: str, engine: str, precision: str,
+                     limit: int | None = None) -> Path:
+    """``<root>/<dataset>-n<limit>-<classifier>-<engine>-<precision>-s<seed>`` (``all`` for no limit; a probe other
+    than BreakNLI first): runs that differ in their settings' usual suspects get directories of their own."""
+    stem = f"{slug(dataset)}-{f'n{limit}' if limit else 'all'}-{slug(classifier)}-{engine}-{precision}-s{probe.seed}"
     return root / (stem if probe.name == "breaknli" else f"{probe.name}-{stem}")
 
 
@@ -138,9 +141,9 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
       already loaded;
     - engines: ``engine`` (a name, or an :class:`EngineConfig` with every option) with ``precision`` and
       ``device``, or ``models`` already loaded;
-    - run directory: ``out``, or ``runs_root``/<dataset>-<classifier>-<engine>-<precision>-s<seed>; with neither
-      the study runs in memory (no files). Re-running into the same directory resumes; one with another run's
-      finished records is refused unless ``overwrite``;
+    - run directory: ``out``, or ``runs_root``/<dataset>-n<limit>-<classifier>-<engine>-<precision>-s<seed>; with
+      neither the study runs in memory (no files). Re-running into the same directory resumes; one with another
+      run's finished records is refused unless ``overwrite``. It is locked and checked before any model loads;
     - ``by``: dataset columns to break the headline metrics down by (report.json, report.md, breakdown.png);
       default: what the dataset asks for (TaxiNLI's reasoning categories);
     - ``ray``: a :class:`~breaknli_fast.study.distributed.RayConfig` to shard the chunks over Ray actors (same
@@ -171,47 +174,17 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                 for r in ROLES if r.name in probe.roles}
     gen_name = requests.get("generator")
     mlms = requests.get("mlm") or []
-    pool = None
-    if ray is not None:
-        # the actors load the engines; "auto" is resolved here so that every actor runs the same backend
-        from breaknli_fast.engines import registry
-        from breaknli_fast.study.distributed import RayPool
-
+    if models is None:
+        ecfg.check()  # precisions, workers, device, engine name: wrong ones stop here, before any model loads
+    if ray is not None:  # "auto" is resolved here so that every actor runs the same backend
         ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device))
-        with hook.status("starting Ray workers"):
-            pool = RayPool(probe, ecfg, requests, ray)
-        engine_name, details = ecfg.engine, pool.details()
-        notes = list(details.pop("notes", []))
-    else:
-        if models is None:
-            if ecfg.threads:
-                import torch
+    prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"
+    roles = {name: m for name, m in requests.items() if not role(name).many}  # one model each
+    fingerprints: dict[str, Any] = {}
+    mlm_prints: dict[str, Any] = {}
 
-                torch.set_num_threads(ecfg.threads)
-            with hook.status("loading models"):
-                models = load_models(ecfg, requests, note=hook.message)
-        clf = models.classifier
-        engine_name, notes = models.engine, list(models.notes)
-        details = {"max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
-                   **models.details()}
-    meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
-            "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset}
-    try:
-        if out is None and runs_root is None:
-            if pool is not None:
-                records, times = pool.execute(data, None, hook)
-            else:
-                records, times = execute(probe, models, data, None, hook)
-            report = _report(probe, records, data, times, None, meta, columns_by, pool)
-            return StudyResult(probe, records, report, times, None, models, data, notes)
-
-        prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"
-        run_path = Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier,
-                                                                      engine_name, prec)
-        roles = {name: m for name, m in requests.items() if not role(name).many}  # one model each
-        fingerprints = {name: model_fingerprint(m) for name, m in roles.items()}
-        mlm_prints = {name: model_fingerprint(name) for name in mlms}
-        identity = {
+    def identity_for(engine_name: str) -> dict[str, Any]:
+        return {
             "probe": probe.name,
             **{name: fp.get("files_sha256") or roles[name] for name, fp in fingerprints.items()},
             **({"mlm": {n: fp.get("files_sha256") or n for n, fp in mlm_prints.items()},
@@ -224,6 +197,60 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
             "max_length": ecfg.max_length,
         }
+
+    def path_for(engine_name: str) -> Path:
+        return Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier,
+                                                                  engine_name, prec, limit)
+
+    # the run directory is checked and locked before any model loads: a directory in use, one that cannot be
+    # written and one holding another run stop here, in seconds
+    rd: RunDir | None = None
+    expected = models.engine if models is not None else registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device)
+    pool = None
+    try:
+        if out is not None or runs_root is not None:
+            fingerprints = {name: model_fingerprint(m) for name, m in roles.items()}
+            mlm_prints = {name: model_fingerprint(name) for name in mlms}
+            rd = RunDir(path_for(expected))
+            rd.lock()
+            rd.check(identity_for(expected), overwrite=overwrite)
+        if ray is not None:
+            from breaknli_fast.study.distributed import RayPool
+
+            with hook.status("starting Ray workers"):
+                pool = RayPool(probe, ecfg, requests, ray)
+            engine_name, details = ecfg.engine, pool.details()
+            notes = list(details.pop("notes", []))
+        else:
+            if models is None:
+                if ecfg.threads:
+                    import torch
+
+                    torch.set_num_threads(ecfg.threads)
+                with hook.status("loading models"):
+                    models = load_models(ecfg, requests, note=hook.message)
+            clf = models.classifier
+            engine_name, notes = models.engine, list(models.notes)
+            details = {"max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
+                       **models.details()}
+        meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
+                "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset}
+        if rd is None:  # in memory
+            if pool is not None:
+                records, times = pool.execute(data, None, hook)
+            else:
+                records, times = execute(probe, models, data, None, hook)
+            report = _report(probe, records, data, times, None, meta, columns_by, pool)
+            return StudyResult(probe, records, report, times, None, models, data, notes)
+
+        identity = identity_for(engine_name)
+        if engine_name != expected:  # auto fell back to torch: that engine's directory, checked again
+            if out is None:
+                rd.unlock()
+                rd = RunDir(path_for(engine_name))
+                rd.lock()
+            rd.check(identity, overwrite=overwrite)
+        run_path = rd.path
         config_json = {
             "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             **roles, "models": fingerprints, **({"mlm": mlms, "mlm_models": mlm_prints} if mlms else {}),
@@ -241,39 +268,40 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             **({"ray": pool.cfg.to_dict() | {"workers_started": len(pool.actors), "worker_nodes": pool.infos}}
                if pool is not None else {}),
         }
-        with RunDir(run_path) as rd:  # the lock: a second run into this directory stops here
-            # config.json is written only once the engines have loaded: a study that fails earlier leaves none
-            if rd.prepare(config_json, identity, overwrite=overwrite):
-                msg = f"resuming {run_path}: {len(rd.load_samples())} example records already done"
-                if rd.repaired_bytes:
-                    msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
-                hook.message(msg)
-            times = probe.new_times()
-            store = None
-            if shared_dir is not None and pool is None and probe.shared_identity() is not None:
-                store = shared_store(Path(shared_dir), probe, fingerprints, ecfg, engine_name, data)
-                if store.repaired_bytes:
-                    hook.message(f"{store.path}: cut a torn last line of {store.repaired_bytes} bytes")
-            try:
-                if pool is not None:
-                    records, times = pool.execute(data, rd, hook, times=times)
-                else:
-                    records, times = execute(probe, models, data, rd, hook, times=times, shared=store)
-            finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
-                if times.examples:
-                    rd.append_invocation(times.to_dict())
-            report = _report(probe, records, data, times, rd.load_invocations(), meta, columns_by, pool)
-            rd.write_report(report, markdown(probe, report))
-            if report.get("breakdown"):
-                plot_breakdown(report["breakdown"], run_path / "breakdown.png")
-            probe.files(report, run_path)
-            if html:
-                from breaknli_fast.study.html import write_html
+        # config.json is written only once the engines have loaded: a study that fails earlier leaves none
+        if rd.prepare(config_json, identity, overwrite=overwrite):
+            msg = f"resuming {run_path}: {len(rd.load_samples())} example records already done"
+            if rd.repaired_bytes:
+                msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
+            hook.message(msg)
+        times = probe.new_times()
+        store = None
+        if shared_dir is not None and pool is None and probe.shared_identity() is not None:
+            store = shared_store(Path(shared_dir), probe, fingerprints, ecfg, engine_name, data)
+            if store.repaired_bytes:
+                hook.message(f"{store.path}: cut a torn last line of {store.repaired_bytes} bytes")
+        try:
+            if pool is not None:
+                records, times = pool.execute(data, rd, hook, times=times)
+            else:
+                records, times = execute(probe, models, data, rd, hook, times=times, shared=store)
+        finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
+            if times.examples:
+                rd.append_invocation(times.to_dict())
+        report = _report(probe, records, data, times, rd.load_invocations(), meta, columns_by, pool)
+        rd.write_report(report, markdown(probe, report))
+        if report.get("breakdown"):
+            plot_breakdown(report["breakdown"], run_path / "breakdown.png")
+        probe.files(report, run_path)
+        if html:
+            from breaknli_fast.study.html import write_html
 
-                write_html([run_path], run_path / "report.html", data={str(run_path): data})
+            write_html([run_path], run_path / "report.html", data={str(run_path): data})
     finally:
         if pool is not None:
             pool.close()
+        if rd is not None:
+            rd.unlock()
     shared_info = None if store is None else {"path": str(store.path), "reused": store.reused, "added": store.added}
     return StudyResult(probe, records, report, times, run_path, models, data, notes, shared=shared_info)
 

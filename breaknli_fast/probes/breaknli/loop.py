@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from breaknli_fast.data.labels import LABELS
@@ -18,28 +18,56 @@ from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.engines.base import Classifier, Decoding, Generator, derive_seed
 from breaknli_fast.probes.breaknli.verdicts import MODES, SELECTED, TARGET, verdict
-from breaknli_fast.prompts import GEN_PROMPTS
-from breaknli_fast.probes.base import SharedCache, StageCache, StageTimes
+from breaknli_fast.prompts import GEN_PROMPTS, check_template
+from breaknli_fast.probes.base import CliOption, SharedCache, StageCache, StageTimes, option, options
 from breaknli_fast.progress import ProgressHook
 
 STATUSES = ("incorrect", "too_few_unique", "too_few_on_target", "evaluated")
 RELATION_FILTERS = ("lazy", "full")
 
 
+def parse_modes(mode: str) -> tuple[str, ...]:
+    """The modes of a ``--mode`` value (``both`` = contradictive then entailed)."""
+    return MODES if mode == "both" else (mode,)
+
+
+MAX_K = 1000  # candidates per hypothesis: K sequences of the generator are held per prompt at once
+GENERATION = "Generation"  # the help panel of the generator's options
+
+
 @dataclass
 class BreakNLIConfig:
-    modes: tuple[str, ...] = MODES
-    k: int = 20  # candidates generated per hypothesis
-    u: int = 10  # distinct candidates kept
-    s: int = 5  # on-target candidates evaluated
-    bidirectional: bool = True
-    prompts: dict[str, str] = field(default_factory=lambda: dict(GEN_PROMPTS))
-    decoding: Decoding = field(default_factory=Decoding)
+    modes: tuple[str, ...] = option(MODES, help="contradictive, entailed or both.", flag="--mode", cli_default="both",
+                                    type=str, parse=parse_modes)
+    k: int = option(20, help=f"Candidates generated per hypothesis (at most {MAX_K}).", min=1, max=MAX_K)
+    u: int = option(10, help="Distinct candidates kept (examples with fewer are dropped).", min=1)
+    s: int = option(5, help="On-target candidates evaluated (examples with fewer are dropped).", min=1)
+    bidirectional: bool = option(True, help="Relation filter on (h,h') and (h',h), or (h,h') only.",
+                                 flag="--bidirectional/--one-direction")
+    prompts: dict[str, str] = options(
+        lambda: dict(GEN_PROMPTS),
+        contradictive=CliOption("Prompt of the contradictive mode ({h} = hypothesis).", flag="--contradict-prompt",
+                                panel=GENERATION),
+        entailed=CliOption("Prompt of the entailed mode ({h} = hypothesis).", flag="--entail-prompt", panel=GENERATION))
+    decoding: Decoding = options(
+        Decoding,
+        strategy=CliOption("sampling, beam, diverse-beam or greedy.", flag="--decoding", panel=GENERATION),
+        top_p=CliOption("Sampling: nucleus probability mass.", flag="--top-p", panel=GENERATION),
+        top_k=CliOption("Sampling: most likely tokens kept (0 = all).", flag="--top-k", panel=GENERATION),
+        temperature=CliOption("Sampling temperature.", panel=GENERATION),
+        sampler=CliOption("Sampling draws: fast (top-k first, seeded per prompt) or transformers (token-identical to "
+                          "transformers' generate; slower).", panel=GENERATION),
+        max_new_tokens=CliOption("Longest candidate, in tokens.", panel=GENERATION),
+        num_beams=CliOption("Beams for beam / diverse-beam decoding (default: K).", panel=GENERATION),
+        num_beam_groups=CliOption("diverse-beam: groups (default: one beam per group).", panel=GENERATION),
+        diversity_penalty=CliOption("diverse-beam: Hamming diversity penalty.", panel=GENERATION))
     seed: int = 0
     chunk_size: int = 16
     # lazy: (h', h) only for candidates whose (h, h') is on target, and only until the first S pass (same
     # verdicts as full, about half the relation pairs); full: both directions of every kept candidate
-    relation_filter: str = "lazy"
+    relation_filter: str = option("lazy", help="lazy: (h', h) only for candidates whose (h, h') is on target, until "
+                                               "S pass (same verdicts, about half the relation pairs); full: both "
+                                               "directions of every kept candidate (audits).")
 
     def __post_init__(self) -> None:
         if self.relation_filter not in RELATION_FILTERS:
@@ -49,9 +77,11 @@ class BreakNLIConfig:
                 raise ValueError(f"unknown mode {m!r}; use contradictive, entailed or both")
         if not (self.k >= self.u >= self.s >= 1):
             raise ValueError(f"need K >= U >= S >= 1, got K={self.k}, U={self.u}, S={self.s}")
+        if self.k > MAX_K:
+            raise ValueError(f"--k {self.k}: at most {MAX_K} candidates per hypothesis")
+        flags = {"contradictive": "--contradict-prompt", "entailed": "--entail-prompt"}
         for m in self.modes:
-            if "{h}" not in self.prompts.get(m, ""):
-                raise ValueError(f"the {m} generation prompt must contain {{h}}")
+            check_template(self.prompts.get(m, ""), ("h",), f"the {m} generation prompt ({flags[m]})")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -27,6 +27,8 @@ from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext
 
 class BreakNLIProbe(Probe):
     name = "breaknli"
+    summary = "generate, filter, evaluate: the logical-triangle test"
+    config_class = BreakNLIConfig
     roles = ("classifier", "generator")
     group_key = "mode"
 

