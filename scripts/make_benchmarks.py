@@ -81,12 +81,24 @@ def provenance(doc: Result, label: str) -> str:
                + (f"; {env}" if env else "")
                + f"; load average (1 min) {load_pair(m, 'load_average_before')} before, "
                  f"{load_pair(m, 'load_average_after')} after")
-    return "\n".join([
+    lines = [
         f"- command: `{doc.get('command')}`",
         f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), commit `{doc.get('commit')}`, "
         f"file `{label}/{Path(doc['file']).name}`",
         f"- machine: {machine}",
-    ])
+    ]
+    payload = doc.get("payload")
+    if doc.get("kind") == "bench" and isinstance(payload, dict) and payload.get("schema") == OLD_BENCH_SCHEMA:
+        lines.append(OLD_BENCH_NOTE)
+    return "\n".join(lines)
+
+
+# bench files of the first schema were judged with percentile-bootstrap intervals, which are [0, 0] where no example
+# differs: their verdicts overstate a match (stats.py's intervals replace them; run the step again to update the file)
+OLD_BENCH_SCHEMA = "breaknli-fast-bench/1"
+OLD_BENCH_NOTE = ("- **measured before the current parity statistics**: its intervals are percentile bootstraps, [0, 0] "
+                  "where no example differs, so its *equivalent* verdicts are not supported; re-run its step of "
+                  "`scripts/run_benchmarks.sh` for Tango / floored Student-t intervals")
 
 
 def not_measured(what: str, script: str, label: str) -> str:

@@ -319,3 +319,21 @@ def test_real_shapes_render_ratios_and_kernels(tmp_path: Path) -> None:
     assert "| breaknli-fast ort:int8 | 4 | 4.00 | 250.0 | 4.10× | 97.5 % | 0.02 | u8s8 VNNI (avx512_vnni) |" in part
     assert "skipped: not installed" in part and "CPU flags: avx2, avx512_vnni" in part
     assert "commit `eeee5555`" in part
+
+
+def test_bench_files_of_the_bootstrap_era_are_flagged(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    payload = {"schema": "breaknli-fast-bench/2", "probe": "accuracy", "reference": "torch:fp32", "tolerance_pp": 1.0,
+               "data": {"name": "sample", "examples": 2724, "limit": None}, "models": {"classifier": "mini-nli"},
+               "headline_metrics": [{"name": "accuracy (p, h)", "kind": "share"}], "config": {"probe_config": {}},
+               "engines": [probe_engine("torch:fp32", True, 0.0, "equivalent"),
+                           probe_engine("ort:int8", False, 0.25, "equivalent")]}
+    write(folder, "probe-accuracy", "bench", "abcd1234", "python scripts/bench_save.py --result x -- --probe accuracy",
+          payload)
+    results, _ = make_benchmarks.load_results(folder)
+    assert make_benchmarks.OLD_BENCH_NOTE not in make_benchmarks.render(results, "benchmarks/results", None)
+    write(folder, "probe-accuracy", "bench", "abcd1234", "python scripts/bench_save.py --result x -- --probe accuracy",
+          {**payload, "schema": make_benchmarks.OLD_BENCH_SCHEMA})
+    results, _ = make_benchmarks.load_results(folder)
+    assert make_benchmarks.OLD_BENCH_NOTE in make_benchmarks.render(results, "benchmarks/results", None)
