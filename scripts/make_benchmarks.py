@@ -128,7 +128,7 @@ def ok_engines(p: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def bench_workload(p: dict[str, Any]) -> str:
-    wl, loop = p.get("workload") or {}, get(p, "config", "loop") or {}
+    wl, loop = p.get("workload") or {}, get(p, "config", "loop") or get(p, "config", "probe_config") or {}  # schema /1: loop
     dec = loop.get("decoding") or {}
     return (f"Dataset `{get(p, 'data', 'name')}` ({get(p, 'data', 'examples')} examples); generator "
             f"`{get(p, 'models', 'generator')}`, classifier `{get(p, 'models', 'classifier')}`; fixed workload "
