@@ -87,7 +87,7 @@ def run(
     probe: str = typer.Option("breaknli", "--probe", rich_help_panel=opts.STUDY,
                               help="The study (the registered probes are listed here)."),
     seed: int = typer.Option(0, "--seed", rich_help_panel=opts.STUDY,
-                             help="One seed for the whole run (generation, generated data; bootstrap uses a fixed seed)."),
+                             help="One seed for the whole run (generation, permutations, generated data)."),
     chunk_size: Optional[int] = typer.Option(None, "--chunk-size", min=1, rich_help_panel=opts.STUDY,
                                              help="Examples per resumable chunk (default: the probe's: 16; accuracy 256)."),
     dataset: str = opts.DATASET,
