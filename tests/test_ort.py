@@ -416,7 +416,12 @@ def test_transformer_fusion_keeps_fp32_parity(ort_models, tiny_dir, family, fuse
     assert d["variant"] == "fp32-fused" and d["validation"]["passed"]
     assert d["fusion"]["applied"] is fused
     if fused:
-        assert d["fusion"]["fused"].get("Attention") == 2  # one per layer of the tiny model
+        import transformers
+
+        if int(transformers.__version__.split(".")[0]) < 5:
+            assert d["fusion"]["fused"].get("Attention") == 2  # one per layer of the tiny model
+        else:  # 5.x's exported attention is not a pattern the optimizer fuses; GELU and LayerNorm still are
+            assert "Attention" not in d["fusion"]["fused"] and d["fusion"]["fused"].get("BiasGelu") == 2
         assert d["fusion"]["max_abs_diff_vs_unfused"] <= 1e-5
     else:
         assert "no fusion recipe" in d["fusion"]["reason"]
