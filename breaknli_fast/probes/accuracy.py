@@ -106,9 +106,8 @@ class AccuracyProbe(Probe):
 
     @classmethod
     def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
-        per = report.get("per_label", {})
-        rows = [(f"gold {lab}", [per.get(lab) or {"n": 0, "rate": None, "ci": None}]) for lab in LABELS]
-        rows.append(("all", [report.get("accuracy") or {"n": 0, "rate": None, "ci": None}]))
+        rows = cls.metric_rows(report.get("per_label", {}), {lab: f"gold {lab}" for lab in LABELS})
+        rows += cls.metric_rows(report, {"accuracy": "all"})
         return {"accuracy": report.get("accuracy"), "blocks": [("Accuracy on (p, h)", rows)]}
 
     @classmethod

@@ -251,6 +251,12 @@ class Probe(ABC):
     comparison_header: ClassVar[tuple[str, str]] = ("", "metric")  # names of the block and row columns
     comparison_note: ClassVar[str] = ""  # what a reader of the comparison table must know (definitions)
 
+    @staticmethod
+    def metric_rows(cells: dict[str, Any], labels: dict[str, str]) -> list[tuple[str, list[dict[str, Any]]]]:
+        """Rows of a :meth:`comparison` block: one per ``labels`` key (in its order), the cell of ``cells`` under
+        that key, or an empty cell (n 0) where the report has none."""
+        return [(label, [cells.get(key) or {"n": 0, "rate": None, "ci": None}]) for key, label in labels.items()]
+
     @classmethod
     def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
         """The probe's part of a table comparing models (``breaknli-fast report``): ``{"accuracy": rate cell of

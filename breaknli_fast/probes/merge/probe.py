@@ -331,8 +331,7 @@ class MergeProbe(Probe):
     def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
         m = report.get("metrics", {})
         return {"accuracy": m.get("seed_accuracy"),
-                "blocks": [("Minimal expression replacement", [(label, [m.get(key) or {"n": 0, "rate": None, "ci": None}])
-                                                               for key, label in METRIC_LABELS.items()])]}
+                "blocks": [("Minimal expression replacement", cls.metric_rows(m, METRIC_LABELS))]}
 
     @classmethod
     def example_view(cls, record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:

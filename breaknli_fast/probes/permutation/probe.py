@@ -235,8 +235,7 @@ class PermutationProbe(Probe):
     def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
         m = report.get("metrics", {})
         return {"accuracy": m.get("A"),
-                "blocks": [("Word-order permutations", [(label, [m.get(key) or {"n": 0, "rate": None, "ci": None}])
-                                                        for key, label in METRIC_LABELS.items()])]}
+                "blocks": [("Word-order permutations", cls.metric_rows(m, METRIC_LABELS))]}
 
     @classmethod
     def example_view(cls, record: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
