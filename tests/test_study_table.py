@@ -301,9 +301,16 @@ def test_example_browser_filters_in_chromium(study, tmp_path):
         for line in Path(path).read_text().splitlines()[1:]:
             cols = line.split("\t")
             genre[cols[3]] = cols[4]
-    dom = _dom(page, "#model=roberta&cat=genre%3Dfiction&y=contradiction&open=0", tmp_path)
+    # the ŷ most often given to fiction examples by the first model (the tiny models' random draws decide which)
+    yhats: dict = {}
+    for i in (0, 2):
+        for r in recs[i]:
+            if genre.get(r["id"]) == "fiction":
+                yhats[r["yhat"]] = yhats.get(r["yhat"], 0) + 1
+    yhat = max(sorted(yhats), key=lambda y: yhats[y])
+    dom = _dom(page, f"#model=roberta&cat=genre%3Dfiction&y={yhat}&open=0", tmp_path)
     rows = _rows(dom)
-    want = [(i, r["mode"], r["id"]) for i in (0, 2) for r in recs[i] if r["yhat"] == "contradiction"
+    want = [(i, r["mode"], r["id"]) for i in (0, 2) for r in recs[i] if r["yhat"] == yhat
             and genre.get(r["id"]) == "fiction"]
     assert sorted((int(r["run"]), r["group"], r["id"]) for r in rows) == sorted(want) and want
     first = rows[0]
