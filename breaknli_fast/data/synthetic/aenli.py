@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import breaknli_fast.data.synthetic.logic as logic
-from breaknli_fast.data.synthetic.common import SyntheticError, asset_path, check_rate, label_schedule, load_json
+from breaknli_fast.data.synthetic.common import (SyntheticError, asset_path, check_rate, label_schedule, load_json,
+                                                shared_skeletons)
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.synthetic.logic import DETERMINERS, Clause, Sentence
 
@@ -464,19 +465,6 @@ def generate(n: int, seed: int = 0, config: AenliConfig | None = None) -> Iterat
         return
     skeleton_rng = random.Random(f"{NAME}-{seed}-skeleton")
     schedule = label_schedule(rng)
-    skeletons: dict[int, list[Any]] = {}  # k -> [skeleton, labels still to use it]
-    drawn = 0
-    seen = {lab: 0 for lab in LABELS}
-    for i in range(n):
-        target = next(schedule)
-        k = seen[target]
-        seen[target] += 1
-        while drawn <= k:
-            skeletons[drawn] = [skeleton(skeleton_rng, vocab, cfg), len(LABELS)]
-            drawn += 1
-        entry = skeletons[k]
-        d = complete(rng, vocab, cfg, entry[0], target)
-        entry[1] -= 1
-        if not entry[1]:
-            del skeletons[k]
+    for i, target, sk in shared_skeletons(schedule, n, LABELS, lambda: skeleton(skeleton_rng, vocab, cfg)):
+        d = complete(rng, vocab, cfg, sk, target)
         yield row(i, seed, d, target, vocab)

@@ -90,3 +90,26 @@ def write_jsonl(rows: Iterable[dict[str, Any]], out: str | Path,
         if tmp.exists():
             tmp.unlink()
     return counts
+
+
+def shared_skeletons(schedule: Iterator[str], n: int, labels: Iterable[str],
+                     draw: Callable[[], Any]) -> Iterator[tuple[int, str, Any]]:
+    """(i, target label, skeleton) for ``n`` pairs whose labels come from ``schedule``: the k-th pair of every
+    label shares the k-th skeleton ``draw()`` makes, so no skeleton tells the label. A skeleton is drawn when a
+    label first reaches its rank and forgotten once every label has used it."""
+    labels = tuple(labels)
+    skeletons: dict[int, list[Any]] = {}  # rank -> [skeleton, labels still to use it]
+    drawn = 0
+    seen = {lab: 0 for lab in labels}
+    for i in range(n):
+        target = next(schedule)
+        k = seen[target]
+        seen[target] += 1
+        while drawn <= k:
+            skeletons[drawn] = [draw(), len(labels)]
+            drawn += 1
+        entry = skeletons[k]
+        entry[1] -= 1
+        if not entry[1]:
+            del skeletons[k]
+        yield i, target, entry[0]

@@ -37,7 +37,7 @@ from functools import lru_cache
 from typing import Any, Iterator
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, NEUTRAL
-from breaknli_fast.data.synthetic.common import SyntheticError, label_schedule
+from breaknli_fast.data.synthetic.common import SyntheticError, label_schedule, shared_skeletons
 from breaknli_fast.data.synthetic.family import (Fact, Family, GENDERS, KinshipConfig, MAX_TRIES, NAME, OTHER,
                                                 OUTSIDE_BASE, RelType, Relations, Story, _facts, _order, _walk,
                                                 compose_path, implied_genders, label_of, load_names, load_relations,
@@ -319,21 +319,7 @@ def examples(n: int, seed: int = 0, config: KinshipConfig | None = None) -> Iter
     rng = random.Random(f"{NAME}-{seed}")
     skeleton_rng = random.Random(f"{NAME}-{seed}-skeleton")
     schedule = label_schedule(rng)
-    skeletons: dict[int, list[Any]] = {}
-    drawn = 0
-    seen = {lab: 0 for lab in KINDS}
-    for i in range(n):
-        target = next(schedule)
-        j = seen[target]
-        seen[target] += 1
-        while drawn <= j:
-            skeletons[drawn] = [skeleton(skeleton_rng, rel, cfg), len(KINDS)]
-            drawn += 1
-        entry = skeletons[j]
-        sk = entry[0]
-        entry[1] -= 1
-        if not entry[1]:
-            del skeletons[j]
+    for i, target, sk in shared_skeletons(schedule, n, KINDS, lambda: skeleton(skeleton_rng, rel, cfg)):
         options = kinds(rel, sk, target)
         for _ in range(MAX_TRIES):
             made = build(rng, rel, cfg, sk, _pick(rng, options))
