@@ -3,7 +3,9 @@ with tokenizers trained on the spot (no downloads)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -65,3 +67,16 @@ def tiny_tsv(tiny_dir) -> Path:
         for i, (prem, hyp, lab) in enumerate(testing.pairs(60)):
             f.write(f"{lab}\t{prem}\t{hyp}\tp{i}\n")
     return p
+
+
+@pytest.fixture(scope="module")
+def permuted(tiny_roberta, tmp_path_factory) -> str:
+    """A copy of the tiny classifier whose id2label is permuted: same logits, shuffled labels."""
+    d = tmp_path_factory.mktemp("perm") / "roberta-perm"
+    shutil.copytree(tiny_roberta, d)
+    cfg = json.loads((d / "config.json").read_text())
+    old = {int(k): v for k, v in cfg["id2label"].items()}
+    cfg["id2label"] = {str(k): old[(k + 1) % 3] for k in old}  # a derangement: every label changes
+    cfg["label2id"] = {v: int(k) for k, v in cfg["id2label"].items()}
+    (d / "config.json").write_text(json.dumps(cfg, indent=2))
+    return str(d)

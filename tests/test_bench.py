@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -46,19 +45,6 @@ def _app() -> typer.Typer:
 def _bench(tiny_t5, tiny_roberta, tiny_tsv, out: Path, engines: str, *extra: str):
     args = ["bench", "-e", engines, "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), *COMMON, "--out", str(out), *extra]
     return runner.invoke(_app(), args)
-
-
-@pytest.fixture(scope="module")
-def permuted(tiny_roberta, tmp_path_factory) -> str:
-    """A copy of the tiny classifier whose id2label is permuted: same logits, shuffled labels."""
-    d = tmp_path_factory.mktemp("perm") / "roberta-perm"
-    shutil.copytree(tiny_roberta, d)
-    cfg = json.loads((d / "config.json").read_text())
-    old = {int(k): v for k, v in cfg["id2label"].items()}
-    cfg["id2label"] = {str(k): old[(k + 1) % 3] for k in old}  # a derangement: every label changes
-    cfg["label2id"] = {v: int(k) for k, v in cfg["id2label"].items()}
-    (d / "config.json").write_text(json.dumps(cfg, indent=2))
-    return str(d)
 
 
 @pytest.fixture(scope="module")

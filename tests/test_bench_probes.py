@@ -4,7 +4,6 @@ between engines, per-record prediction agreement, and the batch invariance of th
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,19 +21,6 @@ from test_merge import FakeTagger, tiny_mlm  # noqa: F401 - a fixture, used by n
 
 runner = CliRunner()
 FAST = dict(warmup=0, min_iterations=1, min_seconds=0.0, invariance_pairs=12)
-
-
-@pytest.fixture(scope="module")
-def permuted(tiny_roberta, tmp_path_factory) -> str:
-    """A copy of the tiny classifier whose id2label is a derangement: same logits, every label changed."""
-    d = tmp_path_factory.mktemp("perm") / "roberta-perm"
-    shutil.copytree(tiny_roberta, d)
-    cfg = json.loads((d / "config.json").read_text())
-    old = {int(k): v for k, v in cfg["id2label"].items()}
-    cfg["id2label"] = {str(k): old[(k + 1) % 3] for k in old}
-    cfg["label2id"] = {v: int(k) for k, v in cfg["id2label"].items()}
-    (d / "config.json").write_text(json.dumps(cfg, indent=2))
-    return str(d)
 
 
 def test_accuracy_probe_from_the_command_line(tiny_roberta, tiny_tsv, permuted, tmp_path):

@@ -292,25 +292,12 @@ def test_composition_table_is_consistent():
     assert "child" not in rel.compose["parent"] and "spouse" not in rel.compose["spouse"]  # sibling or self
 
 
-def _shortest_chains(rel) -> dict[str, list[str]]:
-    """For each relation type, a shortest chain of base steps that composes to it."""
-    chains = {b: [b] for b in rel.base}
-    queue = list(rel.base)
-    while queue:
-        t = queue.pop(0)
-        for b, result in rel.compose.get(t, {}).items():
-            if result not in chains:
-                chains[result] = chains[t] + [b]
-                queue.append(result)
-    return chains
-
-
 def test_composition_table_holds_in_families():
     """Every entry, on a chain that reaches it and on random walks: the composed relation holds in the family
     by graph search, and a chain composed both ways gives inverse relations."""
     rel = kinship.load_relations()
     rng = random.Random(3)
-    chains = _shortest_chains(rel)
+    chains = kinship._shortest_walks()  # the generator's own table of shortest walks
     assert set(chains) == set(rel.types)  # every type is reachable
     walks = [chains[t] + [b] for t, row in rel.compose.items() for b in row]
     walks += [kinship._walk(rng, rel, rng.randint(2, 6))[2] for _ in range(2000)]
