@@ -48,9 +48,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=None, help="torch threads and ORT intra-op threads")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--prompt-batch", type=int, default=None, help="prompts per generator batch (default: the engine's, 8)")
-    ap.add_argument("--step-max-prompts", type=int, default=None,
-                    help="largest batch (in prompts) the ort engine's step graphs serve (default: "
-                         "breaknli_fast.engines.ort.STEP_MAX_PROMPTS); for measuring where that limit belongs")
     ap.add_argument("--out", type=Path, default=None, help="write generation.json here")
     ap.add_argument("--result", type=Path, default=None, help="write a result file (with provenance) here")
     args = ap.parse_args(argv)
@@ -59,10 +56,6 @@ def main(argv: list[str] | None = None) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    if args.step_max_prompts:
-        import breaknli_fast.engines.ort as ort_engine
-
-        ort_engine.STEP_MAX_PROMPTS = args.step_max_prompts
     exs = load_examples("sample", limit=args.prompts).examples
     prompts = [CONTRADICT_PROMPT.format(h=e.hypothesis) for e in exs]
     seeds = list(range(len(prompts)))
@@ -116,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.result:
         rec.save(args.result, {"generator": args.generator, "prompts": len(prompts), "k": args.k, "repeats": args.repeats,
                                "threads": args.threads, "prompt_batch": args.prompt_batch,
-                               "step_max_prompts": args.step_max_prompts, "engines": list(engines), "variants": variants,
+                               "engines": list(engines), "variants": variants,
                                "rows": rows})
 
 

@@ -11,7 +11,9 @@ generator, roberta-base / -large as the classifier; no download), at the BreakNL
   engines (``torch:fp32``, ``ort:int8``, ``ct2:int8``, ...), and ``peer:transformers`` (plain
   ``model.generate`` with ``num_return_sequences = K``, ``--peer-batch`` prompts a call), ``peer:ct2-int8`` /
   ``peer:ct2-fp32`` (plain CTranslate2 ``translate_batch`` over the converted model, ``--peer-batch`` prompts a
-  batch; needs the ``ct2`` extra). Figure: new tokens / s (median iteration), and each contender's ratio to
+  batch, batches side by side on one thread each: ``inter_threads`` = the threads, CTranslate2's throughput
+  setting; ``peer:ct2-int8-intra`` / ``-fp32-intra``: one batch at a time on all the threads; needs the ``ct2``
+  extra). Figure: new tokens / s (median iteration), and each contender's ratio to
   ``--generate-reference`` (default ``peer:ct2-int8``) and to ``torch:fp32``.
 * ``--job classify``: the first ``--pairs`` (default 1,000) premise / hypothesis pairs of the embedded SNLI
   sample. Contenders: the project's engines (``torch:fp32``, ``torch:bf16``, ``ort:fp32``, ``ort:int8``, ...),
@@ -50,7 +52,8 @@ from provenance import Recorder, script_command
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 
-GEN_CONTENDERS = "torch:fp32,ort:fp32,ort:int8,ct2:int8,peer:transformers,peer:ct2-fp32,peer:ct2-int8"
+GEN_CONTENDERS = ("torch:fp32,ort:fp32,ort:int8,ct2:int8,peer:transformers,peer:ct2-fp32,peer:ct2-int8,"
+                  "peer:ct2-int8-intra")
 CLF_CONTENDERS = ("torch:fp32,torch:bf16,ort:fp32,ort:int8:validate=false,peer:transformers,peer:optimum")
 
 
@@ -201,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                         return out
 
                     return run, {"runtime": "transformers generate (torch fp32)", "batch_prompts": peer_batch}
-            elif generate and peer in ("ct2-int8", "ct2-fp32"):
+            elif generate and peer in ("ct2-int8", "ct2-fp32", "ct2-int8-intra", "ct2-fp32-intra"):
                 def build(peer=peer):
                     import ctranslate2
 
@@ -209,9 +212,12 @@ def main(argv: list[str] | None = None) -> int:
                     from breaknli_fast.export.ct2 import convert_t5
 
                     folder = convert_t5(str(model)).path
-                    compute = "int8" if peer.endswith("int8") else "float32"
-                    tr = ctranslate2.Translator(str(folder), device="cpu", compute_type=compute, inter_threads=1,
-                                                intra_threads=threads)
+                    compute = "int8" if "int8" in peer else "float32"
+                    # CTranslate2's two ways to use the cores: batches side by side, one thread each (its
+                    # throughput setting, the default peer), or one batch at a time on all of them (-intra)
+                    inter, intra = (1, threads) if peer.endswith("-intra") else (threads, 1)
+                    tr = ctranslate2.Translator(str(folder), device="cpu", compute_type=compute, inter_threads=inter,
+                                                intra_threads=intra)
                     vocab = vocabulary(folder)
                     sources = [tok.convert_ids_to_tokens(ids) for ids in tok(prompts)["input_ids"]]
                     ctranslate2.set_random_seed(args.seed + 1)
@@ -224,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                         return [[vocab[t] for t in h] for r in res for h in r.hypotheses]
 
                     return run, {"runtime": f"ctranslate2 {ctranslate2.__version__} translate_batch",
-                                 "compute_type": compute, "batch_prompts": peer_batch}
+                                 "compute_type": compute, "batch_prompts": peer_batch, "inter_threads": inter,
+                                 "intra_threads": intra}
             elif not generate and peer == "transformers":
                 def build(peer=peer):
                     from transformers import AutoModelForSequenceClassification, AutoTokenizer

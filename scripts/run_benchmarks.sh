@@ -80,10 +80,11 @@ step bench-random-base $PY scripts/bench_save.py --result "$R/bench-random-base.
 # the CTranslate2 contenders need the ct2 extra and are reported as skipped without it). Step-specific timing
 # options come first, so that --smoke's sizes override them.
 step real-generate-small $PY scripts/bench_real_shapes.py --job generate --generator flan-t5-small $REAL_GEN_ARGS \
-    --contenders torch:fp32,ort:int8:validate=false,ct2:int8,ct2:int8:prompt_batch=32:label=ct2-int8-pb32,peer:transformers,peer:ct2-int8 \
+    --contenders torch:fp32,ort:fp32,ort:int8:validate=false,ct2:int8,peer:transformers,peer:ct2-int8,peer:ct2-int8-intra \
     --result "$R/real-generate-flan-t5-small.json"
 step real-generate-base $PY scripts/bench_real_shapes.py --job generate --generator flan-t5-base --min-iterations 2 \
-    $REAL_GEN_ARGS --contenders torch:fp32,ct2:int8,peer:ct2-int8 --result "$R/real-generate-flan-t5-base.json"
+    $REAL_GEN_ARGS --contenders torch:fp32,ort:int8:validate=false,peer:ct2-int8,peer:ct2-int8-intra \
+    --result "$R/real-generate-flan-t5-base.json"
 step real-classify-base $PY scripts/bench_real_shapes.py --job classify --classifier roberta-base --min-iterations 2 \
     $REAL_CLF_ARGS \
     --contenders torch:fp32,torch:bf16,ort:fp32,ort:int8:validate=false,ort:int8:validate=false:fuse=true:label=ort-int8-fused,peer:transformers,peer:optimum \
@@ -91,7 +92,8 @@ step real-classify-base $PY scripts/bench_real_shapes.py --job classify --classi
 step real-classify-large $PY scripts/bench_real_shapes.py --job classify --classifier roberta-large --warmup 0 \
     --min-iterations 2 $REAL_CLF_ARGS --contenders torch:fp32,ort:fp32,ort:int8:validate=false,peer:optimum \
     --result "$R/real-classify-roberta-large.json"
-# the loop end to end at real shapes, K = 20, with the best engines (ct2:int8 = CTranslate2 generator + ort int8 classifier)
+# the loop end to end at real shapes, K = 20: torch fp32, ort int8 (step graphs + int8 classifier), ct2:int8 (CTranslate2
+# generator + ort int8 classifier)
 step real-loop-small $PY scripts/bench_save.py --result "$R/bench-real-loop-small.json" -- \
     --random-weights flan-t5-small,roberta-base --engines torch:fp32,ort:int8:validate=false,ct2:int8 \
     --no-component-split --interleave $REAL_LOOP_ARGS

@@ -122,7 +122,8 @@ def test_t5_fp32_export_validates_greedy_identical(models, cache):
     assert step["token_agreement"] == 100.0 and step["identical_sequences"] == step["prompts"] > 0
     assert res.manifest["key"]["step_graphs"] == res.manifest["step_graphs"]["version"]
     names = [i["name"] for i in res.manifest["graphs"]["step_decoder_model.onnx"]["inputs"]]
-    assert names[:2] == ["input_ids", "cross_bias"] and names[-1] == "top_k"
+    assert names[:6] == ["input_ids", "self_rel", "self_mask", "cross_bias", "slot_rows", "row_slots"]
+    assert names[-1] == "top_k" and "cache_k_0" in names
     from rich.console import Console
 
     from breaknli_fast.export.command import validation_table

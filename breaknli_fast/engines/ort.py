@@ -36,11 +36,6 @@ from breaknli_fast.engines.artifacts import ExportOptions, ExportResult, build
 from breaknli_fast.prompts import NLI_PROMPTS
 
 PRECISIONS = ("fp32", "fp16", "int8")
-# The step graphs serve batches of up to this many prompts: every row's cross-attention scores the keys of
-# all prompts of the batch, a cost that grows with the square of the batch and outgrows the per-row copies of
-# optimum's graphs beyond about 16 prompts (BENCHMARKS.md, generation). Read when a generator loads.
-STEP_MAX_PROMPTS = 16
-
 
 @dataclass
 class OrtOptions(GenerationOptions):
@@ -223,8 +218,7 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     except (OSError, ValueError):
         gen_config = None
     if device == "cpu":
-        stepper = OrtSeq2SeqStepper(folder, device, provider, threads, step_graphs=o.step_graphs,
-                                    max_prompts=STEP_MAX_PROMPTS)
+        stepper = OrtSeq2SeqStepper(folder, device, provider, threads, step_graphs=o.step_graphs)
         info = EngineInfo("ort", "generator", model, precision, device,
                           {**_details(exported, stepper.details), "workers": n_workers})
 

@@ -31,6 +31,9 @@ from breaknli_fast.engines.registry import EngineUnavailable
 STEP_ENCODER = "step_encoder_model.onnx"
 STEP_DECODER = "step_decoder_model.onnx"
 STEP_FILES = (STEP_ENCODER, STEP_DECODER)
+# the step decoder's self-attention cache grows by this many positions at a time (its empty slots are masked)
+CACHE_CHUNK = 8
+FLOOR = float(np.finfo(np.float32).min)  # transformers' mask value
 
 INSTALL_ONNX = "pip install 'breaknli-fast[onnx]'"
 INSTALL_GPU = "pip install 'breaknli-fast[gpu]' (onnxruntime-gpu) on a machine with a CUDA GPU"
@@ -256,20 +259,21 @@ def graph_feeds(enc: Any, inputs: Any) -> dict[str, Any]:
 
 class OrtSeq2SeqStepper:
     """The sampling stepper of the ort engine on the CPU: exported graphs called directly (numpy in,
-    numpy out), the KV cache kept as the arrays ONNX Runtime returns.
+    numpy out).
 
     Two ways to step, chosen by the first call after :meth:`start`:
 
     * :meth:`step_topk` (the ``fast`` sampler with top-k, when the export has the step graphs of
-      :mod:`breaknli_fast.export.t5_step`): cross-attention keys / values once per prompt, and
+      :mod:`breaknli_fast.export.t5_step`): cross-attention keys / values once per prompt, each row
+      attending to its own prompt's only; the self-attention cache kept in buffers that grow by
+      :data:`CACHE_CHUNK` positions (the graph returns each step's new keys / values, written in place);
       only the top ``k`` logits per row leave the session;
     * :meth:`step`: optimum's encoder / decoder / decoder-with-past graphs, full-vocabulary
       logits (the ``transformers`` sampler, top-k 0, exports without the step graphs)."""
 
     def __init__(self, folder: Any, device: str = "cpu", provider: str | None = None, threads: int | None = None,
-                 step_graphs: bool = True, max_prompts: int | None = None):
+                 step_graphs: bool = True):
         self.folder = Path(folder)
-        self.max_prompts = max_prompts
         self._session_args = (device, provider, threads)
         self._lock = threading.Lock()  # sessions open lazily; forks share them
         self._sessions: dict[str, Any] = {}
@@ -293,11 +297,9 @@ class OrtSeq2SeqStepper:
 
     @property
     def supports_topk(self) -> bool:
-        """Whether :meth:`step_topk` serves the current batch: the export has the step graphs (and they are
-        not switched off) and the batch has at most ``max_prompts`` prompts (the ort engine's
-        :data:`~breaknli_fast.engines.ort.STEP_MAX_PROMPTS`; ``None``: any batch)."""
-        return self.has_step_graphs and (self.max_prompts is None or self._ids is None
-                                         or self._ids.shape[0] <= self.max_prompts)
+        """Whether :meth:`step_topk` serves the batch: the export has the step graphs and they are not switched
+        off."""
+        return self.has_step_graphs
 
     def _session(self, name: str) -> Any:
         with self._lock:
@@ -365,21 +367,47 @@ class OrtSeq2SeqStepper:
             self.cross = dict(zip(self._outputs[STEP_ENCODER],
                                   enc.run(None, {"input_ids": self._ids, "attention_mask": self._mask})))
             b, length = self._ids.shape
-            n = self._n
-            # row r of prompt e sees only prompt e's real tokens; float32 min as transformers masks
-            floor = np.finfo(np.float32).min
-            self.bias = np.full((b * n, b * length), floor, dtype=np.float32)
-            for e in range(b):
-                self.bias[e * n:(e + 1) * n, e * length:(e + 1) * length] = np.where(self._mask[e] == 1, 0.0, floor)
-            self._past_names = [i.name for i in dec.get_inputs() if i.name.startswith("past_")]
-            heads, d_kv = (int(x) for x in self.cross[next(iter(self.cross))].shape[::2])
-            self.past = {p: np.zeros((b * n, heads, 0, d_kv), dtype=np.float32) for p in self._past_names}
+            # prompt e's rows see only its real tokens; float32 min as transformers masks
+            self.cross_bias = np.where(self._mask == 1, 0.0, FLOOR).astype(np.float32).reshape(b, 1, 1, length)
+            self.row_prompt = np.repeat(np.arange(b), self._n)
+            self._grid()
+            self._cache_names = [i.name for i in dec.get_inputs() if i.name.startswith("cache_")]
+            _, heads, _, d_kv = self.cross[next(iter(self.cross))].shape
+            self.past = {c: np.zeros((b * self._n, heads, CACHE_CHUNK, d_kv), dtype=np.float32)
+                         for c in self._cache_names}
+            self.t = 0
         elif self._mode != "topk":
             raise RuntimeError("step_topk() after step() on the same batch")
-        outs = dec.run(None, {"input_ids": tokens.numpy().astype(np.int64)[:, None], "cross_bias": self.bias,
-                              **self.cross, **self.past, "top_k": np.array([k], dtype=np.int64)})
-        self.past = dict(zip(self._past_names, outs[2:]))
+        capacity = next(iter(self.past.values())).shape[2]
+        if self.t == capacity:  # the buffers grow by CACHE_CHUNK positions, not by one every step
+            self.past = {c: np.concatenate([v, np.zeros(v.shape[:2] + (CACHE_CHUNK,) + v.shape[3:], v.dtype)], axis=2)
+                         for c, v in self.past.items()}
+            capacity += CACHE_CHUNK
+        rel = np.arange(capacity + 1, dtype=np.int64) - self.t
+        rel[-1] = 0  # the new token itself
+        mask = np.zeros(capacity + 1, dtype=np.float32)
+        mask[self.t:capacity] = FLOOR  # empty slots
+        outs = dec.run(None, {"input_ids": tokens.numpy().astype(np.int64)[:, None], "self_rel": rel,
+                              "self_mask": mask, "cross_bias": self.cross_bias, "slot_rows": self.slot_rows,
+                              "row_slots": self.row_slots, **self.cross, **self.past,
+                              "top_k": np.array([k], dtype=np.int64)})
+        for name, new in zip(self._outputs[STEP_DECODER][2:], outs[2:]):  # new_{k,v}_i -> cache_{k,v}_i
+            self.past["cache_" + name[len("new_"):]][:, :, self.t, :] = new
+        self.t += 1
         return torch.from_numpy(outs[0]), torch.from_numpy(outs[1])
+
+    def _grid(self) -> None:
+        """The (prompts, slots) grid of the step decoder's cross-attention: rows are grouped by prompt in
+        ascending order (the sampler drops rows but never reorders them), ``slots`` = the most live rows of
+        one prompt; a prompt's spare slots repeat its first row (their results are not read back)."""
+        counts = np.bincount(self.row_prompt, minlength=self.cross_bias.shape[0])
+        slots = int(counts.max())
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        within = np.arange(len(self.row_prompt)) - first[self.row_prompt]
+        self.row_slots = (self.row_prompt * slots + within).astype(np.int64)
+        j = np.arange(slots)[None, :]
+        grid = first[:, None] + np.where(j < counts[:, None], j, 0)
+        self.slot_rows = grid.reshape(-1).astype(np.int64)
 
     def keep(self, positions: Any) -> None:
         import torch
@@ -388,7 +416,13 @@ class OrtSeq2SeqStepper:
             return torch.from_numpy(a).index_select(0, positions).numpy()
 
         if self._mode == "topk":
-            self.bias = rows(self.bias)  # the per-prompt cross keys / values stay as they are
+            self.row_prompt = self.row_prompt[positions.numpy()]
+            live = np.unique(self.row_prompt)
+            if len(live) < self.cross_bias.shape[0]:  # prompts without live rows leave the cross-attention
+                self.cross = {c: np.ascontiguousarray(v[live]) for c, v in self.cross.items()}
+                self.cross_bias = np.ascontiguousarray(self.cross_bias[live])
+                self.row_prompt = np.searchsorted(live, self.row_prompt)
+            self._grid()
         else:
             self.mask = rows(self.mask)
             if self.hidden is not None:

@@ -3,22 +3,32 @@
 optimum's decoder graphs serve ``n`` candidates per prompt as ``n`` independent rows: the
 encoder output is repeated ``n`` times, every row projects and keeps its own cross-attention
 keys and values (``n`` identical copies per prompt, computed at the first step and copied again
-whenever finished rows are dropped), and every step returns the logits over the whole
+whenever finished rows are dropped), every step copies the whole self-attention cache into a
+longer one (``Concat`` of past and new keys), and every step returns the logits over the whole
 vocabulary, of which sampling keeps the top ``k``. Two graphs written beside them remove that
 work without changing the model's arithmetic:
 
 * ``step_encoder_model.onnx`` (``input_ids``, ``attention_mask`` → ``cross_{k,v}_{i}``): the
   encoder and every decoder layer's cross-attention key / value projections, once per *prompt*,
-  laid out ``(heads, prompts x length, d_kv)``.
-* ``step_decoder_model.onnx`` (``input_ids (rows, 1)``, ``cross_bias (rows, prompts x length)``,
-  the cross keys / values, ``past_{k,v}_{i} (rows, heads, t, d_kv)``, ``top_k`` → ``top_values``,
-  ``top_ids (rows, k)``, ``present_{k,v}_{i}``): one decoder step for every row. Cross-attention
-  scores each row against the keys of all prompts in one matrix product and adds
-  ``cross_bias`` -- 0 on the row's own prompt's real tokens, the float32 minimum elsewhere
-  (transformers' own mask value), so the softmax gives every other position exactly zero
-  weight, as if the row had its own copy. The relative position bias of self-attention is
-  computed from the cache length (``t = 0`` at the first step: empty past arrays). The graph
-  ends in ``TopK`` with ``k`` an input, so only ``(rows, k)`` values leave the session.
+  laid out ``(prompts, heads, length, d_kv)``.
+* ``step_decoder_model.onnx``: one decoder step for every row. Inputs: ``input_ids (rows, 1)``;
+  ``self_rel`` / ``self_mask`` ``(capacity + 1,)``, each cache slot's position relative to the
+  query and 0 / the float32 minimum (transformers' own mask value) for filled / empty slots, the
+  last entry for the row's new token; ``cross_bias (prompts, 1, 1, length)`` (0 on a prompt's real
+  tokens, the minimum on padding); ``slot_rows (prompts x slots,)`` and ``row_slots (rows,)``, the
+  grid that groups the rows by prompt; the cross keys / values; ``cache_{k,v}_{i}
+  (rows, heads, capacity, d_kv)``; ``top_k``. Outputs: ``top_values``, ``top_ids (rows, k)`` and
+  ``new_{k,v}_{i} (rows, heads, d_kv)``, the new token's keys and values, which the caller writes
+  into its cache (:class:`~breaknli_fast.engines.ort_runtime.OrtSeq2SeqStepper` keeps it in buffers
+  that grow by a few positions at a time instead of being copied every step).
+
+  Self-attention scores the row's query against the whole cache and its own new key, the empty
+  slots at the minimum, so the softmax gives them exactly zero weight. Cross-attention gathers
+  the queries into a ``(prompts, slots)`` grid (``slot_rows``), scores every prompt's queries
+  against that prompt's keys only in one batched matrix product, and gathers the results back
+  per row (``row_slots``); grid slots beyond a prompt's live rows repeat one of its rows and are
+  not read back. The relative position bias of self-attention is computed from ``self_rel``.
+  The graph ends in ``TopK`` with ``k`` an input, so only ``(rows, k)`` values leave the session.
 
 Everything else is transformers' T5 code (the same modules and weights), traced with
 ``torch.onnx.export``. fp16 is not built (the fp16 recipe keeps named T5 nodes in fp32, which
@@ -37,7 +47,7 @@ from breaknli_fast.engines.ort_runtime import STEP_DECODER, STEP_ENCODER, STEP_F
 from breaknli_fast.export.errors import ExportError, first_line
 from breaknli_fast.export.onnx import graph_io, quiet, save_onnx
 # bump when the graphs' inputs, outputs or arithmetic change (part of the export cache key)
-STEP_GRAPHS_VERSION = 1
+STEP_GRAPHS_VERSION = 2
 STEP_OPSET = 17
 # the decoder's relative position bias lives in its first layer and is shared (T5 v1.0 / v1.1, Flan-T5,
 # mT5); umT5 gives every layer its own, which these graphs do not model
@@ -47,8 +57,8 @@ STEP_FAMILIES = ("t5", "mt5")
 def names(n_layers: int) -> dict[str, list[str]]:
     return {
         "cross": [f"cross_{kv}_{i}" for i in range(n_layers) for kv in "kv"],
-        "past": [f"past_{kv}_{i}" for i in range(n_layers) for kv in "kv"],
-        "present": [f"present_{kv}_{i}" for i in range(n_layers) for kv in "kv"],
+        "cache": [f"cache_{kv}_{i}" for i in range(n_layers) for kv in "kv"],
+        "new": [f"new_{kv}_{i}" for i in range(n_layers) for kv in "kv"],
     }
 
 
@@ -70,8 +80,7 @@ def _modules() -> tuple[Any, Any]:
             for blk in self.blocks:
                 att = blk.layer[1].EncDecAttention
                 for proj in (att.k, att.v):
-                    kv = proj(h).view(b, length, self.heads, self.d_kv).permute(2, 0, 1, 3)
-                    outs.append(kv.reshape(self.heads, b * length, self.d_kv))
+                    outs.append(proj(h).view(b, length, self.heads, self.d_kv).transpose(1, 2))
             return tuple(outs)
 
     class StepDecoder(nn.Module):
@@ -82,42 +91,47 @@ def _modules() -> tuple[Any, Any]:
             self.tied = t5_scales_output(model.config)  # T5 v1.0 scales before its tied output layer
             self.scale = model.config.d_model ** -0.5
 
-        def forward(self, input_ids: Any, cross_bias: Any, *kv: Any) -> Any:
+        def forward(self, input_ids: Any, self_rel: Any, self_mask: Any, cross_bias: Any, slot_rows: Any,
+                    row_slots: Any, *kv: Any) -> Any:
             dec = self.m.decoder
             n = len(dec.block)
-            cross, past = kv[: 2 * n], kv[2 * n:]
-            r, hd = input_ids.shape[0], self.heads * self.d_kv
-            x = dec.embed_tokens(input_ids)  # (r, 1, d_model)
-            t = past[0].shape[2]
+            cross, cache = kv[: 2 * n], kv[2 * n:]
+            r, heads, d_kv = input_ids.shape[0], self.heads, self.d_kv
+            hd = heads * d_kv
+            prompts = cross[0].shape[0]
+            x = dec.embed_tokens(input_ids[:, 0])  # (r, d_model)
             rel_att = dec.block[0].layer[0].SelfAttention
-            rel = torch.arange(t + 1, dtype=torch.long) - t  # memory position - query position
-            bucket = rel_att._relative_position_bucket(rel, bidirectional=False,
+            bucket = rel_att._relative_position_bucket(self_rel, bidirectional=False,
                                                        num_buckets=rel_att.relative_attention_num_buckets,
                                                        max_distance=rel_att.relative_attention_max_distance)
-            pos_bias = rel_att.relative_attention_bias(bucket).permute(1, 0).reshape(1, self.heads, 1, -1)
-            presents = []
+            bias = (rel_att.relative_attention_bias(bucket).permute(1, 0) + self_mask).reshape(1, heads, 1, -1)
+            news = []
             for i, blk in enumerate(dec.block):
                 layer = blk.layer[0]
                 att = layer.SelfAttention
                 hs = layer.layer_norm(x)
-                q = att.q(hs).view(r, 1, self.heads, self.d_kv).transpose(1, 2)
-                key = torch.cat([past[2 * i], att.k(hs).view(r, 1, self.heads, self.d_kv).transpose(1, 2)], dim=2)
-                val = torch.cat([past[2 * i + 1], att.v(hs).view(r, 1, self.heads, self.d_kv).transpose(1, 2)], dim=2)
-                presents += [key, val]
-                w = torch.softmax((torch.matmul(q, key.transpose(3, 2)) + pos_bias).float(), dim=-1)
-                x = x + att.o(torch.matmul(w, val).transpose(1, 2).reshape(r, 1, hd))
+                q = att.q(hs).view(r, heads, 1, d_kv)
+                k_new = att.k(hs).view(r, heads, 1, d_kv)
+                v_new = att.v(hs).view(r, heads, 1, d_kv)
+                news += [k_new.view(r, heads, d_kv), v_new.view(r, heads, d_kv)]
+                keys, values = cache[2 * i], cache[2 * i + 1]
+                capacity = keys.shape[2]
+                scores = torch.cat([torch.matmul(q, keys.transpose(3, 2)), (q * k_new).sum(-1, keepdim=True)], dim=-1)
+                w = torch.softmax((scores + bias).float(), dim=-1)
+                out = torch.matmul(w[..., :capacity], values) + w[..., capacity:] * v_new
+                x = x + att.o(out.reshape(r, hd))
                 layer = blk.layer[1]
                 att = layer.EncDecAttention
-                q = att.q(layer.layer_norm(x)).view(r, self.heads, self.d_kv).transpose(0, 1)  # (heads, r, d_kv)
-                w = torch.softmax((torch.matmul(q, cross[2 * i].transpose(1, 2)) + cross_bias).float(), dim=-1)
-                x = x + att.o(torch.matmul(w, cross[2 * i + 1]).transpose(0, 1).reshape(r, 1, hd))
+                q = att.q(layer.layer_norm(x)).index_select(0, slot_rows).view(prompts, -1, heads, d_kv).transpose(1, 2)
+                w = torch.softmax((torch.matmul(q, cross[2 * i].transpose(3, 2)) + cross_bias).float(), dim=-1)
+                out = torch.matmul(w, cross[2 * i + 1]).transpose(1, 2).reshape(-1, hd)  # (prompts x slots, hd)
+                x = x + att.o(out.index_select(0, row_slots))
                 x = blk.layer[2](x)  # feed-forward with its residual
             x = dec.final_layer_norm(x)
             if self.tied:
                 x = x * self.scale
-            logits = self.m.lm_head(x)[:, 0, :]
-            values, ids = torch.topk(logits, self.k, dim=-1)
-            return (values, ids, *presents)
+            values, ids = torch.topk(self.m.lm_head(x), self.k, dim=-1)
+            return (values, ids, *news)
 
     return StepEncoder, StepDecoder
 
@@ -133,27 +147,31 @@ def export_step_graphs(src_path: str, out_dir: Path) -> dict[str, Any]:
     nm = names(n_layers)
     StepEncoder, StepDecoder = _modules()
     k = min(8, cfg.vocab_size)
-    rows, t, bl = 6, 3, 14
+    rows, capacity, prompts, length = 6, 3, 2, 7
     try:
         with quiet(), torch.inference_mode(False), torch.no_grad():
-            ids = torch.full((2, 7), 5, dtype=torch.long)
+            ids = torch.full((prompts, length), 5, dtype=torch.long)
             torch.onnx.export(StepEncoder(model).eval(), (ids, torch.ones_like(ids)), str(out_dir / STEP_ENCODER),
                               input_names=["input_ids", "attention_mask"], output_names=nm["cross"],
                               dynamic_axes={"input_ids": {0: "prompts", 1: "length"},
                                             "attention_mask": {0: "prompts", 1: "length"},
-                                            **{x: {1: "prompts_x_length"} for x in nm["cross"]}},
+                                            **{x: {0: "prompts", 2: "length"} for x in nm["cross"]}},
                               opset_version=STEP_OPSET, do_constant_folding=True, dynamo=False)
-            args = (torch.zeros(rows, 1, dtype=torch.long), torch.zeros(rows, bl),
-                    *[torch.zeros(heads, bl, d_kv) for _ in nm["cross"]],
-                    *[torch.zeros(rows, heads, t, d_kv) for _ in nm["past"]])
-            axes = {"input_ids": {0: "rows"}, "cross_bias": {0: "rows", 1: "prompts_x_length"},
+            args = (torch.zeros(rows, 1, dtype=torch.long), torch.arange(capacity + 1) - capacity,
+                    torch.zeros(capacity + 1), torch.zeros(prompts, 1, 1, length),
+                    torch.arange(rows), torch.arange(rows),
+                    *[torch.zeros(prompts, heads, length, d_kv) for _ in nm["cross"]],
+                    *[torch.zeros(rows, heads, capacity, d_kv) for _ in nm["cache"]])
+            axes = {"input_ids": {0: "rows"}, "self_rel": {0: "capacity_plus_1"}, "self_mask": {0: "capacity_plus_1"},
+                    "cross_bias": {0: "prompts", 3: "length"}, "slot_rows": {0: "slots"}, "row_slots": {0: "rows"},
                     "top_values": {0: "rows", 1: "k"}, "top_ids": {0: "rows", 1: "k"},
-                    **{x: {1: "prompts_x_length"} for x in nm["cross"]},
-                    **{x: {0: "rows", 2: "past_length"} for x in nm["past"]},
-                    **{x: {0: "rows", 2: "past_length_plus_1"} for x in nm["present"]}}
+                    **{x: {0: "prompts", 2: "length"} for x in nm["cross"]},
+                    **{x: {0: "rows", 2: "capacity"} for x in nm["cache"]},
+                    **{x: {0: "rows"} for x in nm["new"]}}
             torch.onnx.export(StepDecoder(model, k).eval(), args, str(out_dir / STEP_DECODER),
-                              input_names=["input_ids", "cross_bias", *nm["cross"], *nm["past"]],
-                              output_names=["top_values", "top_ids", *nm["present"]], dynamic_axes=axes,
+                              input_names=["input_ids", "self_rel", "self_mask", "cross_bias", "slot_rows",
+                                           "row_slots", *nm["cross"], *nm["cache"]],
+                              output_names=["top_values", "top_ids", *nm["new"]], dynamic_axes=axes,
                               opset_version=STEP_OPSET, do_constant_folding=True, dynamo=False)
     except Exception as e:
         raise ExportError(f"{cfg.model_type}: exporting the sampling step graphs failed: {first_line(e)}") from e
