@@ -488,6 +488,97 @@ def real_shapes(doc: Result) -> str:
                       f"(median). CPU flags: {flags}.{caveat}", "", table(header, rows)])
 
 
+# the targets at the sizes users run: (job, what is required, the bar)
+REAL_TARGETS = (
+    ("generate", "generator tokens/s ≥ 1.2× CTranslate2 int8 (its faster thread setting), K = 20", 1.2),
+    ("classify", "classifier pairs/s ≥ 3× torch fp32, ≥ 1,000 pairs", 3.0),
+    ("loop", "the loop end to end ≥ 3× torch fp32, K = 20", 3.0),
+)
+PROJECT = "breaknli-fast "
+
+
+def real_loop_files(results: list[Result]) -> list[Result]:
+    """``bench`` files of the loop at real shapes (``bench-real-loop-*``, random weights)."""
+    return [r for r in results if r.get("kind") == "bench" and is_random(r)
+            and Path(r["file"]).stem.startswith("bench-real-loop")]
+
+
+def real_target_rows(results: list[Result]) -> list[dict[str, Any]]:
+    """One row per real-shape file: the job, the shape, the best breaknli-fast engine, its figure against the
+    target's yardstick, and the file's provenance."""
+    rows = []
+    for doc in of_kind("real_shapes")(results):
+        p = doc["payload"]
+        gen = p.get("job") == "generate"
+        key = "tokens_per_s" if gen else "pairs_per_s"
+        contenders = [r for r in p.get("rows") or [] if r.get(key)]
+        ours = [r for r in contenders if str(r.get("contender", "")).startswith(PROJECT)]
+        if gen:
+            bars = [r for r in contenders if str(r.get("contender", "")).startswith("peer:ct2-int8")]
+        else:
+            bars = [r for r in contenders if r.get("contender") == PROJECT + "torch:fp32"]
+            ours = [r for r in ours if r is not bars[0]] if bars else ours
+        if not ours or not bars:
+            continue
+        best, bar = max(ours, key=lambda r: r[key]), max(bars, key=lambda r: r[key])
+        unit = "tokens/s" if gen else "pairs/s"
+        rows.append({"job": p.get("job"), "shape": p.get("shape"), "best": best["contender"][len(PROJECT):],
+                     "figure": f"{best[key]:,.0f} {unit} vs {bar['contender'].replace(PROJECT, '')} {bar[key]:,.0f}",
+                     "ratio": best[key] / bar[key], "doc": doc})
+    for doc in real_loop_files(results):
+        p = doc["payload"]
+        engines = [e for e in p.get("engines") or [] if e.get("status") == "ok"]
+        others = [e for e in engines[1:] if get(e, "speed", "speedup", "end_to_end") is not None
+                  and not e.get("component_of")]
+        if not others:
+            continue
+        best = max(others, key=lambda e: get(e, "speed", "speedup", "end_to_end"))
+        rows.append({"job": "loop", "shape": random_title(doc), "best": best.get("label"),
+                     "figure": f"end to end vs {engines[0].get('label')}", "doc": doc,
+                     "ratio": get(best, "speed", "speedup", "end_to_end")})
+    return rows
+
+
+def trained_parity(results: list[Result], engine: str) -> str:
+    """Whether ``engine`` (its options for random weights dropped) was shown to match the torch fp32 reference on
+    the trained models, per probe of the parity table (section 2b): yes / no / not shown."""
+    base = ":".join(x for x in engine.split(":") if not x.startswith("validate="))
+    cells = []
+    for doc in parity_files(results):
+        e = next((e for e in get(doc, "payload", "engines") or [] if e.get("label") == base and e.get("status") == "ok"),
+                 None)
+        if e is not None:
+            cells.append(f"{probe_of(doc)}: {_shown(e)}")
+    return "; ".join(cells) or "not measured"
+
+
+def real_targets(results: list[Result], label: str) -> str:
+    """The issue-style summary: each target, the best engine's measured ratio per shape, met or not, and whether
+    that engine was shown to match the reference on the trained models."""
+    rows = real_target_rows(results)
+    if not rows:
+        return not_measured("a real-shape measurement", "scripts/bench_real_shapes.py", label)
+    out = []
+    for job, what, bar in REAL_TARGETS:
+        mine = [r for r in rows if r["job"] == job]
+        if not mine:
+            out.append([what, "–", "not measured", "–", "–", "–", "–"])
+        for r in mine:
+            d = r["doc"]
+            out.append([what, r["shape"], f"{r['best']}: {r['figure']}", f(r["ratio"], ".2f", "×"),
+                        "met" if r["ratio"] >= bar else "**not met**", trained_parity(results, r["best"]),
+                        f"`{Path(d['file']).name}`, {d.get('date')}, `{d.get('commit')}`"])
+    m = (rows[0]["doc"].get("machine") or {})
+    return "\n".join([
+        "The best breaknli-fast engine per target and shape, from the files below (random weights of the real "
+        "architectures: speed only). Beside it, whether the same engine was shown to match the torch fp32 "
+        "reference on the trained mini models, per probe (section 2b: yes = every headline metric equivalent, "
+        "no = one shown to differ, not shown = too few examples to decide). "
+        f"Machine of the first file: {m.get('cpu')}, {m.get('cores')} cores.", "",
+        table(["target", "shape", "best engine: figure", "ratio", "", "shown to match on trained models",
+               "file, date, commit"], out)])
+
+
 def ort_parity(doc: Result) -> str:
     p = doc["payload"]
     out = [f"{p.get('pairs')} pairs of `{p.get('data')}`."]
@@ -759,6 +850,8 @@ Subsection = tuple[str, str, str, Callable[[list[Result]], list[Result]], Callab
 
 SECTIONS: list[tuple[str, str, list[Subsection]]] = [
     ("1. Which engine is fastest where", "", [
+        ("The targets at the sizes users run", "a real-shape measurement", "scripts/bench_real_shapes.py",
+         lambda rs: of_kind("real_shapes")(rs) + real_loop_files(rs), None, None),
         ("The loop as a user runs it: `breaknli-fast run` per engine", "the run-loop timing",
          "scripts/bench_run_loop.py", of_kind("run_loop"), run_loop_speed, None),
         ("`breaknli-fast bench` on the mini models: speed-ups per stage", "a bench of the mini models",
@@ -868,6 +961,9 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
             if select is parity_files:  # one table over the files first, each file's details below it
                 out += ["The verdicts of every engine, one row each (details per file below).", "",
                         parity_table(results, label), ""]
+            if renderer is None:  # a summary over the files, rendered in their own sections
+                out += [real_targets(results, label), ""]
+                continue
             for doc in chosen:
                 if file_title is not None:
                     out += [f"#### {file_title(doc)}", ""]

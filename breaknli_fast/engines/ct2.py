@@ -1,8 +1,9 @@
 """The CTranslate2 engine (``ct2``): the generator role on CTranslate2's T5, the classifier role on another engine.
 
 CTranslate2 (``pip install 'breaknli-fast[ct2]'``) is an inference runtime for Transformer models with its own
-int8 kernels and decoding loop; at the Flan-T5 sizes users run it generates faster on the CPU than exported ONNX
-graphs stepped from Python (BENCHMARKS.md). This backend uses it where it is fast:
+int8 kernels and decoding loop: a second runtime for the generator, and the yardstick of the generator's speed
+(BENCHMARKS.md: at flan-t5-small / -base shapes on the CPU the ort engine's int8 step graphs outrun it). This
+backend uses it for the generator:
 
 * **generator**: a local T5-family model (Flan-T5) converted once with CTranslate2's own converter
   (``ctranslate2.converters.TransformersConverter``, float32 weights) into the export cache, checked there

@@ -401,7 +401,7 @@ class OrtSeq2SeqStepper:
         ascending order (the sampler drops rows but never reorders them), ``slots`` = the most live rows of
         one prompt; a prompt's spare slots repeat its first row (their results are not read back)."""
         counts = np.bincount(self.row_prompt, minlength=self.cross_bias.shape[0])
-        slots = int(counts.max())
+        slots = int(counts.max()) if len(counts) else 0
         first = np.concatenate([[0], np.cumsum(counts)[:-1]])
         within = np.arange(len(self.row_prompt)) - first[self.row_prompt]
         self.row_slots = (self.row_prompt * slots + within).astype(np.int64)
