@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from statistics import NormalDist
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -342,6 +343,40 @@ def equivalence(entry: dict[str, Any], tolerance: float = 1.0) -> dict[str, Any]
     else:
         needed = None
     return {"verdict": "inconclusive", "n_needed": needed, "too_small": small}
+
+
+def interval_at(entry: dict[str, Any], confidence: float) -> list[float] | None:
+    """The interval (percentage points) that the same paired data give at another ``confidence``: Tango's score
+    interval at that level for a yes/no per example, else the floored Student-t interval (both the t quantile and
+    the floor at that level). None where the entry keeps no statistics to recompute it from."""
+    m, n = entry.get("method"), int(entry.get("n") or 0)
+    if not n or entry.get("diff") is None:
+        return None
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    if m == "tango":
+        lo, hi = tango_ci(entry["up"], entry["down"], n, z=z)
+        return [float(100 * lo), float(100 * hi)]
+    if m == "t":
+        mean, sd = entry["diff"] / 100, float(entry.get("sd") or 0.0)
+        half = floor_half_width(n, z)
+        if n > 1 and sd > 0:
+            half = max(half, t_quantile(n - 1, confidence) * sd / math.sqrt(n))
+        return [100 * max(-1.0, mean - half), 100 * min(1.0, mean + half)]
+    return None
+
+
+def familywise_different(entry: dict[str, Any], tolerance: float, cells: int,
+                         alpha: float = 1 - CONFIDENCE) -> dict[str, Any]:
+    """Whether a cell that is *different* at 95 % stays different when ``cells`` cells were judged together:
+    its interval at ``1 - alpha / cells`` (Bonferroni) must still exclude 0 (and |Δ| > δ). A verdict per cell at
+    95 % says "different" by chance in about 5 % of equal cells, so among the dozens of cells of one engine's
+    parity a chance "different" is likely; the corrected interval keeps the chance that *any* cell of the engine
+    is confirmed different, where none truly differs, at or below ``alpha`` (tests/test_stats.py simulates it).
+    Returns ``{"cells", "confidence", "ci", "confirmed"}``."""
+    level = 1 - alpha / max(1, int(cells))
+    ci = interval_at(entry, level)
+    confirmed = bool(ci is not None and abs(entry.get("diff") or 0.0) > tolerance and (ci[0] > 0 or ci[1] < 0))
+    return {"cells": int(cells), "confidence": level, "ci": ci, "confirmed": confirmed}
 
 
 def compare(a: Sequence[float], b: Sequence[float], tolerance: float = 1.0) -> dict[str, Any]:

@@ -572,8 +572,8 @@ def real_targets(results: list[Result], label: str) -> str:
     return "\n".join([
         "The best breaknli-fast engine per target and shape, from the files below (random weights of the real "
         "architectures: speed only). Beside it, whether the same engine was shown to match the torch fp32 "
-        "reference on the trained mini models, per probe (section 2b: yes = every headline metric equivalent, "
-        "no = one shown to differ, not shown = too few examples to decide). "
+        "reference on the trained mini models, per probe (section 2b: yes = every cell equivalent, no = a cell "
+        "stays different with all the engine's cells judged together, not shown = neither). "
         f"Machine of the first file: {m.get('cpu')}, {m.get('cores')} cores.", "",
         table(["target", "shape", "best engine: figure", "ratio", "", "shown to match on trained models",
                "file, date, commit"], out)])
@@ -712,11 +712,21 @@ def probe_parity(doc: Result) -> str:
     return "\n".join(out)
 
 
+def _confirmed(e: dict[str, Any]) -> int:
+    """The different cells that stay different with all the engine's cells judged together."""
+    from breaknli_fast.bench.parity import confirmed_differences
+
+    return len(confirmed_differences(e.get("parity") or {}))
+
+
 def _shown(e: dict[str, Any]) -> str:
-    """yes / no / not shown, as bench.md's "shown to match" says (short)."""
+    """yes / no / not shown, as bench.md's "shown to match" says (short): "no" only where a cell stays different
+    with all the engine's cells judged together (bench.parity.confirmed_differences)."""
+    from breaknli_fast.bench.parity import confirmed_differences
+
     v = get(e, "parity", "verdicts") or {}
     if v.get("different"):
-        return "no"
+        return "no" if confirmed_differences(e.get("parity") or {}) else "not shown"
     return "not shown" if v.get("inconclusive") or not v else "yes"
 
 
@@ -743,12 +753,13 @@ def parity_table(results: list[Result], label: str = "benchmarks/results") -> st
             v = get(e, "parity", "verdicts") or {}
             rows.append([probe_of(doc), e["label"], n, f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
                          f(get(e, "parity", "headline", "records", "identical_pct"), ".2f"), _batching(e), _shown(e),
-                         f"{v.get('equivalent', 0)} / {v.get('different', 0)} / {v.get('inconclusive', 0)} "
-                         f"({v.get('too_small', 0)})",
+                         f"{v.get('equivalent', 0)} / {v.get('different', 0)} ({_confirmed(e)}) / "
+                         f"{v.get('inconclusive', 0)} ({v.get('too_small', 0)})",
                          f"{worst_name}: {_verdict_cell(ms[worst_name])}" if worst_name else "–",
                          f"{label}/{stem(doc)}.json"])
     return table(["probe", "engine", "examples", "speed-up (e2e)", "records identical %", "labels changed by batching",
-                  "shown to match torch:fp32?", "cells equivalent / different / inconclusive (too few to judge)",
+                  "shown to match torch:fp32?",
+                  "cells equivalent / different (still different judged together) / inconclusive (too few to judge)",
                   "largest headline Δ pp [95 % CI]", "result file"], rows)
 
 

@@ -259,7 +259,8 @@ def test_verdicts_counted_and_checked_per_cell_and_headline_metric():
     block = {"end_to_end": {"entailed": {"overall": {"n": 40, "inequality": dict(e), "relaxed": dict(e)}}},
              "headline": {"metrics": {"accuracy (p, h)": compare(ref, ref)}}}
     par.add_verdicts(block, 1.0)
-    assert block["verdicts"] == {"equivalent": 0, "different": 0, "inconclusive": 3, "too_small": 3}
+    assert block["verdicts"] == {"equivalent": 0, "different": 0, "inconclusive": 3, "too_small": 3,
+                                 "different_confirmed": 0}
     assert par.check(block, 1.0, 0.0) == []
     fails = par.check(block, 1.0, 0.0, require_equivalence=True)
     assert len(fails) == 3 and "headline: accuracy (p, h)" in fails[2] and "too few examples" in fails[2]
@@ -426,3 +427,28 @@ def test_component_split_measures_each_quantised_model_alone(tiny_t5, tiny_rober
     assert bf16["status"] == "ok" and {"equivalent", "different", "inconclusive"} <= set(bf16["parity"]["verdicts"])
     assert bf16["parity"]["classifier"]["all"]["label_agreement_pct"] is not None
     assert "`torch:bf16`" in (tmp_path / "split" / "bench.md").read_text()
+
+
+def test_an_engine_is_shown_to_differ_only_when_a_cell_stays_different_judged_together():
+    """bench.md's "shown to match?": a cell different at 95 % among many (n = 117, +4.3 pp, [+1.0, +9.6]) is not
+    enough for "no" (its Bonferroni interval over the 37 cells includes 0); a large difference is."""
+    from breaknli_fast.bench.report import shown_to_match
+    from breaknli_fast.stats import compare
+
+    ref = [0] * 117
+    small = compare([1] * 10 + [0] * 107, [1] * 5 + [0] * 112, 1.0)  # 5 of 117 up, none down: +4.3 pp
+    assert small["verdict"] == "different"
+    equal = compare(ref, ref, 1.0)
+    metrics = {f"m{i}": dict(equal) for i in range(36)}
+    block = {"headline": {"metrics": {**metrics, "shifted": dict(small)}}}
+    par.add_verdicts(block, 1.0)
+    assert block["verdicts"]["different"] == 1 and block["verdicts"]["different_confirmed"] == 0
+    fw = block["headline"]["metrics"]["shifted"]["familywise"]
+    assert fw["cells"] == 37 and fw["ci"][0] < 0 < fw["ci"][1] and not fw["confirmed"]
+    engine = {"status": "ok", "parity": block}
+    assert shown_to_match(engine).startswith("not shown: 1 of 37 cells differ beyond the tolerance at 95 % each")
+    big = compare([1] * 60 + [0] * 57, ref, 1.0)
+    block = {"headline": {"metrics": {**metrics, "shifted": dict(big)}}}
+    par.add_verdicts(block, 1.0)
+    assert block["verdicts"]["different_confirmed"] == 1
+    assert shown_to_match({"status": "ok", "parity": block}).startswith("no: 1 of 37 cells differ")

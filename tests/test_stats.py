@@ -242,3 +242,52 @@ def test_single_sample_coverage_of_means_of_shares_and_pooled_ratios():
             bad += [f"{what} n={n} mean={mu}: {c:.3f}" for what, c in (("mean", cov), ("ratio", cov_r))
                     if c < MIN_COVERAGE]
     assert not bad, bad
+
+
+def test_familywise_confirmation_keeps_chance_differences_of_an_engine_below_five_percent():
+    """An engine's parity has dozens of cells; judged at 95 % each, an engine that changes nothing still gets
+    some cell "different" most of the time. Seeded simulation of 36 equal cells per engine (paired yes/no
+    outcomes, 117 examples, 30 % discordant both ways, true Δ = 0) and of 36 equal cells of per-example
+    fractions: the share of engines with any cell different at 95 % is far above 5 %, the share with any cell
+    confirmed by :func:`stats.familywise_different` (Bonferroni over the 36) is at most 5 % (plus three
+    Monte Carlo standard errors). A true 20 pp difference in one cell is still confirmed most of the time."""
+    rng = np.random.default_rng(7)
+    engines, m, n, tol = 600, 36, 117, 1.0
+    z_m = stats.NormalDist().inv_cdf(1 - 0.025 / m)
+    slack = 0.05 + 3 * np.sqrt(0.05 * 0.95 / engines)
+    # yes/no cells: counts of (1, 0) and (0, 1) examples
+    draws = rng.multinomial(n, [0.15, 0.15, 0.70], size=(engines, m))
+    up, down = draws[..., 0], draws[..., 1]
+    diff = 100 * (up - down) / n
+    lo95, hi95 = stats.tango_ci(up, down, n)
+    per_cell = (np.abs(diff) > tol) & ((lo95 > 0) | (hi95 < 0))
+    lo_m, hi_m = stats.tango_ci(up, down, n, z=z_m)
+    confirmed = per_cell & ((lo_m > 0) | (hi_m < 0))
+    assert per_cell.any(axis=1).mean() > 0.5
+    assert confirmed.any(axis=1).mean() <= slack
+    # the library function gives the same decision as the vectorised one
+    for e, c in [(0, 0), (1, 3), (2, 5)] + [tuple(x) for x in np.argwhere(per_cell)[:5]]:
+        entry = {"method": "tango", "up": int(up[e, c]), "down": int(down[e, c]), "n": n, "diff": float(diff[e, c])}
+        assert stats.familywise_different(entry, tol, m)["confirmed"] == bool(confirmed[e, c])
+    # per-example fractions (the floored Student-t interval)
+    reps, any95, hits = 300, 0, 0
+    t95, t_m = stats.t_quantile(n - 1), stats.t_quantile(n - 1, 1 - 0.05 / m)
+    for _ in range(reps):
+        x = rng.integers(0, 6, size=(m, n)) / 5
+        d = np.where(rng.random((m, n)) < 0.5, 0.0, x - rng.integers(0, 6, size=(m, n)) / 5)
+        mean, sd = d.mean(axis=1), d.std(axis=1, ddof=1)
+        half95 = np.maximum(t95 * sd / np.sqrt(n), stats.floor_half_width(n))
+        different = (100 * np.abs(mean) > tol) & (np.abs(mean) > half95)
+        any95 += different.any()
+        fw = [stats.familywise_different({"method": "t", "n": n, "diff": 100 * mean[c], "sd": sd[c]}, tol, m)
+              for c in np.flatnonzero(different)]
+        hits += any(f["confirmed"] for f in fw)
+        for f, c in zip(fw, np.flatnonzero(different)):  # the t quantile at the corrected level, and its floor
+            half = max(t_m * sd[c] / np.sqrt(n), stats.floor_half_width(n, z_m))
+            assert f["confirmed"] == bool(abs(mean[c]) > half)
+    assert any95 / reps > 0.5
+    assert hits / reps <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / reps)
+    # power: one cell that truly differs by 20 pp among 35 equal ones
+    up1, down1 = rng.multinomial(n, [0.30, 0.10, 0.60], size=400)[:, :2].T
+    lo1, hi1 = stats.tango_ci(up1, down1, n, z=z_m)
+    assert ((lo1 > 0) & (100 * (up1 - down1) / n > tol)).mean() > 0.5

@@ -22,7 +22,7 @@ import numpy as np
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.probes.breaknli.metrics import rates
 from breaknli_fast.probes.breaknli.verdicts import verdict
-from breaknli_fast.stats import equivalence, paired_diff
+from breaknli_fast.stats import familywise_different, equivalence, paired_diff
 
 CELLS = tuple(LABELS) + ("overall",)
 DIFF_KEYS = ("inequality", "relaxed")
@@ -192,15 +192,37 @@ def cells(parity: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def add_verdicts(parity: dict[str, Any], tolerance: float) -> dict[str, int]:
     """Give every difference of a parity block its equivalence verdict (in place); returns the counts, with
-    ``too_small``: the cells on fewer examples than any equivalence within the tolerance needs."""
+    ``too_small``: the cells on fewer examples than any equivalence within the tolerance needs, and
+    ``different_confirmed``: the *different* cells that stay different with the engine's cells judged together
+    (:func:`confirmed_differences`; each such cell gets a ``familywise`` entry)."""
     counts = {"equivalent": 0, "different": 0, "inconclusive": 0, "too_small": 0}
     for _, e in cells(parity):
         if e.get("verdict") is None:
             e.update(equivalence(e, tolerance))
         counts[e["verdict"]] += 1
         counts["too_small"] += bool(e.get("too_small"))
+    counts["different_confirmed"] = len(confirmed_differences(parity, tolerance, record=True))
     parity["verdicts"] = counts
     return counts
+
+
+def confirmed_differences(parity: dict[str, Any], tolerance: float = 0.0, record: bool = False) -> list[str]:
+    """The places of the *different* cells of one engine's parity block that stay different when all its ``m``
+    judged cells are taken together (Bonferroni: the cell's interval at 1 - 0.05 / m still excludes 0;
+    :func:`breaknli_fast.stats.familywise_different`). The per-cell verdicts are the spec's (95 % each); this is
+    what an engine-level "shown to differ" rests on, since among dozens of cells one is likely "different" at
+    95 % by chance. ``record``: write each different cell's ``familywise`` entry into it."""
+    judged = [(w, e) for w, e in cells(parity) if e.get("ci") is not None]
+    out = []
+    for where, e in judged:
+        if e.get("verdict") != "different":
+            continue
+        fw = familywise_different(e, tolerance, len(judged))
+        if record:
+            e["familywise"] = fw
+        if fw["confirmed"]:
+            out.append(where)
+    return out
 
 
 def check(parity: dict[str, Any], tolerance: float, min_agreement: float,

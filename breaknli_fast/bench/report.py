@@ -375,7 +375,15 @@ def shown_to_match(e: dict[str, Any]) -> str:
     small = (f"; {v['too_small']} of them on too few examples to show equivalence at all"
              if v.get("too_small") else "")
     if v.get("different"):
-        return f"no: {v['different']} of {n} cells differ beyond the tolerance{small}"
+        from breaknli_fast.bench.parity import confirmed_differences
+
+        confirmed = confirmed_differences(e.get("parity") or {})
+        if confirmed:
+            return (f"no: {len(confirmed)} of {n} cells differ beyond the tolerance, still with all the cells judged "
+                    f"together (Bonferroni){small}")
+        return (f"not shown: {v['different']} of {n} cells differ beyond the tolerance at 95 % each, but none stays "
+                f"different with all the cells judged together (Bonferroni), so chance is not ruled out; "
+                f"{v.get('equivalent', 0)} equivalent{small}")
     if v.get("inconclusive"):
         return (f"not shown: {v.get('equivalent', 0)} of {n} cells equivalent, {v['inconclusive']} inconclusive "
                 f"(none shown to differ, but the intervals are too wide to show a match){small}")
