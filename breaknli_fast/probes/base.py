@@ -257,6 +257,20 @@ class Probe(ABC):
         that key, or an empty cell (n 0) where the report has none."""
         return [(label, [cells.get(key) or {"n": 0, "rate": None, "ci": None}]) for key, label in labels.items()]
 
+    @staticmethod
+    def rate_table(title: str, cells: dict[str, Any], labels: dict[str, str]) -> Any:
+        """A console table of rate cells (metric, %, 95 % CI, n): one row per ``labels`` key, in its order."""
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left")
+        for col, just in (("metric", "left"), ("%", "right"), ("95 % CI", "right"), ("n", "right")):
+            t.add_column(col, justify=just, no_wrap=True)
+        for key, label in labels.items():
+            c = cells[key]
+            ci = "–" if c["rate"] is None else f"[{c['ci'][0]:.1f}, {c['ci'][1]:.1f}]"
+            t.add_row(label, "–" if c["rate"] is None else f"{c['rate']:.2f}", ci, str(c["n"]))
+        return t
+
     @classmethod
     def comparison(cls, report: dict[str, Any]) -> dict[str, Any]:
         """The probe's part of a table comparing models (``breaknli-fast report``): ``{"accuracy": rate cell of

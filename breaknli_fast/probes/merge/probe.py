@@ -306,18 +306,10 @@ class MergeProbe(Probe):
         return _markdown(report)
 
     def console(self, report: dict[str, Any]) -> list[Any]:
-        from rich.table import Table
-
         m, c = report["metrics"], report["counts"]
-        t = Table(title=f"MERGE: {c['seed_problems']} seed problems, {c['variants']:g} variants per draw "
-                        f"({report['examples']} examples; PA {PATTERN_TEXT[report['merge'].get('pattern', 'draws')]})",
-                  title_justify="left")
-        for col, just in (("metric", "left"), ("%", "right"), ("95 % CI", "right"), ("n", "right")):
-            t.add_column(col, justify=just, no_wrap=True)
-        for key, label in METRIC_LABELS.items():
-            cell = m[key]
-            ci = "–" if cell["rate"] is None else f"[{cell['ci'][0]:.1f}, {cell['ci'][1]:.1f}]"
-            t.add_row(label, "–" if cell["rate"] is None else f"{cell['rate']:.2f}", ci, str(cell["n"]))
+        t = self.rate_table(f"MERGE: {c['seed_problems']} seed problems, {c['variants']:g} variants per draw "
+                            f"({report['examples']} examples; PA {PATTERN_TEXT[report['merge'].get('pattern', 'draws')]})",
+                            m, METRIC_LABELS)
         pos = ", ".join(f"{CATEGORY_NAMES[k]} {v['sample_accuracy']['rate']:.1f} %" for k, v in report["by_pos"].items()
                         if v["sample_accuracy"]["rate"] is not None) or "none"
         ref = REFERENCE["RoBERTa"]

@@ -210,18 +210,10 @@ class PermutationProbe(Probe):
                 "P_f": {r["id"]: r["c"] for r in kept if r["yhat"] != r["gold"] and r["c"] > 0}}
 
     def console(self, report: dict[str, Any]) -> list[Any]:
-        from rich.table import Table
-
         m = report["metrics"]
-        t = Table(title=f"Permutation acceptance (q = {report['permutation']['q']}, scheme "
-                        f"{report['permutation']['scheme']}): {report['kept']} of {report['examples']} examples kept",
-                  title_justify="left")
-        for col, just in (("metric", "left"), ("%", "right"), ("95 % CI", "right"), ("n", "right")):
-            t.add_column(col, justify=just, no_wrap=True)
-        for key, label in METRIC_LABELS.items():
-            c = m[key]
-            ci = "–" if c["rate"] is None else f"[{c['ci'][0]:.1f}, {c['ci'][1]:.1f}]"
-            t.add_row(label, "–" if c["rate"] is None else f"{c['rate']:.2f}", ci, str(c["n"]))
+        t = self.rate_table(f"Permutation acceptance (q = {report['permutation']['q']}, scheme "
+                            f"{report['permutation']['scheme']}): {report['kept']} of {report['examples']} examples "
+                            "kept", m, METRIC_LABELS)
         dropped = ", ".join(f"{k} {v}" for k, v in report["dropped"].items() if v) or "none"
         ref = REFERENCE["MNLI matched dev, RoBERTa-large"]
         return [t, f"flips: {m['flips']} of {m['wrong']} wrong examples; dropped: {dropped}",
