@@ -97,11 +97,13 @@ def wilson_ci(successes: float, n: int, z: float = Z95) -> list[float]:
     return [float(100 * lo), float(100 * hi)]
 
 
-def _t_floor(mean: float, sd: float, n: int, lo: float, hi: float, z: float = Z95) -> list[float]:
-    """mean ± max(t_{n-1} · sd / √n, z² / (n + z²)), clipped to [lo, hi] (proportions)."""
+def _t_floor(mean: float, sd: float, n: int, lo: float, hi: float, z: float = Z95,
+             confidence: float = CONFIDENCE) -> list[float]:
+    """mean ± max(t_{n-1} · sd / √n, z² / (n + z²)), clipped to [lo, hi] (proportions); ``z`` and the t quantile
+    at the same ``confidence``."""
     half = floor_half_width(n, z)
     if n > 1 and sd > 0:
-        half = max(half, t_quantile(n - 1) * sd / math.sqrt(n))
+        half = max(half, t_quantile(n - 1, confidence) * sd / math.sqrt(n))
     return [max(lo, mean - half), min(hi, mean + half)]
 
 
@@ -282,22 +284,28 @@ def min_examples(tolerance: float, z: float = Z95) -> int | None:
     return int(math.ceil(z * z * (1 - d) / d - 1e-12))
 
 
-def _projected_ci(entry: dict[str, Any], n: int) -> list[float] | None:
-    """The interval the same data would give on ``n`` examples (the discordant shares, or the spread, kept)."""
-    m, n0 = entry.get("method"), entry.get("n") or 0
+def interval_at(entry: dict[str, Any], confidence: float = CONFIDENCE, n: int | None = None) -> list[float] | None:
+    """The interval (percentage points) the same paired data give at another ``confidence``, or on ``n`` examples
+    (the discordant shares, or the spread, kept): Tango's score interval for a yes/no per example, else the
+    floored Student-t interval (the t quantile and the floor at that level). None where the entry keeps no
+    statistics to recompute it from."""
+    m, n0 = entry.get("method"), int(entry.get("n") or 0)
     if not n0 or entry.get("diff") is None:
         return None
+    n = n0 if n is None else n
+    z = Z95 if confidence == CONFIDENCE else NormalDist().inv_cdf(0.5 + confidence / 2)
     if m == "tango":
-        lo, hi = tango_ci(entry["up"] * n / n0, entry["down"] * n / n0, n)
+        lo, hi = tango_ci(entry["up"] * n / n0, entry["down"] * n / n0, n, z=z)
         return [float(100 * lo), float(100 * hi)]
     if m == "t":
-        return [100 * x for x in paired_t_ci(entry["diff"] / 100, entry["sd"], n)]
+        return [100 * x for x in _t_floor(entry["diff"] / 100, float(entry.get("sd") or 0.0), n, -1.0, 1.0, z=z,
+                                          confidence=confidence)]
     return None
 
 
 def _n_needed(entry: dict[str, Any], done: Callable[[list[float]], bool]) -> int | None:
     n0 = int(entry["n"])
-    ci = _projected_ci(entry, n0)
+    ci = interval_at(entry, n=n0)
     if ci is None:
         return None
     if done(ci):
@@ -307,13 +315,13 @@ def _n_needed(entry: dict[str, Any], done: Callable[[list[float]], bool]) -> int
         hi *= 2
         if hi > MAX_PROJECTED_N:
             return None
-        ci = _projected_ci(entry, hi)
+        ci = interval_at(entry, n=hi)
         if ci is not None and done(ci):
             break
     lo = hi // 2
     while hi - lo > max(1, lo // 1000):
         mid = (lo + hi) // 2
-        ci = _projected_ci(entry, mid)
+        ci = interval_at(entry, n=mid)
         lo, hi = (lo, mid) if ci is not None and done(ci) else (mid, hi)
     return hi
 
@@ -343,26 +351,6 @@ def equivalence(entry: dict[str, Any], tolerance: float = 1.0) -> dict[str, Any]
     else:
         needed = None
     return {"verdict": "inconclusive", "n_needed": needed, "too_small": small}
-
-
-def interval_at(entry: dict[str, Any], confidence: float) -> list[float] | None:
-    """The interval (percentage points) that the same paired data give at another ``confidence``: Tango's score
-    interval at that level for a yes/no per example, else the floored Student-t interval (both the t quantile and
-    the floor at that level). None where the entry keeps no statistics to recompute it from."""
-    m, n = entry.get("method"), int(entry.get("n") or 0)
-    if not n or entry.get("diff") is None:
-        return None
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    if m == "tango":
-        lo, hi = tango_ci(entry["up"], entry["down"], n, z=z)
-        return [float(100 * lo), float(100 * hi)]
-    if m == "t":
-        mean, sd = entry["diff"] / 100, float(entry.get("sd") or 0.0)
-        half = floor_half_width(n, z)
-        if n > 1 and sd > 0:
-            half = max(half, t_quantile(n - 1, confidence) * sd / math.sqrt(n))
-        return [100 * max(-1.0, mean - half), 100 * min(1.0, mean + half)]
-    return None
 
 
 def familywise_different(entry: dict[str, Any], tolerance: float, cells: int,
