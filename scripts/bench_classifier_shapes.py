@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from breaknli_fast.envinfo import cpu_model
     from breaknli_fast.export import export_model
-    from breaknli_fast.engines.ort_runtime import make_session, physical_cores
+    from breaknli_fast.backends.ort.runtime import make_session
+    from breaknli_fast.engines.cpu_features import physical_cores
 
     threads = args.threads or physical_cores()
     torch.set_num_threads(threads)

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from breaknli_fast.data.loaders import load_examples
     from breaknli_fast.export import export_model
-    from breaknli_fast.export.quantize import int8_static_qdq
+    from breaknli_fast.backends.ort.quantize import int8_static_qdq
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="mini-nli")

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     from breaknli_fast.data.loaders import load_examples
     from breaknli_fast.engines import cpu_features, registry
     from breaknli_fast.engines.base import Decoding
-    from breaknli_fast.engines.ort_runtime import physical_cores
+    from breaknli_fast.engines.cpu_features import physical_cores
     from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
     from breaknli_fast.prompts import GEN_PROMPTS
 
@@ -208,10 +208,10 @@ def main(argv: list[str] | None = None) -> int:
                 def build(peer=peer):
                     import ctranslate2
 
-                    from breaknli_fast.engines.ct2 import vocabulary
-                    from breaknli_fast.export.ct2 import convert_t5
+                    from breaknli_fast.backends.ct2.engine import vocabulary
+                    from breaknli_fast.export import export_model
 
-                    folder = convert_t5(str(model)).path
+                    folder = export_model(str(model), format="ct2", progress=False).path
                     compute = "int8" if "int8" in peer else "float32"
                     # CTranslate2's two ways to use the cores: batches side by side, one thread each (its
                     # throughput setting, the default peer), or one batch at a time on all of them (-intra)

@@ -18,7 +18,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import tiny_models as testing  # noqa: E402
 
-import breaknli_fast.export.api  # noqa: E402,F401  (the ort engine builds through it: engines.artifacts)
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +31,7 @@ def _torch_threads():
     yield
     torch = sys.modules.get("torch")
     if before is None:
-        before = getattr(sys.modules.get("breaknli_fast.engines.torch_ref"), "_DEFAULT_THREADS", None)
+        before = getattr(sys.modules.get("breaknli_fast.backends.pytorch.engine"), "_DEFAULT_THREADS", None)
     if torch is not None and before and torch.get_num_threads() != before:
         torch.set_num_threads(before)
 

@@ -22,9 +22,3 @@ def _transformers_version() -> str:
     except ImportError:  # pragma: no cover
         return "missing"
 
-
-# Flan-T5's ONNX export and optimum's ONNX Runtime models: optimum-onnx, whose releases need transformers < 4.58
-needs_optimum = pytest.mark.skipif(
-    not _installed("optimum.onnxruntime"),
-    reason=f"optimum-onnx is not installed (transformers {_transformers_version()} here; its releases need "
-           "transformers < 4.58): Flan-T5's ONNX export and ORT models come from it")

@@ -41,7 +41,6 @@ def test_session_records_the_choice_and_vnni_kernels_agree(tiny_dir, monkeypatch
     """Each kernel choice is recorded in the classifier's details (config.json); on a VNNI CPU the u8 x s8 and
     u8 x u8 kernels give the same logits (exact integer sums both), so the per-CPU choice changes speed only."""
     pytest.importorskip("onnxruntime")
-    pytest.importorskip("optimum.onnxruntime")
     import tiny_models as testing
 
     from breaknli_fast.engines import registry

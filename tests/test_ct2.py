@@ -87,7 +87,7 @@ def test_seeded_stream_is_reproducible(tiny_t5, ct2_cache):
 
 @needs_ct2
 def test_a_wrong_conversion_fails_the_check(tiny_t5, ct2_cache, tiny_dir):
-    from breaknli_fast.export.ct2 import check_conversion
+    from breaknli_fast.backends.ct2.exporter import check_conversion
 
     folder = _load(tiny_t5, ct2_cache).folder
     other = testing.make_tiny_t5(tiny_dir / "t5-other-seed", seed=1)  # same shapes and tokenizer, other weights
@@ -106,8 +106,8 @@ def test_refusals_are_one_line(tiny_t5, ct2_cache, tiny_roberta):
         _load(tiny_roberta, ct2_cache)
     with pytest.raises(ModelLoadError, match="runs the generator only"):
         registry.load_classifier("ct2", tiny_roberta, classifier_engine="ct2")
-    with pytest.raises(ModelLoadError, match="the ct2 engine runs"):
-        _load(tiny_t5, ct2_cache, precision="fp16")  # CPU: float32 and int8 only
+    with pytest.raises(ModelLoadError, match="the ct2 engine's generator runs fp32 or int8 on cpu, not 'fp16'"):
+        _load(tiny_t5, ct2_cache, precision="fp16")  # CPU: float32 and int8 only (the backend's declaration)
 
 
 @needs_ct2

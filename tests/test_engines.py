@@ -98,18 +98,23 @@ def test_beam_and_greedy_decoding(tiny_t5):
 
 
 def test_diverse_beam_search(tiny_t5):
-    """One group without penalty is plain beam search (checked against transformers); groups with a
-    penalty give n candidates, deterministically."""
+    """One group without penalty is plain beam search (checked against transformers' generate, 10 and 40 new
+    tokens: beams that end at eos and beams cut at the last allowed token); groups with a penalty give n
+    candidates, deterministically."""
     import torch
 
     gen = registry.load_generator("torch", tiny_t5)
     enc = gen.tokenizer(["A man is sleeping near the river."], return_tensors="pt")
     hf = gen.model.generate(**enc, num_beams=4, num_return_sequences=4, do_sample=False, max_new_tokens=10)
-    # up to and including eos (transformers pads shorter beams after it); a pad id before eos is a generated token
+    # up to and including eos (transformers pads shorter beams after it), without pad ids, as every decoder returns
     hf_rows = [row[1:].tolist() for row in hf]
-    hf_rows = [r[: r.index(1) + 1] if 1 in r else r for r in hf_rows]
+    hf_rows = [[t for t in (r[: r.index(1) + 1] if 1 in r else r) if t != 0] for r in hf_rows]
     plain = Decoding(strategy="diverse-beam", num_beams=4, num_beam_groups=1, diversity_penalty=0.0, max_new_tokens=10)
     assert gen.generate_ids(["A man is sleeping near the river."], 4, plain, [0])[0] == hf_rows
+    long = Decoding(strategy="diverse-beam", num_beams=4, num_beam_groups=1, diversity_penalty=0.0, max_new_tokens=40)
+    prompts = ["A man is sleeping near the river.", "Two dogs run near the river."]
+    assert [gen.generate_ids([p], 4, long, [0])[0] for p in prompts] == gen.generate_ids(
+        prompts, 4, Decoding(strategy="beam", num_beams=4, max_new_tokens=40), [0, 0])
     d = Decoding(strategy="diverse-beam", max_new_tokens=10, diversity_penalty=2.0)
     a = gen.generate(["A man is sleeping."], 6, d, [0])
     assert len(a[0]) == 6 and a == gen.generate(["A man is sleeping."], 6, d, [1])
@@ -248,21 +253,21 @@ def test_unknown_options_are_one_line_naming_the_valid_ones(tiny_roberta, tiny_t
 
 def test_options_are_typed_per_backend_and_go_to_the_roles_that_take_them():
     from breaknli_fast.engines.options import EngineOptionError
-    from breaknli_fast.engines.ort import OrtOptions
-    from breaknli_fast.engines.tensorrt import TensorRTOptions
-    from breaknli_fast.engines.torch_ref import TorchOptions
+    from breaknli_fast.backends.ort.engine import OrtOptions
+    from breaknli_fast.backends.tensorrt.engine import TensorRTOptions
+    from breaknli_fast.backends.pytorch.engine import TorchOptions
     from breaknli_fast.export.api import EXPORT_OPTS
 
-    o = OrtOptions.build("generator", {"step_graphs": "false", "validate": False, "threads": 2})
-    assert o.step_graphs is False and o.export.validate is False and o.threads == 2 and o.max_input_length == 256
+    o = OrtOptions.build("generator", {"graph_topk": "false", "validate": False, "threads": 2})
+    assert o.graph_topk is False and o.export.validate is False and o.threads == 2 and o.max_input_length == 256
     assert set(EXPORT_OPTS) <= set(OrtOptions.keys("classifier")) and set(EXPORT_OPTS) <= set(TensorRTOptions.keys("classifier"))
-    assert "step_graphs" not in OrtOptions.keys("classifier") and "max_batch" not in TorchOptions.keys("generator")
-    clf, gen = registry.split_options("ort", {"max_batch": 8, "step_graphs": False, "threads": 2, "validate": False,
+    assert "graph_topk" not in OrtOptions.keys("classifier") and "max_batch" not in TorchOptions.keys("generator")
+    clf, gen = registry.split_options("ort", {"max_batch": 8, "graph_topk": False, "threads": 2, "validate": False,
                                               "gen.prompt_batch": 4, "clf.max_length": 64})
     assert clf == {"max_batch": 8, "threads": 2, "validate": False, "max_length": 64}
-    assert gen == {"step_graphs": False, "threads": 2, "validate": False, "prompt_batch": 4}
-    with pytest.raises(EngineOptionError, match="unknown torch option 'step_graphs'"):
-        registry.split_options("torch", {"step_graphs": False})
+    assert gen == {"graph_topk": False, "threads": 2, "validate": False, "prompt_batch": 4}
+    with pytest.raises(EngineOptionError, match="unknown torch option 'graph_topk'"):
+        registry.split_options("torch", {"graph_topk": False})
 
 
 def test_an_engine_with_only_the_protocol_gets_the_optional_members():

@@ -15,6 +15,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("data", ("breaknli_fast.data",)),
     ("engines", ("breaknli_fast.engines",)),
     ("export", ("breaknli_fast.export",)),
+    ("backends", ("breaknli_fast.backends",)),
     ("probes", ("breaknli_fast.probes",)),
     ("study", ("breaknli_fast.study",)),
     ("bench", ("breaknli_fast.bench", "breaknli_fast.mini")),

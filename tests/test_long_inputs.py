@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pytest
 
-from markers import needs_optimum
 import tiny_models as testing
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import Decoding, derive_seed
@@ -93,7 +92,7 @@ def test_export_shapes_stay_within_the_limit(tiny_roberta, tiny_dir, monkeypatch
     """The export records the model's limit and validates at the capped length; a TensorRT profile built
     from it (the builder itself replaced: no TensorRT here) never asks for more positions."""
     from breaknli_fast.export import export_model
-    from breaknli_fast.export import tensorrt as trt_export
+    from breaknli_fast.backends.tensorrt import exporter as trt_export
 
     res = export_model(tiny_roberta, max_length=4096, progress=False, **_ort_opts(tiny_dir))
     assert res.manifest["model_max_length"] == 128 and res.validation["max_length"] == 128
@@ -108,7 +107,6 @@ def test_export_shapes_stay_within_the_limit(tiny_roberta, tiny_dir, monkeypatch
     assert seen["max"] == [8, 128] and seen["opt"][1] <= 128
 
 
-@needs_optimum
 def test_seq2seq_classifier_on_very_long_rows(tiny_t5, tiny_dir):
     kw = dict(method="score", max_length=10_000, token_budget=4096, max_batch=4)
     ref = registry.load_classifier("torch", tiny_t5, **kw)
@@ -120,7 +118,6 @@ def test_seq2seq_classifier_on_very_long_rows(tiny_t5, tiny_dir):
     assert a.labels == b.labels
 
 
-@needs_optimum
 def test_generators_cap_very_long_prompts_alike(tiny_t5, tiny_dir):
     prompts = ["Generate a statement that contradicts the following statement: " + LONG, "A man is sleeping."]
     seeds = [derive_seed(3, "long", i) for i in range(len(prompts))]

@@ -16,7 +16,6 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from markers import needs_optimum  # noqa: E402
 import tiny_models as testing  # noqa: E402
 from breaknli_fast.engines import registry  # noqa: E402
 from breaknli_fast.engines.base import Decoding, derive_seed  # noqa: E402
@@ -84,7 +83,7 @@ def test_ort_fp32_classifier_matches_torch(ort_models, tiny_dir, family):
     assert d["graph_optimization"] == "all" and d["intra_op_threads"] >= 1
     assert d["validation"]["passed"] and d["export_dir"]
     # each call is tokenized once; every batch is padded from those tokens exactly as the tokenizer pads
-    from breaknli_fast.engines.ort_runtime import classifier_feeds
+    from breaknli_fast.backends.ort.runtime import classifier_feeds
 
     batch = PAIRS[3:11]
     want = classifier_feeds(clf.tokenizer, batch, clf.inputs, 128)
@@ -128,7 +127,6 @@ def test_export_on_first_use_then_reuse(ort_models, tmp_path):
     assert first.info.details["export_dir"] == second.info.details["export_dir"]
 
 
-@needs_optimum
 def test_ort_seq2seq_classifier_matches_torch(ort_models, tiny_dir):
     for method in ("score", "generate"):
         kw = dict(prompt="infer", method=method, max_length=256, token_budget=2048, max_batch=8, label_map=None)
@@ -162,7 +160,6 @@ def generators(ort_models, tiny_dir):
 @pytest.mark.parametrize("decoding,n", [(Decoding(strategy="greedy"), 1), (Decoding(), 20),
                                         (Decoding(sampler="transformers"), 20), (Decoding(strategy="beam"), 4),
                                         (Decoding(strategy="diverse-beam", max_new_tokens=12), 4)])
-@needs_optimum
 def test_ort_fp32_generator_identical_to_torch(generators, decoding, n):
     """Identical token ids: the fp32 engines' logits differ by rounding (~3e-6 on any CPU). A greedy
     or beam choice changes only where two candidates' scores are that close (the greedy top-two gaps
@@ -181,12 +178,10 @@ def test_ort_fp32_generator_identical_to_torch(generators, decoding, n):
     assert ort_gen.count_tokens(["a b c"]) == torch_gen.count_tokens(["a b c"])
 
 
-@needs_optimum
-def test_optimum_model_stepper_matches_the_lean_stepper(generators):
-    """The sampling path the ort engine takes on CUDA (TorchStepper over optimum's
-    ORTModelForSeq2SeqLM, its KV cache compacted with select_cache), run here on the CPU: the same
-    candidates as the lean CPU stepper and the torch engine."""
-    from breaknli_fast.engines.sampling import TorchStepper, sample
+def test_the_stepper_on_full_logits_samples_the_same(generators):
+    """The fast sampler on the decoder graph's full logits (graph_topk off: torch.topk over them) draws what it
+    draws on the graph's own top-k and what the torch engine draws: one decoder graph, two outputs."""
+    from breaknli_fast.engines.sampling import sample
 
     torch_gen, ort_gen = generators
     d = Decoding(max_new_tokens=16)
@@ -194,7 +189,9 @@ def test_optimum_model_stepper_matches_the_lean_stepper(generators):
     ref = ort_gen.generate_ids(PROMPTS, 12, d, seeds)
     enc = ort_gen.tokenizer(PROMPTS, return_tensors="pt", padding=True)
     cfg = ort_gen.config
-    got = sample(TorchStepper(ort_gen.model), enc["input_ids"], enc["attention_mask"], 12, d, seeds,
+    stepper = ort_gen.stepper.fork()
+    stepper.supports_topk = False
+    got = sample(stepper, enc["input_ids"], enc["attention_mask"], 12, d, seeds,
                  int(cfg.decoder_start_token_id or 0), int(cfg.eos_token_id), int(ort_gen.tokenizer.pad_token_id),
                  compact_share=0.0)
     assert got == ref == torch_gen.generate_ids(PROMPTS, 12, d, seeds)
@@ -202,7 +199,6 @@ def test_optimum_model_stepper_matches_the_lean_stepper(generators):
 
 @pytest.mark.parametrize("decoding", [Decoding(max_new_tokens=16), Decoding(max_new_tokens=16, min_new_tokens=5),
                                       Decoding(max_new_tokens=16, top_k=7, top_p=0.8, temperature=0.7)])
-@needs_optimum
 def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
     """On the CPU the fast sampler with top-k runs the export's step graphs (per-prompt cross
     attention, top-k in the graph): the same candidates as the torch engine, with compaction, with
@@ -214,8 +210,19 @@ def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
     assert stepper.supports_topk
     seeds = [derive_seed(5, "gen", i) for i in range(len(PROMPTS))]
     ref = torch_gen.generate_ids(PROMPTS, 10, decoding, seeds)
-    assert ort_gen.generate_ids(PROMPTS, 10, decoding, seeds) == ref
-    assert stepper._mode == "topk"
+    calls = []
+    real = stepper.step_topk
+
+    def counting(*args):
+        calls.append(1)
+        return real(*args)
+
+    stepper.step_topk = counting
+    try:
+        assert ort_gen.generate_ids(PROMPTS, 10, decoding, seeds) == ref
+    finally:
+        del stepper.step_topk
+    assert calls  # the graph's top-k served the fast sampler
     if decoding.min_new_tokens:
         assert all(len(r) >= decoding.min_new_tokens for rows in ref for r in rows)
     enc = ort_gen.tokenizer(PROMPTS, return_tensors="pt", padding=True)
@@ -224,13 +231,11 @@ def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
             int(cfg.eos_token_id), int(ort_gen.tokenizer.pad_token_id))
     assert sample(stepper, *args, compact_share=None) == ref  # no compaction: the same draws
     assert sample(stepper, *args, compact_share=0.0) == ref  # compaction at every finished row
-    # the transformers sampler and top-k 0 take optimum's decoder graphs through step()
+    # top-k 0 (the whole vocabulary) takes the graph's full logits through step()
     d = Decoding(max_new_tokens=12, top_k=0)
     assert ort_gen.generate_ids(PROMPTS, 6, d, seeds) == torch_gen.generate_ids(PROMPTS, 6, d, seeds)
-    assert stepper._mode == "logits"
 
 
-@needs_optimum
 def test_large_prompt_batches_use_the_step_graphs(generators):
     """A batch of many prompts still samples through the step graphs (each row attends to its own prompt's
     keys only, so the cost per prompt does not grow with the batch): the same candidates as the torch engine
@@ -243,34 +248,40 @@ def test_large_prompt_batches_use_the_step_graphs(generators):
     old = ort_gen.prompt_batch
     try:
         ort_gen.prompt_batch = len(prompts)
-        assert ort_gen.generate_ids(prompts, 3, d, seeds) == ref and ort_gen.stepper._mode == "topk"
+        assert ort_gen.generate_ids(prompts, 3, d, seeds) == ref
         ort_gen.prompt_batch = 5
         assert ort_gen.generate_ids(prompts, 3, d, seeds) == ref
     finally:
         ort_gen.prompt_batch = old
 
 
-@needs_optimum
-def test_step_graphs_can_be_switched_off(generators, ort_models, tiny_dir):
+def test_graph_topk_can_be_switched_off(generators, ort_models, tiny_dir):
     torch_gen, _ = generators
-    gen = registry.load_generator("ort", ort_models["t5"], precision="fp32", step_graphs="false", **_opts(tiny_dir))
-    assert not gen.stepper.supports_topk and "switched off" in gen.info.details["decoder"]
+    gen = registry.load_generator("ort", ort_models["t5"], precision="fp32", graph_topk="false", **_opts(tiny_dir))
+    assert not gen.stepper.supports_topk and gen.info.details["graph_topk"] is False
     d = Decoding(max_new_tokens=12)
     assert gen.generate_ids(PROMPTS, 5, d, [8, 9]) == torch_gen.generate_ids(PROMPTS, 5, d, [8, 9])
-    assert gen.stepper._mode == "logits"
     with pytest.raises(ModelLoadError, match="true or false"):
-        registry.load_generator("ort", ort_models["t5"], precision="fp32", step_graphs="maybe", **_opts(tiny_dir))
+        registry.load_generator("ort", ort_models["t5"], precision="fp32", graph_topk="maybe", **_opts(tiny_dir))
 
 
-@needs_optimum
-def test_fp16_export_has_no_step_graphs_and_still_samples(ort_models, tiny_dir):
+def test_fp16_t5_export_samples_and_keeps_t5s_fp32_nodes(ort_models, tiny_dir):
+    """fp16 T5 graphs (the recipe keeps wo, the residual stream and the RMS norms in fp32, found by name in the
+    step decoder too) sample on the graph's top-k, with finite scores."""
     gen = registry.load_generator("ort", ort_models["t5"], precision="fp16", **_opts(tiny_dir, tolerances=RANDOM_WEIGHTS))
-    assert not gen.stepper.supports_topk
+    assert gen.stepper.supports_topk and gen.info.details["variant"] == "fp16"
     out = gen.generate_ids(PROMPTS, 4, Decoding(max_new_tokens=8), [1, 2])
-    assert [len(rows) for rows in out] == [4, 4] and gen.stepper._mode == "logits"
+    assert [len(rows) for rows in out] == [4, 4]
+    figs = gen.info.details["validation"]
+    assert figs["step_graphs"]["nonfinite"] == 0 and figs["generation"]["token_agreement"] >= 0
+    from breaknli_fast.export import manifest as mf
+
+    graphs = mf.read_manifest(gen.info.details["export_dir"])["fp16"]["graphs"]
+    layers = gen.config.num_decoder_layers
+    # per decoder layer: wo, 2 + 1 residual additions, 3 RMS norms (several nodes each), and the final norm
+    assert graphs["step_decoder_model.onnx"]["fp32_nodes"] >= layers * (1 + 3 + 3) + 1
 
 
-@needs_optimum
 def test_ort_int8_generator_greedy_agreement(ort_models, tiny_dir):
     seeds = [0] * len(PROMPTS)
     ref = registry.load_generator("torch", ort_models["t5"]).generate_ids(PROMPTS, 1, Decoding(strategy="greedy"), seeds)
@@ -344,7 +355,6 @@ def test_classifier_batch_size_defaults(ort_models, tiny_dir):
     np.testing.assert_allclose(a.logits, b.logits, atol=1e-5)
 
 
-@needs_optimum
 def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
     """Batches on two worker threads (one intra-op thread each) give exactly what one worker on one
     thread gives, for the int8 graphs too (the batches are the same), for both engines: classifier

@@ -6,14 +6,12 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("onnxruntime")
-pytest.importorskip("optimum.onnxruntime")
 
 import tiny_models as testing  # noqa: E402
 
 from breaknli_fast.bench.agreement import batch_invariance  # noqa: E402
 from breaknli_fast.engines import registry  # noqa: E402
 from breaknli_fast.export.errors import UnsupportedModelError  # noqa: E402
-from breaknli_fast.study.loading import EngineConfig  # noqa: E402, F401  (provides the exporters to the engines)
 
 CAL = [(p, h) for p, h, _ in testing.pairs(24, seed=5)]
 PAIRS = [(p, h) for p, h, _ in testing.pairs(40, seed=11)]
@@ -62,20 +60,20 @@ def test_static_int8_keeps_the_layers_after_activations_in_fp32(roberta, tmp_pat
 
 
 def test_static_int8_is_for_classifiers_on_the_cpu(tmp_path, tiny_dir, monkeypatch):
-    from breaknli_fast.export.api import _variant
+    from breaknli_fast.backends.ort.exporter import variant as _variant
 
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
-    assert _variant("seq-cls", "onnx", "int8", "cpu", quantization="static") == "int8-static"
-    assert _variant("seq-cls", "onnx", "int8", "cpu") == "int8-dynamic"
-    assert _variant("seq-cls", "onnx", "int8", "cuda", quantization="static") == "int8-qdq"
-    for args, q, match in ((("seq2seq", "onnx", "int8", "cpu"), "static", "clf.quantization=static"),
-                           (("seq-cls", "onnx", "fp32", "cpu"), "static", "int8 setting"),
-                           (("seq-cls", "onnx", "int8", "cpu"), "fixed", "dynamic or static"),
-                           (("seq-cls", "onnx", "int8", "cuda"), "dynamic", "for the CPU")):
+    assert _variant("seq-cls", "int8", "cpu", quantization="static") == "int8-static"
+    assert _variant("seq-cls", "int8", "cpu") == "int8-dynamic"
+    assert _variant("seq-cls", "int8", "cuda", quantization="static") == "int8-qdq"
+    for args, q, match in ((("seq2seq", "int8", "cpu"), "static", "clf.quantization=static"),
+                           (("seq-cls", "fp32", "cpu"), "static", "int8 setting"),
+                           (("seq-cls", "int8", "cpu"), "fixed", "dynamic or static"),
+                           (("seq-cls", "int8", "cuda"), "dynamic", "for the CPU")):
         with pytest.raises(UnsupportedModelError, match=match):
             _variant(*args, quantization=q)
     with pytest.raises(UnsupportedModelError, match="fuse=true with quantization=static"):
-        _variant("seq-cls", "onnx", "int8", "cpu", fuse=True, quantization="static")
+        _variant("seq-cls", "int8", "cpu", fuse=True, quantization="static")
     t5 = tiny_dir / "static-int8" / "t5"
     if not (t5 / "model.safetensors").exists():
         testing.make_tiny_t5(t5)
@@ -87,7 +85,7 @@ def test_after_activation_finds_the_projections_fed_by_an_activation():
     import onnx
     from onnx import TensorProto, helper
 
-    from breaknli_fast.export.quantize import after_activation
+    from breaknli_fast.backends.ort.quantize import after_activation
 
     w = [helper.make_tensor(n, TensorProto.FLOAT, [2, 2], [1.0, 0.0, 0.0, 1.0]) for n in ("w1", "w2", "w3")]
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="ffn_in"),

@@ -91,3 +91,24 @@ def summary() -> dict[str, Any]:
     if os.environ.get(FLAGS_ENV) is not None:
         out["flags_from"] = FLAGS_ENV
     return out
+
+
+def physical_cores() -> int:
+    """Physical cores available to this process (hyper-threads share execution units, and ONNX Runtime's and
+    CTranslate2's intra-op pools scale worse past them)."""
+    from pathlib import Path
+
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in allowed:
+        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            pkg = (base / "physical_package_id").read_text().strip()
+            core = (base / "core_id").read_text().strip()
+            cores.add((pkg, core))
+        except OSError:
+            cores.add(("?", str(cpu)))
+    return max(1, len(cores))

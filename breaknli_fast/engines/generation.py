@@ -1,7 +1,9 @@
 """The generator shared by every engine: one seed per prompt, so candidates do not depend on
 batching, and a resumed or re-run example gets exactly the same candidates. Sampling is
 :mod:`breaknli_fast.engines.sampling` over the engine's stepper; beam and greedy decoding use
-Hugging Face's ``generate`` on the engine's model object."""
+Hugging Face's ``generate`` on the engine's model object where it has one (the torch reference) and
+:mod:`breaknli_fast.engines.decoding` over the stepper otherwise; diverse beam search runs over the stepper
+on every engine."""
 
 from __future__ import annotations
 
@@ -14,94 +16,12 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats, NonFiniteError, nonfinite_error)
+from breaknli_fast.engines.decoding import beam_search, greedy_search
 from breaknli_fast.engines.options import EngineOptions, option
 from breaknli_fast.engines.batching import Workers, clip_text
 from breaknli_fast.engines.hf import use_torch_threads
 from breaknli_fast.engines.model_info import effective_max_length
 from breaknli_fast.engines.sampling import COMPACT_SHARE, FiniteScores, TorchStepper, check_scores, sample
-
-
-def diverse_beam_search(model: Any, enc: dict[str, torch.Tensor], n: int, decoding: Decoding, start_id: int,
-                        eos_id: int, pad_id: int) -> list[list[int]]:
-    """Diverse (group) beam search of Vijayakumar et al. (2018), as transformers' former
-    ``_group_beam_search`` did it (that code now lives in a hub repository we do not download):
-    ``num_beams`` beams in ``num_beam_groups`` groups; at each step the groups choose in turn, and a
-    group's log-probabilities are lowered by ``diversity_penalty`` times the number of times earlier
-    groups chose each token at this step (Hamming diversity). Finished hypotheses are scored
-    ``sum log p / length`` (length penalty 1.0, eos counted) and the best ``n`` over all groups are
-    returned. One input; the decoder is re-run on whole prefixes (no cache), which is simple and
-    exact for the short statements generated here."""
-    from transformers.modeling_outputs import BaseModelOutput
-
-    beams = max(decoding.num_beams or n, n)
-    groups = decoding.num_beam_groups or beams
-    if beams % groups:
-        raise ValueError(f"diverse-beam: num_beams ({beams}) must be a multiple of num_beam_groups ({groups})")
-    per = beams // groups
-    lp = 1.0
-    with torch.inference_mode():
-        enc_out = model.get_encoder()(**enc) if hasattr(model, "get_encoder") else None
-        hidden = enc_out[0] if enc_out is not None else None
-        # running beams per group: list of (token list, summed score)
-        running = [[([], 0.0)] + [([], float("-inf"))] * (per - 1) for _ in range(groups)]
-        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(groups)]
-        done = [False] * groups
-        for step in range(decoding.max_new_tokens):
-            if all(done):
-                break
-            active = [g for g in range(groups) if not done[g]]
-            prefixes = [[start_id] + toks for g in active for toks, _ in running[g]]
-            dec = torch.tensor(prefixes, dtype=torch.long, device=enc["input_ids"].device)
-            rep = dec.shape[0]
-            kwargs = {"attention_mask": enc["attention_mask"].expand(rep, -1), "decoder_input_ids": dec}
-            if hidden is not None:
-                kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=hidden.expand(rep, -1, -1))
-            else:
-                kwargs["input_ids"] = enc["input_ids"].expand(rep, -1)
-            logits = model(**kwargs).logits[:, -1, :].float()
-            check_scores(logits, step)
-            logprobs = torch.log_softmax(logits, dim=-1)
-            if step < decoding.min_new_tokens:
-                logprobs[:, eos_id] = float("-inf")
-            vocab = logprobs.shape[-1]
-            chosen_this_step = torch.zeros(vocab, device=logprobs.device)
-            for row, g in enumerate(active):
-                lpg = logprobs[row * per : (row + 1) * per] - decoding.diversity_penalty * chosen_this_step
-                scores = torch.tensor([sc for _, sc in running[g]], device=lpg.device).unsqueeze(1) + lpg
-                top_scores, top_idx = torch.topk(scores.view(-1), min(2 * per, scores.numel()))
-                new_running: list[tuple[list[int], float]] = []
-                for rank, (sc, flat) in enumerate(zip(top_scores.tolist(), top_idx.tolist())):
-                    if sc == float("-inf"):
-                        break
-                    b, tok = divmod(flat, vocab)
-                    seq = running[g][b][0] + [tok]
-                    if tok == eos_id:
-                        if rank < per:
-                            finished[g].append((sc / (len(seq) ** lp), seq))
-                            finished[g].sort(key=lambda x: -x[0])
-                            del finished[g][per:]
-                        continue
-                    new_running.append((seq, sc))
-                    if len(new_running) == per:
-                        break
-                for seq, _ in new_running:
-                    chosen_this_step[seq[-1]] += 1
-                filler = new_running[0][0] if new_running else running[g][0][0] + [pad_id]
-                while len(new_running) < per:  # dead beams keep the prefix length uniform
-                    new_running.append((filler, float("-inf")))
-                running[g] = new_running
-                if len(finished[g]) >= per:
-                    best_possible = running[g][0][1] / ((step + 1) ** lp)
-                    done[g] = finished[g][-1][0] >= best_possible
-        for g in range(groups):
-            if not done[g]:
-                for seq, sc in running[g]:
-                    if sc > float("-inf"):
-                        finished[g].append((sc / (len(seq) ** lp), seq))
-                finished[g].sort(key=lambda x: -x[0])
-                del finished[g][per:]
-    pool = sorted((h for g in finished for h in g), key=lambda x: -x[0])
-    return [seq for _, seq in pool[:n]]
 
 
 @dataclass
@@ -148,15 +68,10 @@ def batched_sampling_supported(generation_config: Any) -> bool:
 
 
 def _cut(tokens: list[int], eos: int, pad: int) -> list[int]:
-    """Tokens up to and including the first eos, without padding (HF pads finished rows)."""
-    out = []
-    for t in tokens:
-        if t == pad:
-            continue
-        out.append(t)
-        if t == eos:
-            break
-    return out
+    """Tokens up to and including the first eos, without pad ids: transformers pads a finished row after its eos,
+    and a pad id a model generates before it decodes to nothing (every decoder here returns ids this way)."""
+    out = tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+    return [t for t in out if t != pad]
 
 
 class HFGenerator(GeneratorBase):
@@ -165,9 +80,9 @@ class HFGenerator(GeneratorBase):
     Sampling (the default decoding) runs :func:`breaknli_fast.engines.sampling.sample` over the
     engine's :class:`~breaknli_fast.engines.sampling.Stepper` (``stepper``; by default a
     :class:`~breaknli_fast.engines.sampling.TorchStepper` over ``model``); beam and greedy go
-    through transformers' ``generate``, diverse beam through :func:`diverse_beam_search`.
-    ``model`` may be given as ``model_loader`` (a callable) instead, so an engine whose sampling
-    does not need the Hugging Face model object loads it only for beam/greedy decoding.
+    through transformers' ``generate`` where the engine has a transformers model object (``model``), and through
+    :mod:`breaknli_fast.engines.decoding` over the stepper otherwise (``model=None``: the ort engine); diverse beam
+    always through :func:`~breaknli_fast.engines.decoding.beam_search` over the stepper.
 
     ``workers > 1`` (CPU): sampling batches run side by side on worker threads, each on its own copy
     of the stepper (``stepper.fork()``: the same model or sessions, its own cache). The batches are
@@ -182,13 +97,12 @@ class HFGenerator(GeneratorBase):
     stats: GeneratorStats
 
     def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str = "cpu", max_input_length: int = 256,
-                 prompt_batch: int | None = None, stepper: Any = None, model_loader: Any = None, config: Any = None,
+                 prompt_batch: int | None = None, stepper: Any = None, config: Any = None,
                  generation_config: Any = None, compact_share: float | None = COMPACT_SHARE, workers: int = 1,
                  torch_threads: int | None = None):
-        if model is None and model_loader is None:
-            raise ValueError("HFGenerator needs a model or a model_loader")
+        if model is None and stepper is None:
+            raise ValueError("HFGenerator needs a model or a stepper")
         self._model = model
-        self._model_loader = model_loader
         self.config = config if config is not None else model.config
         self.generation_config = (generation_config if generation_config is not None
                                   else getattr(model, "generation_config", None))
@@ -212,8 +126,13 @@ class HFGenerator(GeneratorBase):
     @property
     def model(self) -> Any:
         if self._model is None:
-            self._model = self._model_loader()
+            raise RuntimeError(f"the {self.info.engine} generator has no transformers model object")
         return self._model
+
+    @property
+    def has_model(self) -> bool:
+        """Whether a transformers model object runs greedy and beam search (``generate``), as on the torch engine."""
+        return self._model is not None
 
     def _stepper(self) -> Any:
         if self.stepper is None:
@@ -298,11 +217,15 @@ class HFGenerator(GeneratorBase):
             enc = self.tokenizer(part, return_tensors="pt", padding=True, truncation=True, max_length=self.max_input_length)
             t0 = time.perf_counter()
             if decoding.strategy == "diverse-beam":
-                enc = {k: v.to(self.device) for k, v in enc.items()}
-                res = [diverse_beam_search(self.model, enc, n, decoding, start, eos, pad)]
-            elif batched_sampling:
+                beams = max(decoding.num_beams or n, n)
+                res = [[_cut(r, eos, pad) for r in beam_search(
+                    self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, start, eos, pad,
+                    groups=decoding.num_beam_groups or beams, diversity_penalty=decoding.diversity_penalty)]]
+            elif batched_sampling or (decoding.strategy == "sampling" and not self.has_model):
                 res = sample(self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, part_seeds,
                              start, eos, pad, compact_share=self.compact_share)
+            elif not self.has_model:  # greedy / beam search over the stepper (engines without a transformers model)
+                res = self._search(enc, n, decoding, start, eos, pad)
             else:
                 enc = {k: v.to(self.device) for k, v in enc.items()}
                 torch.manual_seed(int(part_seeds[0]))
@@ -317,6 +240,26 @@ class HFGenerator(GeneratorBase):
             self._count(res, len(part), time.perf_counter() - t0)
             out.extend(res)
         return out
+
+    def _search(self, enc: Any, n: int, decoding: Decoding, start: int, eos: int, pad: int) -> list[list[list[int]]]:
+        """Greedy or beam search over the stepper, with the settings transformers' ``generate`` would read from the
+        model's generation config (length penalty, early stopping)."""
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        if decoding.strategy == "greedy":
+            decoding.hf_kwargs(n)  # one sequence per prompt, or the same one-line error as the torch engine
+            rows = greedy_search(self._stepper(), ids, mask, decoding.max_new_tokens, start, eos,
+                                 decoding.min_new_tokens)
+            return [[_cut(r, eos, pad)] for r in rows]
+        gc = self.generation_config
+        lp = float(getattr(gc, "length_penalty", None) or 1.0) if gc is not None else 1.0
+        early = getattr(gc, "early_stopping", False) if gc is not None else False
+        if early not in (True, False):
+            raise ValueError(f"the model's generation config asks for early_stopping={early!r}, which the "
+                             f"{self.info.engine} engine's beam search does not run; use --engine torch")
+        return [[_cut(r, eos, pad) for r in beam_search(self._stepper(), ids[j:j + 1], mask[j:j + 1], n, decoding,
+                                                         start, eos, pad, groups=1, length_penalty=lp,
+                                                         early_stopping=bool(early))]
+                for j in range(int(ids.shape[0]))]
 
     def _count(self, res: list[list[list[int]]], prompts: int, dt: float) -> None:
         for rows in res:

@@ -1,5 +1,5 @@
-"""Torch-side helpers shared by the backends that run Hugging Face model objects: the torch engine's models,
-optimum's ONNX Runtime models of the ort engine, and the generator both engines share
+"""Torch-side helpers shared by the backends: Flan-T5 as an NLI model (on a transformers model object or on a
+backend's stepper), the masked-LM head on the mask positions, torch's threads, and the generator the engines share
 (:class:`~breaknli_fast.engines.generation.HFGenerator`). The torch-free helpers (names, configs, tokenizers,
 label order, input limits) are in :mod:`breaknli_fast.engines.model_info`."""
 
@@ -12,6 +12,7 @@ import torch
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.engines.base import Pair
+from breaknli_fast.engines.decoding import greedy_search
 from breaknli_fast.engines.model_info import parse_nli_answer
 
 
@@ -24,17 +25,28 @@ def use_torch_threads(n: int) -> None:
 
 def seq2seq_nli_logits(model: Any, tokenizer: Any, enc: dict[str, Any], method: str, start_id: int,
                        answer_ids: list[int], device: Any) -> np.ndarray:
-    """(n, 3) scores of a text-to-text NLI model (any model with HF forward / generate, torch or ORT):
-    ``score`` = first decoder step's logits of the answer tokens; ``generate`` = one-hot of the
-    greedy answer parsed by :func:`~breaknli_fast.engines.model_info.parse_nli_answer`."""
+    """(n, 3) scores of a text-to-text NLI model: ``score`` = first decoder step's logits of the answer tokens;
+    ``generate`` = one-hot of the greedy answer (10 new tokens) parsed by
+    :func:`~breaknli_fast.engines.model_info.parse_nli_answer`. ``model``: a transformers model object (its forward
+    and ``generate``), or a backend's stepper (:class:`~breaknli_fast.engines.sampling.Stepper`: the same first
+    step, and :func:`~breaknli_fast.engines.decoding.greedy_search`)."""
     n = int(enc["input_ids"].shape[0])
+    stepper = hasattr(model, "step") and hasattr(model, "start")
     with torch.inference_mode():
         if method == "score":
-            dec = torch.full((n, 1), start_id, dtype=torch.long, device=device)
-            logits = model(**enc, decoder_input_ids=dec).logits[:, 0, :]
+            if stepper:
+                model.start(enc["input_ids"], enc["attention_mask"], 1)
+                logits = model.step(torch.full((n,), start_id, dtype=torch.long))
+            else:
+                dec = torch.full((n, 1), start_id, dtype=torch.long, device=device)
+                logits = model(**enc, decoder_input_ids=dec).logits[:, 0, :]
             return logits[:, answer_ids].float().cpu().numpy()
-        seqs = model.generate(**enc, max_new_tokens=10, do_sample=False, num_beams=1)
-    texts = tokenizer.batch_decode(seqs, skip_special_tokens=True)
+        if stepper:
+            rows = greedy_search(model, enc["input_ids"], enc["attention_mask"], 10, start_id,
+                                 int(tokenizer.eos_token_id))
+        else:
+            rows = model.generate(**enc, max_new_tokens=10, do_sample=False, num_beams=1)
+    texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
     out = np.zeros((n, len(LABELS)), dtype=np.float32)
     for i, t in enumerate(texts):
         out[i, LABELS.index(parse_nli_answer(t))] = 1.0

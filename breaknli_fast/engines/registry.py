@@ -1,72 +1,108 @@
-"""Engine registry: name -> backend module. Backends import lazily, so ``torch`` works without onnxruntime or
-tensorrt installed.
+"""Engine registry: name -> backend package, whose ``BACKEND`` declaration (:class:`~.backend.Backend`) says what it
+supports. Backends import lazily, so ``torch`` works without onnxruntime, TensorRT or CTranslate2 installed.
 
-A backend is one module with ``load_classifier(model, precision, device, **opts)`` and
-``load_generator(model, precision, device, **opts)`` (and ``load_mask_filler(...)`` for the masked-LM role,
-which a backend may lack), returning engines of the contract of
-:mod:`breaknli_fast.engines.base`, and optionally ``OPTIONS``: its typed options class (an
-:class:`~breaknli_fast.engines.options.EngineOptions` subclass; the loaders build it from ``opts`` and refuse
-unknown keys). Adding an engine is that module and one :func:`register` call (or one line in ``_ENGINES``).
+A backend is one package: its loaders (``load_classifier(model, precision, device, **opts)``,
+``load_generator(...)``, ``load_mask_filler(...)`` for the roles it has), returning engines of the contract of
+:mod:`breaknli_fast.engines.base`, its runtime, its exporter, and the declaration in its ``__init__``. Adding an
+engine is that package and one :func:`register` call (or one line in ``_ENGINES``). A module without a declaration
+(a plugin written as one module with loaders and optionally ``OPTIONS``) is still accepted: it runs every role it
+has a loader for, at any precision its loaders take.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any, Mapping
 
+from breaknli_fast.engines.backend import Backend, EngineUnavailable, PrecisionError, device_kind  # noqa: F401
 from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, ROLES, ClassifierBase, GeneratorBase, MaskFillerBase, as_classifier, as_generator, as_mask_filler)
 from breaknli_fast.engines.options import EngineOptionError, EngineOptions
-from breaknli_fast.errors import UserError
 
-# engine name -> module path
+# engine name -> package (with a BACKEND declaration) or module (loaders only); the order is auto's preference
 _ENGINES: dict[str, str] = {
-    "torch": "breaknli_fast.engines.torch_ref",
-    "ort": "breaknli_fast.engines.ort", "tensorrt": "breaknli_fast.engines.tensorrt",
-    "ct2": "breaknli_fast.engines.ct2",  # CTranslate2: the generator only (the classifier on ort / torch)
+    "ort": "breaknli_fast.backends.ort",
+    "torch": "breaknli_fast.backends.pytorch",
+    "tensorrt": "breaknli_fast.backends.tensorrt",
+    "ct2": "breaknli_fast.backends.ct2",  # CTranslate2: the generator only (the classifier on ort / torch)
 }
 
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 AUTO = "auto"
+REFERENCE = "torch"  # the fp32 reference, and auto's fallback
+# every precision some backend runs (command-line choices); each backend's own are in its declaration
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 # prefixes of an option meant for one role only (bench specs, EngineConfig.extra)
 ROLE_PREFIXES = {"clf.": CLASSIFIER, "gen.": GENERATOR, "mlm.": MASK_FILLER}
-
-
-class EngineUnavailable(UserError):
-    """An engine whose libraries or hardware are missing (one-line message saying what to install)."""
+_LOADERS = {CLASSIFIER: "load_classifier", GENERATOR: "load_generator", MASK_FILLER: "load_mask_filler"}
 
 
 def register(name: str, module: str) -> None:
+    """Register a backend package (with ``BACKEND``) or a loaders module under ``name``."""
     _ENGINES[name] = module
 
 
-def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") -> str:
-    """The engine that ``auto`` stands for: ``ort`` on the CPU at fp32 or int8 when ONNX Runtime and optimum
-    are installed (its fp32 gives the torch reference's labels and sampled candidates exactly, about twice as
-    fast on 2 cores, and its one intra-op thread per worker does not spin when other processes share the
-    cores: BENCHMARKS.md); ``torch`` otherwise. Any other name is returned as it is."""
-    if engine != AUTO:
-        return engine
-    if device.split(":")[0] == "cpu" and precision in ("fp32", "int8") and _installed("onnxruntime", "optimum.onnxruntime"):
-        return "ort"
-    return "torch"
+def names() -> list[str]:
+    return list(_ENGINES)
 
 
-def _installed(*modules: str) -> bool:
-    try:
-        return all(importlib.util.find_spec(m) is not None for m in modules)
-    except (ImportError, ValueError):  # a parent package missing or broken
-        return False
-
-
-def _module(engine: str) -> Any:
+def _import(engine: str) -> Any:
     if engine not in _ENGINES:
         raise EngineUnavailable(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
     return importlib.import_module(_ENGINES[engine])
 
 
+def backend(engine: str) -> Backend | None:
+    """``engine``'s declaration (``None`` for a plugin module without one)."""
+    return getattr(_import(engine), "BACKEND", None)
+
+
+def _module(engine: str) -> Any:
+    """The module with ``engine``'s loaders."""
+    decl = backend(engine)
+    return importlib.import_module(decl.loaders) if decl is not None else _import(engine)
+
+
+def backend_for_format(format: str) -> Backend | None:
+    """The declared backend whose exporter writes ``format`` (``onnx``, ``tensorrt``, ``ct2``), if any."""
+    for name in _ENGINES:
+        decl = backend(name)
+        if decl is not None and format in decl.formats:
+            return decl
+    return None
+
+
+def export_formats() -> list[str]:
+    return [f for name in _ENGINES for f in ((backend(name) or Backend(name, "", {})).formats)]
+
+
+def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") -> str:
+    """The engine that ``auto`` stands for: the first registered backend whose declaration lets ``auto`` pick it at
+    this precision on this device and whose libraries are installed (``ort`` on the CPU at fp32 or int8 wherever
+    onnxruntime is installed: its fp32 gives the torch reference's labels and sampled candidates exactly, and runs
+    faster; BENCHMARKS.md), else the torch reference. Any other name is returned as it is."""
+    if engine != AUTO:
+        return engine
+    for name in _ENGINES:
+        decl = backend(name)
+        if decl is not None and decl.auto_picks(precision, device):
+            return name
+    return REFERENCE
+
+
+def check(engine: str, role: str, precision: str, device: str = "cpu") -> None:
+    """Refuse in one line what ``engine``'s declaration does not run (a role, a precision on a device); nothing for
+    a plugin without a declaration. Libraries are not checked here (:meth:`Backend.require`)."""
+    decl = backend(engine)
+    if decl is not None:
+        decl.check(role, precision, device)
+    elif not hasattr(_module(engine), _LOADERS[role]):
+        raise EngineUnavailable(f"the {engine} engine has no {role} role")
+
+
 def options_class(engine: str) -> type[EngineOptions] | None:
     """The typed options class of ``engine``'s loaders (``None`` for a backend that declares none)."""
+    decl = backend(engine)
+    if decl is not None:
+        return decl.options_class()
     return getattr(_module(engine), "OPTIONS", None)
 
 
@@ -95,23 +131,31 @@ def split_options(engine: str, opts: Mapping[str, Any]) -> tuple[dict[str, Any],
     return role_options(engine, CLASSIFIER, opts), role_options(engine, GENERATOR, opts)
 
 
+def _load(engine: str, role: str, model: str, precision: str, device: str, opts: dict[str, Any]) -> Any:
+    check(engine, role, precision, device)
+    decl = backend(engine)
+    if decl is not None:
+        decl.require()
+    loader = getattr(_module(engine), _LOADERS[role], None)
+    if loader is None:
+        raise EngineUnavailable(f"the {engine} engine has no {role} role")
+    return loader(model, precision=precision, device=device, **opts)
+
+
 def load_classifier(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> ClassifierBase:
     """``engine``'s classifier of ``model``, with every member of the contract (defaults where the backend
     implements only the :class:`~breaknli_fast.engines.base.Classifier` protocol)."""
-    return as_classifier(_module(engine).load_classifier(model, precision=precision, device=device, **opts))
+    return as_classifier(_load(engine, CLASSIFIER, model, precision, device, opts))
 
 
 def load_generator(engine: str, model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> GeneratorBase:
     """``engine``'s generator of ``model``, with every member of the contract (defaults where the backend
     implements only the :class:`~breaknli_fast.engines.base.Generator` protocol)."""
-    return as_generator(_module(engine).load_generator(model, precision=precision, device=device, **opts))
+    return as_generator(_load(engine, GENERATOR, model, precision, device, opts))
 
 
 def load_mask_filler(engine: str, model: str, precision: str = "fp32", device: str = "cpu",
                      **opts: Any) -> MaskFillerBase:
     """``engine``'s mask filler (masked language model) of ``model``, with every member of the contract; a
     backend without the role raises :class:`EngineUnavailable`."""
-    module = _module(engine)
-    if not hasattr(module, "load_mask_filler"):
-        raise EngineUnavailable(f"the {engine} engine has no masked-LM (mlm) role; use torch or ort")
-    return as_mask_filler(module.load_mask_filler(model, precision=precision, device=device, **opts))
+    return as_mask_filler(_load(engine, MASK_FILLER, model, precision, device, opts))

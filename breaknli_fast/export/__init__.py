@@ -1,7 +1,6 @@
-"""Exporters: ONNX (fp32 / fp16 / int8) and TensorRT engines of the NLI classifiers and Flan-T5,
-validated against the PyTorch fp32 reference and cached with a manifest (see docs/export.md). They build and
-validate only; the runtimes that load the exports belong to the engines (``engines.ort_runtime``,
-``engines.tensorrt_runtime``)."""
+"""What every export format shares (the cache, the lock, the manifest, the calibration and validation pairs, judging
+against the torch fp32 reference) and :func:`export_model`, the one entry point (see docs/export.md). Each format's
+exporter is its backend's (``breaknli_fast.backends.<name>.exporter``), reached through the engine registry."""
 
 from breaknli_fast.export.api import EXPORT_OPTS, ExportOptions, ExportResult, export_model
 from breaknli_fast.export.errors import ExportError, ExportValidationError, UnsupportedModelError

@@ -1,41 +1,60 @@
-"""``export_model``: ONNX (fp32 / fp16 / int8) and TensorRT exports, validated and cached.
+"""``export_model``: one export of any format, validated against the torch fp32 reference and cached.
 
-This is the exporters' API for the engines that export on first use (ort, tensorrt): they call
-:func:`export_model` with an :class:`ExportOptions`, and nothing here imports an engine backend (the exports
-are validated against the torch engine loaded through the registry, on the engines' runtimes).
+What every format shares lives here: the model's resolution and kind, the length cap, the calibration and
+validation pairs, the cache key, the lock, the staging folder, the judging of the validation figures against the
+tolerances, and the manifest. What a format does is its backend's exporter (the declared ``exporter`` module of
+the backend whose ``formats`` holds it, found through :mod:`breaknli_fast.engines.registry`):
+
+* ``variant(kind, precision, device, fuse, quantization) -> str``: the recipe's name (``fp32``,
+  ``int8-dynamic``, ``fp16``, ...), or :class:`UnsupportedModelError`; ``calibrated(variant) -> bool``;
+* ``require(kind)``: its libraries, or a one-line :class:`~breaknli_fast.engines.backend.EngineUnavailable`;
+* ``cache_key(kind, precision, variant, family, device, max_length, max_batch) -> dict``: what else makes an
+  export reusable (library versions, graph versions, the GPU);
+* ``build(src, kind, precision, variant, stage, calib, val_pairs, device, max_length, max_batch, say) -> dict``:
+  writes the export into ``stage`` and returns what the manifest records;
+* ``validate(folder, kind, src, pairs, device, max_length, precision=, label_map=) -> dict``: the figures against
+  the reference, most of them through the engine contract (:mod:`breaknli_fast.export.validate`), judged against
+  :data:`~breaknli_fast.export.validate.DEFAULT_TOLERANCES` (or the exporter's ``default_tolerances(kind,
+  precision)``) with the caller's overrides.
+
+A backend's loader calls :func:`export_model` on first use; the ``export`` command calls it too. Nothing here
+imports a backend.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from breaknli_fast.data.loaders import load_examples
-from breaknli_fast.engines import random_weights
+from breaknli_fast.engines import random_weights, registry
 from breaknli_fast.engines.model_info import (ModelLoadError, effective_max_length, is_masked_lm, load_config,
-                                          model_fingerprint, model_kind, resolve_model)
-from breaknli_fast.engines.ort_runtime import classifier_feeds
-from breaknli_fast.engines.registry import EngineUnavailable
-from breaknli_fast.engines.tensorrt_runtime import require_tensorrt
+                                              model_fingerprint, model_kind, resolve_model)
 import breaknli_fast.export.manifest as mf
-import breaknli_fast.export.onnx as ox
-import breaknli_fast.export.quantize as qz
-import breaknli_fast.export.t5_step as t5_step
-import breaknli_fast.export.tensorrt as trt_export
 import breaknli_fast.export.validate as val
-from breaknli_fast.engines.artifacts import (CALIBRATION_SIZE, EXPORT_OPTS, VALIDATION_SIZE, ExportOptions,  # noqa: F401
-                                            ExportResult, provide_builder)
 from breaknli_fast.export.errors import ExportError, ExportValidationError, UnsupportedModelError, first_line
+from breaknli_fast.export.options import (CALIBRATION_SIZE, EXPORT_OPTS, VALIDATION_SIZE, ExportOptions,  # noqa: F401
+                                          ExportResult)
 
-FORMATS = ("onnx", "tensorrt")
 TASKS = ("mlm",)  # roles exported only when asked (the kind of the other models follows from their config)
-PRECISIONS = ("fp32", "fp16", "int8")
 Pair = tuple[str, str]
+
+
+def formats() -> list[str]:
+    """The export formats of the registered backends (``onnx``, ``tensorrt``, ``ct2``)."""
+    return registry.export_formats()
+
+
+def exporter(format: str) -> Any:
+    """The exporter module of the backend that writes ``format``."""
+    decl = registry.backend_for_format(format)
+    if decl is None or decl.exporter is None:
+        raise UnsupportedModelError(f"unknown export format {format!r}; choose one of {', '.join(formats())}")
+    return importlib.import_module(decl.exporter)
 
 
 def _console(progress: bool) -> Any:
@@ -89,57 +108,38 @@ def split_pairs(pairs: Sequence[Pair], calibration_size: int, validation_size: i
     pairs = list(pairs)
     calib = pairs[:calibration_size]
     if len(pairs) >= calibration_size + validation_size:
-        val = pairs[calibration_size:calibration_size + validation_size]
+        val_pairs = pairs[calibration_size:calibration_size + validation_size]
     else:
-        val = pairs[:validation_size]
-    return calib, val
-
-
-QUANTIZATIONS = ("dynamic", "static")
-STATIC = ("int8-qdq", "int8-static")  # the variants calibrated on pairs
-
-
-def _variant(kind: str, format: str, precision: str, device: str, fuse: bool = False,
-             quantization: str | None = None) -> str:
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise UnsupportedModelError(f"quantization={quantization!r}: use dynamic or static")
-    if fuse and kind == "seq-cls" and format == "onnx" and device == "cpu":
-        if quantization == "static" and precision == "int8":
-            raise UnsupportedModelError("fuse=true with quantization=static is not supported: use one of them")
-        return _variant(kind, format, precision, device, quantization=quantization) + "-fused"
-    if precision != "int8":
-        if quantization is not None:
-            raise UnsupportedModelError(f"quantization={quantization} is an int8 setting, not one of {precision}")
-        return precision
-    if format == "onnx" and device == "cpu":
-        if quantization != "static":
-            return "int8-dynamic"
-        if kind != "seq-cls":
-            raise UnsupportedModelError(
-                f"static int8 on the CPU is for sequence classifiers, not {kind} models (give it to the classifier "
-                "alone: clf.quantization=static)")
-        return "int8-static"
-    if quantization == "dynamic":
-        raise UnsupportedModelError("int8 on the GPU is static (QDQ): quantization=dynamic is for the CPU")
-    if kind == "mlm":
-        raise UnsupportedModelError("int8 masked LMs on the GPU are not supported (no static calibration of the "
-                                    "mask positions): use fp16 on cuda, or int8 on the CPU")
-    if kind == "seq2seq":
-        raise UnsupportedModelError(
-            "int8 for text-to-text models on the GPU is not supported (static QDQ calibration of the decoder with "
-            "past is not implemented): use fp16 on cuda, or int8 on the CPU"
-        )
-    return "int8-qdq"
-
-
-def _with_step_graphs(kind: str, precision: str, family: str) -> bool:
-    """T5 / mT5 exports in fp32 / int8 also get the ort engine's sampling graphs (``export.t5_step``; not
-    umT5, whose every layer has its own relative position bias)."""
-    return kind == "seq2seq" and precision in ("fp32", "int8") and family in t5_step.STEP_FAMILIES
+        val_pairs = pairs[:validation_size]
+    return calib, val_pairs
 
 
 def _pairs_digest(pairs: Sequence[Pair]) -> str:
     return hashlib.sha256(json.dumps(list(pairs)).encode()).hexdigest()[:16]
+
+
+def _pairs(calibration_pairs: Iterable[Any] | None, calibrated: bool, calibration_size: int,
+           validation_size: int) -> tuple[list[Pair], list[Pair], str]:
+    """(calibration pairs, validation pairs, where the validation pairs come from)."""
+    n_calib = calibration_size if calibrated else 0
+    if calibration_pairs is not None:
+        all_pairs = as_pairs(calibration_pairs)
+        if not all_pairs:
+            raise ExportError("no calibration/validation pairs were given")
+        calib, val_pairs = split_pairs(all_pairs, n_calib, validation_size)
+        return calib, val_pairs, "given"
+    if calibrated:  # calibrated on the tuning slice, so that the evaluation slice stays unseen by the export
+        calib, _ = tuning_pairs(n_calib)
+        val_pairs, src = default_pairs(validation_size)
+        return calib, val_pairs, src
+    all_pairs, src = default_pairs(validation_size)
+    return [], all_pairs[:validation_size], src
+
+
+def _check_sizes(calibration_size: int, validation_size: int) -> None:
+    for name, v in (("calibration_size", calibration_size), ("validation_size", validation_size)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ExportError(f"{name} must be a whole number of pairs, at least 1 (got {v!r})")
 
 
 def export_model(
@@ -161,28 +161,25 @@ def export_model(
     task: str | None = None,
     fuse: bool = False,
     quantization: str | None = None,
+    label_map: Mapping[str, str] | None = None,
 ) -> ExportResult:
-    """Export ``model`` (a shipped mini-model name, a local folder or a hub id) and validate it.
+    """Export ``model`` (a shipped mini-model name, a local folder or a hub id) in ``format`` and validate it.
 
-    ``format="onnx"``: fp32 graph(s), fp16 conversion, or int8 (dynamic quantization for
-    ``device="cpu"``, static symmetric QDQ for ``cuda``). ``format="tensorrt"``: a serialized
-    TensorRT engine (needs TensorRT 10 and a CUDA GPU). The export folder (``out_dir``, else the
-    cache) holds the graphs, the tokenizer and ``manifest.json``; an export whose manifest matches
-    is reused unless ``force``. Validation compares with the PyTorch fp32 model on
-    ``validation_size`` pairs and raises :class:`ExportValidationError` beyond ``tolerances``.
+    ``format="onnx"`` (the ort backend): fp32 graph(s), fp16 conversion, or int8 (dynamic quantization for
+    ``device="cpu"``, static symmetric QDQ for ``cuda``). ``format="tensorrt"``: a serialized TensorRT engine
+    (needs TensorRT 10 and a CUDA GPU). ``format="ct2"``: a CTranslate2 conversion of a T5 generator. The export
+    folder (``out_dir``, else the cache) holds the graphs, the tokenizer and ``manifest.json``; an export whose
+    manifest matches is reused unless ``force``. Validation compares with the torch fp32 reference on
+    ``validation_size`` pairs and raises :class:`ExportValidationError` beyond ``tolerances``; ``label_map``
+    names the classifier's labels where its config does not (as the engines' ``label_map`` option).
 
-    ``max_length`` (tokens of a pair or prompt, for the traced inputs, the validation, the calibration
-    and a TensorRT profile) is capped at the model's own limit
+    ``max_length`` (tokens of a pair or prompt, for the traced inputs, the validation, the calibration and a
+    TensorRT profile) is capped at the model's own limit
     (:func:`~breaknli_fast.engines.model_info.effective_max_length`).
 
-    ``task="mlm"``: a masked language model for the mask-filler role (ONNX only; one graph with log-probabilities
-    at the mask positions), validated by top-1 and top-k agreement of the suggestions with torch fp32 on masked
-    pairs (``validate.validate_masked_lm``).
+    ``task="mlm"``: a masked language model for the mask-filler role (ONNX only), validated by top-1 and top-k
+    agreement of the suggestions with torch fp32 on masked pairs.
     """
-    if format == "ct2":  # a CTranslate2 conversion for the ct2 engine (float32; the engine quantizes on load)
-        from breaknli_fast.export.ct2 import convert_t5
-
-        return convert_t5(model, cache_dir=cache_dir, force=force, progress=progress)
     t_start = time.perf_counter()
     console = _console(progress)
 
@@ -192,17 +189,14 @@ def export_model(
 
     if task is not None and task not in TASKS:
         raise UnsupportedModelError(f"unknown export task {task!r}; choose one of {', '.join(TASKS)}")
-    if format not in FORMATS:
-        raise UnsupportedModelError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
-    if precision not in PRECISIONS:
-        raise UnsupportedModelError(
-            f"{format} exports are fp32, fp16 or int8, not {precision!r}" + (" (bf16 runs on the torch engine)" if precision == "bf16" else "")
-        )
+    ex = exporter(format)
+    _check_sizes(calibration_size, validation_size)
+    try:
+        dev = registry.device_kind(device)
+    except registry.PrecisionError as e:
+        raise ExportError(str(e)) from None
+    device = ex.target_device(device) if hasattr(ex, "target_device") else device
     dev = device.split(":")[0]
-    if dev not in ("cpu", "cuda"):
-        raise ExportError(f"unknown device {device!r}; use cpu or cuda[:N]")
-    if format == "tensorrt":
-        device = device if dev == "cuda" else "cuda"
     try:
         resolved = resolve_model(model)
         config = load_config(model)
@@ -215,34 +209,16 @@ def export_model(
     except ModelLoadError as e:
         raise UnsupportedModelError(str(e)) from None
     family = getattr(config, "model_type", "?")
+    if precision not in ex.PRECISIONS:
+        raise UnsupportedModelError(f"{format} exports are {', '.join(ex.PRECISIONS)}, not {precision!r}"
+                                    + (" (bf16 runs on the torch engine)" if precision == "bf16" else ""))
     max_length, limits = _capped_max_length(resolved, config, max_length)
-    if format == "tensorrt" and kind == "mlm":
-        raise UnsupportedModelError("TensorRT engines of masked LMs are not supported: use --engine ort")
-    if format == "tensorrt" and kind == "seq2seq":
-        raise UnsupportedModelError(
-            "TensorRT engines for text-to-text models (Flan-T5) are not supported yet: use --engine ort --device cuda "
-            "(optionally with the TensorRT execution provider)"
-        )
     fuse = bool(fuse) if not isinstance(fuse, str) else fuse.lower() in ("1", "true", "yes")
-    variant = _variant(kind, format, precision, dev, fuse, quantization)
-    if format == "tensorrt":
-        require_tensorrt()  # fail fast, one line, before any work
-    tol = val.tolerances_for(kind, precision, tolerances)
-
-    pairs_src = "given"
-    n_calib = calibration_size if variant in STATIC else 0
-    if calibration_pairs is not None:
-        all_pairs = as_pairs(calibration_pairs)
-        if not all_pairs:
-            raise ExportError("no calibration/validation pairs were given")
-        calib, val_pairs = split_pairs(all_pairs, n_calib, validation_size)
-    elif variant == "int8-static":
-        # calibrated on the tuning slice, so that the evaluation slice stays unseen by the export
-        calib, _ = tuning_pairs(n_calib)
-        val_pairs, pairs_src = default_pairs(validation_size)
-    else:
-        all_pairs, pairs_src = default_pairs(max(n_calib, validation_size) + (validation_size if n_calib else 0))
-        calib, val_pairs = split_pairs(all_pairs, n_calib, validation_size)
+    variant = ex.variant(kind, precision, dev, fuse, quantization)
+    ex.require(kind)  # fail fast, one line, before any work
+    defaults = ex.default_tolerances(kind, precision) if hasattr(ex, "default_tolerances") else None
+    tol = val.tolerances_for(kind, precision, tolerances, defaults)
+    calib, val_pairs, pairs_src = _pairs(calibration_pairs, ex.calibrated(variant), calibration_size, validation_size)
 
     fingerprint = model_fingerprint(model)
     key: dict[str, Any] = {
@@ -253,17 +229,23 @@ def export_model(
         "kind": kind,
         "source": fingerprint.get("files_sha256") or fingerprint.get("revision"),
         "source_id": resolved,
-        "libraries": mf.library_versions(),
+        **ex.cache_key(kind, precision, variant, family, device, max_length, max_batch),
     }
-    if _with_step_graphs(kind, precision, family):
-        key["step_graphs"] = t5_step.STEP_GRAPHS_VERSION
-    if variant in STATIC:
+    if ex.calibrated(variant):
         key["calibration"] = {"pairs": len(calib), "sha256": _pairs_digest(calib)}
-    if format == "tensorrt":  # an engine is specific to the GPU model and the TensorRT version
-        import torch
-
-        key.update(max_length=max_length, max_batch=max_batch, gpu=torch.cuda.get_device_name(0))
     target = Path(out_dir).expanduser() if out_dir else mf.export_dir_for(model, resolved, format, precision, variant, cache_dir)
+
+    def validation(folder: Path) -> dict[str, Any]:
+        try:
+            figs = ex.validate(folder, kind, resolved, val_pairs, device, max_length, precision=precision,
+                              label_map=label_map)
+        except (ExportError, registry.EngineUnavailable):
+            raise
+        except Exception as e:
+            raise ExportError(f"validation could not run: {first_line(e)}") from e
+        figs["pairs_source"] = pairs_src
+        figs["max_length"] = max_length
+        return figs
 
     with mf.locked(mf.lock_path(target, cache_dir)):
         old = mf.read_manifest(target) if target.exists() else None
@@ -273,9 +255,10 @@ def export_model(
             say(f"reusing {target}", "green")
             if validate:
                 figs = old.get("validation")
-                if not figs or figs.get("skipped"):
+                if not figs or figs.get("skipped") or figs.get("label_map") != _map_record(label_map):
                     say("validating the cached export against the PyTorch fp32 model ...")
-                    figs = _run_validation(target, kind, format, resolved, val_pairs, device, max_length, pairs_src)
+                    figs = validation(target)
+                    figs["label_map"] = _map_record(label_map)
                     old["validation"] = figs
                     mf.write_manifest(target, old)
                 figs["tolerances"] = tol
@@ -285,13 +268,14 @@ def export_model(
         if target.exists() and why:
             say(f"rebuilding {target.name}: {why}")
         say(f"exporting {model} ({family}, {kind}) → {format} {precision} ({variant})", "bold")
-        with mf.staging_dir(target) as stage, tempfile.TemporaryDirectory(dir=stage.parent, prefix=f".{target.name}.fp32-") as fp32_tmp:
-            info = _build(resolved, kind, format, precision, variant, Path(fp32_tmp), stage, calib, val_pairs,
-                          device, max_length, max_batch, say, fuse=variant.endswith("-fused"))
+        with mf.staging_dir(target) as stage:
+            info = ex.build(resolved, kind, precision, variant, stage, calib, val_pairs, device, max_length,
+                            max_batch, say)
             figs: dict[str, Any] = {"skipped": True}
             if validate:
                 say(f"validating on {len(val_pairs)} pairs against the PyTorch fp32 model ...")
-                figs = _run_validation(stage, kind, format, resolved, val_pairs, device, max_length, pairs_src)
+                figs = validation(stage)
+                figs["label_map"] = _map_record(label_map)
             manifest = {
                 "schema": mf.SCHEMA,
                 "created": mf.now_iso(),
@@ -306,7 +290,7 @@ def export_model(
                 **info,
                 "model_max_length": limits["model_max_length"],
                 "model_max_length_from": limits["model_max_length_from"],
-                "libraries": key["libraries"],
+                "libraries": key.get("libraries"),
                 "files": mf.files_manifest(stage),
                 "validation": figs,
                 "key": key,
@@ -320,6 +304,10 @@ def export_model(
     return ExportResult(target, manifest, reused=False, seconds=time.perf_counter() - t_start)
 
 
+def _map_record(label_map: Mapping[str, str] | None) -> dict[str, str] | None:
+    return dict(label_map) if label_map else None
+
+
 def _capped_max_length(src: str, config: Any, max_length: int) -> tuple[int, dict[str, Any]]:
     """``max_length`` capped at the model's input limit (its position table, its tokenizer's
     ``model_max_length``), with the record of how."""
@@ -327,7 +315,7 @@ def _capped_max_length(src: str, config: Any, max_length: int) -> tuple[int, dic
 
     try:
         tok = AutoTokenizer.from_pretrained(src)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, TypeError) as e:
         raise UnsupportedModelError(f"cannot load the tokenizer of {src!r}: {first_line(e)}") from None
     try:
         return effective_max_length(max_length, config, tok)
@@ -343,118 +331,3 @@ def _judge(figs: dict[str, Any], tol: Mapping[str, Any], model: str, format: str
         raise ExportValidationError(
             f"{model} {format} {precision} failed validation against PyTorch fp32: {'; '.join(failures)}", figs
         )
-
-
-def _copy_side_files(src: Path, dst: Path) -> None:
-    """Tokenizer, config and generation config (everything that is not a graph)."""
-    for f in src.iterdir():
-        if f.is_file() and not f.name.endswith((".onnx", ".onnx.data", ".data")):
-            shutil.copy2(f, dst / f.name)
-
-
-def _calibration_feeds(folder: Path, graph: str, pairs: Sequence[Pair], max_length: int, batch: int = 16) -> list[dict[str, Any]]:
-    import onnx
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    inputs = onnx.load(str(folder / graph), load_external_data=False).graph.input
-    return [classifier_feeds(tok, pairs[i:i + batch], inputs, max_length) for i in range(0, len(pairs), batch)]
-
-
-def _build(src: str, kind: str, format: str, precision: str, variant: str, fp32_dir: Path, stage: Path,
-           calib: Sequence[Pair], val_pairs: Sequence[Pair], device: str, max_length: int, max_batch: int,
-           say: Any, fuse: bool = False) -> dict[str, Any]:
-    ox.require_export_libs(kind)
-    t0 = time.perf_counter()
-    direct = precision == "fp32"
-    out = stage if direct else fp32_dir
-    if kind == "seq-cls":
-        info = ox.export_classifier(src, out, val_pairs, max_length=max_length)
-        graphs = [ox.CLASSIFIER_FILE]
-        if fuse:
-            from transformers import AutoConfig
-
-            t1 = time.perf_counter()
-            feeds = _calibration_feeds(out, ox.CLASSIFIER_FILE, val_pairs, max_length)
-            info["fusion"] = ox.fuse_transformer(out / ox.CLASSIFIER_FILE, AutoConfig.from_pretrained(str(out)), feeds)
-            fuse = bool(info["fusion"]["applied"])
-            say(f"  transformer fusion: {info['fusion'].get('fused') or info['fusion'].get('reason')} "
-                f"in {time.perf_counter() - t1:.1f}s")
-    elif kind == "mlm":
-        from transformers import AutoTokenizer
-
-        mask = AutoTokenizer.from_pretrained(src).mask_token
-        items = [tuple(x.replace(val.MASK, mask or "") for x in it) for it in val.masked_items(val_pairs[:2])]
-        info = ox.export_masked_lm(src, out, items, max_length=max_length)
-        graphs = [ox.MLM_FILE]
-    else:
-        info = ox.export_seq2seq(src, out)
-        graphs = list(ox.SEQ2SEQ_FILES)
-        if _with_step_graphs(kind, precision, info["family"]):
-            info["step_graphs"] = t5_step.export_step_graphs(src, out)
-            info["graphs"].update(info["step_graphs"].pop("graphs"))
-            graphs += list(t5_step.STEP_FILES)
-    say(f"  fp32 ONNX ({info['exporter']}, opset {info['opset']}) in {time.perf_counter() - t0:.1f}s")
-    if not direct:
-        _copy_side_files(fp32_dir, stage)
-        t0 = time.perf_counter()
-        if precision == "fp16":
-            recipe = "t5" if info["family"] in ox.SEQ2SEQ_FAMILIES else None
-            stats = {g: qz.to_fp16(fp32_dir / g, stage / g, keep_fp32=recipe) for g in graphs}
-            info["fp16"] = {"converter": "onnxruntime.transformers.float16 (keep_io_types=True)",
-                            "kept_fp32": "T5 wo / residual adds / RMS norms" if recipe else "none", "graphs": stats}
-        elif variant.startswith("int8-dynamic"):
-            stats = {g: qz.int8_dynamic(fp32_dir / g, stage / g, fused=fuse and kind == "seq-cls") for g in graphs}
-            info["quantization"] = {"scheme": "dynamic", "graphs": stats}
-        elif variant == "int8-static":
-            feeds = _calibration_feeds(fp32_dir, graphs[0], calib, max_length)
-            stats = {g: qz.int8_static_cpu(fp32_dir / g, stage / g, feeds) for g in graphs}
-            info["quantization"] = {"scheme": "static", "calibration_pairs": len(calib),
-                                    "calibration_source": "sample-tuning (held-out tuning slice)", "graphs": stats}
-        else:
-            feeds = _calibration_feeds(fp32_dir, graphs[0], calib, max_length)
-            stats = {g: qz.int8_static_qdq(fp32_dir / g, stage / g, feeds) for g in graphs}
-            info["quantization"] = {"scheme": "static-qdq", "calibration_pairs": len(calib), "graphs": stats}
-        say(f"  {variant} conversion in {time.perf_counter() - t0:.1f}s")
-        info["graphs"] = {g: ox.graph_io(stage / g) for g in graphs}
-    if format == "tensorrt":
-        t0 = time.perf_counter()
-        info["tensorrt"] = trt_export.build_for_export(stage, graphs[0], precision, calib or val_pairs, max_length, max_batch)
-        say(f"  TensorRT engine in {time.perf_counter() - t0:.1f}s")
-    return info
-
-
-def _run_validation(folder: Path, kind: str, format: str, src: str, pairs: Sequence[Pair], device: str,
-                    max_length: int, pairs_src: str) -> dict[str, Any]:
-    try:
-        if format == "tensorrt":
-            figs = val.validate_plan(folder, src, pairs, device, max_length)
-        elif kind == "seq-cls":
-            figs = _validate_on(val.validate_classifier, folder, src, pairs, device, max_length)
-        elif kind == "mlm":
-            figs = _validate_on(val.validate_masked_lm, folder, src, pairs, device, max_length)
-        else:
-            figs = _validate_on(val.validate_seq2seq, folder, src, pairs, device, max_length)
-    except (ExportError, EngineUnavailable):
-        raise
-    except Exception as e:
-        raise ExportError(f"validation could not run: {first_line(e)}") from e
-    figs["pairs_source"] = pairs_src
-    figs["max_length"] = max_length
-    return figs
-
-
-def _validate_on(fn: Any, folder: Path, src: str, pairs: Sequence[Pair], device: str, max_length: int) -> dict[str, Any]:
-    """Validate on the target device when this machine can run it, else on the CPU (recorded)."""
-    if device != "cpu":
-        try:
-            return fn(folder, src, pairs, device=device, max_length=max_length)
-        except EngineUnavailable as e:
-            figs = fn(folder, src, pairs, device="cpu", max_length=max_length)
-            figs["note"] = f"validated on the CPU provider: {first_line(e)}"
-            return figs
-    return fn(folder, src, pairs, device="cpu", max_length=max_length)
-
-
-# the engines that export on first use (ort, tensorrt) build through this function (engines.artifacts)
-provide_builder(export_model)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from breaknli_fast.engines.artifacts import ExportError  # the base class, which the engines see too
+from breaknli_fast.errors import UserError
+
+
+class ExportError(UserError):
+    """An export that cannot be made (bad options, exporter failure, an export that fails validation, ...); on it
+    ``--engine auto`` falls back to the torch reference."""
 
 
 class UnsupportedModelError(ExportError):

@@ -31,7 +31,7 @@ from breaknli_fast.export.errors import ExportError
 MANIFEST = "manifest.json"
 # Bump when the layout or the export recipe changes: older exports are then rebuilt.
 SCHEMA = 1
-LIBRARIES = ("torch", "transformers", "optimum", "optimum-onnx", "onnxruntime", "onnx", "tensorrt")
+LIBRARIES = ("torch", "transformers", "onnxruntime", "onnx")  # the default set; an exporter names its own
 
 
 def cache_root() -> Path:
@@ -57,13 +57,14 @@ def export_dir_for(model: str, resolved: str, format: str, precision: str, varia
     return exports_root(cache_dir) / f"{slugify(name)}-{format}-{variant}-{h}"
 
 
-def library_versions() -> dict[str, str | None]:
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
+    """Installed versions of ``names`` (part of an export's cache key: an export is rebuilt when one changes)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from breaknli_fast.envinfo import onnxruntime_distribution
 
     out: dict[str, str | None] = {}
-    for name in LIBRARIES:
+    for name in names:
         if name == "onnxruntime":  # the build that runs (onnxruntime-gpu when it is installed over the CPU package)
             dist = onnxruntime_distribution()
             out[name] = f"{dist[1]} ({dist[0]})" if dist and dist[0] != "onnxruntime" else (dist[1] if dist else None)

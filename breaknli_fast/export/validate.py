@@ -1,46 +1,31 @@
-"""Validation of an export against the PyTorch fp32 reference, before it is declared a success.
+"""Judging an export against the torch fp32 reference, before it is declared a success: the tolerances, the check
+of the figures against them, and the figures every backend measures the same way, through the engine contract.
 
-Classifiers: the same pairs, the same tokenization and padding, logits in the model's own label
-order: max |Δ logit|, mean |Δ logit|, label (argmax) agreement %, non-finite outputs.
+* Classifiers (:func:`classifier_figures`): the backend's classifier over the export and the torch engine at fp32
+  on the CPU classify the same pairs (each in batches of :data:`BATCH`): max / mean |Δ logit| in the canonical
+  label order, label (argmax) agreement %, non-finite outputs.
+* Masked language models (:func:`masked_lm_figures`): on masked pairs (:func:`masked_items`: the longest word of
+  each hypothesis masked wherever it occurs in the pair), the top-10 whole-word suggestions against torch fp32's:
+  top-1 agreement % (``agreement``), the share of torch's top 10 that the export's top 10 holds
+  (``topk_agreement``), max |Δ log-probability| over the suggestions both give, non-finite outputs.
+* Generators (:func:`greedy_figures`): greedy decoding of generator prompts through the contract
+  (``generate_ids``), token agreement % position by position and identical sequences.
 
-Text-to-text models: the first decoder step's logits over the whole vocabulary for NLI prompts
-built from the pairs (max |Δ|, and the agreement of the seq2seq classifier's label, i.e. the argmax
-over the answer words' first tokens), plus greedy generation on up to 8 generator prompts:
-token agreement % (position by position) and identical sequences, and non-finite scores. Where the
-export has the ort engine's sampling step graphs (``export.t5_step``), the same for them: the first
-step's top-k logits on the NLI prompts (batched, padded) and greedy generation through them.
-
-TensorRT plans: as classifiers.
-
-Masked language models (the mask-filler role): on masked pairs (:func:`masked_items`: the longest word of
-each hypothesis masked wherever it occurs in the pair), the top-10 whole-word suggestions of the export
-against torch fp32's: top-1 agreement % (``agreement``), the share of torch's top 10 that the export's top 10
-holds (``topk_agreement``), max |Δ log-probability| over the suggestions both give, and non-finite outputs.
-
-The reference classifier is the torch engine at fp32 on the CPU, loaded through the engine registry; the
-exported graphs run on the engines' runtimes (:mod:`breaknli_fast.engines.ort_runtime`,
-:mod:`breaknli_fast.engines.tensorrt_runtime`). torch, transformers and onnx are imported on use (the
-command line imports the exporters at start-up).
+A backend's exporter adds what only it can measure (the ort backend: a text-to-text model's first-step logits
+over the whole vocabulary). The reference is loaded through the engine registry; nothing here imports a backend.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.base import MASK, ClassifierBase
-from breaknli_fast.engines.compat import load_seq2seq
-from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, input_limit,
-                                          label_permutation)
-from breaknli_fast.engines.ort_runtime import (STEP_FILES, OrtSeq2SeqStepper, SessionMaskFiller, classifier_feeds,
-                                               load_ort_seq2seq, make_session)
-from breaknli_fast.engines.tensorrt_runtime import PLAN_FILE, TrtRunner
-from breaknli_fast.prompts import CONTRADICT_PROMPT, DEFAULT_NLI_PROMPT, NLI_PROMPTS
+from breaknli_fast.engines.base import MASK, Decoding, derive_seed
+from breaknli_fast.prompts import CONTRADICT_PROMPT
 
 Pair = tuple[str, str]
 
@@ -66,8 +51,14 @@ GEN_MAX_NEW_TOKENS = 20
 BATCH = 16
 
 
-def tolerances_for(kind: str, precision: str, overrides: Mapping[str, Any] | None = None) -> dict[str, float | None]:
-    tol = dict(DEFAULT_TOLERANCES[(kind, precision)])
+def tolerances_for(kind: str, precision: str, overrides: Mapping[str, Any] | None = None,
+                   defaults: Mapping[str, Any] | None = None) -> dict[str, float | None]:
+    """The tolerances of a (kind, precision): ``defaults`` (an exporter's own) or :data:`DEFAULT_TOLERANCES`, with
+    ``overrides``."""
+    base = defaults if defaults is not None else DEFAULT_TOLERANCES.get((kind, precision))
+    if base is None:
+        raise ValueError(f"no validation tolerances for a {kind} model at {precision}")
+    tol = dict(base)
     for k, v in (overrides or {}).items():
         if k not in TOLERANCE_KEYS:
             raise ValueError(f"unknown tolerance {k!r}; use {', '.join(TOLERANCE_KEYS)}")
@@ -106,7 +97,8 @@ def check(figures: Mapping[str, Any], tol: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _logit_figures(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
+def logit_figures(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
+    """max / mean |Δ| of two arrays of scores, the reference's scale, and the non-finite entries of ``out``."""
     finite = np.isfinite(out)
     diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
     return {
@@ -117,180 +109,58 @@ def _logit_figures(ref: np.ndarray, out: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _reference_classifier(src_path: str, max_length: int) -> ClassifierBase:
+def reference_classifier(src_path: str, max_length: int, **opts: Any) -> Any:
     """The torch engine at fp32 on the CPU: the yardstick of every export."""
-    return registry.load_classifier("torch", src_path, precision="fp32", device="cpu", max_length=max_length)
+    return registry.load_classifier(registry.REFERENCE, src_path, precision="fp32", device="cpu",
+                                    max_length=max_length, **opts)
 
 
-def _classifier_figures(ref: np.ndarray, out: np.ndarray, n: int, device: str, providers: Any) -> dict[str, Any]:
-    figs = _logit_figures(ref, out)
-    figs.update(n=n, agreement=float((ref.argmax(1) == out.argmax(1)).mean() * 100.0), device=device,
-                providers=providers)
+def classifier_figures(candidate: Any, src_path: str, pairs: Sequence[Pair], max_length: int,
+                       label_map: Mapping[str, str] | None = None, device: str = "cpu",
+                       batch: int = BATCH) -> dict[str, Any]:
+    """Figures of ``candidate`` (any classifier of the contract over an export) against the reference classifier,
+    both in the canonical label order, ``batch`` pairs per call on both sides."""
+    ref_model = reference_classifier(src_path, max_length, label_map=label_map)
+    refs, outs = [], []
+    for i in range(0, len(pairs), batch):
+        chunk = list(pairs[i:i + batch])
+        refs.append(ref_model.classify(chunk).logits)
+        outs.append(np.asarray(candidate.classify(chunk).logits, dtype=np.float32))
+    ref, out = np.concatenate(refs), np.concatenate(outs)
+    figs = logit_figures(ref, out)
+    figs.update(n=len(pairs), agreement=float((ref.argmax(1) == out.argmax(1)).mean() * 100.0), device=device,
+                providers=(getattr(candidate, "info", None) and candidate.info.details.get("providers")))
     return figs
 
 
-def validate_classifier(folder: Any, src_path: str, pairs: Sequence[Pair], device: str = "cpu",
-                        provider: str | None = None, max_length: int = 256, graph: str = "model.onnx") -> dict[str, Any]:
-    """Figures of an exported classifier graph against the reference classifier, in the canonical label order
-    (the graph's outputs mapped through the model's ``id2label``), ``BATCH`` pairs per call on both sides."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    folder = Path(folder)
-    ref_model = _reference_classifier(src_path, max_length)
-    sess, details = make_session(folder / graph, device=device, provider=provider)
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    config = AutoConfig.from_pretrained(str(folder))
-    perm = label_permutation(config)
-    length = effective_max_length(max_length, config, tok)[0]  # as the reference caps its pairs
-    inputs = sess.get_inputs()
-    refs, outs = [], []
-    for i in range(0, len(pairs), BATCH):
-        chunk = list(pairs[i:i + BATCH])
-        refs.append(ref_model.classify(chunk).logits)
-        outs.append(np.asarray(sess.run(["logits"], classifier_feeds(tok, chunk, inputs, length))[0],
-                               dtype=np.float32)[:, perm])
-    return _classifier_figures(np.concatenate(refs), np.concatenate(outs), len(pairs), device, details.get("providers"))
-
-
-def validate_plan(folder: Path, src_path: str, pairs: Sequence[Pair], device: str, max_length: int) -> dict[str, Any]:
-    """Figures of a TensorRT plan against the reference classifier, as :func:`validate_classifier`."""
-    import onnx
-    from transformers import AutoConfig, AutoTokenizer
-
-    runner = TrtRunner(folder / PLAN_FILE, device)
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    config = AutoConfig.from_pretrained(str(folder))
-    perm = label_permutation(config)
-    graph = next(p for p in sorted(folder.glob("*.onnx")))
-    inputs = onnx.load(str(graph), load_external_data=False).graph.input
-    max_length = min(max_length, runner.max_length or max_length)
-    ref_model = _reference_classifier(src_path, max_length)
-    length = effective_max_length(max_length, config, tok)[0]
-    step = max(1, min(BATCH, runner.max_batch))
-    refs, outs = [], []
-    for i in range(0, len(pairs), step):
-        chunk = list(pairs[i:i + step])
-        refs.append(ref_model.classify(chunk).logits)
-        outs.append(runner.run(classifier_feeds(tok, chunk, inputs, length))["logits"][:, perm])
-    return _classifier_figures(np.concatenate(refs), np.concatenate(outs), len(pairs), device,
-                               [f"TensorRT {runner.trt.__version__}"])
-
-
-def _token_agreement(a: list[list[int]], b: list[list[int]]) -> tuple[float, int]:
+def token_agreement(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> tuple[float, int]:
+    """(% of positions with the same token, over the longer of each pair of rows; identical rows)."""
     same = total = identical = 0
     for x, y in zip(a, b):
         n = max(len(x), len(y))
         total += n
         same += sum(1 for i in range(min(len(x), len(y))) if x[i] == y[i])
-        identical += int(x == y)
+        identical += int(list(x) == list(y))
     return (100.0 * same / total if total else 100.0), identical
 
 
-def _on(enc: Mapping[str, Any], model: Any) -> dict[str, Any]:
-    """The tensors of ``enc`` on ``model``'s device: optimum's model on CUDA with IO binding takes every input's
-    data pointer as device memory, so host tensors fed to it would be read as GPU addresses."""
-    return {k: v.to(model.device) for k, v in enc.items()}
+def generator_prompts(pairs: Sequence[Pair], n: int = GEN_PROMPTS_MAX) -> list[str]:
+    return [CONTRADICT_PROMPT.format(h=h) for _, h in list(pairs)[:n]]
 
 
-def validate_seq2seq(folder: Any, src_path: str, pairs: Sequence[Pair], device: str = "cpu",
-                     provider: str | None = None, max_length: int = 256) -> dict[str, Any]:
-    """Figures of an exported text-to-text model against the PyTorch fp32 model (CPU)."""
-    import torch
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    ref_model = load_seq2seq(src_path, torch.float32).eval()
-    ort_model, details = load_ort_seq2seq(folder, device=device, provider=provider)
-    max_length = min(max_length, input_limit(ref_model.config, tok)[0])  # as the engines cap their prompts
-    try:
-        answers: list[int] | None = answer_token_ids(tok)
-    except ModelLoadError:
-        answers = None
-    start = int(ref_model.config.decoder_start_token_id or 0)
-    template = NLI_PROMPTS[DEFAULT_NLI_PROMPT]
-    refs, outs = [], []
-    with torch.inference_mode():
-        for i in range(0, len(pairs), BATCH):
-            chunk = pairs[i:i + BATCH]
-            enc = tok([template.format(premise=p, hypothesis=h) for p, h in chunk], padding=True, truncation=True,
-                      max_length=max_length, return_tensors="pt")
-            dec = torch.full((len(chunk), 1), start, dtype=torch.long)
-            refs.append(ref_model(**enc, decoder_input_ids=dec).logits[:, 0, :].float().numpy())
-            outs.append(ort_model(**_on(enc, ort_model), decoder_input_ids=dec.to(ort_model.device))
-                        .logits[:, 0, :].float().cpu().numpy())
-    ref = np.concatenate(refs)
-    out = np.concatenate(outs)
-    figs = _logit_figures(ref, out)
-    figs.update(n=len(pairs), device=device, providers=details.get("providers"))
-    figs["agreement"] = (float((ref[:, answers].argmax(1) == out[:, answers].argmax(1)).mean() * 100.0)
-                         if answers else None)
-    # greedy generation on generator prompts
-    prompts = [CONTRADICT_PROMPT.format(h=h) for _, h in list(pairs)[:GEN_PROMPTS_MAX]]
-    kw = dict(max_new_tokens=GEN_MAX_NEW_TOKENS, do_sample=False, num_beams=1, output_scores=True,
-              return_dict_in_generate=True)
-    pad = tok.pad_token_id
-    ref_rows, out_rows, bad = [], [], 0
-    with torch.inference_mode():
-        for prompt in prompts:
-            enc = tok([prompt], return_tensors="pt", truncation=True, max_length=max_length)
-            r = ref_model.generate(**enc, **kw)
-            o = ort_model.generate(**_on(enc, ort_model), **kw)
-            ref_rows.append([int(t) for t in r.sequences[0, 1:] if int(t) != pad])
-            out_rows.append([int(t) for t in o.sequences[0, 1:].cpu() if int(t) != pad])
-            # -inf is a legitimate mask from a logits processor; NaN and +inf are overflow
-            bad += sum(int((torch.isnan(s) | torch.isposinf(s)).sum()) for s in o.scores)
-    agree, identical = _token_agreement(ref_rows, out_rows)
-    figs["nonfinite"] += bad
-    figs["generation"] = {"prompts": len(prompts), "max_new_tokens": GEN_MAX_NEW_TOKENS, "token_agreement": agree,
-                          "identical_sequences": identical}
-    if device == "cpu" and all((Path(folder) / f).is_file() for f in STEP_FILES):
-        figs["step_graphs"] = _validate_step_graphs(folder, tok, ref, pairs, template, prompts, ref_rows, start,
-                                                    int(ref_model.config.eos_token_id), max_length)
-    return figs
-
-
-def _validate_step_graphs(folder: Any, tok: Any, ref: np.ndarray, pairs: Sequence[Pair], template: str,
-                          prompts: list[str], ref_rows: list[list[int]], start: int, eos: int,
-                          max_length: int) -> dict[str, Any]:
-    """The sampling step graphs (``export.t5_step``) against the PyTorch model: the first step's top-k
-    logits and ids on the NLI prompts, batched with padding as for ``ref`` (the PyTorch first-step
-    logits of :func:`validate_seq2seq`; max |Δ|, share of identical ids), and greedy generation
-    through ``step_topk(k=1)`` on the generator prompts against ``ref_rows``."""
-    import torch
-
-    stepper = OrtSeq2SeqStepper(folder, "cpu")
-    k = min(50, stepper.vocab_size)
-    diffs, same, total, bad = [], 0, 0, 0
-    with torch.inference_mode():
-        for i in range(0, len(pairs), BATCH):
-            chunk = pairs[i:i + BATCH]
-            enc = tok([template.format(premise=p, hypothesis=h) for p, h in chunk], padding=True, truncation=True,
-                      max_length=max_length, return_tensors="pt")
-            first = torch.full((len(chunk),), start, dtype=torch.long)
-            ref_vals, ref_ids = torch.topk(torch.from_numpy(ref[i:i + BATCH]), k)
-            stepper.start(enc["input_ids"], enc["attention_mask"], 1)
-            vals, ids = stepper.step_topk(first, k)
-            bad += int((~torch.isfinite(vals)).sum())
-            diffs.append(float((vals.double() - ref_vals.double()).abs().max()))
-            same += int((ids == ref_ids).sum())
-            total += ids.numel()
-        rows = []
-        for prompt in prompts:
-            enc = tok([prompt], return_tensors="pt", truncation=True, max_length=max_length)
-            stepper.start(enc["input_ids"], enc["attention_mask"], 1)
-            last, row = torch.tensor([start]), []
-            for _ in range(GEN_MAX_NEW_TOKENS):
-                vals, ids = stepper.step_topk(last, 1)
-                bad += int(torch.isnan(vals).sum() + torch.isposinf(vals).sum())
-                row.append(int(ids[0, 0]))
-                if row[-1] == eos:
-                    break
-                last = ids[:, 0]
-            rows.append(row)
-    agree, identical = _token_agreement(ref_rows, rows)
-    return {"max_abs_top_logit": max(diffs) if diffs else 0.0, "top_ids_identical": 100.0 * same / max(total, 1),
-            "k": k, "nonfinite": bad, "token_agreement": agree, "identical_sequences": identical,
-            "prompts": len(prompts)}
+def greedy_figures(candidate: Any, reference: Any, prompts: Sequence[str],
+                   max_new_tokens: int = GEN_MAX_NEW_TOKENS) -> dict[str, Any]:
+    """Greedy decoding of ``prompts`` by two generators of the contract, one prompt per call (no padding):
+    token agreement and identical sequences (``generation``), and the reference's rows (``ref_rows``)."""
+    d = Decoding(strategy="greedy", max_new_tokens=max_new_tokens)
+    ref_rows, rows = [], []
+    for i, p in enumerate(prompts):
+        seed = [derive_seed("validate", i)]
+        ref_rows.append(reference.generate_ids([p], 1, d, seed)[0][0])
+        rows.append(candidate.generate_ids([p], 1, d, seed)[0][0])
+    agree, identical = token_agreement(ref_rows, rows)
+    return {"generation": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "token_agreement": agree,
+                           "identical_sequences": identical}, "ref_rows": ref_rows}
 
 
 _WORD = re.compile(r"[A-Za-z]{3,}")
@@ -310,20 +180,15 @@ def masked_items(pairs: Sequence[Pair]) -> list[tuple[str, str]]:
     return out
 
 
-def validate_masked_lm(folder: Any, src_path: str, pairs: Sequence[Pair], device: str = "cpu",
-                       provider: str | None = None, max_length: int = 256, graph: str = "model.onnx") -> dict[str, Any]:
-    """Figures of an exported masked LM against the torch engine at fp32 on the CPU (see the module's notes)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    folder = Path(folder)
+def masked_lm_figures(candidate: Any, src_path: str, pairs: Sequence[Pair], max_length: int,
+                      device: str = "cpu") -> dict[str, Any]:
+    """Figures of ``candidate`` (any mask filler of the contract over an export) against the torch engine at fp32
+    on the CPU (see the module's notes)."""
     items = masked_items(pairs)
-    ref_model = registry.load_mask_filler("torch", src_path, precision="fp32", device="cpu", max_length=max_length)
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    config = AutoConfig.from_pretrained(str(folder))
-    length = effective_max_length(max_length, config, tok)[0]
-    out_model = SessionMaskFiller(folder / graph, tok, int(config.vocab_size), length, device=device, provider=provider)
+    ref_model = registry.load_mask_filler(registry.REFERENCE, src_path, precision="fp32", device="cpu",
+                                          max_length=max_length)
     ref = ref_model.fill_mask(items, MLM_TOP_K)
-    out = out_model.fill_mask(items, MLM_TOP_K, [r.words[0] if r.words else None for r in ref])
+    out = candidate.fill_mask(items, MLM_TOP_K, [r.words[0] if r.words else None for r in ref])
     top1 = same = total = 0
     diffs: list[float] = []
     bad = 0
@@ -344,5 +209,18 @@ def validate_masked_lm(folder: Any, src_path: str, pairs: Sequence[Pair], device
     return {"n": n, "k": MLM_TOP_K, "agreement": 100.0 * top1 / max(n, 1),
             "topk_agreement": 100.0 * same / max(total, 1),
             "max_abs_logit": max(diffs) if diffs else 0.0, "mean_abs_logit": float(np.mean(diffs)) if diffs else 0.0,
-            "nonfinite": bad, "device": device, "providers": out_model.info.details.get("providers"),
+            "nonfinite": bad, "device": device, "providers": candidate.info.details.get("providers"),
             "inputs": "masked pairs: the longest hypothesis word masked wherever it occurs"}
+
+
+def on_device(fn: Callable[[str], dict[str, Any]], device: str, unavailable: type[Exception]) -> dict[str, Any]:
+    """``fn(device)``; where this machine cannot run the target device (``unavailable`` raised), ``fn("cpu")``,
+    recorded in the figures' ``note``."""
+    if device != "cpu":
+        try:
+            return fn(device)
+        except unavailable as e:
+            figs = fn("cpu")
+            figs["note"] = f"validated on the CPU provider: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            return figs
+    return fn("cpu")

@@ -16,8 +16,7 @@ from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER
 from breaknli_fast.engines.roles import ROLES, Models, model_names
 from breaknli_fast.errors import UserError, first_line
-from breaknli_fast.engines.artifacts import ExportError
-import breaknli_fast.export.api  # noqa: F401  (provides the builder of the engines that export on first use)
+from breaknli_fast.export.errors import ExportError
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
 

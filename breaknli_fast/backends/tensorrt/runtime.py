@@ -1,7 +1,7 @@
 """The runtime of the tensorrt engine: loading a serialized TensorRT 10 engine (a plan) and running it on one
 GPU with torch CUDA tensors as buffers, and the one-line refusal when TensorRT or a GPU is missing. The
-tensorrt engine (:mod:`breaknli_fast.engines.tensorrt`) runs on it, and the exporters validate the plans they
-build with it (the converter is :mod:`breaknli_fast.export.tensorrt`); it imports nothing from the exporters.
+tensorrt engine (:mod:`breaknli_fast.backends.tensorrt.engine`) runs on it, and the exporters validate the plans they
+build with it (the converter is :mod:`breaknli_fast.backends.tensorrt.exporter`); it imports nothing from the exporters.
 
 Not yet run on a GPU (TensorRT for Hopper GPUs is not installable from the package index; docs/stack.md).
 Written against the TensorRT 10 API

@@ -1,39 +1,35 @@
 """The native TensorRT engine (classifiers only; TensorRT 10 Python runtime).
 
 Not yet run on a GPU: the test-suite checks only the clean refusal (see
-:mod:`breaknli_fast.engines.tensorrt_runtime`). Without TensorRT or a CUDA GPU, both loaders raise
+:mod:`breaknli_fast.backends.tensorrt.runtime`). Without TensorRT or a CUDA GPU, both loaders raise
 :class:`EngineUnavailable` with one line saying what to install. Generators are not supported
 yet (an autoregressive decoder with a KV cache needs its own engine pair and a decoding loop);
 use ``--engine ort --device cuda`` for Flan-T5, optionally with ``provider="tensorrt"`` (ONNX
 Runtime's TensorRT execution provider).
 
 The classifier loader builds the plan on first use (:func:`breaknli_fast.export.api.export_model`, format
-``tensorrt``) and runs it on :class:`~breaknli_fast.engines.tensorrt_runtime.TrtRunner`. Its options are
-:class:`TensorRTOptions`.
+``tensorrt``, built by :mod:`.exporter`) and runs it on :class:`~breaknli_fast.backends.tensorrt.runtime.TrtRunner`.
+Its options are :class:`TensorRTOptions`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 from transformers import AutoConfig, AutoTokenizer
 
+from breaknli_fast.backends.ort.runtime import classifier_feeds
+from breaknli_fast.backends.tensorrt.runtime import PLAN_FILE, TrtRunner, require_tensorrt
 from breaknli_fast.engines.base import CLASSIFIER, EngineInfo, Pair
-from breaknli_fast.engines.options import EngineOptions, nested_options
 from breaknli_fast.engines.batching import BatchedClassifier
 from breaknli_fast.engines.model_info import ModelLoadError, effective_max_length, label_permutation, load_config, model_kind
-from breaknli_fast.engines.ort_runtime import classifier_feeds
+from breaknli_fast.engines.options import EngineOptions, nested_options
 from breaknli_fast.engines.registry import EngineUnavailable
-from breaknli_fast.engines.tensorrt_runtime import PLAN_FILE, TrtRunner, require_tensorrt
-from breaknli_fast.engines.artifacts import ExportOptions, build
-
-PRECISIONS = ("fp32", "fp16", "int8")
-GENERATOR_UNSUPPORTED = (
-    "the tensorrt engine does not support generators yet: use --engine ort --device cuda for Flan-T5 "
-    "(ONNX Runtime, optionally with its TensorRT execution provider)"
-)
+from breaknli_fast.export.api import export_model
+from breaknli_fast.export.options import ExportOptions, ExportResult
 
 
 @dataclass
@@ -47,24 +43,17 @@ class TensorRTOptions(EngineOptions):
     export: ExportOptions = nested_options(ExportOptions, roles=(CLASSIFIER,))  # passed through to export_model
 
 
-OPTIONS = TensorRTOptions  # the registry reads a backend's options class here
-
-
 class TrtClassifier(BatchedClassifier):
-    """A sequence classifier as a serialized TensorRT engine (built and validated by ``export_model``)."""
+    """A sequence classifier as a serialized TensorRT engine (a folder built and validated by ``export_model``)."""
 
-    def __init__(self, model: str, precision: str = "fp32", device: str = "cuda", opts: TensorRTOptions | None = None):
+    def __init__(self, folder: str | Path, model: str, precision: str = "fp32", device: str = "cuda",
+                 opts: TensorRTOptions | None = None, exported: ExportResult | None = None,
+                 max_batch: int | None = None):
         o = opts or TensorRTOptions()
-        if precision not in PRECISIONS:
-            raise ModelLoadError(f"the tensorrt engine runs fp32, fp16 or int8, not {precision!r}")
-        if not device.startswith("cuda"):
-            raise ModelLoadError("the tensorrt engine runs on --device cuda only")
-        require_tensorrt()
-        max_batch = self.resolve_max_batch(o.max_batch, device)  # needed by the engine build, before __init__
-        self.exported = build(model, format="tensorrt", precision=precision, device=device,
-                                     max_length=o.max_length, max_batch=max_batch, **o.export.kwargs())
-        folder = self.exported.path
+        folder = Path(folder)
+        self.exported = exported
         self.runner = TrtRunner(folder / PLAN_FILE, device)
+        max_batch = max_batch or self.runner.max_batch
         super().__init__(token_budget=o.token_budget, max_batch=min(max_batch, self.runner.max_batch))
         config = AutoConfig.from_pretrained(str(folder))
         self.perm = label_permutation(config, o.label_map)
@@ -77,9 +66,10 @@ class TrtClassifier(BatchedClassifier):
 
         graph = next(iter(sorted(folder.glob("*.onnx"))))
         self.inputs = list(onnx.load(str(graph), load_external_data=False).graph.input)
-        m = self.exported.manifest
+        m = exported.manifest if exported is not None else {}
         self.info = EngineInfo("tensorrt", "classifier", model, precision, device, {
-            "kind": "seq-cls", "family": m.get("family"), "export_dir": str(folder), "export_reused": self.exported.reused,
+            "kind": "seq-cls", "family": m.get("family"), "export_dir": str(folder),
+            "export_reused": exported.reused if exported is not None else None,
             "variant": m.get("variant"), "tensorrt": m.get("tensorrt"),
             "validation": {k: (m.get("validation") or {}).get(k) for k in ("n", "max_abs_logit", "agreement", "passed")},
             "profile_max_length": self.runner.max_length, **limits,
@@ -99,15 +89,12 @@ def load_classifier(model: str, precision: str = "fp32", device: str = "cuda", *
     and ``method`` are taken and unused: text-to-text models do not run here)."""
     o = TensorRTOptions.build(CLASSIFIER, opts)
     require_tensorrt()
-    if device == "cpu":
-        raise ModelLoadError("the tensorrt engine runs on --device cuda only")
     config = load_config(model)
     if model_kind(config) != "seq-cls":
         raise EngineUnavailable(
             "the tensorrt engine runs sequence classifiers only; for Flan-T5 as the NLI model use --engine ort --device cuda"
         )
-    return TrtClassifier(model, precision, device, o)
-
-
-def load_generator(model: str, precision: str = "fp32", device: str = "cuda", **opts: Any) -> Any:
-    raise EngineUnavailable(GENERATOR_UNSUPPORTED)
+    max_batch = BatchedClassifier.resolve_max_batch(o.max_batch, device)  # needed by the engine build
+    exported = export_model(model, format="tensorrt", precision=precision, device=device, max_length=o.max_length,
+                            max_batch=max_batch, label_map=o.label_map, **o.export.kwargs())
+    return TrtClassifier(exported.path, model, precision, device, o, exported, max_batch=max_batch)

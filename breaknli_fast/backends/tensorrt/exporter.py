@@ -1,5 +1,5 @@
 """Building TensorRT engines of the classifiers (TensorRT 10 Python API): ONNX graph -> serialized plan. The
-plan is loaded and run by the tensorrt engine's runtime (:mod:`breaknli_fast.engines.tensorrt_runtime`).
+plan is loaded and run by the tensorrt engine's runtime (:mod:`breaknli_fast.backends.tensorrt.runtime`).
 
 Not yet run on a GPU (TensorRT for Hopper GPUs is not installable from the package index; docs/stack.md). This
 module follows the TensorRT 10 API documentation (``Builder``, ``OnnxParser``,
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from breaknli_fast.engines.model_info import input_limit
-from breaknli_fast.engines.tensorrt_runtime import PLAN_FILE, require_tensorrt
+from breaknli_fast.backends.tensorrt.runtime import PLAN_FILE, require_tensorrt
 from breaknli_fast.export.errors import ExportError
 from breaknli_fast.export.manifest import cache_root, slugify
 
@@ -119,3 +119,81 @@ def build_for_export(folder: Path, graph: str, precision: str, pairs: Sequence[t
     info["length_distribution"] = {"n": len(lengths), "min": min(lengths, default=0), "max": max(lengths, default=0),
                                    "median": float(np.median(lengths)) if lengths else 0.0}
     return info
+
+
+# -- the exporter interface of export_model (format "tensorrt")
+
+FORMAT = "tensorrt"
+PRECISIONS = ("fp32", "fp16", "int8")
+LIBRARIES = ("torch", "transformers", "onnxruntime", "onnx", "tensorrt")
+
+
+def target_device(device: str) -> str:
+    """A TensorRT engine is built for a GPU: ``cuda`` when the caller named the CPU."""
+    return device if device.split(":")[0] == "cuda" else "cuda"
+
+
+def variant(kind: str, precision: str, device: str, fuse: bool = False, quantization: str | None = None) -> str:
+    from breaknli_fast.export.errors import UnsupportedModelError
+
+    if kind == "mlm":
+        raise UnsupportedModelError("TensorRT engines of masked LMs are not supported: use --engine ort")
+    if kind == "seq2seq":
+        raise UnsupportedModelError(
+            "TensorRT engines for text-to-text models (Flan-T5) are not supported yet: use --engine ort --device cuda "
+            "(optionally with the TensorRT execution provider)")
+    if quantization == "dynamic":
+        raise UnsupportedModelError("int8 on the GPU is static (QDQ): quantization=dynamic is for the CPU")
+    return "int8-qdq" if precision == "int8" else precision
+
+
+def calibrated(variant_name: str) -> bool:
+    return variant_name == "int8-qdq"
+
+
+def require(kind: str) -> None:
+    from breaknli_fast.backends.ort.onnx import require_export_libs
+
+    require_tensorrt()  # fail fast, one line, before any work
+    require_export_libs()
+
+
+def cache_key(kind: str, precision: str, variant_name: str, family: str, device: str, max_length: int,
+              max_batch: int) -> dict[str, Any]:
+    """An engine is specific to the GPU model, the TensorRT version and its optimization profile."""
+    import torch
+
+    from breaknli_fast.export.manifest import library_versions
+
+    return {"libraries": library_versions(LIBRARIES), "max_length": max_length, "max_batch": max_batch,
+            "gpu": torch.cuda.get_device_name(0)}
+
+
+def build(src: str, kind: str, precision: str, variant_name: str, stage: Path, calib: Sequence[tuple[str, str]],
+          val_pairs: Sequence[tuple[str, str]], device: str, max_length: int, max_batch: int, say: Any) -> dict[str, Any]:
+    """The ort backend's ONNX graph of the classifier at ``precision`` (fp16 conversion, or static symmetric QDQ
+    for int8), then the TensorRT plan built from it."""
+    import time
+
+    from breaknli_fast.backends.ort import exporter as ort_exporter
+
+    info = ort_exporter.build(src, kind, precision, variant_name, stage, calib, val_pairs, device, max_length,
+                              max_batch, say)
+    graph = "model.onnx"
+    t0 = time.perf_counter()
+    info["tensorrt"] = build_for_export(stage, graph, precision, calib or val_pairs, max_length, max_batch)
+    say(f"  TensorRT engine in {time.perf_counter() - t0:.1f}s")
+    return info
+
+
+def validate(folder: Path, kind: str, src: str, pairs: Sequence[tuple[str, str]], device: str, max_length: int,
+             precision: str = "fp32", label_map: Any = None) -> dict[str, Any]:
+    """The plan's figures against the torch fp32 reference, through the classifier contract."""
+    from breaknli_fast.backends.tensorrt.engine import TensorRTOptions, TrtClassifier
+    from breaknli_fast.export.validate import classifier_figures
+
+    clf = TrtClassifier(folder, src, precision, device, TensorRTOptions(max_length=max_length, label_map=label_map))
+    figs = classifier_figures(clf, src, pairs, min(max_length, clf.max_length), label_map, device=device,
+                              batch=max(1, min(16, clf.runner.max_batch)))
+    figs["providers"] = [f"TensorRT {clf.runner.trt.__version__}"]
+    return figs

@@ -39,12 +39,24 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from breaknli_fast.export.errors import ExportError, first_line
-from breaknli_fast.export.onnx import INLINE_LIMIT, quiet, save_onnx
+from breaknli_fast.backends.ort.onnx import INLINE_LIMIT, quiet, save_onnx
 
-# T5 nodes kept in fp32 (names as optimum's export writes them).
-T5_FP32_NODE = re.compile(r"(/DenseReluDense/wo/|/layer_norm/|/final_layer_norm/)")
-T5_RESIDUAL_ADD = re.compile(r"/block\.\d+/layer\.\d+/Add(_\d+)?$")
+# T5 nodes kept in fp32, by the names the legacy tracer gives them: the scope of each module call, named within its
+# parent (/encoder/block.0/layer.2/DenseReluDense/wo/ in the encoder, which runs transformers' forward; the decoder
+# step calls the layers' modules itself, so /layer.2/DenseReluDense/wo_1/, /layer_norm_3/, and its own residual
+# additions /residual_4/Add, see t5.py). tests/test_export.py counts what the pattern finds in both graphs.
+T5_FP32_NODE = re.compile(r"(/DenseReluDense(_\d+)?/wo(_\d+)?/|/(final_)?layer_norm(_\d+)?/)")
+T5_RESIDUAL_ADD = re.compile(r"(/block\.\d+/layer\.\d+|/layer\.\d+(_\d+)?|/residual(_\d+)?)/Add(_\d+)?$")
 QUANTIZED_OPS = ["MatMul", "Gemm"]
+
+
+def copy_side_files(src: Path, dst: Path) -> None:
+    """Tokenizer, config and generation config of an export folder (everything that is not a graph)."""
+    import shutil
+
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith((".onnx", ".onnx.data", ".data")):
+            shutil.copy2(f, dst / f.name)
 
 
 def t5_fp32_nodes(model: Any) -> list[str]:

@@ -10,11 +10,7 @@
   :class:`~breaknli_fast.engines.hf.MaskedLogProbs`: inputs as the tokenizer produces them plus
   ``mask_index`` (flat positions of the masks in the batch), one output ``log_probs`` (masks, vocabulary), so
   the prediction head runs on the masked positions only.
-* Text-to-text models (Flan-T5): optimum's ``main_export`` with
-  ``task="text2text-generation-with-past"`` and *no* post-processing, i.e. three graphs
-  (``encoder_model.onnx``, ``decoder_model.onnx``, ``decoder_with_past_model.onnx``) and no merged
-  decoder: the merged decoder cannot be converted to FP16 (its ``If`` subgraph outputs get
-  inconsistent types), and the unmerged pair is what ``ORTModelForSeq2SeqLM(use_merged=False)`` runs.
+* Text-to-text models (Flan-T5): the project's own T5 graphs, :mod:`.t5`.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from breaknli_fast.engines.model_info import input_limit
-from breaknli_fast.engines.ort_runtime import INSTALL_ONNX, optimum_missing
+from breaknli_fast.backends.ort.runtime import INSTALL_ONNX
 from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.export.errors import ExportError, UnsupportedModelError, first_line
 
@@ -36,20 +32,16 @@ CLASSIFIER_OPSET = 17
 CLASSIFIER_FILE = "model.onnx"
 MLM_FILE = "model.onnx"
 MLM_OUTPUT = "log_probs"
-SEQ2SEQ_FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
 # Families exported and validated by the test-suite; others are attempted and must pass validation.
 TESTED_CLASSIFIER_FAMILIES = ("roberta", "bart", "deberta", "deberta-v2")
 TESTED_SEQ2SEQ_FAMILIES = ("t5",)
-# Text-to-text families whose optimum export we have not checked: refused rather than half-working.
-SEQ2SEQ_FAMILIES = ("t5", "mt5", "umt5")
 # At most this much weight data inline; bigger graphs keep their weights in an external file.
 INLINE_LIMIT = 1_800_000_000
 
 
-def require_export_libs(kind: str | None = None) -> None:
-    """onnx and onnxruntime are installed, and for a text-to-text model (``kind="seq2seq"``) optimum's exporters
-    too (all optional: imported on use), or a one-line :class:`EngineUnavailable`. Classifiers and masked LMs
-    export with torch alone."""
+def require_export_libs() -> None:
+    """onnx and onnxruntime are installed (both optional: imported on use), or a one-line
+    :class:`EngineUnavailable`. Every model kind exports with torch and onnx alone."""
     missing = []
     for mod in ("onnx", "onnxruntime"):
         try:
@@ -58,17 +50,12 @@ def require_export_libs(kind: str | None = None) -> None:
             missing.append(mod)
     if missing:
         raise EngineUnavailable(f"ONNX export needs {', '.join(missing)}: {INSTALL_ONNX}")
-    if kind == "seq2seq":
-        try:
-            __import__("optimum.exporters.onnx")
-        except ImportError:
-            raise EngineUnavailable(f"exporting a text-to-text model (Flan-T5) to ONNX needs {optimum_missing()}") from None
 
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """Silence the tracer warnings and optimum's log chatter of an export."""
-    loggers = [logging.getLogger(n) for n in ("optimum", "transformers", "torch.onnx", "root")]
+    """Silence the tracer's warnings and log chatter of an export."""
+    loggers = [logging.getLogger(n) for n in ("transformers", "torch.onnx", "root")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
@@ -179,7 +166,7 @@ def fuse_transformer(path: Path, config: Any, feeds: Sequence[dict[str, Any]]) -
     unfused graph stays. Returns the record (fused operators, the difference, or why nothing changed)."""
     import numpy as np
 
-    from breaknli_fast.engines.ort_runtime import make_session
+    from breaknli_fast.backends.ort.runtime import make_session
 
     family = getattr(config, "model_type", "?")
     model_type = FUSION_MODEL_TYPES.get(family)
@@ -311,32 +298,3 @@ def untie_initializers(path: Path) -> list[str]:
         g.node.extend(nodes)
         save_onnx(model, path)
     return copies
-
-
-def export_seq2seq(src_path: str, out_dir: Path, opset: int | None = None) -> dict[str, Any]:
-    """Export a T5-style text-to-text model (encoder + decoder + decoder-with-past, fp32) with optimum."""
-    from transformers import AutoConfig
-
-    require_export_libs("seq2seq")
-    from optimum.exporters.onnx import main_export
-
-    family = AutoConfig.from_pretrained(src_path).model_type
-    if family not in SEQ2SEQ_FAMILIES:
-        raise UnsupportedModelError(
-            f"{family}: only T5-family text-to-text models (t5, mt5, umt5: Flan-T5) are exported; this one is untested"
-        )
-    try:
-        with quiet():
-            main_export(src_path, output=out_dir, task="text2text-generation-with-past", device="cpu", opset=opset,
-                        no_post_process=True, do_validation=False)
-    except Exception as e:
-        raise ExportError(f"{family}: optimum export failed: {first_line(e)}") from e
-    for f in SEQ2SEQ_FILES:
-        if not (out_dir / f).exists():
-            raise ExportError(f"{family}: optimum did not write {f}")
-    import onnx
-
-    used_opset = max((o.version for o in onnx.load(str(out_dir / SEQ2SEQ_FILES[0]), load_external_data=False).opset_import
-                      if o.domain in ("", "ai.onnx")), default=None)
-    return {"family": family, "opset": used_opset, "exporter": "optimum main_export (text2text-generation-with-past)",
-            "graphs": {f: graph_io(out_dir / f) for f in SEQ2SEQ_FILES}}

@@ -7,8 +7,8 @@ backend uses it for the generator:
 
 * **generator**: a local T5-family model (Flan-T5) converted once with CTranslate2's own converter
   (``ctranslate2.converters.TransformersConverter``, float32 weights) into the export cache, checked there
-  against the torch fp32 reference (:mod:`breaknli_fast.export.ct2`, reached through
-  :func:`breaknli_fast.engines.artifacts.build` with ``format="ct2"``), and loaded with the compute type of the precision
+  against the torch fp32 reference (:mod:`breaknli_fast.backends.ct2.exporter`, reached through
+  :func:`breaknli_fast.export.api.export_model` with ``format="ct2"``), and loaded with the compute type of the precision
   (``fp32`` = float32, ``int8`` = int8 weights quantized at load time; on CUDA also ``fp16`` / ``bf16``);
 * **classifier** (and masked LMs): delegated to ``classifier_engine`` (``auto``: ort where ONNX Runtime is
   installed, else torch), at the same precision; the classifier's :class:`EngineInfo` names that engine.
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from breaknli_fast.engines import registry
-from breaknli_fast.engines.artifacts import build
+from breaknli_fast.export.api import export_model
 from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats,
                                         derive_seed)
 from breaknli_fast.engines.options import option
@@ -51,7 +51,7 @@ from breaknli_fast.errors import UserError
 INSTALL_CT2 = "pip install 'breaknli-fast[ct2]' (ctranslate2)"
 # precision -> CTranslate2 compute type
 COMPUTE_TYPES = {"fp32": "float32", "int8": "int8", "fp16": "float16", "bf16": "bfloat16"}
-CT2_FAMILIES = ("t5",)  # converted and checked (breaknli_fast.export.ct2); mT5 / umT5 convert too but are untested
+CT2_FAMILIES = ("t5",)  # converted and checked (breaknli_fast.backends.ct2.exporter); mT5 / umT5 convert too but are untested
 # the conversion check: greedy decoding of these many prompts, and the log-probabilities CTranslate2 gives
 # torch's greedy tokens against torch's own (fp32 against fp32: rounding only)
 CHECK_PROMPTS = 4
@@ -122,7 +122,7 @@ class Ct2Generator(GeneratorBase):
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: Ct2Options | None = None):
         from transformers import AutoTokenizer, GenerationConfig
 
-        from breaknli_fast.engines.ort_runtime import physical_cores
+        from breaknli_fast.engines.cpu_features import physical_cores
 
         o = opts or Ct2Options()
         ct2 = import_ct2()
@@ -140,7 +140,8 @@ class Ct2Generator(GeneratorBase):
         if model_kind(config) != "seq2seq" or getattr(config, "model_type", None) not in CT2_FAMILIES:
             raise ModelLoadError(f"{model!r}: the ct2 engine generates with T5 text-to-text models (Flan-T5), not "
                                  f"{getattr(config, 'model_type', '?')!r}")
-        exported = build(model, format="ct2", precision="fp32", device="cpu", cache_dir=o.cache_dir, force=o.force)
+        exported = export_model(model, format="ct2", precision="fp32", device="cpu", cache_dir=o.cache_dir,
+                                force=o.force, progress=False)
         self.folder, manifest, reused = exported.path, exported.manifest, exported.reused
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.folder))
         self.config = config

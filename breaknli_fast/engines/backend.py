@@ -1,0 +1,115 @@
+"""What a backend supports, declared once: :class:`Backend`.
+
+A backend is one package under ``breaknli_fast/backends/`` (or anywhere, for a plugin): its loaders, its runtime,
+its exporter and, in its ``__init__``, one ``BACKEND = Backend(...)``. The registry (:mod:`.registry`) reads that
+declaration and nothing else to know the backend's roles, precisions per device, options class, libraries, export
+format and whether ``--engine auto`` may pick it; every check of a precision, a role or a device goes through
+:meth:`Backend.check`, so a backend says what it supports in one place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from breaknli_fast.engines.base import ROLES
+from breaknli_fast.engines.model_info import ModelLoadError
+from breaknli_fast.errors import UserError
+
+DEVICE_KINDS = ("cpu", "cuda")
+
+
+class EngineUnavailable(UserError):
+    """An engine whose libraries or hardware are missing, or a role it does not have (one line saying what to do)."""
+
+
+class PrecisionError(ModelLoadError, ValueError):
+    """A precision, device or role that a backend does not run (one line naming what it does run)."""
+
+
+def device_kind(device: str) -> str:
+    """``cpu`` or ``cuda`` of a device string (``cuda:1`` -> ``cuda``); anything else is refused in one line."""
+    kind, _, index = str(device).partition(":")
+    if kind not in DEVICE_KINDS or (index and not index.isdigit()) or (kind == "cpu" and index):
+        raise PrecisionError(f"unknown device {device!r}; use cpu or cuda[:N]")
+    return kind
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing or broken
+        return False
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend's declaration.
+
+    ``precisions``: role -> device kind -> the precisions its loaders run there (a role missing from the mapping
+    is not supported; ``missing_roles`` may say why, in one line). ``loaders``: the module with
+    ``load_classifier`` / ``load_generator`` / ``load_mask_filler`` (only those of its roles). ``options``:
+    ``"module:Class"`` of its typed loader options (an :class:`~breaknli_fast.engines.options.EngineOptions`),
+    or None. ``requires``: modules that must be importable (``install`` says how to get them). ``exporter``: the
+    module that builds, and judges, the backend's exports of ``formats`` (``export_model`` reaches it through the
+    registry). ``auto``: the precisions at which ``--engine auto`` picks this backend on the CPU (empty: never)."""
+
+    name: str
+    loaders: str
+    precisions: Mapping[str, Mapping[str, tuple[str, ...]]]
+    options: str | None = None
+    requires: tuple[str, ...] = ()
+    install: str = ""
+    exporter: str | None = None
+    formats: tuple[str, ...] = ()
+    auto: tuple[str, ...] = ()
+    missing_roles: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(r for r in ROLES if r in self.precisions)
+
+    def all_precisions(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for per_device in self.precisions.values():
+            for precs in per_device.values():
+                seen += [p for p in precs if p not in seen]
+        return tuple(seen)
+
+    def installed(self) -> bool:
+        return all(_installed(m) for m in self.requires)
+
+    def require(self) -> None:
+        """One line naming what to install when a library this backend needs is missing."""
+        missing = [m for m in self.requires if not _installed(m)]
+        if missing:
+            raise EngineUnavailable(f"the {self.name} engine needs {', '.join(missing)}: {self.install}")
+
+    def check(self, role: str, precision: str, device: str = "cpu") -> None:
+        """Refuse in one line a role, precision or device this backend does not run (before anything loads)."""
+        kind = device_kind(device)
+        if role not in self.precisions:
+            raise EngineUnavailable(self.missing_roles.get(role) or f"the {self.name} engine has no {role} role")
+        per_device = self.precisions[role]
+        if kind not in per_device or not per_device[kind]:
+            where = " or ".join(f"--device {d}" for d in per_device if per_device[d])
+            raise PrecisionError(f"the {self.name} engine's {role} runs on {where} only")
+        if precision not in per_device[kind]:
+            raise PrecisionError(f"the {self.name} engine's {role} runs {_words(per_device[kind])} on {kind}, "
+                                 f"not {precision!r}")
+
+    def auto_picks(self, precision: str, device: str) -> bool:
+        return device_kind(device) == "cpu" and precision in self.auto and self.installed()
+
+    def options_class(self) -> Any:
+        if self.options is None:
+            return None
+        module, _, name = self.options.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+def _words(items: tuple[str, ...]) -> str:
+    items = tuple(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
