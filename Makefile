@@ -17,11 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, from the local CPU wheel; a looser pin would pull several GB of CUDA wheels
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[onnx,optimum,hub,bench,test,ray,ct2]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[onnx,hub,bench,test,ray,ct2]"
 	touch $(STAMP)
 
-# the second stack: transformers 5.x and huggingface_hub 1.x, no optimum (optimum-onnx needs transformers < 4.58,
-# so Flan-T5 runs on torch there and the tests of its ONNX export skip, saying why)
+# the second stack: transformers 5.x and huggingface_hub 1.x (the same tests, Flan-T5's ONNX export among them)
 $(STAMP_COMPAT): pyproject.toml constraints-tf5.txt
 	$(PYTHON) -m venv $(VENV_COMPAT)
 	$(PY_COMPAT) -m pip install -q --upgrade pip

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-PACKAGES = ("torch", "transformers", "tokenizers", "optimum", "optimum.onnx", "onnxruntime", "onnx", "onnxscript",
+PACKAGES = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "onnxscript",
             "tensorrt", "datasets", "huggingface_hub", "numpy", "typer", "rich")
 
 
@@ -21,7 +21,7 @@ def package_version(name: str) -> str | None:
         if name == "onnxruntime":
             dist = onnxruntime_distribution()
             return dist[1] if dist else None
-        return version({"optimum.onnx": "optimum-onnx"}.get(name, name))
+        return version(name)
     except Exception:
         return None
 

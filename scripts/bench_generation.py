@@ -10,8 +10,9 @@ each engine's candidates equal those of the first engine under the same variant.
         --result benchmarks/results/generation.json
 
 Engines are written as for ``breaknli-fast bench`` (``ENGINE:PRECISION[:key=value...]``; numbers and
-``true`` / ``false`` are converted, ``generator=`` overrides ``--generator``), e.g. ``ort:int8:step_graphs=false`` samples through optimum's decoder graphs instead of the
-export's step graphs, ``validate=false`` skips the export's validation (random weights).
+``true`` / ``false`` are converted, ``generator=`` overrides ``--generator``), e.g. ``ort:int8:graph_topk=false``
+samples on the decoder graph's full logits instead of its own top-k, ``validate=false`` skips the export's
+validation (random weights).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ KINDS = ("bench", "run_loop", "busy", "generation", "baselines", "classifier_sha
          "ort_parity", "study", "real_shapes", "gpu_check", "generation_batch")
 # variables that change what a measurement sees; recorded (and put before the command) when set
 ENV_VARS = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
-PACKAGES = ("torch", "onnxruntime", "transformers", "optimum", "numpy", "ctranslate2")
+PACKAGES = ("torch", "onnxruntime", "transformers", "optimum", "numpy", "ctranslate2")  # optimum: a peer only
 
 
 def load_average() -> list[float] | None:

@@ -440,3 +440,20 @@ def test_transformer_fusion_keeps_fp32_parity(ort_models, tiny_dir, family, fuse
                                         **_opts(tiny_dir, tolerances=RANDOM_WEIGHTS))
         assert int8.info.details["variant"] == "int8-dynamic-fused"
         assert np.isfinite(int8.classify(PAIRS).logits).all()
+
+
+def test_a_library_user_loads_the_ort_engines_with_no_other_import(ort_models, tiny_dir):
+    """``registry.load_generator("ort", ...)`` in a fresh interpreter, with nothing else of the package imported
+    first: the ort backend reaches its exporter itself (no side-effect import to remember)."""
+    import subprocess
+    import sys
+
+    code = ("from breaknli_fast.engines import registry\n"
+            "from breaknli_fast.engines.base import Decoding\n"
+            f"g = registry.load_generator('ort', {ort_models['t5']!r}, cache_dir={str(tiny_dir / 'export-cache')!r})\n"
+            f"c = registry.load_classifier('ort', {ort_models['roberta']!r}, cache_dir={str(tiny_dir / 'export-cache')!r})\n"
+            "print(len(g.generate(['A man sleeps.'], 2, Decoding(max_new_tokens=4), [1])[0]), "
+            "c.classify([('A man sleeps.', 'A person rests.')]).labels[0] in ('entailment', 'neutral', 'contradiction'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["2", "True"]

@@ -250,9 +250,11 @@ class HFGenerator(GeneratorBase):
             rows = greedy_search(self._stepper(), ids, mask, decoding.max_new_tokens, start, eos,
                                  decoding.min_new_tokens)
             return [[_cut(r, eos, pad)] for r in rows]
-        gc = self.generation_config
-        lp = float(getattr(gc, "length_penalty", None) or 1.0) if gc is not None else 1.0
-        early = getattr(gc, "early_stopping", False) if gc is not None else False
+        gc = self.generation_config  # unset fields: transformers' defaults (5.x leaves them None)
+        lp = getattr(gc, "length_penalty", None)
+        lp = 1.0 if lp is None else float(lp)
+        early = getattr(gc, "early_stopping", None)
+        early = False if early is None else early
         if early not in (True, False):
             raise ValueError(f"the model's generation config asks for early_stopping={early!r}, which the "
                              f"{self.info.engine} engine's beam search does not run; use --engine torch")

@@ -64,12 +64,12 @@ class Stepper(Protocol):
 
 
 class TorchStepper:
-    """Stepper over any Hugging Face seq2seq model object (torch, or optimum's ORT models).
+    """Stepper over any transformers seq2seq model object (the torch engine).
 
     A torch T5-family model gets its cross-attention keys and values computed once per *prompt* (the encoder
     output projected by every decoder layer's ``EncDecAttention.k`` / ``.v``) and handed to its ``n`` rows
     through a prefilled cache, instead of each row projecting its own copy of the encoder output at the first
-    step; the attention itself is transformers' code, unchanged. Other models (and optimum's) get the encoder
+    step; the attention itself is transformers' code, unchanged. Other models get the encoder
     output repeated per row, as transformers' ``generate`` does."""
 
     def __init__(self, model: Any):

@@ -69,7 +69,8 @@ def _load_pairs(name_or_path: str, limit: int) -> list[tuple[str, str]]:
 
 def export(
     model: str = typer.Option(..., "--model", "-m", help="mini-nli / mini-t5, a local model folder or a hub id"),
-    format: str = typer.Option("onnx", "--format", help="onnx or tensorrt"),
+    format: str = typer.Option("onnx", "--format", help="onnx (the ort engine), tensorrt, or ct2 (CTranslate2, "
+                                                         "Flan-T5 only)"),
     precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8"),
     device: str = typer.Option("cpu", "--device", help="target device: cpu (int8 = dynamic) or cuda (int8 = static QDQ)"),
     calibration_data: Optional[str] = typer.Option(
@@ -85,7 +86,8 @@ def export(
         None, "--min-token-agreement", help="tolerance: greedy token agreement of generators, %"),
     max_length: int = typer.Option(256, "--max-length", help="maximum tokens of a pair"),
 ) -> None:
-    """Export a model to ONNX (fp32/fp16/int8) or TensorRT, validate it against PyTorch fp32, and cache it."""
+    """Export a model to ONNX (fp32/fp16/int8), TensorRT or CTranslate2, validate it against PyTorch fp32, and
+    cache it."""
     from breaknli_fast.console import console as out_console
     from breaknli_fast.console import user_errors
     from breaknli_fast.export.errors import ExportError, ExportValidationError
