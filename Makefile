@@ -12,12 +12,12 @@ STAMP_COMPAT := $(VENV_COMPAT)/.installed
 
 .PHONY: setup setup-compat run test test-ray test-compat clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, from the local CPU wheel; a looser pin would pull several GB of CUDA wheels
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[onnx,hub,bench,test,ray,ct2]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[onnx,hub,bench,test,ray,ct2,merge]"
 	touch $(STAMP)
 
 # the second stack: transformers 5.x and huggingface_hub 1.x (the same tests, Flan-T5's ONNX export among them)

@@ -27,28 +27,37 @@ app = typer.Typer(name="breaknli-fast", add_completion=False, no_args_is_help=Fa
 DEFAULT_SAMPLE_LIMIT = 1000  # examples of the embedded sample used when --limit is not given
 
 
-def breakdown_table(bd: dict[str, Any]) -> Table:
+def breakdown_tables(bd: dict[str, Any], width: int) -> list[Table]:
     """The breakdown's accuracy and inequality rates, one row per group (report.md has every rate with its CI,
-    and the complements of 0/1 columns); fits 80 columns."""
+    and the complements of 0/1 columns), in as many tables as ``width`` needs for no cell to be cropped."""
+    from breaknli_fast.console import tables_that_fit
+
     keys = list(dict.fromkeys(k for spec in bd.values() for g in spec["groups"] for k in g["rates"]
                               if not k.endswith("relaxed")))
     short = {k: k.replace("contradictive inequality", "contr. ineq.").replace("entailed inequality", "ent. ineq.")
-             .replace("accuracy (p, h)", "acc. (p, h)") for k in keys}
-    t = Table(title="Breakdown, % (* fewer than 30 examples; all rates with CIs in report.md)", title_justify="left")
-    t.add_column("group", no_wrap=True, max_width=24, overflow="ellipsis")
-    t.add_column("n", justify="right", no_wrap=True)
-    for k in keys:
-        t.add_column(short[k], justify="right", no_wrap=True)
-    for spec in bd.values():
-        for g in spec["groups"]:
-            if spec["kind"] == "category" and g["value"] == "0" and len(bd) > 1:
-                continue  # several 0/1 columns: their complements are in report.md
+             .replace("accuracy (p, h)", "acc. (p, h)").replace("omega_", "Ω_") for k in keys}
+    # with several 0/1 columns, their complements ("not X") are in report.md only
+    groups = [g for spec in bd.values() for g in spec["groups"]
+              if not (spec["kind"] == "category" and g["value"] == "0" and len(bd) > 1)]
+    group_min = min(24, max((len(g["group"]) for g in groups), default=5))
+
+    def make(cols: Any) -> Table:
+        part = "" if len(cols) == len(keys) else f"; {', '.join(short[k] for k in cols)}"
+        t = Table(title=f"Breakdown, % (* fewer than 30 examples; all rates with CIs in report.md){part}",
+                  title_justify="left")
+        t.add_column("group", min_width=group_min, overflow="fold")
+        t.add_column("n", justify="right", no_wrap=True)
+        for k in cols:
+            t.add_column(short[k], justify="right", no_wrap=True)
+        for g in groups:
             cells = []
-            for k in keys:
+            for k in cols:
                 c = g["rates"].get(k)
                 cells.append("–" if not c or c["rate"] is None else f"{c['rate']:.1f}" + ("*" if c["n"] < 30 else ""))
             t.add_row(literal(g["group"]), str(g["examples"]), *cells)
-    return t
+        return t
+
+    return tables_that_fit(make, keys, width)
 
 
 def print_summary(result: Any) -> None:
@@ -61,7 +70,8 @@ def print_summary(result: Any) -> None:
     for item in result.probe.console(report):
         console.print(item)
     if report.get("breakdown"):
-        console.print(breakdown_table(report["breakdown"]))
+        for table in breakdown_tables(report["breakdown"], console.width):
+            console.print(table)
     t = report["throughput"]
     n_inv = t.get("invocations", 1)
     parts = [f"{t.get('examples', t['examples_this_invocation'])} examples in {t['wall_seconds']:.1f} s"]

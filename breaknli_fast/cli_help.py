@@ -5,7 +5,9 @@
 - help (``-h`` or ``--help`` everywhere): the usage line, the description, then one panel per group of options
   (``rich_help_panel`` of each option; the panels in :data:`PANEL_ORDER`). Each option's names, value and help
   are printed literally (``pip install 'x[ray]'`` keeps its ``[ray]``); an option whose names are too long for
-  the left column gets a line of its own, so no name is ever cut, and the help wraps in the space left;
+  the left column gets a line of its own, so no name is ever cut, and the help wraps in the space left at
+  spaces, a word longer than a line after a comma, ``=``, ``/`` or ``|`` (:func:`wrap_words`), so no word is split;
+- a group's help lists its commands with the whole first sentence of each one's description;
 - a usage error (an unknown option, a value out of range, a missing one) is one line, ``error: <what>``, exit
   code 2, like every other user error of the package (:mod:`breaknli_fast.console`).
 """
@@ -19,6 +21,7 @@ from typing import Any, Sequence
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.panel import Panel
@@ -36,14 +39,49 @@ from breaknli_fast.console import print_error
 HELP_OPTIONS = ["-h", "--help"]
 OPTIONS = "Options"  # the panel of options that name none
 # panels in this order; any other panel (a probe's) goes where None stands
-PANEL_ORDER: Sequence[str | None] = ("Study", "Data", "Models and engines", "Generation", None, "Ray",
-                                     "Speed and memory", "Output", OPTIONS)
+PANEL_ORDER: Sequence[str | None] = ("Study", "Data", "Engines compared", "Models and engines", "Generation", None,
+                                     "Timing", "Parity checks", "Ray", "Speed and memory", "Output", OPTIONS)
 NAME_COLUMN = 30  # the widest left column (option names and value), in characters
 MAX_WIDTH = 120  # help is not drawn wider than this, however wide the terminal
 
 
 def _width() -> int:
     return max(40, min(MAX_WIDTH, shutil.get_terminal_size((80, 24)).columns))
+
+
+BREAK_AFTER = ",;=/|&"  # where a word longer than a line may be broken
+
+
+def _break_word(word: str, width: int) -> list[str]:
+    """``word`` (longer than ``width``) in pieces of at most ``width`` cells, each ending after the last
+    :data:`BREAK_AFTER` character that fits; cut at the width only where there is none."""
+    pieces = []
+    while cell_len(word) > width:
+        fit = 0
+        while fit < len(word) and cell_len(word[:fit + 1]) <= width:
+            fit += 1
+        cut = max((i + 1 for i in range(fit) if word[i] in BREAK_AFTER), default=fit)
+        pieces.append(word[:cut])
+        word = word[cut:]
+    return pieces + ([word] if word else [])
+
+
+def wrap_words(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells, broken at spaces; a word longer than a line is broken after
+    punctuation (:func:`_break_word`), never inside a word that fits on a line of its own."""
+    width = max(1, width)
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        pieces = _break_word(word, width) if cell_len(word) > width else [word]
+        for i, piece in enumerate(pieces):
+            sep = " " if line and i == 0 else ""
+            if line and cell_len(line + sep + piece) > width:
+                lines.append(line)
+                line = piece
+            else:
+                line += sep + piece
+    return lines + ([line] if line else [])
 
 
 def _panel_rank(title: str, first_seen: int) -> tuple[int, int]:
@@ -65,6 +103,7 @@ def _option_rows(ctx: Any, params: Sequence[Any]) -> dict[str, list[tuple[str, s
 def _panel(title: str, rows: Sequence[tuple[str, str]], width: int) -> Panel:
     inner = width - 4  # borders and padding
     left = min(NAME_COLUMN, max(len(name) for name, _ in rows), inner // 2)
+    right = inner - left - 2  # the grid's gap between the columns
     parts: list[RenderableType] = []
     grid_rows: list[tuple[Text, Text]] = []
 
@@ -72,7 +111,7 @@ def _panel(title: str, rows: Sequence[tuple[str, str]], width: int) -> Panel:
         if grid_rows:
             grid = Table.grid(padding=(0, 2))
             grid.add_column(width=left, no_wrap=True)
-            grid.add_column(ratio=1, overflow="fold")
+            grid.add_column(width=right, no_wrap=True)  # wrapped by wrap_words
             for row in grid_rows:
                 grid.add_row(*row)
             parts.append(grid)
@@ -80,12 +119,13 @@ def _panel(title: str, rows: Sequence[tuple[str, str]], width: int) -> Panel:
 
     for name, text in rows:
         styled = Text(name, style="bold cyan")
+        help_text = Text("\n".join(wrap_words(text, right)))
         if len(name) > left:  # the names on a line of their own, the help below in the right column
             flush()
             parts.append(styled)
-            grid_rows.append((Text(""), Text(text)))
+            grid_rows.append((Text(""), help_text))
         else:
-            grid_rows.append((styled, Text(text)))
+            grid_rows.append((styled, help_text))
     flush()
     return Panel(Group(*parts), title=title, title_align="left", border_style="dim", box=box.ROUNDED,
                  padding=(0, 1))
@@ -102,7 +142,8 @@ def render_help(ctx: Any, command: Any, commands: Sequence[tuple[str, str]] = ()
         con.print()
         for para in (p.strip() for p in command.help.split("\n\n")):
             if para and para != "\b":
-                con.print(Padding(Text(" ".join(para.replace("\b", "").split())), (0, 0, 1, 1)))
+                lines = wrap_words(para.replace("\b", ""), width - 1)
+                con.print(Padding(Text("\n".join(lines)), (0, 0, 1, 1)))
     else:
         con.print()
     panels = _option_rows(ctx, command.get_params(ctx))
@@ -112,7 +153,7 @@ def render_help(ctx: Any, command: Any, commands: Sequence[tuple[str, str]] = ()
     if commands:
         con.print(_panel("Commands", list(commands), width))
     if command.epilog:
-        con.print(Padding(Text(" ".join(command.epilog.split()), style="dim"), (1, 0, 0, 1)))
+        con.print(Padding(Text("\n".join(wrap_words(command.epilog, width - 1)), style="dim"), (1, 0, 0, 1)))
     return buf.getvalue()
 
 
@@ -154,7 +195,7 @@ class HelpGroup(_OneLineErrors, TyperGroup):
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
             if cmd is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(limit=200)))
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))  # the whole first sentence
         formatter.write(render_help(ctx, self, rows))
 
 

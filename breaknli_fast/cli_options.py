@@ -28,6 +28,7 @@ from breaknli_fast.errors import UserError
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
 STUDY, DATA, MODELS, RAY, SPEED, OUTPUT = "Study", "Data", "Models and engines", "Ray", "Speed and memory", "Output"
+ENGINES, TIMING, PARITY = "Engines compared", "Timing", "Parity checks"  # bench's own panels
 
 GENERATOR = typer.Option("mini-t5", "--generator", "-g", rich_help_panel=MODELS,
                          help="Generator: hub id, local folder, or a shipped mini model.")
@@ -71,6 +72,21 @@ def warn_threads(threads: int | None) -> None:
     if threads and threads > cores:
         warn(f"--threads {threads} is more than the {cores} CPU cores this process may use: threads beyond the "
              "cores wait for one another and make the run slower, not faster")
+
+
+def set_help_panels(func: Callable[..., Any], panels: dict[str, Sequence[str]]) -> None:
+    """Put the options of ``func`` named in ``panels`` (panel title -> parameter names) into those panels of its
+    help: one table beside a long signature instead of ``rich_help_panel=`` on each option. A name that is not a
+    parameter, or an option that already has another panel (a shared one, such as ``--dataset``), is an error."""
+    params = inspect.signature(func).parameters
+    for title, names in panels.items():
+        for name in names:
+            info = params[name].default if name in params else None
+            if not hasattr(info, "rich_help_panel"):
+                raise RuntimeError(f"{func.__name__} has no option {name}")
+            if info.rich_help_panel not in (None, title):
+                raise RuntimeError(f"{func.__name__}'s option {name} is in the panel {info.rich_help_panel!r}")
+            info.rich_help_panel = title
 
 
 # -- the options of the registered probes ------------------------------------------------------------------

@@ -9,15 +9,18 @@ never read as rich markup: it goes through :func:`literal` or ``markup=False``, 
 
 from __future__ import annotations
 
+import io
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn, Sequence, TypeVar
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
+from rich.table import Table
 from rich.text import Text
 
 from breaknli_fast.errors import UserError, first_line
@@ -25,6 +28,8 @@ from breaknli_fast.progress import ProgressHook
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
+
+T = TypeVar("T")
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -120,3 +125,36 @@ def make_progress() -> Progress:
     """Progress bars on stderr (stdout stays the result)."""
     return Progress(SpinnerColumn(), TextColumn("{task.description:<16}"), BarColumn(bar_width=24), MofNCompleteColumn(),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False)
+
+
+def _cell_width(con: Console, renderable: Any) -> int:
+    return Measurement.get(con, con.options.update_width(10_000), renderable).maximum
+
+
+def min_table_width(table: Table) -> int:
+    """The narrowest width at which ``table`` shows every cell whole: its ``no_wrap`` columns are first given a
+    ``min_width`` of their widest cell (rich would otherwise crop them, ``…``, to fit the terminal); the other
+    columns wrap at spaces down to their longest word or their ``min_width``."""
+    con = Console(width=10_000, file=io.StringIO())  # measures only: nothing is printed
+    for col in table.columns:
+        if col.no_wrap:
+            col.min_width = max([col.min_width or 0, *(_cell_width(con, c) for c in col.cells)])
+    return Measurement.get(con, con.options, table).minimum
+
+
+def tables_that_fit(make: Callable[[Sequence[T]], Table], items: Sequence[T], width: int) -> list[Table]:
+    """``make(items)`` split into as few tables as fit ``width``: ``items`` are the table's repeated columns (the
+    models of a comparison, the rates of a breakdown), kept in order, each table taking as many as fit beside the
+    columns every table repeats (the row labels). One item too wide alone still gets a table of its own."""
+    tables: list[Table] = []
+    group: list[T] = []
+    for item in items:
+        if group and min_table_width(make([*group, item])) > width:
+            tables.append(make(group))
+            group = []
+        group.append(item)
+    if group or not tables:
+        tables.append(make(group))
+    for t in tables:
+        min_table_width(t)  # the no_wrap columns of the returned tables keep their whole width too
+    return tables

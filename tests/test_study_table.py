@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import os
@@ -435,3 +436,66 @@ def test_one_progress_display_keeps_one_cell_at_a_time():
     assert rec.events == ["start 1/2 contradictive", "start 2/2 contradictive"]
     assert split_names(" a, b,a,,") == ["a", "b"]
     assert [c.dir for c in cells_of(["x/d.tsv", "y/d.tsv"], ["m"])] == ["d.tsv-m", "d.tsv-m-2"]
+
+
+# report.html's example list in Node with a minimal DOM: what the page's own script draws, row by row
+NODE_DOM = r"""
+const fs = require('fs');
+const page = fs.readFileSync(process.argv[1], 'utf8');
+const data = page.match(/<script type="application\/json" id="data">([\s\S]*?)<\/script>/)[1];
+const js = page.match(/<script>([\s\S]*?)<\/script><\/body>/)[1];
+class El {
+  constructor(tag, text) { this.tagName = tag; this.children = []; this._t = text || ''; this.dataset = {};
+    this.classList = {add: () => {}}; this.className = ''; this.hidden = false; this.value = ''; }
+  set textContent(v) { this._t = String(v); this.children = []; }
+  get textContent() { return this._t + this.children.map(c => c.textContent).join(''); }
+  appendChild(c) { this.children.push(c); return c; }
+  addEventListener() {}
+}
+const ids = {data: new El('script', data)};
+globalThis.document = {getElementById: id => ids[id] || (ids[id] = new El('div')),
+                       createElement: tag => new El(tag), createTextNode: t => new El('#text', t)};
+globalThis.Option = class extends El { constructor(t, v) { super('option', t); this.value = v; } };
+globalThis.location = {hash: ''};
+globalThis.history = {replaceState() {}};
+globalThis.window = {addEventListener() {}};
+eval(js);
+console.log(JSON.stringify(ids.rows.children.map(tr => tr.children.map(td => td.textContent))));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed: the example list's script is "
+                                                         "run where there is one")
+def test_the_example_list_shows_each_example_s_premise_and_hypothesis(study):
+    page = study.study_dir / "report.html"
+    text = page.read_text()
+    head = re.search(r'<table id="examples"><thead><tr>(.*?)</tr></thead>', text).group(1)
+    columns = re.findall(r"<th>(.*?)</th>", head)
+    assert columns[-2:] == ["premise", "hypothesis"]
+    r = subprocess.run(["node", "-e", NODE_DOM, str(page)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout)
+    examples = _payload(text)["examples"]
+    assert rows and len(rows) == min(len(examples), _payload(text)["shown"])
+    for row, e in zip(rows, examples):
+        assert len(row) == len(columns)
+        assert dict(zip(columns, row))["premise"] == e["view"]["premise"]
+        assert dict(zip(columns, row))["hypothesis"] == e["view"]["hypothesis"]
+    assert f"colSpan={len(columns)}" in text  # an opened example spans the whole row
+
+
+def test_the_settings_read_as_text_not_as_python(study):
+    from breaknli_fast.study.compare import setting_text
+
+    text = (study.study_dir / "report.html").read_text()
+    settings = re.findall(r"<li>(.*?)</li>", re.search(r'<ul class="settings">(.*?)</ul>', text).group(1))
+    loop = next(s for s in settings if s.startswith("BreakNLI loop: "))
+    assert "relation filter: one direction" in loop and "K = 6 candidates per hypothesis" in loop
+    assert "decoding: sampling (top-p 1.0, top-k off, temperature 1.0, fast sampler), at most 10 new tokens" in loop
+    for s in settings:
+        assert not re.search(r"\b(True|False|None)\b|\w_\w", s), s  # no Python literal, no field_name
+    assert f"- {html.unescape(loop)}" in (study.study_dir / "table.md").read_text()  # the same lines
+    assert setting_text("bidirectional", True, {}) == "relation filter: both directions ((h, h′) and (h′, h))"
+    assert setting_text("relation_filter", "lazy", {"bidirectional": False}) is None  # one direction: no second
+    assert setting_text("top_up", 15, {}) == "top up: 15"  # a setting the table does not know: still words
+    assert setting_text("save_permutations", False, {}) is None and setting_text("chunk_size", 16, {}) is None

@@ -180,3 +180,16 @@ def bench(
     console.print(f"bench written to [bold]{escape(str(out_dir))}[/] (" + ", ".join(p.name for p in paths.values()) + ")")
     if strict and not result.passed:
         raise typer.Exit(1)
+
+
+# bench -h: its own options by group (the shared ones, --dataset, --generator, ..., have their panels already)
+opts.set_help_panels(bench, {
+    opts.STUDY: ("probe", "seed"),
+    opts.DATA: ("by", "limit"),
+    opts.ENGINES: ("engines", "component_split", "random_weights", "cache_dir"),
+    opts.MODELS: ("mlm",),
+    opts.TIMING: ("repeats", "warmup", "min_iterations", "min_seconds", "interleave", "gen_prompts", "fixed_length"),
+    opts.PARITY: ("tolerance", "min_agreement", "strict", "require_equivalence", "greedy_prompts", "invariance_pairs"),
+    opts.SPEED: ("threads",),
+    opts.OUTPUT: ("out", "no_plot", "compare"),
+})

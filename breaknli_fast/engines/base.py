@@ -64,7 +64,25 @@ class Predictions:
 
 @dataclass
 class Decoding:
-    """Decoding settings of the generator (spec defaults: sampling, top_p .95, top_k 50, T 1.0, 40 tokens)."""
+    """Decoding settings of the generator (spec defaults: sampling, top_p .95, top_k 50, T 1.0, 40 tokens).
+
+    ``strategy`` picks how the ``n`` texts of a prompt are made (:meth:`Generator.generate`):
+
+    * ``sampling``: ``n`` independent draws; each step keeps the ``top_k`` most likely tokens (0: all), then the
+      smallest set of them holding ``top_p`` of the probability, divides the logits by ``temperature`` and draws
+      one. ``sampler`` ``fast`` (default) draws with numpy's PCG64 seeded by the prompt's seed;
+      ``transformers`` gives exactly what transformers' ``generate(do_sample=True)`` gives for that prompt
+      under ``torch.manual_seed(seed)`` (slower). The seed decides the texts: same prompt, seed and settings,
+      same texts, whatever the batch (``engines.sampling``);
+    * ``beam``: the ``n`` best of ``num_beams`` beams (default ``n``; at least ``n``); no randomness;
+    * ``diverse-beam``: group beam search with a Hamming ``diversity_penalty`` between ``num_beam_groups``
+      groups (default one beam per group); no randomness;
+    * ``greedy``: the most likely token at each step; one text per prompt (``n`` must be 1); no randomness.
+
+    Every strategy stops a text at the end-of-sequence token or after ``max_new_tokens`` tokens (not before
+    ``min_new_tokens``: fixed-work benchmarks only). Invalid settings raise ``ValueError`` here, before any
+    model runs: ``Decoding(strategy="sampling", temperature=0)`` asks for greedy decoding instead.
+    """
 
     strategy: str = "sampling"  # sampling | beam | diverse-beam | greedy
     top_p: float = 0.95
@@ -152,7 +170,16 @@ class Generator(Protocol):
     info: EngineInfo
 
     def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
-        """``n`` texts for each prompt; prompt i is decoded under ``seeds[i]``."""
+        """``n`` texts for each prompt, as ``[[text, ...] per prompt]`` in the prompts' order; prompt i is decoded
+        under ``seeds[i]`` (one seed per prompt, a non-negative int; :func:`derive_seed` makes stable ones from
+        names, as the BreakNLI loop does from the run's seed, the mode and the example id).
+
+        With ``decoding.strategy == "sampling"`` the seed decides the draws: the same prompt, seed and
+        :class:`Decoding` give the same texts whichever prompts share its batch and in whatever order, so a run
+        resumes exactly and two engines can be compared text for text (CTranslate2 is the exception: one random
+        stream per engine, reproducible for the same calls in the same order). Beam, diverse-beam and greedy
+        decoding use no randomness and ignore the seeds (still one per prompt). The texts are decoded without
+        special tokens and may repeat (de-duplication is the caller's)."""
         ...
 
     def count_tokens(self, texts: Iterable[str]) -> int:
@@ -273,6 +300,8 @@ class GeneratorBase:
     stats: GeneratorStats | None = None
 
     def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
+        """``n`` texts per prompt, prompt i decoded under ``seeds[i]``: see :meth:`Generator.generate` and
+        :class:`Decoding`."""
         raise NotImplementedError
 
     def count_tokens(self, texts: Iterable[str]) -> int:

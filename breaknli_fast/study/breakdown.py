@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from breaknli_fast.data.loaders import DataError, Example, LoadedData, TAXINLI_CATEGORIES
-from breaknli_fast.plotting import pyplot
+from breaknli_fast.plotting import marker_handles, pyplot, rate_bars, wrap_to_width
 
 MIN_N = 30  # fewer examples behind a rate than this: flagged as too few for a meaningful rate
 MAX_VALUES = 50  # a categorical column with more distinct values is refused (an id or a text, not a category)
@@ -133,48 +133,60 @@ def markdown(bd: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot(bd: dict[str, Any], path: Any) -> bool:
-    """breakdown.png: per column set, groups x headline rates as bars with CI whiskers (groups with too few
-    examples hatched). Needs matplotlib (the ``bench`` extra); returns False without it."""
+def figure(bd: dict[str, Any]) -> Any:
+    """breakdown.png's figure: per column set, groups x headline rates as bars with CI whiskers (groups with too
+    few examples hatched, a rate of 0 % and a rate not evaluated marked apart: :func:`rate_bars`); only the rates
+    a panel has a value of are its series and legend entries. None without matplotlib (the ``bench`` extra) or
+    without a group to draw."""
     plt = pyplot()
     if plt is None:
-        return False
+        return None
     # one panel for all 0/1 categories (their "= 1" groups), one per categorical column
     panels: list[tuple[str, list[dict[str, Any]]]] = []
     cats = [g for spec in bd.values() if spec["kind"] == "category" for g in spec["groups"] if g["value"] == "1"]
     if cats:
-        panels.append(("categories (examples where the column is 1)", cats))
+        panels.append(("0/1 columns: the examples where the column is 1", cats))
     panels += [(col, spec["groups"]) for col, spec in bd.items() if spec["kind"] == "categorical"]
     if not panels:
-        return False
-    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 0.7 * max(len(p[1]) for p in panels) + 3), 4.2 * len(panels)),
-                             squeeze=False)
+        return None
+    from matplotlib.patches import Patch
+
+    fig_w = max(8, 0.7 * max(len(p[1]) for p in panels) + 3)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(fig_w, 4.2 * len(panels) + 0.6), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (title, groups) in zip(axes[:, 0], panels):
-        keys = list(dict.fromkeys(k for g in groups for k in g["rates"]))
+        marks = {"na": False, "zeros": False, "small": False}
+        keys = list(dict.fromkeys(k for g in groups for k, c in g["rates"].items() if c and c.get("rate") is not None))
         width = 0.8 / max(1, len(keys))
+        handles = []
         for j, key in enumerate(keys):
-            xs, ys, errs, hatch = [], [], [[], []], []
-            for i, g in enumerate(groups):
-                c = g["rates"].get(key)
-                if not c or c.get("rate") is None:
-                    continue
-                xs.append(i + (j - (len(keys) - 1) / 2) * width)
-                ys.append(c["rate"])
-                errs[0].append(max(0.0, c["rate"] - c["ci"][0]))  # max: rounding at 0 % and 100 %
-                errs[1].append(max(0.0, c["ci"][1] - c["rate"]))
-                hatch.append(c["n"] < MIN_N)
-            bars = ax.bar(xs, ys, width, yerr=errs, capsize=2, label=key)
-            for b, h in zip(bars, hatch):
-                if h:
-                    b.set_hatch("//")
-                    b.set_alpha(0.5)
+            color = colors[j % len(colors)]
+            xs = [i + (j - (len(keys) - 1) / 2) * width for i in range(len(groups))]
+            cells = [g["rates"].get(key) for g in groups]
+            small = [bool(c) and c.get("rate") is not None and c["n"] < MIN_N for c in cells]
+            drawn = rate_bars(ax, xs, cells, width, color, hatched=small)
+            marks["na"] |= drawn["na"] > 0
+            marks["zeros"] |= drawn["zeros"] > 0
+            marks["small"] |= any(small)
+            handles.append(Patch(color=color, label=key))
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([f"{g['group']}\n(n={g['examples']})" for g in groups], rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("%")
         ax.set_ylim(0, 105)
-        ax.set_title(title + f"; hatched: fewer than {MIN_N} examples; whiskers: 95 % CI")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.tight_layout()
+        ax.set_title(wrap_to_width(title, fig_w - 3, 11), fontsize=11)
+        handles += marker_handles(marks["na"], marks["zeros"],
+                                  f"hatched: fewer than {MIN_N} examples" if marks["small"] else None)
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.text(0.01, 0.005, "whiskers: 95 % CI", fontsize=9, ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.3 / (4.2 * len(panels) + 0.6), 1, 1))
+    return fig
+
+
+def plot(bd: dict[str, Any], path: Any) -> bool:
+    """breakdown.png (:func:`figure`) into ``path``; False without matplotlib or without a group to draw."""
+    fig = figure(bd)
+    if fig is None:
+        return False
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    pyplot().close(fig)
     return True

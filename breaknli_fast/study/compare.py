@@ -330,14 +330,79 @@ def settings_lines(runs: Sequence[Run]) -> list[str]:
         out.append("masked LMs " + ", ".join(map(str, c["mlm"])))
     for key in ("loop", "permutation", "merge", "accuracy"):
         if isinstance(ident.get(key), dict):
-            parts = []
-            for k, v in ident[key].items():
-                if k in ("chunk_size", "prompts"):
-                    continue
-                if isinstance(v, dict):
-                    v = ", ".join(f"{a} {b}" for a, b in v.items() if b is not None)
-                    parts.append(f"{k} ({v})")
-                else:
-                    parts.append(f"{k} {'/'.join(map(str, v)) if isinstance(v, list) else v}")
-            out.append(f"{key}: " + "; ".join(parts))
+            parts = [p for k, v in ident[key].items() for p in [setting_text(k, v, ident[key])] if p]
+            if parts:
+                out.append(f"{SECTION_NAMES.get(key, key)}: " + "; ".join(parts))
     return out
+
+
+SECTION_NAMES = {"loop": "BreakNLI loop", "permutation": "permutations", "merge": "MERGE", "accuracy": "accuracy"}
+DECODING_NAMES = {"sampling": "sampling", "beam": "beam search", "diverse-beam": "diverse beam search",
+                  "greedy": "greedy decoding"}
+
+
+def _plain(value: Any) -> str:
+    """A setting's value as words: yes / no, lists joined with "and", a dict as "key value" pairs."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "default"
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        return " and ".join(items) if len(items) <= 2 else ", ".join(items[:-1]) + " and " + items[-1]
+    if isinstance(value, dict):
+        return ", ".join(f"{str(k).replace('_', ' ')} {_plain(v)}" for k, v in value.items() if v is not None)
+    return str(value)
+
+
+def _decoding_text(d: dict[str, Any], k: Any) -> str:
+    strategy = str(d.get("strategy"))
+    text = DECODING_NAMES.get(strategy, strategy)
+    if strategy == "sampling":
+        text += (f" (top-p {d.get('top_p')}, top-k {d.get('top_k') or 'off'}, temperature {d.get('temperature')}, "
+                 f"{d.get('sampler')} sampler)")
+    elif strategy == "beam":
+        text += f" ({d.get('num_beams') or k} beams)"
+    elif strategy == "diverse-beam":
+        text += (f" ({d.get('num_beams') or k} beams in {d.get('num_beam_groups') or d.get('num_beams') or k} groups, "
+                 f"diversity penalty {d.get('diversity_penalty')})")
+    tokens = f"at most {d.get('max_new_tokens')} new tokens"
+    if d.get("min_new_tokens"):
+        tokens = f"{d['min_new_tokens']} to {d.get('max_new_tokens')} new tokens"
+    return f"decoding: {text}, {tokens}"
+
+
+def setting_text(key: str, value: Any, section: dict[str, Any]) -> str | None:
+    """One setting of a probe's identity (``key``: ``value``, ``section``: the probe's other settings) as a reader
+    says it ("relation filter: both directions"); None for what does not change a result (chunk size, prompts:
+    config.json holds them). A setting this table does not know reads "key words: value"."""
+    bidirectional = section.get("bidirectional", True)
+    if key in ("chunk_size", "prompts"):
+        return None
+    text = {
+        "modes": lambda v: f"{_plain(v)} mode{'s' * (isinstance(v, (list, tuple)) and len(v) != 1)}",
+        "k": lambda v: f"K = {v} candidates per hypothesis",
+        "u": lambda v: f"U = {v} distinct kept",
+        "s": lambda v: f"S = {v} on target evaluated",
+        "bidirectional": lambda v: ("relation filter: both directions ((h, h′) and (h′, h))" if v else
+                                    "relation filter: one direction ((h, h′) only)"),
+        "relation_filter": lambda v: None if not bidirectional else (
+            "(h′, h) asked only where it can change the verdict" if v == "lazy" else
+            "both directions asked of every kept candidate" if v == "full" else f"relation checks: {v}"),
+        "decoding": lambda v: _decoding_text(v, section.get("k")) if isinstance(v, dict) else f"decoding: {v}",
+        "q": lambda v: f"q = {v} permutations per example",
+        "scheme": lambda v: {"both": "premise and hypothesis permuted", "hyp": "hypothesis permuted"}.get(v, f"scheme: {v}"),
+        "save_permutations": lambda v: "every permuted pair kept in samples.jsonl" if v else None,
+        "seeds": lambda v: f"{v} random draws of the variants",
+        "per_pos": lambda v: f"{v} variants per POS category and problem in each draw",
+        "min_suggestions": lambda v: f"words with fewer than {v} suggestions dropped",
+        "top_k": lambda v: f"{v} suggestions asked of each masked LM",
+        "pos_filter": lambda v: "POS filter: on" if v else "POS filter: off",
+        "prob_filter": lambda v: {"below": "suggestions no more probable than the original",
+                                  "reversed": "suggestions more probable than the original",
+                                  "off": "suggestions of any probability"}.get(v, f"probability filter: {v}"),
+        "pattern": lambda v: {"draws": "pattern accuracy per draw, averaged over the draws",
+                              "pooled": "pattern accuracy over all distinct variants at once"}.get(v, f"pattern: {v}"),
+        "seed": lambda v: f"seed {v}",
+    }.get(key)
+    return text(value) if text is not None else f"{key.replace('_', ' ')}: {_plain(value)}"

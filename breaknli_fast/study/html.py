@@ -1,7 +1,8 @@
 """report.html: one self-contained page (no network) per run directory and per study.
 
 The page holds the comparison table (:mod:`breaknli_fast.study.compare`), the plots as ``data:`` URIs, each
-run's report.md, and an example browser over samples.jsonl: filters by model, dataset, mode (the probe's group),
+run's report.md, and an example browser over samples.jsonl (a row per record with its premise and hypothesis):
+filters by model, dataset, mode (the probe's group),
 ŷ = M(p, h), verdict, a category column (the run's ``--by`` columns, e.g. TaxiNLI's categories) and text; each
 example opens to the probe's own view of its record (:meth:`~breaknli_fast.probes.base.Probe.example_view`:
 BreakNLI's K raw candidates, the kept ones with M's labels and probabilities and why the example broke; the
@@ -175,7 +176,7 @@ def render(runs: Sequence[Run], data: dict[str, Any] | None = None, max_examples
     parts += [f'<p class="note">{_e(n)}</p>' for n in notes]
     parts.append('<div id="filters"></div><p id="count"></p><table id="examples"><thead><tr><th>#</th><th>model</th>'
                  f"<th>dataset</th><th>{_e(cls.group_key)}</th><th>ŷ</th><th>gold</th><th>verdict</th>"
-                 '<th>hypothesis</th></tr></thead><tbody id="rows"></tbody></table>'
+                 '<th>premise</th><th>hypothesis</th></tr></thead><tbody id="rows"></tbody></table>'
                  '<button id="more" type="button" hidden>show more</button>')
     parts.append("<h2>Runs</h2>")
     if run_plots:
@@ -221,7 +222,7 @@ figcaption{color:#555;font-size:12px}
 #filters label{display:flex;flex-direction:column;font-size:12px;color:#555}
 #filters select,#filters input{font-size:13px;padding:2px 4px;min-width:120px}
 #examples{width:100%}#examples th,#examples td{border-bottom:1px solid #e5e5e5;padding:4px 6px;text-align:left;vertical-align:top}
-#examples thead th{background:#f3f3f6;position:sticky;top:0}tr.ex{cursor:pointer}tr.ex:hover{background:#f5f8ff}
+#examples thead th{background:#f3f3f6;position:sticky;top:0}#examples td.txt{min-width:14em}tr.ex{cursor:pointer}tr.ex:hover{background:#f5f8ff}
 tr.ex.open{background:#eef3ff}.v-bad{color:#b00020;font-weight:600}.v-warn{color:#a15c00;font-weight:600}
 .v-ok{color:#17692c}.v-muted{color:#888}
 td.detail{background:#fbfbfd;padding:10px 16px}.pair{margin:2px 0}.pair b{display:inline-block;width:80px;color:#555}
@@ -276,7 +277,7 @@ const MARK={inequality:'v-bad',relaxed:'v-warn',holds:'v-ok',some_wrong:'v-bad',
   some:'v-warn',none:'v-ok',wrong:'v-bad',correct:'v-ok'};
 function td(tr,text,cls){const c=document.createElement('td'); c.textContent=(text===null||text===undefined)?'–':String(text);
   if(cls)c.className=cls; tr.appendChild(c); return c;}
-function detail(e){const v=e.view; const d=document.createElement('td'); d.colSpan=8; d.className='detail';
+function detail(e){const v=e.view; const d=document.createElement('td'); d.colSpan=9; d.className='detail';
   for(const [k,t] of [['p',v.premise],['h',v.hypothesis]]){const div=document.createElement('div'); div.className='pair';
     const b=document.createElement('b'); b.textContent=k; div.appendChild(b); div.appendChild(document.createTextNode(t)); d.appendChild(div);}
   if(v.why){const w=document.createElement('div'); w.className='why'; w.textContent=v.why; d.appendChild(w);}
@@ -296,7 +297,7 @@ function draw(){const body=document.getElementById('rows'); body.textContent='';
   for(const e of hits){if(n>=limit)break; const tr=document.createElement('tr'); tr.className='ex';
     tr.dataset.run=e.r; tr.dataset.group=e.g; tr.dataset.id=e.id; tr.dataset.verdict=e.v;
     td(tr,n+1); td(tr,runs[e.r].model); td(tr,runs[e.r].dataset); td(tr,e.g); td(tr,e.y); td(tr,e.view.gold);
-    td(tr,e.vl,MARK[e.v]||''); td(tr,e.view.hypothesis); const idx=n;
+    td(tr,e.vl,MARK[e.v]||''); td(tr,e.view.premise,'txt'); td(tr,e.view.hypothesis,'txt'); const idx=n;
     tr.addEventListener('click',()=>{state.open=(String(state.open)===String(idx))?null:String(idx); write(); draw();});
     body.appendChild(tr);
     if(state.open!==undefined&&state.open!==null&&String(state.open)===String(n)){tr.classList.add('open');

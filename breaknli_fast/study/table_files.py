@@ -9,7 +9,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from breaknli_fast.plotting import pyplot
+from breaknli_fast.plotting import marker_handles, pyplot, rate_bars, wrap_to_width
 from breaknli_fast.study.compare import Comparison
 
 
@@ -139,39 +139,40 @@ def to_latex(comp: Comparison) -> str:
     return "\n".join(lines)
 
 
-def plot(comp: Comparison, out: Any) -> bool:
+def figure(comp: Comparison) -> Any:
     """The table as bars with 95 % interval bars: one panel per dataset × block, one bar per model and row; with
     two measures (BreakNLI) the first (inequality) is drawn dark over the second (relaxed, light), since every
-    inequality is a relaxed inequality. ``out``: a path or a binary file. False without matplotlib."""
+    inequality is a relaxed inequality. A rate of 0 % and a cell that was not evaluated are marked apart
+    (:func:`~breaknli_fast.plotting.rate_bars`). A matplotlib figure, or None without matplotlib or rows."""
     plt = pyplot()
     if plt is None or not comp.rows:
-        return False
+        return None
     panels = list(dict.fromkeys((ds, block) for ds, block, _ in comp.rows))
     ncol = min(2, len(panels))
     nrow = (len(panels) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(6.2 * ncol, 3.4 * nrow), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     width = 0.8 / max(1, len(comp.models))
+    na = zeros = False
     for ax, (ds, block) in zip(axes.flat, panels):
         labels = [lab for d, b, lab in comp.rows if (d, b) == (ds, block)]
         for j, m in enumerate(comp.models):
-            color = colors[j % len(colors)]
             xs = [i - 0.4 + width * (j + 0.5) for i in range(len(labels))]
             for k in reversed(range(len(comp.measures))):  # the light (later) measure first, under the dark one
-                vals, lo, hi = [], [], []
+                cells = []
                 for lab in labels:
-                    cells = comp.cells.get((ds, block, lab, m)) or []
-                    c = cells[k] if k < len(cells) and cells[k] else {}
-                    v = c.get("rate")
-                    vals.append(float("nan") if v is None else v)
-                    ci = c.get("ci") or [v, v]
-                    lo.append(0 if v is None else max(0.0, v - ci[0]))
-                    hi.append(0 if v is None else max(0.0, ci[1] - v))
-                alpha = 1.0 if k == 0 else 0.35
-                ax.bar(xs, vals, width * 0.9, color=color, alpha=alpha,
-                       label=(m if k == 0 else None))
-                ax.errorbar(xs, vals, yerr=[lo, hi], fmt="none", ecolor="black" if k == 0 else "grey",
-                            elinewidth=1, capsize=2)
+                    row = comp.cells.get((ds, block, lab, m)) or []
+                    cells.append(row[k] if k < len(row) else None)
+                if k > 0:  # a cell not evaluated is marked once, by the first measure
+                    keep = [(x, c) for x, c in zip(xs, cells) if c and c.get("rate") is not None]
+                    xs_k, cells_k = [x for x, _ in keep], [c for _, c in keep]
+                else:
+                    xs_k, cells_k = xs, cells
+                # a later measure is 0 only where the first is (an inequality is a relaxed inequality): the first
+                # measure marks the zeros
+                drawn = rate_bars(ax, xs_k, cells_k, width * 0.9, colors[j % len(colors)],
+                                  alpha=1.0 if k == 0 else 0.35, ecolor="black" if k == 0 else "grey", mark_zero=k == 0)
+                na, zeros = na or drawn["na"] > 0, zeros or drawn["zeros"] > 0
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, fontsize=8)
         ax.set_ylim(0, 105)
@@ -180,15 +181,27 @@ def plot(comp: Comparison, out: Any) -> bool:
         ax.grid(axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    handles, names = axes.flat[0].get_legend_handles_labels()
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colors[j % len(colors)], label=m) for j, m in enumerate(comp.models)]
+    handles += marker_handles(na, zeros)
     what = (f"dark: {comp.measures[0]}, light: {comp.measures[1]}; " if len(comp.measures) > 1 else "") + \
         "bars: 95 % intervals"
-    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 5), fontsize=8, frameon=False,
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(f"{comp.probe}: {what}", fontsize=10)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    fig.suptitle(wrap_to_width(f"{comp.probe}: {what}", 6.2 * ncol, 10), fontsize=10)
+    rows_of_legend = (len(handles) + 3) // 4
+    fig.tight_layout(rect=(0, 0.035 * rows_of_legend / nrow + 0.03, 1, 0.95))
+    return fig
+
+
+def plot(comp: Comparison, out: Any) -> bool:
+    """table.png (:func:`figure`) into ``out``: a path or a binary file. False without matplotlib."""
+    fig = figure(comp)
+    if fig is None:
+        return False
     fig.savefig(out, dpi=100, format="png", metadata={"Software": None})
-    plt.close(fig)
+    pyplot().close(fig)
     return True
 
 
