@@ -207,25 +207,28 @@ class Check:
         self.bg = {"step": step, "proc": self.start(cmd, log), "t": time.monotonic(), "cap": min(cap, left),
                    "log": log, "cmd": shlex.join(cmd)}
 
-    def poll_background(self, wait: bool = False) -> bool:
-        """Whether the background step is still running (with ``wait``: wait for its end or its cap first)."""
+    def poll_background(self, wait: bool = False, stop_now: str | None = None) -> bool:
+        """Whether the background step is still running (with ``wait``: wait for its end or its cap first; with
+        ``stop_now``, the reason, stop it now)."""
         if self.bg is None:
             return False
         b = self.bg
         deadline = b["t"] + b["cap"]
         proc: subprocess.Popen = b["proc"]
-        stopped = False
-        try:
-            proc.wait(max(0.01, deadline - time.monotonic()) if wait else 0.01)
-        except subprocess.TimeoutExpired:
-            if time.monotonic() < deadline and not wait:
-                return True
+        why = stop_now
+        if why is None:
+            try:
+                proc.wait(max(0.01, deadline - time.monotonic()) if wait else 0.01)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() < deadline and not wait:
+                    return True
+                why = f"stopped at its cap of {b['cap']:.0f}s"
+        if why is not None and proc.poll() is None:
             self.stop(proc)
-            stopped = True
         took = time.monotonic() - b["t"]
-        if stopped:
-            self.record(Record(b["step"], "stopped", f"stopped at its cap of {b['cap']:.0f}s (partial output kept); "
-                               f"log logs/{b['step']}.log", took, b["cap"], None, b["cmd"]))
+        if why is not None:
+            self.record(Record(b["step"], "stopped", f"{why} (partial output kept); log logs/{b['step']}.log", took,
+                               b["cap"], None, b["cmd"]))
         elif proc.returncode:
             self.record(Record(b["step"], "failed", f"exit {proc.returncode}: {tail(b['log'])}", took, b["cap"],
                                proc.returncode, b["cmd"]))
@@ -577,28 +580,46 @@ def finish(c: Check, command: str) -> int:
 
     if c.bg is not None:
         c.poll_background(wait=True)
-    steps = {r.step: r for r in c.records}
     failed = [r.step for r in c.records if r.status == "failed"]
     c.say(f"finished in {c.elapsed():.0f}s: " + (f"failed: {', '.join(failed)}" if failed else "no step failed"))
     rec = Recorder("gpu_check", command)
     rec.date = datetime.fromtimestamp(time.time() - c.elapsed(), timezone.utc).isoformat(timespec="seconds")
     rec._t0 = time.perf_counter() - c.elapsed()
-    body = payload(c)
-    (c.work / "summary.md").write_text(summary(c, body, steps))
-    body["files"] = pack(c.work, c.out)
+    # each part guarded: whatever breaks here, the result file and the log still come back
+    problems: list[str] = []
+    try:
+        body = payload(c)
+    except Exception as e:  # noqa: BLE001
+        problems.append(f"the payload: {type(e).__name__}: {e}")
+        body = {"device": c.args.device, "steps": [vars(r) for r in c.records]}
+    try:
+        text = summary(c, body, rec.commit)
+    except Exception as e:  # noqa: BLE001
+        problems.append(f"the summary: {type(e).__name__}: {e}")
+        text = "# GPU check\n\n" + "\n".join(f"- {r.step}: {r.status} {r.detail}" for r in c.records) + "\n"
+    (c.work / "summary.md").write_text(text)
+    try:
+        body["files"] = pack(c.work, c.out)
+    except Exception as e:  # noqa: BLE001
+        problems.append(f"the tarballs: {type(e).__name__}: {e}")
+    for p in problems:
+        c.say(f"writing {p}")
+    body["problems"] = problems
     rec.save(c.out / "gpu-check.json", body)
     for name in ("summary.md", "gpu-check.log"):
         (c.out / name).write_bytes((c.work / name).read_bytes())
-    print((c.work / "summary.md").read_text())
-    return 1 if failed else 0
+    print(text)
+    return 1 if failed or problems else 0
 
 
-def summary(c: Check, body: dict[str, Any], steps: dict[str, Record]) -> str:
+def summary(c: Check, body: dict[str, Any], commit: str | None) -> str:
     import make_benchmarks as mb
 
     lines = ["# GPU check", "",
              f"- device `{body['device']}` ({body.get('gpu') or 'no GPU'}), torch {body.get('torch')}; "
              f"examples per run: {body['limit'] or 'all'}; budget {body['budget_s']}s; took {body['took_s']:.0f}s",
+             f"- commit {commit} (from {body.get('commit_source')})" if commit else
+             "- commit unknown: no .git here and BREAKNLI_FAST_COMMIT is not set",
              f"- checkout `{ROOT}` (breaknli_fast imported from `{body.get('package_path')}`); work folder "
              f"`{c.work}`",
              f"- files in `{c.out}`: gpu-check.json (the result file), summary.md, gpu-check.log, "
@@ -687,8 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         execute(c)
     except Stopped as e:
-        if c.bg is not None:
-            c.stop(c.bg["proc"])
+        c.poll_background(stop_now=f"stopped by {e}")
         c.record(Record("check", "failed", f"stopped by {e}: the files hold what finished"))
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the files are written whatever comes now
     return finish(c, shlex.join(["scripts/gpu_check.sh", *argv]))

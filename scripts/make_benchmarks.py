@@ -801,13 +801,18 @@ def _gpu_bench(name: str, entry: dict[str, Any] | None, steps: dict[str, dict[st
             continue
         sp, sm = get(e, "speed", "speedup") or {}, get(e, "speed", "summary") or {}
         v = get(e, "parity", "verdicts") or {}
+        if e.get("reference"):
+            verdicts = ["reference", "reference"]
+        elif data.get("parity_meaningful") is False:
+            verdicts = ["not meaningful (random weights)"] * 2
+        else:
+            verdicts = [f"{v.get('equivalent', 0)} / {v.get('different', 0)} ({_confirmed(e)}) / "
+                        f"{v.get('inconclusive', 0)} ({v.get('too_small', 0)})", shown_to_match(e)]
         rows.append([e["label"], f(sp.get("end_to_end"), ".2f", "×"), f(sm.get("classifier_pairs_per_s"), ".1f"),
-                     f(sm.get("generated_tokens_per_s"), ".1f"), f(sm.get("examples_per_s"), ".2f"),
-                     "reference" if e.get("reference") else
-                     f"{v.get('equivalent', 0)} / {v.get('different', 0)} ({_confirmed(e)}) / "
-                     f"{v.get('inconclusive', 0)} ({v.get('too_small', 0)})",
-                     "reference" if e.get("reference") else shown_to_match(e)])
+                     f(sm.get("generated_tokens_per_s"), ".1f"), f(sm.get("examples_per_s"), ".2f"), *verdicts])
     head = bench_workload(data)
+    if get(data, "models", "random_weights"):
+        head = f"Random weights: {random_title({'payload': data})}. " + head
     why = get(entry, "limit", "why")
     if why:
         head += f" Its --limit: {why}."

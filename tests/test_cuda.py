@@ -400,3 +400,25 @@ def test_t5_validation_feeds_the_model_on_its_device():
     enc = {"input_ids": torch.ones((1, 3), dtype=torch.long), "attention_mask": torch.ones((1, 3), dtype=torch.long)}
     moved = _on(enc, types.SimpleNamespace(device=torch.device("meta")))
     assert all(v.device.type == "meta" for v in moved.values())
+
+
+def test_the_tf32_switches_are_set_for_cuda_only_and_recorded_for_torch_on_cuda(monkeypatch):
+    """engines/cuda.py on any torch build (the switches can be set without a GPU): off for a CUDA device unless
+    BREAKNLI_FAST_TF32 asks, nothing on the CPU, and EngineInfo records them for the torch engine on CUDA only."""
+    from breaknli_fast.engines import cuda
+    from breaknli_fast.engines.base import EngineInfo
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        monkeypatch.delenv(cuda.TF32_ENV, raising=False)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        assert cuda.prepare("cpu") is None and torch.backends.cuda.matmul.allow_tf32 is True
+        state = cuda.prepare("cuda:0")
+        assert state["matmul_allow_tf32"] is False and state["cudnn_allow_tf32"] is False and not state["requested"]
+        monkeypatch.setenv(cuda.TF32_ENV, "on")
+        assert cuda.prepare("cuda")["matmul_allow_tf32"] is True and torch.backends.cudnn.allow_tf32 is True
+        assert EngineInfo("torch", "classifier", "m", "fp32", "cuda:1").details["tf32"]["requested"] is True
+        assert "tf32" not in EngineInfo("torch", "classifier", "m", "fp32", "cpu").details
+        assert "tf32" not in EngineInfo("ort", "classifier", "m", "fp32", "cuda").details
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
