@@ -1,7 +1,8 @@
 """The GPU check in one call, for a lent machine with a CUDA GPU and no network (docs/stack.md, "GPU").
 
     scripts/gpu_check.sh [--out DIR] [--device cuda|cuda:N|cpu] [--limit N] [--budget S] [--steps A,B,...]
-                         [--real-shapes SPEC|none] [--real-limit N] [--bench-args "ARGS"] [--work DIR] [-- RUN_ARGS...]
+                         [--real-shapes SPEC|none] [--real-limit N] [--bench-args "ARGS"] [--work DIR]
+                         [--cap-scale F] [--reference-background] [-- RUN_ARGS...]
 
 Nothing is installed: the machine's own Python runs this checkout from PYTHONPATH (gpu_check.sh sets it). The steps,
 in this order, each under a hard time cap (its process group is stopped there) and skipped, saying so, when less
@@ -117,6 +118,11 @@ class Check:
         with open(self.work / "gpu-check.log", "a") as fh:
             fh.write(line + "\n")
 
+    def cap(self, step: str) -> tuple[float, float]:
+        """(cap, the least worth starting with) of ``step``, in seconds, times --cap-scale."""
+        cap, need = CAPS[step]
+        return cap * self.args.cap_scale, need * self.args.cap_scale
+
     def record(self, rec: Record) -> Record:
         self.records.append(rec)
         self.say(f"{rec.step}: {rec.status}" + (f" ({rec.detail})" if rec.detail else "")
@@ -165,10 +171,10 @@ class Check:
 
     def run(self, step: str, cmds: list[list[str]], partial_ok: bool = False, detail: str = "") -> Record:
         """Run ``cmds`` one after another under the step's cap (or what is left of the budget)."""
-        cap, need = CAPS[step]
+        cap, need = self.cap(step)
         left = self.left()
         if left < need:
-            return self.skip(step, f"budget: {max(0, left):.0f}s left of {self.args.budget}s, it needs about {need}s")
+            return self.skip(step, f"budget: {max(0, left):.0f}s left of {self.args.budget}s, it needs about {need:.0f}s")
         limit = min(cap, left)
         log = self.work / "logs" / f"{step}.log"
         t = time.monotonic()
@@ -197,10 +203,10 @@ class Check:
         return self.record(Record(step, "ok", detail, took, limit, 0, cmd_text))
 
     def start_background(self, step: str, cmd: list[str]) -> None:
-        cap, need = CAPS[step]
+        cap, need = self.cap(step)
         left = self.left()
         if left < need:
-            self.skip(step, f"budget: {max(0, left):.0f}s left, it needs about {need}s")
+            self.skip(step, f"budget: {max(0, left):.0f}s left, it needs about {need:.0f}s")
             return
         log = self.work / "logs" / f"{step}.log"
         self.say(f"{step}: in the background, up to {min(cap, left):.0f}s: {shlex.join(cmd)}")
@@ -326,7 +332,7 @@ def bench_limit(c: Check, run: Path, seconds: float | None) -> tuple[str, str]:
     if not rows or not loop_s:
         return str(c.args.limit), "the device fp32 run left no rate: --limit as given"
     rate = rows / loop_s
-    avail = min(CAPS["bench-mini"][0], c.left()) * 0.8  # a fifth kept against a wrong estimate
+    avail = min(c.cap("bench-mini")[0], c.left()) * 0.8  # a fifth kept against a wrong estimate
     engines = len(BENCH_ENGINES.split(","))
     fit = int(rate * ((avail - BENCH_START_S) / engines - BENCH_ENGINE_EXTRA_S) / (1 + BENCH_LOOP_EXTRA))
     why = (f"the device fp32 run did {rows} examples in {loop_s:.1f}s of loop ({rate:.1f}/s): "
@@ -657,6 +663,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     "on CUDA, none on the CPU)")
     ap.add_argument("--real-limit", type=int, default=64, help="bench-real's --limit (default 64)")
     ap.add_argument("--bench-args", default="", help="more options for both benches, e.g. \"--warmup 0\"")
+    ap.add_argument("--cap-scale", type=float, default=1.0, help="multiply every step's cap by this (a slow or "
+                    "busy machine's dry run; default 1)")
     ap.add_argument("--reference-background", action="store_true", help="run the CPU reference in the background "
                     "with --device cpu too (as on CUDA; for the tests)")
     ap.add_argument("--probe-env", type=Path, default=None, help=argparse.SUPPRESS)
@@ -666,6 +674,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         return args
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         ap.exit(EXIT_BAD_OPTION, f"error: --device must be cpu or cuda[:N], not {args.device}\n")
+    if args.cap_scale <= 0:
+        ap.exit(EXIT_BAD_OPTION, "error: --cap-scale must be > 0\n")
     if args.limit < 0 or args.real_limit < 1:
         ap.exit(EXIT_BAD_OPTION, "error: --limit must be >= 0 and --real-limit >= 1\n")
     if args.budget < RESERVE_S + 10:
