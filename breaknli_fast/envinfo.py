@@ -75,11 +75,15 @@ def git_hash() -> str | None:
     return git_commit(Path(__file__).resolve().parent.parent)
 
 
+COMMIT_ENV = "BREAKNLI_FAST_COMMIT"
+
+
 def git_commit(root: Path, exclude: Sequence[str] = ()) -> str | None:
     """``git rev-parse HEAD`` of the checkout at ``root``, with ``-dirty`` when tracked files differ from it,
-    leaving out the paths in ``exclude``; None outside a git checkout. Not cached: the tree may change."""
+    leaving out the paths in ``exclude``. Where ``root`` has no ``.git`` (a copy of the tree, as on a machine the
+    tree was sent to), the commit given in ``BREAKNLI_FAST_COMMIT``, else None. Not cached: the tree may change."""
     if not (root / ".git").exists():
-        return None
+        return os.environ.get(COMMIT_ENV, "").strip() or None
     git = ["git", "-C", str(root)]
     try:
         out = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)

@@ -763,6 +763,127 @@ def parity_table(results: list[Result], label: str = "benchmarks/results") -> st
                   "largest headline Δ pp [95 % CI]", "result file"], rows)
 
 
+# -- the GPU check (scripts/gpu_check.sh on a lent GPU) ------------------------------------------------------------
+
+def gpu_files(results: list[Result]) -> list[Result]:
+    """GPU checks that ran on a CUDA GPU (a --device cpu dry run is no GPU measurement)."""
+    return [r for r in results if r.get("kind") == "gpu_check" and str(get(r, "payload", "device")).startswith("cuda")
+            and get(r, "payload", "gpu")]
+
+
+def gpu_title(doc: Result) -> str:
+    p = doc["payload"]
+    return f"{p.get('gpu')} (`{p.get('device')}`), torch {p.get('torch')} (CUDA {p.get('torch_cuda_build')})"
+
+
+def _tf32_text(p: dict[str, Any]) -> str:
+    tf = p.get("tf32") or {}
+    states = [s for run in (tf.get("runs") or {}).values() for s in run.values()]
+    if not states:
+        return "TF32: no torch engine recorded its switches"
+    on = sorted({f"matmul {s.get('matmul_allow_tf32')}, cuDNN {s.get('cudnn_allow_tf32')}" for s in states})
+    asked = "asked for (BREAKNLI_FAST_TF32)" if tf.get("asked") else "not asked for"
+    return f"TF32 {asked}; the torch engines ran with allow_tf32: {'; '.join(on)}"
+
+
+def _gpu_bench(name: str, entry: dict[str, Any] | None, steps: dict[str, dict[str, Any]], dev: str) -> str:
+    from breaknli_fast.bench.report import shown_to_match
+
+    data = (entry or {}).get("bench")
+    step = steps.get(f"bench-{name}") or {}
+    if not data:
+        return f"Not measured: step `bench-{name}` {step.get('status', 'did not run')}" + (
+            f" ({step['detail']})" if step.get("detail") else "") + "."
+    rows = []
+    for e in data.get("engines", []):
+        if e.get("status") != "ok":
+            rows.append([e.get("label")] + ["–"] * 5 + [f"did not run ({e.get('status')}: {e.get('reason')})"])
+            continue
+        sp, sm = get(e, "speed", "speedup") or {}, get(e, "speed", "summary") or {}
+        v = get(e, "parity", "verdicts") or {}
+        if e.get("reference"):
+            verdicts = ["reference", "reference"]
+        elif data.get("parity_meaningful") is False:
+            verdicts = ["not meaningful (random weights)"] * 2
+        else:
+            verdicts = [f"{v.get('equivalent', 0)} / {v.get('different', 0)} ({_confirmed(e)}) / "
+                        f"{v.get('inconclusive', 0)} ({v.get('too_small', 0)})", shown_to_match(e)]
+        rows.append([e["label"], f(sp.get("end_to_end"), ".2f", "×"), f(sm.get("classifier_pairs_per_s"), ".1f"),
+                     f(sm.get("generated_tokens_per_s"), ".1f"), f(sm.get("examples_per_s"), ".2f"), *verdicts])
+    head = bench_workload(data)
+    if get(data, "models", "random_weights"):
+        head = f"Random weights: {random_title({'payload': data})}. " + head
+    why = get(entry, "limit", "why")
+    if why:
+        head += f" Its --limit: {why}."
+    out = [head, "", table(["engine", f"loop speed-up vs torch:fp32 eager on {dev} (end to end)", "classifier pairs/s",
+                            "generator tokens/s", "examples/s (e2e)",
+                            "cells equivalent / different (still different judged together) / inconclusive (too few "
+                            "to judge)", f"shown to match torch:fp32 on {dev}?"], rows)]
+    if data.get("notes"):
+        out += ["", bench_notes(data)]
+    return "\n".join(out)
+
+
+def _gpu_runs(p: dict[str, Any], dev: str) -> str:
+    from compare_runs import summary_line
+
+    rows = []
+    for name, r in (p.get("runs") or {}).items():
+        t = r.get("throughput") or {}
+        prec = r.get("precision") if r.get("classifier_precision") in (None, r.get("precision")) else \
+            f"classifier {r.get('classifier_precision')}, generator {r.get('generator_precision')}"
+        rows.append([name, r.get("device"), prec, r.get("examples"), yes_no(r.get("finished")),
+                     f(t.get("examples_per_s"), ".2f"), f(t.get("classifier_pairs_per_s"), ".1f"),
+                     f(t.get("generated_tokens_per_s"), ".1f")])
+    out = [table(["run", "device", "precision", "examples", "finished", "records/s", "classifier pairs/s",
+                  "generated tokens/s"], rows) if rows else "No run directory."]
+    for key, what in (("kernels", f"torch fp32 on {dev} against torch fp32 on the CPU (labels outside near ties, "
+                                  "probabilities within 1e-3, breakage cells)"),
+                      ("precisions", f"bf16 and the fp16 classifier against torch fp32 on {dev} (the breakage "
+                                     "cells' verdicts)")):
+        doc = get(p, "parity", key)
+        out += ["", f"{what}:", ""]
+        if not doc:
+            out.append("- not compared (step `parity` did not compare these runs)")
+            continue
+        out += [f"- {summary_line(Path(run).name, res)}" for run, res in (doc.get("runs") or {}).items()]
+    return "\n".join(out)
+
+
+def gpu_check_body(p: dict[str, Any]) -> str:
+    """A GPU check's figures: the benches on the GPU (loop speed-up over torch fp32, pairs/s, tokens/s, verdicts),
+    the runs and their parity, the CUDA-marked tests (gpu-check.json's payload; summary.md shows the same)."""
+    steps = {s["step"]: s for s in p.get("steps") or []}
+    dev = "the GPU" if str(p.get("device")).startswith("cuda") else f"`{p.get('device')}`"
+    t = p.get("cuda_tests") or {}
+    tests = (f"{t.get('tests', 0) - t.get('failures', 0) - t.get('errors', 0) - t.get('skipped', 0)} passed, "
+             f"{t.get('failures', 0)} failed, {t.get('errors', 0)} errors, {t.get('skipped', 0)} skipped"
+             if t else "not run")
+    bad = [c["name"] for c in t.get("cases", []) if c.get("outcome") in ("failure", "error")] if t else []
+    not_ok = [f"{s['step']} {s['status']} ({s.get('detail')})" for s in p.get("steps") or [] if s.get("status") != "ok"]
+    out = [f"{_tf32_text(p)}. CUDA-marked tests (tests/test_cuda.py): {tests}"
+           + (f" (failed: {', '.join(bad)})" if bad else "") + ". Examples per run: "
+           + (str(p.get("limit")) if p.get("limit") else "all") + f"; the check took {f(p.get('took_s'), '.0f')} s of "
+           f"its {p.get('budget_s')} s."]
+    if not_ok:
+        out += ["", "Steps that did not finish: " + "; ".join(not_ok) + "."]
+    out += ["", f"**The loop on the mini models** (`bench --device {p.get('device')}`):", "",
+            _gpu_bench("mini", get(p, "benches", "mini"), steps, dev),
+            "", "**Real shapes with random weights** (speed only):", "",
+            _gpu_bench("real", get(p, "benches", "real"), steps, dev),
+            "", "**The runs** (`breaknli-fast run`, same examples and seeds) and their parity:", "", _gpu_runs(p, dev)]
+    return "\n".join(out)
+
+
+def gpu_check(doc: Result) -> str:
+    return gpu_check_body(doc["payload"])
+
+
+NO_GPU = ("Not measured: no GPU has been lent to this project yet (no `gpu_check` result file of a CUDA device in "
+          "`{label}`). docs/stack.md, \"GPU\", gives the one command that measures it on a lent GPU.")
+
+
 def merge_speed(doc: Result) -> str:
     p = doc["payload"]
     rows = [[k, v.get("items"), f(v.get("suggestions_per_s"), ".0f"), f(v.get("items_per_s"), ".1f"),
@@ -931,6 +1052,11 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
         ("Classification and generation", "the baseline comparison", "scripts/bench_baselines.py", of_kind("baselines"),
          baselines, None),
     ]),
+    ("6. On a GPU", "`scripts/gpu_check.sh` on a lent GPU: the loop's speed-up over torch fp32 (eager) on the GPU, "
+     "classifier pairs/s at fp32 / bf16 / fp16 (the classifier only: T5 overflows in fp16), generator tokens/s, and "
+     "the parity verdicts against torch fp32 on the GPU.", [
+        ("`scripts/gpu_check.sh`", "a GPU check", "scripts/gpu_check.sh", gpu_files, gpu_check, gpu_title),
+    ]),
 ]
 
 
@@ -967,7 +1093,7 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
             out += [f"### {sub_title}", ""]
             chosen = select(results)
             if not chosen:
-                out += [not_measured(what, script, label), ""]
+                out += [NO_GPU.format(label=label) if select is gpu_files else not_measured(what, script, label), ""]
                 continue
             if select is parity_files:  # one table over the files first, each file's details below it
                 out += ["The verdicts of every engine, one row each (details per file below).", "",

@@ -107,24 +107,31 @@ def test_cross_attention_keys_are_computed_once_per_prompt_and_give_the_same_log
             tokens = tokens[keep]
 
 
+class NaNAtStep3:
+    """A stepper whose logits (on ``device``) hold a NaN in the first row at the third step (tests/test_cuda.py
+    runs it on CUDA)."""
+
+    vocab = 12
+
+    def __init__(self, device: str = "cpu"):
+        self.device = torch.device(device)
+
+    def start(self, input_ids, attention_mask, n):
+        self.t = 0
+
+    def step(self, tokens):
+        self.t += 1
+        logits = torch.zeros((tokens.shape[0], self.vocab), device=self.device)
+        logits[:, 1] = -5.0  # eos unlikely: the rows stay alive
+        if self.t == 3:
+            logits[0, 4] = float("nan")
+        return logits
+
+    def keep(self, positions):
+        pass
+
+
 def test_nonfinite_scores_are_refused_at_their_step_when_the_host_looks_late():
-    class NaNAtStep3:
-        vocab = 12
-
-        def start(self, input_ids, attention_mask, n):
-            self.t = 0
-
-        def step(self, tokens):
-            self.t += 1
-            logits = torch.zeros((tokens.shape[0], self.vocab))
-            logits[:, 1] = -5.0  # eos unlikely: the rows stay alive
-            if self.t == 3:
-                logits[0, 4] = float("nan")
-            return logits
-
-        def keep(self, positions):
-            pass
-
     ids, mask = torch.ones((2, 3), dtype=torch.long), torch.ones((2, 3), dtype=torch.long)
     for every in (1, 8):
         with pytest.raises(NonFiniteError, match="1 of 4 sequences at decoding step 3"):

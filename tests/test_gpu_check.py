@@ -1,14 +1,22 @@
-"""scripts/gpu_check.sh end to end as a dry run on the CPU (--device cpu, a few examples), and the comparison of run
-directories it relies on (scripts/compare_runs.py)."""
+"""scripts/gpu_check.sh: two dry runs on the CPU so the check cannot rot (this stack; and the lent machine's stack,
+transformers 5.x without optimum, from a Python that has no breaknli-fast installed), its time caps, budget,
+signals and files; the comparison of run directories it relies on (scripts/compare_runs.py); and the GPU section
+scripts/make_benchmarks.py writes from its result file (a synthetic file the test writes, not a measurement)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import sysconfig
+import tarfile
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,44 +24,228 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import compare_runs  # noqa: E402
+import gpu_check  # noqa: E402
+import make_benchmarks  # noqa: E402
+import provenance  # noqa: E402
+
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+TINY = ["--", "--k", "4", "--u", "2", "--s", "1", "--max-new-tokens", "6"]
+TINY_BENCH = ["--bench-args", "--warmup 0 --min-iterations 1 --min-seconds 0 --invariance-pairs 8 --gen-prompts 2 "
+                              "--greedy-prompts 2"]
+COMPAT = Path("/work/main/.venv-compat")  # the second tested stack (make test-compat builds .venv-compat)
+needs_shell = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 
-@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
+def _check(tmp_path: Path, python: str, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / "out"
+    # caps 4 times the GPU's: a 2-core machine shared with other work runs a step several times slower
+    r = subprocess.run(["bash", str(SCRIPT), "--device", "cpu", "--limit", "2", "--out", str(out), "--work",
+                        str(tmp_path / "work"), "--budget", "1500", "--cap-scale", "4", *args],
+                       cwd=ROOT, env={**os.environ, "PYTHON": python, **(env or {})}, capture_output=True, text=True,
+                       timeout=1800)
+    return r, out
+
+
+def _files_come_back(out: Path) -> None:
+    """What the lent machine sends back from $OUT: at most 8 plain files of at most 16 MiB, plain names."""
+    files = list(out.iterdir())
+    assert 0 < len(files) <= 8 and all(f.is_file() for f in files)
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", f.name) and f.stat().st_size <= 16 * 2**20 for f in files)
+
+
+def _steps(doc: dict) -> dict[str, dict]:
+    return {s["step"]: s for s in doc["payload"]["steps"]}
+
+
+@needs_shell
 def test_gpu_check_dry_run_on_the_cpu(tmp_path):
-    out = tmp_path / "check"
-    env = {**os.environ, "PYTHON": sys.executable}
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--device", "cpu", "--limit", "2", "--out",
-                        str(out), "--budget", "400", "--", "--k", "4", "--u", "2", "--s", "1", "--max-new-tokens", "6"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    r, out = _check(tmp_path, sys.executable, "--steps",
+                    "env,cpu-reference,cuda-tests,device-fp32,device-bf16,device-fp16-classifier,parity", *TINY)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    steps = {ln.split("\t")[0]: ln.split("\t")[1:] for ln in (out / "steps.tsv").read_text().splitlines()}
-    for s in ("env", "cuda-tests", "reference-cpu-torch-fp32", "device-cpu-torch-fp32", "device-cpu-torch-bf16",
-              "parity"):
-        assert steps[s][0] == "ok", (s, steps[s])
-    assert steps["install"][0] == "skipped" and "--wheels" in steps["install"][1]
-    assert steps["device-ort-fp32"][0] == "skipped" and steps["device-ort-fp32"][1]  # said why
+    _files_come_back(out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["gpu-check.json", "summary.md", "gpu-check.log",
+                                                            "runs-reference.tar.gz", "runs-precisions.tar.gz",
+                                                            "check.tar.gz"])
     doc = json.loads((out / "gpu-check.json").read_text())
     assert doc["kind"] == "gpu_check" and doc["commit"] and doc["machine"]["cpu"]
-    p = doc["payload"]
-    assert p["device"] == "cpu" and p["cuda_tests"]["tests"] >= 4 and p["cuda_tests"]["skipped"] == p["cuda_tests"]["tests"]
-    assert set(p["runs"]) == {"reference-cpu-torch-fp32", "device-cpu-torch-fp32", "device-cpu-torch-bf16"}
-    assert p["runs"]["device-cpu-torch-bf16"]["engine"]["precision"] == "bf16"
-    fp32 = p["parity"]["runs"][str(out / "runs" / "device-cpu-torch-fp32")]
+    steps, p = _steps(doc), doc["payload"]
+    for s in ("env", "cpu-reference", "cuda-tests", "device-fp32", "device-bf16", "device-fp16-classifier", "parity"):
+        assert steps[s]["status"] == "ok", steps[s]
+        assert steps[s]["cap_s"] <= 4 * gpu_check.CAPS[s][0]  # each step ran under its hard cap
+    assert steps["bench-mini"]["status"] == "skipped" and steps["bench-mini"]["detail"] == "not in --steps"
+    assert p["device"] == "cpu" and p["gpu"] is None and p["package_path"] == str(ROOT / "breaknli_fast")
+    t = p["cuda_tests"]
+    assert t["tests"] >= 8 and t["skipped"] == t["tests"]  # the CUDA-marked tests skip here, saying why
+    assert all("no CUDA GPU" in c["message"] or "onnxruntime-gpu" in c["message"] for c in t["cases"])
+    runs = p["runs"]
+    assert set(runs) == {"reference-cpu-torch-fp32", "device-cpu-torch-fp32", "device-cpu-torch-bf16",
+                         "device-cpu-torch-fp16-classifier"}
+    assert all(x["finished"] and x["examples"] == 2 for x in runs.values())
+    fp16 = runs["device-cpu-torch-fp16-classifier"]
+    assert (fp16["classifier_precision"], fp16["generator_precision"]) == ("fp16", "fp32")
+    kernels = p["parity"]["kernels"]["runs"][str(tmp_path / "work" / "runs" / "device-cpu-torch-fp32")]
     # the same engine, device and seeds as the reference: identical records
-    assert fp32["passed"] and fp32["classifier"]["max_abs_prob_diff"] == 0.0
-    assert fp32["generator"]["identical_samples_pct"] == 100.0
+    assert kernels["passed"] and kernels["classifier"]["max_abs_prob_diff"] == 0.0
+    assert kernels["generator"]["identical_samples_pct"] == 100.0
+    precisions = p["parity"]["precisions"]["runs"]
+    assert {Path(k).name for k in precisions} == {"device-cpu-torch-bf16", "device-cpu-torch-fp16-classifier"}
+    assert {v["precision"] for v in precisions.values()} == {"bf16", "fp16/fp32"}
+    with tarfile.open(out / "runs-reference.tar.gz") as tar:
+        names = tar.getnames()
+    assert "runs/reference-cpu-torch-fp32/samples.jsonl" in names and "runs/device-cpu-torch-fp32/config.json" in names
     summary = (out / "summary.md").read_text()
-    assert "| device-cpu-torch-bf16 | ok |" in summary and "Parity with the CPU reference" in summary
+    assert "| device-bf16 | ok |" in summary and "torch fp32 on `cpu` against torch fp32 on the CPU" in summary
+
+
+def _device_like_python(tmp_path: Path) -> str:
+    """A Python like the lent machine's: itself a virtual environment, with the compat stack's packages
+    (transformers 5.x, no optimum) and no breaknli-fast installed (the site folder is on its path through a .pth
+    line, so the editable install's own .pth there is not run)."""
+    base = subprocess.run([str(COMPAT / "bin" / "python"), "-c", "import sys; print(sys._base_executable)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    venv = tmp_path / "device-python"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = subprocess.run([str(COMPAT / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    py = str(venv / "bin" / "python")
+    own = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    Path(own, "device_stack.pth").write_text(site + "\n")
+    return py
+
+
+@needs_shell
+@pytest.mark.skipif(not (COMPAT / "bin" / "python").exists(),
+                    reason=f"{COMPAT} (transformers 5.x, the lent machine's stack) is not built: make test-compat builds it")
+def test_gpu_check_dry_run_on_the_lent_machines_stack_needs_nothing_installed(tmp_path):
+    py = _device_like_python(tmp_path)
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = subprocess.run([py, "-c", "import transformers, importlib.util as u; print(transformers.__version__, "
+                                      "u.find_spec('optimum'), u.find_spec('breaknli_fast'))"],
+                           cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=120)
+    version, optimum, package = probe.stdout.split()
+    assert version.startswith("5.") and optimum == "None" and package == "None"  # nothing of this package installed
+    # the CPU reference in the background as on a GPU: the device run goes beside it, the timed bench after it
+    r, out = _check(tmp_path, py, "--reference-background", "--steps", "env,cpu-reference,device-fp32,bench-mini,parity",
+                    *TINY_BENCH, *TINY, env={"PYTHONPATH": ""})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    _files_come_back(out)
+    doc = json.loads((out / "gpu-check.json").read_text())
+    steps, p = _steps(doc), doc["payload"]
+    assert all(steps[s]["status"] == "ok" for s in ("env", "cpu-reference", "device-fp32", "bench-mini", "parity"))
+    order = [s["step"] for s in p["steps"] if s["status"] != "skipped"]
+    assert order.index("cpu-reference") < order.index("bench-mini")  # the bench waited for the reference
+    assert p["package_path"] == str(ROOT / "breaknli_fast") and p["optimum"] is False
+    assert p["environment"]["packages"]["transformers"].startswith("5.")
+    bench = p["benches"]["mini"]["bench"]
+    assert [e["label"] for e in bench["engines"]] == gpu_check.BENCH_ENGINES.split(",")
+    assert all(e["status"] == "ok" and e["device"] == "cpu" for e in bench["engines"])
+    assert bench["engines"][2]["classifier_precision"] == "fp16" and bench["engines"][2]["generator_precision"] == "fp32"
+    assert p["parity"]["kernels"]["runs"] and p["parity"]["precisions"] is None
+
+
+def _bare_check(tmp_path: Path, budget: int = 300) -> gpu_check.Check:
+    args = SimpleNamespace(budget=budget, device="cpu", limit=2, run_args=[], bench_args="", real_limit=64,
+                           real_shapes="none", steps=list(gpu_check.STEPS), cap_scale=1.0)
+    (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
+    return gpu_check.Check(args, tmp_path / "out", tmp_path, sys.executable)
+
+
+def test_a_step_stops_at_its_cap_and_a_step_that_does_not_fit_is_skipped(tmp_path, monkeypatch):
+    monkeypatch.setitem(gpu_check.CAPS, "bench-mini", (2, 1))
+    monkeypatch.setitem(gpu_check.CAPS, "device-bf16", (2, 1))
+    c = _bare_check(tmp_path)
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    t = time.monotonic()
+    rec = c.run("bench-mini", [sleep])
+    assert rec.status == "failed" and "stopped at its cap of 2s (nothing kept)" in rec.detail
+    rec = c.run("device-bf16", [sleep], partial_ok=True)  # a run's finished records are kept
+    assert rec.status == "stopped" and "partial output kept" in rec.detail
+    assert time.monotonic() - t < 30
+    monkeypatch.setitem(gpu_check.CAPS, "cpu-reference", (2, 1))  # in the background: stopped at its cap too
+    c.start_background("cpu-reference", sleep)
+    assert c.poll_background() is True  # still running: the untimed steps may go beside it
+    assert c.poll_background(wait=True) is False and c.bg is None
+    assert c.records[-1].status == "stopped" and "stopped at its cap of 2s" in c.records[-1].detail
+    c.start_background("cpu-reference", sleep)
+    c.poll_background(stop_now="stopped by SIGTERM")  # the check was stopped: so is the reference
+    assert c.records[-1].status == "stopped" and c.records[-1].detail.startswith("stopped by SIGTERM")
+    assert time.monotonic() - t < 60
+    c.args.budget = gpu_check.RESERVE_S + int(c.elapsed()) + 5  # 5 s left; parity needs 10
+    rec = c.run("parity", [[sys.executable, "-c", "pass"]])
+    assert rec.status == "skipped" and rec.detail.startswith("budget: ")
+
+
+def test_the_bench_limit_is_what_the_device_runs_rate_fits(tmp_path, monkeypatch):
+    c = _bare_check(tmp_path, budget=10_000)
+    c.args.limit = 0
+    run = tmp_path / "runs" / "device-cuda-torch-fp32"
+    run.mkdir(parents=True)
+    (run / "samples.jsonl").write_text("".join(json.dumps({"id": f"e{i}", "mode": m}) + "\n"
+                                               for i in range(300) for m in ("contradictive", "entailed")))
+    # unfinished (no report.json): the rate is the step's seconds less a run's start-up
+    limit, why = gpu_check.bench_limit(c, run, 15 + 30.0)  # 300 examples in 30 s: 10/s
+    avail = gpu_check.CAPS["bench-mini"][0] * 0.8
+    want = int(10 * ((avail - gpu_check.BENCH_START_S) / 3 - gpu_check.BENCH_ENGINE_EXTRA_S) / (1 + gpu_check.BENCH_LOOP_EXTRA))
+    assert limit == str(want) and "10.0/s" in why
+    (run / "report.json").write_text(json.dumps({"throughput": {"wall_seconds": 0.5}}))  # finished, and fast
+    assert gpu_check.bench_limit(c, run, 20.0)[0] == "0"  # all of the run's examples fit: --limit as given
+
+
+def test_bundles_larger_than_what_comes_back_leave_their_largest_files_out(tmp_path, monkeypatch):
+    work, out = tmp_path / "work", tmp_path / "out"
+    run = work / "runs" / "device-cuda-torch-bf16"
+    run.mkdir(parents=True)
+    out.mkdir()
+    (run / "config.json").write_text("{}")
+    (run / "samples.jsonl").write_bytes(os.urandom(200_000))  # random bytes do not compress
+    monkeypatch.setattr(gpu_check, "MAX_FILE", 50_000)
+    done = gpu_check.pack(work, out)
+    assert done["runs-precisions.tar.gz"]["left_out"] == ["runs/device-cuda-torch-bf16/samples.jsonl"]
+    assert (out / "runs-precisions.tar.gz").stat().st_size <= 50_000 and "check.tar.gz" not in done
+
+
+@needs_shell
+def test_sigterm_stops_the_step_in_hand_and_still_writes_the_files(tmp_path):
+    out = tmp_path / "out"
+    p = subprocess.Popen(["bash", str(SCRIPT), "--device", "cpu", "--steps", "cuda-tests", "--out", str(out), "--work",
+                          str(tmp_path / "work")], cwd=ROOT, env={**os.environ, "PYTHON": sys.executable},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "work" / "gpu-check.log"
+    for _ in range(200):  # until the step has started
+        if log.exists() and "cuda-tests: up to" in log.read_text():
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 1, stdout[-2000:] + stderr[-2000:]
+    doc = json.loads((out / "gpu-check.json").read_text())
+    steps = _steps(doc)
+    assert steps["check"]["status"] == "failed" and "SIGTERM" in steps["check"]["detail"]
+    assert (out / "summary.md").exists() and (out / "gpu-check.log").exists()
 
 
 def test_gpu_check_refuses_bad_options(tmp_path):
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--device", "tpu", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr.startswith("error: --device must be cpu or cuda")
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--wheels", str(tmp_path / "none"), "--out",
-                        str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "is not a folder" in r.stderr
+    for args, msg in ((["--device", "tpu"], "error: --device must be cpu or cuda"),
+                      (["--steps", "env,nope"], "error: unknown step nope"),
+                      (["--wheels", str(tmp_path)], "error: unrecognized arguments: --wheels"),
+                      (["--limit", "-1"], "error: --limit must be >= 0")):
+        r = subprocess.run(["bash", str(SCRIPT), *args, "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "PYTHON": sys.executable})
+        assert r.returncode == 2 and r.stderr.startswith(msg) and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "o").exists()  # refused before anything was written
 
+
+def test_the_commit_of_a_copy_without_git_comes_from_the_environment(tmp_path, monkeypatch):
+    from breaknli_fast import envinfo
+
+    monkeypatch.delenv(envinfo.COMMIT_ENV, raising=False)
+    assert envinfo.git_commit(tmp_path) is None
+    monkeypatch.setenv(envinfo.COMMIT_ENV, "0123abc")
+    assert envinfo.git_commit(tmp_path) == "0123abc"
+
+
+# -- scripts/compare_runs.py -------------------------------------------------------------------------------------
 
 def _rec(mode, i, yhat, probs, generated, status="evaluated", inequality=False):
     r = {"mode": mode, "id": f"e{i}", "yhat": yhat, "ph_probs": probs, "generated": generated, "status": status}
@@ -84,3 +276,84 @@ def test_compare_runs_flags_labels_probabilities_and_samples():
     # at bf16 only the end-to-end verdicts judge
     assert compare_runs.compare(ref, moved, precision="bf16")["passed"]
     assert "FAIL" in compare_runs.summary_line("x", res) and "PASS" in compare_runs.summary_line("y", same)
+
+
+def test_compare_runs_reads_a_run_stopped_while_it_wrote(tmp_path, capsys):
+    p = {"entailment": 0.7, "neutral": 0.2, "contradiction": 0.1}
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    for d in (ref, run):
+        d.mkdir()
+    lines = [json.dumps(_rec("entailed", i, "entailment", p, ["a"])) for i in range(3)]
+    (ref / "samples.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "samples.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:17])  # torn last line
+    assert compare_runs.main([str(ref), str(run), "--json", str(tmp_path / "p.json")]) == 0
+    res = json.loads((tmp_path / "p.json").read_text())["runs"][str(run)]
+    assert res["examples_both"] == 2 and res["torn_last_line"] == {"reference": False, "run": True}
+    (run / "samples.jsonl").write_text(lines[0][:10] + "\n" + lines[1] + "\n")  # a bad line elsewhere: an error
+    assert compare_runs.main([str(ref), str(run)]) == 2
+    assert "error: " in capsys.readouterr().err
+
+
+# -- the GPU section of BENCHMARKS.md --------------------------------------------------------------------------
+
+def _bench_engine(label: str, ref: bool, e2e: float, pairs: float, tokens: float, verdicts: dict) -> dict:
+    engine, precision = label.split(":")[:2]
+    return {"label": label, "engine": engine, "precision": precision, "reference": ref, "status": "ok",
+            "classifier_precision": "fp16" if "gen.precision" in label else precision,
+            "generator_precision": "fp32" if "gen.precision" in label else precision, "device": "cuda",
+            "speed": {"speedup": {"end_to_end": e2e},
+                      "summary": {"classifier_pairs_per_s": pairs, "generated_tokens_per_s": tokens,
+                                  "examples_per_s": 10 * e2e}},
+            "parity": {"verdicts": verdicts}}
+
+
+def _synthetic_gpu_check(folder: Path, device: str = "cuda", gpu: str | None = "Synthetic GPU 80GB") -> None:
+    """A gpu_check result file made up by this test (never a measurement: it is written to a temporary folder)."""
+    bench = {"data": {"name": "sample", "examples": 2724}, "models": {"generator": "mini-t5", "classifier": "mini-nli"},
+             "reference": "torch:fp32", "workload": {}, "engines": [
+                 _bench_engine("torch:fp32", True, 1.0, 11111.0, 22222.0, {}),
+                 _bench_engine("torch:bf16", False, 1.37, 15555.5, 30303.0,
+                               {"equivalent": 4, "different": 0, "inconclusive": 8, "too_small": 6}),
+                 _bench_engine("torch:fp16:gen.precision=fp32", False, 1.21, 19999.9, 21000.0,
+                               {"equivalent": 5, "different": 0, "inconclusive": 7, "too_small": 6})]}
+    payload = {"device": device, "gpu": gpu, "torch": "2.11.0+cu130", "torch_cuda_build": "13.0", "limit": 0,
+               "budget_s": 480, "took_s": 455.0,
+               "tf32": {"asked": None, "runs": {"device-cuda-torch-fp32": {"classifier": {
+                   "matmul_allow_tf32": False, "cudnn_allow_tf32": False}}}},
+               "steps": [{"step": "bench-real", "status": "skipped", "detail": "budget: 20s left"}],
+               "cuda_tests": {"tests": 12, "failures": 0, "errors": 0, "skipped": 2, "cases": []},
+               "runs": {"device-cuda-torch-fp32": {"device": "cuda", "precision": "fp32", "examples": 2724,
+                                                   "finished": True, "throughput": {"examples_per_s": 123.4}}},
+               "parity": {"kernels": None, "precisions": None},
+               "benches": {"mini": {"limit": {"limit": "0", "why": "all 2724 of the run's examples"}, "bench": bench},
+                           "real": {"limit": 64, "bench": None}}}
+    doc = {"schema": provenance.SCHEMA, "kind": "gpu_check", "command": f"scripts/gpu_check.sh --device {device}",
+           "date": "2030-01-02T03:04:05+00:00", "finished": "2030-01-02T03:12:05+00:00", "duration_s": 455.0,
+           "commit": "feedbeef", "machine": {"cpu": "Synthetic CPU", "cores": 16, "packages": {}},
+           "payload": payload}
+    (folder / f"gpu-check-{device}.json").write_text(json.dumps(doc))
+
+
+def _gpu_section(md: str) -> str:
+    return md.split("## 6. On a GPU")[1].split("\n## ")[0]
+
+
+def test_benchmarks_say_no_gpu_has_been_lent_without_a_gpu_result(tmp_path):
+    _synthetic_gpu_check(tmp_path, device="cpu", gpu=None)  # a dry run on the CPU is no GPU measurement
+    results, _ = provenance.load_results(tmp_path)
+    section = _gpu_section(make_benchmarks.render(results, "benchmarks/results"))
+    assert "Not measured: no GPU has been lent" in section and "Synthetic" not in section
+
+
+def test_benchmarks_gpu_section_from_a_gpu_check_result(tmp_path):
+    _synthetic_gpu_check(tmp_path)
+    results, _ = provenance.load_results(tmp_path)
+    section = _gpu_section(make_benchmarks.render(results, "benchmarks/results"))
+    assert "Synthetic GPU 80GB (`cuda`), torch 2.11.0+cu130" in section
+    assert "| torch:bf16 | 1.37× | 15555.5 | 30303.0 |" in section  # loop speed-up, pairs/s, tokens/s
+    assert "| torch:fp16:gen.precision=fp32 | 1.21× | 19999.9 | 21000.0 |" in section
+    assert "4 / 0 (0) / 8 (6)" in section and "not shown: 4 of 12 cells equivalent" in section
+    assert "allow_tf32: matmul False, cuDNN False" in section
+    assert "10 passed, 0 failed, 0 errors, 2 skipped" in section
+    assert "Not measured: step `bench-real` skipped (budget: 20s left)" in section
+    assert "commit `feedbeef`" in section and "gpu-check-cuda.json" in section

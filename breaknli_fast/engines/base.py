@@ -154,6 +154,13 @@ class EngineInfo:
     device: str = "cpu"
     details: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # torch on CUDA: the TF32 switches its loader set (engines/cuda.py), since they change fp32's numbers
+        if self.engine == "torch" and str(self.device).startswith("cuda"):
+            from breaknli_fast.engines.cuda import tf32_state
+
+            self.details.setdefault("tf32", tf32_state())
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

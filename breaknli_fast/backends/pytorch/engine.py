@@ -13,6 +13,7 @@ from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassificatio
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
 from breaknli_fast.engines.batching import BatchedClassifier, BatchedMaskFiller, pad_tokens, pad_values, split_threads
 from breaknli_fast.engines.compat import load_seq2seq
+from breaknli_fast.engines.cuda import prepare as prepare_cuda
 from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator
 from breaknli_fast.engines.hf import MaskedLogProbs, Seq2SeqNLIMixin, masked_lm_inputs, use_torch_threads
@@ -41,6 +42,7 @@ def _check_device(device: str) -> str:
         raise ModelLoadError("--device cuda was requested but no CUDA GPU is visible to torch")
     if device not in ("cpu",) and not device.startswith("cuda"):
         raise ModelLoadError(f"unknown device {device!r}; use cpu or cuda[:N]")
+    prepare_cuda(device)  # TF32 off on CUDA unless BREAKNLI_FAST_TF32=1 (engines/cuda.py; EngineInfo records it)
     return device
 
 
