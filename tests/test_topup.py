@@ -146,3 +146,4 @@ def test_top_up_on_the_command_line(tmp_path):
     r = CliRunner().invoke(app, ["run", "--top-up", "3", "--decoding", "greedy", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "error:" in r.output and "sampling" in r.output
     assert not (tmp_path / "x").exists()  # refused before any model loads or a directory is made
+
