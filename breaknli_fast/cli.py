@@ -15,7 +15,8 @@ from breaknli_fast import cli_options as opts
 from breaknli_fast.cli_help import install as install_help
 from breaknli_fast.console import RichHook, console, fail, literal, make_progress, user_errors
 from breaknli_fast.data.labels import parse_label_map
-from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
+from breaknli_fast.data.loaders import Columns
+from breaknli_fast.data.slicing import show_counts
 from breaknli_fast.errors import install_hint
 from breaknli_fast.probes import probe_class
 from breaknli_fast.probes.breaknli.loop import parse_modes
@@ -60,13 +61,23 @@ def breakdown_tables(bd: dict[str, Any], width: int) -> list[Table]:
     return tables_that_fit(make, keys, width)
 
 
+def print_slice(info: dict[str, Any] | None) -> None:
+    """The data slice on the terminal: how it was taken, its gold-label counts, and any warning about them."""
+    if info:
+        console.print(f"data slice: {literal(info['words'])}, gold labels {show_counts(info['labels'])}")
+        for w in info.get("warnings") or []:
+            console.print(f"[bold yellow]warning:[/] {literal(w)}")
+
+
 def print_summary(result: Any) -> None:
     """The result of a study on the terminal: rows read, the probe's own tables, the breakdown, throughput."""
     report, run_dir = result.report, result.run_dir
     sk = report.get("skips") or report.get("funnel", {}).get("skips") or {}
     if sk:
         skips = ", ".join(f"{k} {v}" for k, v in sk["counts"].items() if v) or "none"
-        console.print(f"rows read {sk['read']}, skipped {sk['skipped']} ({skips}); valid {len(result.data.examples)}")
+        valid = (report.get("slice") or {}).get("of", len(result.data.examples))  # a drawn slice: drawn from these
+        console.print(f"rows read {sk['read']}, skipped {sk['skipped']} ({skips}); valid {valid}")
+    print_slice(report.get("slice"))
     for item in result.probe.console(report):
         console.print(item)
     if report.get("breakdown"):
@@ -104,6 +115,8 @@ def run(
     split: Optional[str] = opts.SPLIT,
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, rich_help_panel=opts.DATA,
                                         help=f"Use the first N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
+    sample: Optional[int] = opts.SAMPLE,
+    sample_seed: Optional[int] = opts.SAMPLE_SEED,
     premise_col: Optional[str] = opts.PREMISE_COL,
     hypothesis_col: Optional[str] = opts.HYPOTHESIS_COL,
     label_col: Optional[str] = opts.LABEL_COL,
@@ -171,20 +184,22 @@ def run(
                             classifier_precision=classifier_precision, generator_precision=generator_precision,
                             mlm_precision=mlm_precision, label_map=parse_label_map(label_map), max_length=max_length,
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
-        eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
+        eff_limit = opts.effective_limit(dataset, limit, sample, DEFAULT_SAMPLE_LIMIT)
         if "," in classifier or "," in dataset:  # a study over classifiers x datasets (breaknli_fast.study.grid)
             from breaknli_fast.cli_report import run_grid_command
 
-            limits = {d.strip(): (DEFAULT_SAMPLE_LIMIT if d.strip() == SAMPLE_NAME else None) if limit is None
-                      else (limit or None) for d in dataset.split(",")}
+            limits = {d.strip(): opts.effective_limit(d.strip(), limit, sample, DEFAULT_SAMPLE_LIMIT)
+                      for d in dataset.split(",")}
             return run_grid_command(probe, cfg, classifier, dataset, limits, split=split, generator=generator,
                                     columns=Columns(premise_col, hypothesis_col, label_col, id_col), engine=ecfg,
-                                    out=out, overwrite=overwrite, by=by, mlm=mlm,
+                                    out=out, overwrite=overwrite, by=by, mlm=mlm, sample=sample,
+                                    sample_seed=sample_seed,
                                     ray=RayConfig(address=ray_address, workers=ray_workers,
                                                   gpus_per_worker=ray_gpus_per_worker, threads_per_worker=ray_threads)
                                     if ray or ray_address else None)
         with make_progress() as progress:
-            result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit,
+            result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit, sample=sample,
+                               sample_seed=sample_seed,
                                columns=Columns(premise_col, hypothesis_col, label_col, id_col),
                                generator=generator, classifier=classifier, engine=ecfg, out=out,
                                runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress), by=by,

@@ -50,12 +50,27 @@ GEN_BATCH = typer.Option(None, "--gen-batch", min=1, rich_help_panel=SPEED, show
                          help="Prompts per generator batch, each with its K samples (default: 8 on the CPU, 64 on CUDA). "
                               "The candidates do not depend on it.")
 MAX_BATCH = typer.Option(None, "--max-batch", min=1, rich_help_panel=SPEED, help="Classifier batch bound: pairs per batch (default: the engine's: on the CPU 16 for ort, 32 for torch sequence classifiers; else 64).", show_default=False)
+SAMPLE = typer.Option(None, "--sample", min=1, rich_help_panel=DATA, show_default=False,
+                      help="Draw N examples stratified by gold label (each label its share of the dataset, a seeded "
+                           "shuffle within it) instead of the first N (--limit). Reported with its label counts.")
+SAMPLE_SEED = typer.Option(None, "--sample-seed", rich_help_panel=DATA, show_default=False,
+                           help="Seed of the --sample draw (default: --seed), to vary one and keep the other.")
 PREMISE_COL = typer.Option(None, "--premise-col", rich_help_panel=DATA, help="Column of the premise in a dataset file (default: premise, then sentence1).")
 HYPOTHESIS_COL = typer.Option(None, "--hypothesis-col", rich_help_panel=DATA, help="Column of the hypothesis (default: hypothesis, then sentence2).")
 LABEL_COL = typer.Option(None, "--label-col", rich_help_panel=DATA, help="Column of the gold label (default: label, then gold_label).")
 ID_COL = typer.Option(None, "--id-col", rich_help_panel=DATA, help="Column of a unique example id (default: id, pairID, uid or idx; else the line number).")
 BY = typer.Option(None, "--by", rich_help_panel=DATA, help="Break the headline metrics down by dataset columns, e.g. genre or negation_logic,quantifier_logic "
                  "(0/1 columns: the examples where it is 1 and the rest; others: per value). Default: TaxiNLI's categories on taxinli.")
+
+
+def effective_limit(dataset: str, limit: int | None, sample: int | None, sample_default: int) -> int | None:
+    """The ``--limit`` a command runs with: none with ``--sample`` (both given: load_slice's one-line error),
+    ``sample_default`` for the embedded sample when it is not given, none for 0."""
+    if sample is not None:
+        return limit
+    if limit is None:
+        return sample_default if dataset == SAMPLE_NAME else None
+    return limit or None
 
 
 def usable_cores() -> int:

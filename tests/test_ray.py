@@ -89,6 +89,20 @@ def test_ray_equals_one_process_and_resumes(local_ray, tiny_t5, tiny_roberta, ti
     assert resumed.report["metrics"] == single.report["metrics"]
 
 
+def test_top_up_sharded_over_ray_gives_the_single_process_records(local_ray, tiny_t5, tiny_roberta, tiny_tsv):
+    """--top-up's draws are seeded per example and draw, so the actors make the single process's draws."""
+    from breaknli_fast.engines.base import Decoding
+
+    loop = BreakNLIConfig(k=12, u=4, s=2, seed=3, chunk_size=4, top_up=4,
+                          decoding=Decoding(top_p=1.0, top_k=0, max_new_tokens=12))
+    common = dict(dataset=str(tiny_tsv), limit=24, classifier=tiny_roberta, generator=tiny_t5, engine="torch")
+    single = run_study("breaknli", loop, **common)
+    assert any(r.get("top_up_draws") for r in single.records)
+    sharded = run_study("breaknli", loop, **common, ray=RayConfig(workers=2, threads_per_worker=1))
+    assert sorted(map(_key, sharded.records)) == sorted(map(_key, single.records))
+    assert sharded.report["funnel"] == single.report["funnel"]
+
+
 def test_ray_missing_is_one_line(monkeypatch, tmp_path, tiny_roberta, tiny_tsv):
     import builtins
 

@@ -17,7 +17,6 @@ import typer
 
 from breaknli_fast import cli_options as opts
 
-from breaknli_fast.data.loaders import SAMPLE_NAME
 
 DEFAULT_ENGINES = "torch:fp32,ort:fp32,ort:int8"
 DEFAULT_SAMPLE_LIMIT = 32  # examples of the embedded sample when --limit is not given (several engines run)
@@ -78,6 +77,8 @@ def bench(
                                      "TaxiNLI's categories on taxinli."),
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
                                         help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
+    sample: Optional[int] = opts.SAMPLE,
+    sample_seed: Optional[int] = opts.SAMPLE_SEED,
     repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported)."),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured warm-up iterations of every stage (and end-to-end runs on 4 examples)."),
     min_iterations: int = typer.Option(3, "--min-iterations", min=1, help="Measured iterations of each stage, at least."),
@@ -147,14 +148,14 @@ def bench(
                 raise BenchSpecError(f"--{given[0].replace('_', '-')} shapes the BreakNLI loop only, not --probe {probe}")
         # the probe's config from its own options, as run builds it (another probe's options are refused)
         probe_config = opts.probe_config(probe, seed=seed)
-        eff_limit = (DEFAULT_SAMPLE_LIMIT if dataset == SAMPLE_NAME else None) if limit is None else (limit or None)
+        eff_limit = opts.effective_limit(dataset, limit, sample, DEFAULT_SAMPLE_LIMIT)
         base = EngineConfig(device=device, threads=threads, label_map=parse_label_map(label_map), max_length=max_length,
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method,
                             gen_batch=gen_batch)
         cfg = BenchConfig(
             engines=parse_engines(engines, base, split=component_split, roles=probe_cls.roles), probe=probe,
             probe_config=probe_config, generator=generator, classifier=classifier, mlm=mlm, dataset=dataset, split=split, by=by,
-            limit=eff_limit, engine=base, warmup=warmup, min_iterations=min_iterations,
+            limit=eff_limit, sample=sample, sample_seed=sample_seed, engine=base, warmup=warmup, min_iterations=min_iterations,
             min_seconds=min_seconds, repeats=repeats, gen_prompts=gen_prompts, greedy_prompts=greedy_prompts,
             invariance_pairs=invariance_pairs, tolerance=tolerance, min_agreement=min_agreement,
             require_equivalence=require_equivalence, random_weights=parse_random_weights(random_weights),

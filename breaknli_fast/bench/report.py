@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from breaknli_fast.data.slicing import show_counts
 from breaknli_fast.plotting import pyplot
 
 MODE_SHORT = {"contradictive": "contr.", "entailed": "ent."}
@@ -151,12 +152,15 @@ def _header(data: dict[str, Any]) -> list[str]:
             f"{role} `{name}`" for role, name in (("classifier", models.get("classifier")),
                                                   ("generator", models.get("generator")),
                                                   ("masked LM", ", ".join(models.get("mlm") or []) or None)) if name)
-        + f"; dataset `{_get(data, 'data', 'name')}` ({_get(data, 'data', 'examples')} examples); "
-          f"device {_get(cfg, 'engine', 'device') or cfg.get('device')}",
+        + f"; dataset `{_get(data, 'data', 'name')}` ({_get(data, 'data', 'examples')} examples"
+          + (f": {sl['words']}, gold labels {show_counts(sl['labels'])}" if (sl := _get(data, 'data', 'slice')) else "")
+          + f"); device {_get(cfg, 'engine', 'device') or cfg.get('device')}",
     ]
     if _breaknli(data):
         dec = pc.get("decoding", {})
         lines.append(f"- loop: modes {', '.join(pc.get('modes', []))}, K={pc.get('k')}, U={pc.get('u')}, S={pc.get('s')}, "
+                     + (f"top-up {pc['top_up']}, " if pc.get("top_up") else "")
+                     + f"relation filter {'both directions' if pc.get('bidirectional', True) else 'one direction'}, "
                      f"decoding {dec.get('strategy')} (top_p {dec.get('top_p')}, top_k {dec.get('top_k')}, T "
                      f"{dec.get('temperature')}, max_new_tokens {dec.get('max_new_tokens')}, min_new_tokens "
                      f"{dec.get('min_new_tokens')}), seed {pc.get('seed')}")

@@ -34,7 +34,8 @@ from breaknli_fast.bench.measure import PeakMemory, latency_stats, synchronize
 from breaknli_fast.bench.result import SCHEMA, BenchError, BenchResult
 from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
 from breaknli_fast.bench.state import Context, EngineRun, fail
-from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData, load_examples
+from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData
+from breaknli_fast.data.slicing import describe as describe_slice, load_slice, show_counts
 from breaknli_fast.study.loading import EngineConfig, Models, load_models
 from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.errors import first_line
@@ -63,6 +64,8 @@ class BenchConfig:
     by: str | list[str] | None = None  # columns to break the paired differences down by (default: the dataset's own)
     split: str | None = None
     limit: int | None = None
+    sample: int | None = None  # N examples drawn by gold label instead of the first N (data.slicing)
+    sample_seed: int | None = None  # the draw's seed (default: the probe's)
     engine: EngineConfig = field(default_factory=EngineConfig)  # bench-wide settings each --engines entry starts from
     component_split: bool = True  # quantised engines also with one role at a time at the reduced precision
     warmup: int = 1
@@ -342,9 +345,12 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
     from breaknli_fast.envinfo import environment
 
     env = environment()
-    data = load_examples(cfg.dataset, split=cfg.split, limit=cfg.limit, seed=probe.seed)
+    data = load_slice(cfg.dataset, split=cfg.split, limit=cfg.limit, seed=probe.seed, sample=cfg.sample,
+                      sample_seed=cfg.sample_seed)
     if not data.examples:
         raise BenchError(f"no valid example in {cfg.dataset!r}")
+    data_slice = describe_slice(data.slice, data.examples)
+    log(f"data slice: {data_slice['words']}, gold labels {show_counts(data_slice['labels'])}")
     by = parse_by(cfg.by) or default_columns(data)
     for column in by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
@@ -352,7 +358,7 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
     models: dict[str, Any] = {"classifier": cfg.classifier, "generator": cfg.generator,
                               "mlm": ([m.strip() for m in (cfg.mlm or DEFAULT_MLM).split(",") if m.strip()]
                                       if "mlm" in roles else [])}
-    notes: list[str] = []
+    notes: list[str] = [f"data slice: {w}" for w in data_slice["warnings"]]
     random_info: dict[str, Any] = {}
     if probe.name == "breaknli" and (cfg.random_weights or cfg.fixed_length):
         loop = probe.cfg
@@ -414,7 +420,7 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
         "config": {**cfg.to_dict(), "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
         "seeds": {"probe": probe.seed, "random_weights": 0 if cfg.random_weights else None,
                   "per_example": "sha256(seed, group, example id)"},
-        "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
+        "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source, "slice": data_slice,
                  "examples": len(data.examples), "skips": data.skips.to_dict(), "by": by},
         "models": {"generator": models["generator"] if "generator" in roles else None,
                    "classifier": models["classifier"], "mlm": models["mlm"] or None,

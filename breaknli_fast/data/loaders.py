@@ -101,6 +101,9 @@ class LoadedData:
     examples: list[Example]
     skips: SkipStats
     source: dict[str, Any]
+    # the examples kept (breaknli_fast.data.slicing.load_slice): {"how": "all"}, {"how": "first", "limit": N}
+    # or {"how": "sample", "n": N, "seed": S, "of": the valid examples drawn from}
+    slice: dict[str, Any] = field(default_factory=lambda: {"how": "all"})
 
     def __len__(self) -> int:
         return len(self.examples)

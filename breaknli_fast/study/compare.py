@@ -25,7 +25,7 @@ from breaknli_fast.errors import UserError
 STUDY_FILE = "study.json"
 # identity keys that belong to the model of a column, and to the data of a row; every other key is shared
 MODEL_KEYS = ("classifier", "label_map", "nli_prompt", "nli_method")
-DATA_KEYS = ("dataset", "split", "limit", "columns")
+DATA_KEYS = ("dataset", "split", "limit", "sample", "columns")
 
 
 class CompareError(UserError):

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from breaknli_fast.data.loaders import Columns, DataError, load_examples
+from breaknli_fast.data.loaders import Columns, DataError
+from breaknli_fast.data.slicing import load_slice
 from breaknli_fast.study.loading import EngineConfig
 from breaknli_fast.engines.model_info import resolve_model
 from breaknli_fast.errors import UserError
@@ -134,13 +135,16 @@ class CellHook(ProgressHook):
 
 def run_grid(probe: str, config: Any = None, *, classifiers: Sequence[str], datasets: Sequence[str],
              split: str | None = None, limit: int | None | Mapping[str, int | None] = None,
+             sample: int | None = None, sample_seed: int | None = None,
              columns: Columns | None = None, generator: str = "mini-t5", engine: EngineConfig | None = None,
              out: str | Path | None = None, runs_root: str | Path = "runs", overwrite: bool = False,
              hook: ProgressHook | None = None, by: str | Sequence[str] | None = None, ray: Any = None,
              mlm: str | Sequence[str] | None = None, html: bool = True, command: str = "run") -> GridResult:
     """Run ``probe`` (a registered name with its ``config``) on every (dataset, classifier) cell into one study
     directory (``out``, or one named after the cells under ``runs_root``), then write the comparison table and
-    report.html of the whole study. ``limit``: one for every dataset, or per dataset name. The other arguments are
+    report.html of the whole study. ``limit``: one for every dataset, or per dataset name; ``sample`` /
+    ``sample_seed``: a drawn slice of every dataset instead (:func:`~breaknli_fast.data.slicing.load_slice`). The
+    other arguments are
     :func:`~breaknli_fast.study.run_study`'s, shared by every cell."""
     from breaknli_fast.probes import get_probe
 
@@ -153,7 +157,8 @@ def run_grid(probe: str, config: Any = None, *, classifiers: Sequence[str], data
     limits = {d: (limit.get(d) if isinstance(limit, Mapping) else limit) for d in datasets}
     data = {}
     for d in datasets:  # every dataset loaded once, and a bad one reported before the first cell runs
-        data[d] = load_examples(d, split=split, limit=limits[d], cols=columns, seed=the_probe.seed)
+        data[d] = load_slice(d, split=split, limit=limits[d], cols=columns, seed=the_probe.seed, sample=sample,
+                             sample_seed=sample_seed)
         if not data[d].examples:
             raise DataError(f"no valid example in {d!r}")
     study = Path(out) if out is not None else default_study_path(Path(runs_root), the_probe.name, datasets,

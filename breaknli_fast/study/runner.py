@@ -15,7 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
+from breaknli_fast.data import slicing
+from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.roles import ROLES, Models, role
 from breaknli_fast.study.loading import EngineConfig, load_models, mlm_names
@@ -90,10 +91,12 @@ def slug(text: str) -> str:
 
 
 def default_run_path(root: Path, probe: Probe, dataset: str, classifier: str, engine: str, precision: str,
-                     limit: int | None = None) -> Path:
-    """``<root>/<dataset>-n<limit>-<classifier>-<engine>-<precision>-s<seed>`` (``all`` for no limit; a probe other
-    than BreakNLI first): runs that differ in their settings' usual suspects get directories of their own."""
-    stem = f"{slug(dataset)}-{f'n{limit}' if limit else 'all'}-{slug(classifier)}-{engine}-{precision}-s{probe.seed}"
+                     limit: int | None = None, sample: dict[str, Any] | None = None) -> Path:
+    """``<root>/<dataset>-n<limit>-<classifier>-<engine>-<precision>-s<seed>`` (``all`` for no limit,
+    ``n<N>-drawn<seed>`` for a drawn slice ``sample``; a probe other than BreakNLI first): runs that differ in their
+    settings' usual suspects get directories of their own."""
+    size = f"n{sample['n']}-drawn{sample['seed']}" if sample else f"n{limit}" if limit else "all"
+    stem = f"{slug(dataset)}-{size}-{slug(classifier)}-{engine}-{precision}-s{probe.seed}"
     return root / (stem if probe.name == "breaknli" else f"{probe.name}-{stem}")
 
 
@@ -122,13 +125,25 @@ def _report(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData, t
 def markdown(probe: Probe, report: dict[str, Any]) -> str:
     """report.md: the probe's sections, the breakdown by column, then throughput."""
     parts = [probe.markdown(report).rstrip("\n"), ""]
+    parts += slice_markdown(report.get("slice"))
     parts += breakdown_markdown(report.get("breakdown") or {})
     parts += throughput_markdown(report["throughput"])
     return "\n".join(parts)
 
 
+def slice_markdown(info: dict[str, Any] | None) -> list[str]:
+    """report.md's section on the data slice: how it was taken and its gold-label counts (with any warning)."""
+    if not info:
+        return []
+    lines = ["## Data slice", "", f"- {info['words']}: {info['examples']} examples, gold labels "
+             f"{slicing.show_counts(info['labels'])}"]
+    lines += [f"- **warning**: {w}" for w in info.get("warnings") or []]
+    return lines + [""]
+
+
 def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_NAME, split: str | None = None,
-              limit: int | None = None, columns: Columns | None = None, data: LoadedData | None = None,
+              limit: int | None = None, sample: int | None = None, sample_seed: int | None = None,
+              columns: Columns | None = None, data: LoadedData | None = None,
               classifier: str = "mini-nli", generator: str = "mini-t5", engine: EngineConfig | str = "auto",
               precision: str = "fp32", device: str = "cpu", models: Models | None = None,
               out: str | Path | None = None, runs_root: str | Path | None = None, overwrite: bool = False,
@@ -137,8 +152,10 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
               html: bool = True) -> StudyResult:
     """Run a probe (an instance, or a registered name with its ``config``) and return its records and report.
 
-    - data: ``dataset`` (``sample``, a hub name or a file; ``split``, ``limit``, ``columns``), or ``data``
-      already loaded;
+    - data: ``dataset`` (``sample``, a hub name or a file; ``split``, ``limit`` or ``sample`` / ``sample_seed``,
+      ``columns``: :func:`~breaknli_fast.data.slicing.load_slice`), or ``data`` already loaded (its ``slice`` says
+      which examples it holds); the slice's gold-label counts go into report.json and report.md, warnings
+      about them to ``hook.message`` before any model loads;
     - engines: ``engine`` (a name, or an :class:`EngineConfig` with every option) with ``precision`` and
       ``device``, or ``models`` already loaded;
     - run directory: ``out``, or ``runs_root``/<dataset>-n<limit>-<classifier>-<engine>-<precision>-s<seed>; with
@@ -160,11 +177,15 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     hook = hook or ProgressHook()
     probe = get_probe(probe, config) if isinstance(probe, str) else probe
     ecfg = engine if isinstance(engine, EngineConfig) else EngineConfig(engine=engine, precision=precision, device=device)
-    if data is None:
-        data = load_examples(dataset, split=split, limit=limit, cols=columns, seed=probe.seed)  # seed: generated data
+    if data is None:  # seed: generated data, and a drawn slice unless sample_seed says otherwise
+        data = slicing.load_slice(dataset, split=split, limit=limit, cols=columns, seed=probe.seed, sample=sample,
+                                  sample_seed=sample_seed)
     if not data.examples:
         counts = ", ".join(f"{k} {v}" for k, v in data.skips.counts.items() if v) or "none"
         raise DataError(f"no valid example in {dataset!r} ({data.skips.skipped} rows skipped: {counts})")
+    data_slice = slicing.describe(data.slice, data.examples)
+    for w in data_slice["warnings"]:
+        hook.message(f"warning: {w}")
     columns_by = parse_by(by) or default_columns(data)
     for column in columns_by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
@@ -193,14 +214,15 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             **({"classifier_precision": ecfg.clf_precision, "generator_precision": ecfg.gen_precision}
                if ecfg.clf_precision != ecfg.gen_precision else {}),
             "dataset": data.source, "split": split, "limit": limit, "columns": vars(columns or Columns()),
-            **probe.identity(),
+            **slicing.identity(data.slice), **probe.identity(),
             "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
             "max_length": ecfg.max_length,
         }
 
     def path_for(engine_name: str) -> Path:
         return Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier,
-                                                                  engine_name, prec, limit)
+                                                                  engine_name, prec, limit,
+                                                                  slicing.identity(data.slice).get("sample"))
 
     # the run directory is checked and locked before any model loads: a directory in use, one that cannot be
     # written and one holding another run stop here, in seconds
@@ -234,7 +256,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             details = {"max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
                        **models.details()}
         meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
-                "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset}
+                "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset, "slice": data_slice}
         if rd is None:  # in memory
             if pool is not None:
                 records, times = pool.execute(data, None, hook)
@@ -261,7 +283,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                        "threads": ecfg.threads, "workers": ecfg.workers, "token_budget": ecfg.token_budget,
                        "max_length": ecfg.max_length, **details, "notes": notes},
             "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
-                        "columns": vars(columns or Columns()), "skips": data.skips.to_dict()},
+                        "columns": vars(columns or Columns()), "skips": data.skips.to_dict(), "slice": data_slice},
             **probe.identity(),
             "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
             "seed": probe.seed, "environment": environment(),

@@ -16,7 +16,9 @@ from typing import Any, Sequence
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.data.normalize import normalize_text
-from breaknli_fast.engines.base import Classifier, Decoding, Generator, derive_seed
+from breaknli_fast.engines.base import Classifier, Decoding, Generator
+from breaknli_fast.probes.breaknli.generation import generate_candidates
+from breaknli_fast.probes.breaknli.topup import MAX_TOP_UP, top_up
 from breaknli_fast.probes.breaknli.verdicts import MODES, SELECTED, TARGET, verdict
 from breaknli_fast.prompts import GEN_PROMPTS, check_template
 from breaknli_fast.probes.base import CliOption, SharedCache, StageCache, StageTimes, option, options
@@ -42,8 +44,11 @@ class BreakNLIConfig:
     k: int = option(20, help=f"Candidates generated per hypothesis (at most {MAX_K}).", min=1, max=MAX_K)
     u: int = option(10, help="Distinct candidates kept (examples with fewer are dropped).", min=1)
     s: int = option(5, help="On-target candidates evaluated (examples with fewer are dropped).", min=1)
-    bidirectional: bool = option(True, help="Relation filter on (h,h') and (h',h), or (h,h') only.",
-                                 flag="--bidirectional/--one-direction")
+    bidirectional: bool = option(True, help="Relation filter on (h,h') and (h',h) (the study's code), or (h,h') "
+                                            "only (the study's README).", flag="--bidirectional/--one-direction")
+    top_up: int = option(0, help="Fewer than S on target: draw up to N more candidates, one at a time, before "
+                                 "dropping the example (the study's code: 15; 0: drop at once). Needs sampling.",
+                         min=0, max=MAX_TOP_UP, metavar="N")
     prompts: dict[str, str] = options(
         lambda: dict(GEN_PROMPTS),
         contradictive=CliOption("Prompt of the contradictive mode ({h} = hypothesis).", flag="--contradict-prompt",
@@ -79,6 +84,11 @@ class BreakNLIConfig:
             raise ValueError(f"need K >= U >= S >= 1, got K={self.k}, U={self.u}, S={self.s}")
         if self.k > MAX_K:
             raise ValueError(f"--k {self.k}: at most {MAX_K} candidates per hypothesis")
+        if not 0 <= self.top_up <= MAX_TOP_UP:
+            raise ValueError(f"--top-up {self.top_up}: between 0 and {MAX_TOP_UP} draws per example")
+        if self.top_up and self.decoding.strategy != "sampling":
+            raise ValueError(f"--top-up {self.top_up} draws one sampled candidate at a time; --decoding "
+                             f"{self.decoding.strategy} would draw the same one each time (use --decoding sampling)")
         flags = {"contradictive": "--contradict-prompt", "entailed": "--entail-prompt"}
         for m in self.modes:
             check_template(self.prompts.get(m, ""), ("h",), f"the {m} generation prompt ({flags[m]})")
@@ -87,6 +97,8 @@ class BreakNLIConfig:
         d = asdict(self)
         d["modes"] = list(self.modes)
         d["decoding"] = self.decoding.to_dict()
+        if not self.top_up:  # absent = 0: a run without top-up keeps the identity runs had before the option
+            del d["top_up"]
         return d
 
 
@@ -206,8 +218,12 @@ def relation_filter_lazy(examples: Sequence[Example], kept: dict[str, list[str]]
             ok, got = forward_ok[ex.id], passed[ex.id]
             need = cfg.s - len(got)
             left = len(ok) - nxt[ex.id]
-            if need <= 0 or len(got) + left < cfg.s:
-                continue  # done, or can no longer reach S
+            if need <= 0 or left <= 0:
+                continue  # done, or nothing left to ask
+            if len(got) + left < cfg.s:  # can no longer reach S with its kept candidates alone:
+                if not cfg.top_up:
+                    continue  # dropped
+                need = left  # the top-up comes after them, so every one that passes counts: ask them all
             for i in ok[nxt[ex.id] : nxt[ex.id] + need]:
                 wave.append((ex.id, i))
             nxt[ex.id] += need
@@ -226,41 +242,6 @@ def relation_filter_lazy(examples: Sequence[Example], kept: dict[str, list[str]]
         idx = sorted(passed[ex.id])
         out[ex.id] = (rels[ex.id], [kept[ex.id][i] for i in idx], None, count[ex.id])
     return out, n_pairs
-
-
-def shared_key(mode: str, example_id: str) -> str:
-    """The key of an example's candidates in a study's shared cache."""
-    return f"{mode}\t{example_id}"
-
-
-def generate_candidates(mode: str, examples: Sequence[Example], generator: Generator | None, cfg: BreakNLIConfig,
-                        times: StageTimes, shared: SharedCache | None = None) -> list[list[str]]:
-    """The K raw candidates of each example, one seed per (run seed, mode, example), so an example's candidates do
-    not depend on its batch. With ``shared`` (a study over several classifiers), candidates another run of the study
-    generated for the same prompt are reused and only the others are generated (and added to it)."""
-    prompts = [cfg.prompts[mode].format(h=ex.hypothesis) for ex in examples]
-    out: list[list[str] | None] = [None] * len(examples)
-    if shared is not None:
-        for i, (ex, prompt) in enumerate(zip(examples, prompts)):
-            hit = shared.get(shared_key(mode, ex.id))
-            if hit is not None and hit.get("prompt") == prompt:  # K, decoding and seed are in the cache's key
-                out[i] = list(hit["generated"])
-    todo = [i for i, c in enumerate(out) if c is None]
-    if todo:
-        if generator is None:
-            raise ValueError("the BreakNLI probe needs a generator")
-        seeds = [derive_seed(cfg.seed, mode, examples[i].id) for i in todo]
-        t0 = time.perf_counter()
-        cands = generator.generate([prompts[i] for i in todo], cfg.k, cfg.decoding, seeds)
-        times.add("generate", time.perf_counter() - t0)
-        times.sequences += sum(len(c) for c in cands)
-        times.new_tokens += generator.count_tokens(x for c in cands for x in c)
-        for i, cs in zip(todo, cands):
-            out[i] = list(cs)
-        if shared is not None:
-            shared.put({shared_key(mode, examples[i].id): {"prompt": prompts[i], "generated": list(cs)}
-                        for i, cs in zip(todo, cands)})
-    return [c if c is not None else [] for c in out]
 
 
 def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str, Any]], classifier: Classifier,
@@ -312,10 +293,24 @@ def process_chunk(mode: str, chunk: Sequence[Example], yhat: dict[str, dict[str,
         rec["relation_pairs"] = pairs
         if n_on_target is not None:
             rec["n_on_target"] = n_on_target
-        if len(passing) < cfg.s:
-            rec["status"] = "too_few_on_target"
-        else:
-            final[ex.id] = passing[: cfg.s]
+        final[ex.id] = passing[: cfg.s]
+        if cfg.top_up:
+            rec["top_up_draws"] = 0
+
+    # Top-up: an example short of S draws up to cfg.top_up more candidates, one at a time (topup.py).
+    short = [ex for ex in todo if len(final[ex.id]) < cfg.s]
+    if short and cfg.top_up:
+        extra = top_up(mode, short, {ex.id: len(final[ex.id]) for ex in short}, kept, target, cfg, classifier,
+                       generator, times, shared)
+        for ex in short:
+            rec, t = records[ex.id], extra[ex.id]
+            rec.update(top_up_draws=t.draws, top_up_generated=t.generated, top_up_relations=t.relations)
+            rec["relation_pairs"] += t.pairs
+            final[ex.id] = (final[ex.id] + t.passing)[: cfg.s]
+    for ex in todo:
+        if len(final[ex.id]) < cfg.s:
+            records[ex.id]["status"] = "too_few_on_target"
+            del final[ex.id]
 
     # Evaluate (p, h') for the S kept candidates.
     eval_pairs = [(ex.premise, c) for ex in correct if ex.id in final for c in final[ex.id]]
@@ -368,4 +363,8 @@ def funnel(records: Sequence[dict[str, Any]], data: LoadedData, modes: Sequence[
             "evaluated": st["evaluated"],
             "by_label": {lab: sum(r["status"] == "evaluated" and r["yhat"] == lab for r in rs) for lab in LABELS},
         }
+        if any("top_up_draws" in r for r in rs):  # a run with --top-up: what the draws did
+            drew = [r for r in rs if r.get("top_up_draws")]
+            out[mode]["top_up"] = {"examples": len(drew), "draws": sum(r["top_up_draws"] for r in drew),
+                                   "evaluated": sum(r["status"] == "evaluated" for r in drew)}
     return out

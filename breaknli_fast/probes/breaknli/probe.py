@@ -15,6 +15,7 @@ from rich.table import Table
 
 from breaknli_fast.data.labels import LABELS, SHORT
 from breaknli_fast.data.loaders import Example, LoadedData
+from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.probes.breaknli.loop import (BreakNLIConfig, classify_premise_hypothesis, funnel, new_times,
                                              process_chunk)
 from breaknli_fast.probes.breaknli.metrics import mode_label_rates
@@ -138,6 +139,11 @@ class BreakNLIProbe(Probe):
             for key, lab in ((f"(h, {c})", rel[0]), (f"({c}, h)", rel[1] if len(rel) > 1 else None)):
                 if lab is not None:
                     out[key] = lab
+        for raw, rel in zip(record.get("top_up_generated") or [], record.get("top_up_relations") or []):
+            c = normalize_text(raw)
+            for key, lab in ((f"(h, {c})", rel[0] if rel else None), (f"({c}, h)", rel[1] if len(rel) > 1 else None)):
+                if lab is not None:
+                    out[key] = lab
         for c, lab in zip(record.get("evaluated") or [], record.get("predictions") or []):
             out[f"(p, {c})"] = lab
         return out
@@ -198,6 +204,8 @@ def results_table(report: dict[str, Any]) -> Table:
 FUNNEL_ROWS = (("selected", "selected by gold label"), ("correct", "M(p, h) correct"),
                ("too_few_unique", "dropped: < U distinct"), ("too_few_on_target", "dropped: < S on target"),
                ("evaluated", "evaluated"))
+TOP_UP_ROWS = (("examples", "< S on target: topped up"), ("draws", "  top-up draws"),
+               ("evaluated", "  reached S: evaluated"))  # --top-up: before the drop at < S
 
 
 def funnel_table(report: dict[str, Any]) -> Table:
@@ -209,6 +217,9 @@ def funnel_table(report: dict[str, Any]) -> Table:
     for m in modes:
         t.add_column(m, justify="right", no_wrap=True)
     for key, label in FUNNEL_ROWS:
+        if key == "too_few_on_target" and any("top_up" in f[m] for m in modes):
+            for sub, sub_label in TOP_UP_ROWS:
+                t.add_row(sub_label, *(str((f[m].get("top_up") or {}).get(sub, 0)) for m in modes))
         t.add_row(label, *(str(f[m][key]) for m in modes))
     return t
 
@@ -238,6 +249,25 @@ def verdict_code(record: dict[str, Any]) -> str:
         return str(status)
     v = record.get("verdict") or {}
     return "inequality" if v.get("inequality") else "relaxed" if v.get("relaxed") else "holds"
+
+
+def top_up_section(r: dict[str, Any], target: str | None) -> dict[str, Any]:
+    """The example browser's table of an example's top-up draws: each draw, its relations, whether it passed and
+    what M(p, h') said of it when it was evaluated."""
+    evaluated = dict(zip(r.get("evaluated") or [], r.get("predictions") or []))
+    rows, marks = [], []
+    for raw, rel in zip(r.get("top_up_generated") or [], r.get("top_up_relations") or []):
+        c = normalize_text(raw)
+        if not rel:
+            rows.append([raw, "–", "–", "not classified (empty, h, or a candidate it had)"])
+            marks.append("muted")
+            continue
+        on = all(x == target for x in rel)
+        what = (f"on target; M(p, h') = {evaluated[c]}" if c in evaluated else "on target") if on else "off target"
+        rows.append([c, rel[0] or "–", (rel[1] if len(rel) > 1 else None) or "–", what])
+        marks.append(None if on else "muted")
+    return {"title": f"the {len(rows)} top-up draws (one sampled candidate each, after the kept ones)", "kind": "table",
+            "columns": ["draw", "M(h, h')", "M(h', h)", "result"], "rows": rows, "marks": marks}
 
 
 def example_view(r: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
@@ -283,6 +313,8 @@ def example_view(r: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
         sections.append({"title": title, "kind": "table",
                          "columns": ["h'", "M(h, h')", "M(h', h)", "on target", "M(p, h')", "P(E)", "P(N)", "P(C)",
                                      "verdict"], "rows": rows, "marks": marks})
+    if r.get("top_up_generated"):
+        sections.append(top_up_section(r, target))
     if code == "incorrect":
         why = f"M(p, h) = {yhat}, gold {gold}: only correctly classified examples are tested."
     elif code == "too_few_unique":
@@ -291,7 +323,9 @@ def example_view(r: dict[str, Any], loop: dict[str, Any]) -> dict[str, Any]:
     elif code == "too_few_on_target":
         passing = sum(1 for rel in (r.get("relations") or []) if rel and all(x == target for x in rel))
         why = (f"{passing} of the {len(kept)} kept candidates have M(h, h') = {target}"
-               + (" both ways" if loop.get("bidirectional", True) else "") + f" (S = {s} needed): dropped.")
+               + (" both ways" if loop.get("bidirectional", True) else "") + f" (S = {s} needed)"
+               + (f"; {r['top_up_draws']} top-up draws did not make up the rest" if r.get("top_up_draws") else "")
+               + ": dropped.")
     elif code in ("inequality", "relaxed", "holds"):
         rule = RULES.get((mode, yhat))
         v = r.get("verdict") or {}

@@ -37,11 +37,27 @@ def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def loop_lines(loop: dict[str, Any]) -> list[str]:
+    """The loop's settings that move the figures most, and which source each follows (docs/methodology.md)."""
+    if not loop:
+        return []
+    s, n = loop.get("s", 5), int(loop.get("top_up") or 0)
+    both = loop.get("bidirectional", True)
+    return [f"- loop: K = {loop.get('k')}, U = {loop.get('u')}, S = {s}; relation filter: "
+            + ("M(h, h') and M(h', h) both on target (the study's code)" if both
+               else "M(h, h') on target, one direction (the study's README)"),
+            f"- top-up: up to {n} draws, one candidate at a time, for an example with fewer than S = {s} on target "
+            "(the study's code draws up to 15)" if n else
+            f"- top-up: none (an example with fewer than S = {s} on target is dropped at once; the study's code "
+            "draws up to 15 more, `--top-up 15`)"]
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     lines = ["# BreakNLI report", ""]
     m = report.get("models", {})
     lines += [f"- generator: `{m.get('generator')}`", f"- classifier: `{m.get('classifier')}`",
-              f"- engine: `{report.get('engine')}`", f"- dataset: `{report.get('dataset')}`", ""]
+              f"- engine: `{report.get('engine')}`", f"- dataset: `{report.get('dataset')}`"]
+    lines += loop_lines(report.get("loop") or {}) + [""]
     lines += ["## Breakage (per example): inequality % / relaxed %", ""]
     header, rows = table_rows(report)
     lines.append("| " + " | ".join(header) + " |")
@@ -82,4 +98,9 @@ def to_markdown(report: dict[str, Any]) -> str:
         if x:
             lines.append(f"| {mode} | {x['selected']} | {x['correct']} | {x['generated']} | {x['too_few_unique']} | "
                          f"{x['too_few_on_target']} | {x['evaluated']} |")
+    for mode in report["loop"]["modes"]:
+        t = (f.get(mode) or {}).get("top_up")
+        if t is not None:
+            lines.append(f"\n- {mode} top-up: {t['examples']} examples had fewer than S on target and drew "
+                         f"{t['draws']} candidates; {t['evaluated']} of them reached S and were evaluated")
     return "\n".join(lines)
