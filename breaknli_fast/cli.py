@@ -13,7 +13,7 @@ from rich.table import Table
 
 from breaknli_fast import cli_options as opts
 from breaknli_fast.cli_help import install as install_help
-from breaknli_fast.console import RichHook, console, fail, literal, make_progress, user_errors
+from breaknli_fast.console import RichHook, console, fail, literal, make_progress, out_path, user_errors
 from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
 from breaknli_fast.errors import install_hint
@@ -142,8 +142,8 @@ def run(
     ray_gpus_per_worker: float = typer.Option(0.0, "--ray-gpus-per-worker", min=0.0, rich_help_panel=opts.RAY,
                                               help="GPUs per Ray actor (1 on GPU clusters)."),
     ray_threads: int = typer.Option(1, "--ray-threads", min=1, rich_help_panel=opts.RAY, help="CPU threads per Ray actor."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", rich_help_panel=opts.OUTPUT,
-                                       help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-"
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, metavar="DIR",
+                                       rich_help_panel=opts.OUTPUT, help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-"
                                             "<precision>-s<seed> (the probe's name first, other than breaknli's)."),
     overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=opts.OUTPUT,
                                    help="Replace a run directory that holds different settings."),
@@ -236,7 +236,8 @@ def mini_check(
     n: int = typer.Option(200, "--n", min=0, help="correctly classified sample examples per mode (0: all of them)"),
     mode: str = opts.MODE,
     seed: int = typer.Option(0, "--seed", help="Seed of the K samples (one seed per prompt is derived from it, as in run)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the results to this JSON file."),
+    out: Optional[Path] = typer.Option(None, "--out", parser=out_path, metavar="FILE",
+                                       help="Also write the results to this JSON file."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """The generator check of the model cards: K=20 samples per hypothesis of the embedded sample, the share on

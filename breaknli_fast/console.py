@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator, NoReturn
 
 import typer
@@ -28,6 +29,16 @@ err_console = Console(stderr=True, highlight=False)
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def out_path(value: str | Path | None) -> Path | None:
+    """The ``parser`` of every ``--out`` option: an empty value is refused (``Path("")`` is the current directory,
+    so ``--out ''`` would write a run's files among the user's own)."""
+    if value is None or isinstance(value, Path):
+        return value
+    if not value.strip():
+        raise typer.BadParameter("an empty path; name a folder (or leave the option out for the default)")
+    return Path(value)
 
 
 def literal(text: Any) -> str:

@@ -59,6 +59,19 @@ def _truncated_model(tmp: Path) -> Path:
     return folder
 
 
+def _partial_model(tmp: Path, keep: tuple[str, ...]) -> Path:
+    """mini-nli's config.json with only the files named in ``keep`` beside it (a copy left half-done)."""
+    import shutil
+
+    from breaknli_fast.engines.model_info import assets_models_dir
+
+    folder = tmp / f"part-{'-'.join(keep)}"
+    folder.mkdir(exist_ok=True)
+    for name in ("config.json", *keep):
+        shutil.copy(assets_models_dir() / "mini-nli" / name, folder / name)
+    return folder
+
+
 # (name, issue item, extra args of `run`, expected message, environment, needs a model loaded)
 Case = tuple[str, str, list[str], str, dict, bool]
 
@@ -71,6 +84,7 @@ def _cases(tmp: Path) -> list[Case]:
     return [
         ("out under /proc", "15", ["--out", "/proc/breaknli-x"], "cannot create the run directory /proc/breaknli-x", {}, False),
         ("out below a file", "15", ["--out", str(afile / "sub")], f"cannot create the run directory {afile / 'sub'}: Not a directory", {}, False),
+        ("empty out", "45", ["--out", ""], "Invalid value for '--out' / '-o': an empty path", {}, False),
         ("out is a file", "15", ["--out", str(afile)], f"cannot use {afile} as the run directory", {}, False),
         ("markup in a missing path", "-", ["-d", str(tmp / "no[/]such[bold].jsonl")], "no[/]such[bold].jsonl does not exist", {}, False),
         ("empty file", "-", ["-d", str(_write(tmp / "empty[gold].tsv", b""))], "empty[gold].tsv has no data rows", {}, False),
@@ -81,6 +95,10 @@ def _cases(tmp: Path) -> list[Case]:
         ("read-only export cache", "1", ["--engine", "ort", "-c", "mini-nli"], "cannot write the export cache",
          {"BREAKNLI_FAST_CACHE": str(afile / "cache")}, True),
         ("truncated safetensors", "2", ["-c", str(_truncated_model(tmp))], "model.safetensors is truncated or corrupt", {}, False),
+        ("config without weights", "45", ["-c", str(_partial_model(tmp, ("tokenizer.json", "vocab.json", "merges.txt")))],
+         "has a config.json but no weights (model.safetensors or pytorch_model.bin)", {}, False),
+        ("config without tokenizer", "45", ["-c", str(_partial_model(tmp, ("model.safetensors",)))],
+         "has no tokenizer files", {}, False),
         ("unknown prompt field", "3", ["--contradict-prompt", "Contradict {h} {x}"], "has an unknown field {x}", {}, False),
         ("positional prompt field", "3", ["--contradict-prompt", "Contradict {0}"], "has a positional field {0}", {}, False),
         ("unbalanced prompt brace", "3", ["--entail-prompt", "Say {h"], "the entailed generation prompt (--entail-prompt): expected '}'", {}, False),
@@ -241,7 +259,31 @@ def test_rerun_keeps_the_throughput_of_the_runs_that_did_the_work(tmp_path, tiny
     # other settings into the same directory: refused, naming only options that exist
     r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out, "--seed", "3")
     _one_error_line(r, "use another --out, or --overwrite to replace it")
-    assert "--name" not in r.output
+    assert "loop.seed 0 vs 3" in " ".join(r.output.split()) and "--name" not in r.output  # the field, both values
+
+
+def test_finished_records_without_config_are_never_replaced(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, monkeypatch):
+    """A directory holding samples.jsonl but no config.json (settings unknown) is refused like one holding another
+    run's settings, before any model loads; --overwrite replaces it."""
+    import breaknli_fast.study.runner as runner_module
+
+    out = tmp_path / "run"
+    out.mkdir()
+    held = '{"mode": "entailed", "id": "x", "status": "evaluated"}\n'
+    (out / "samples.jsonl").write_text(held)
+    real = runner_module.load_models
+
+    def no_models(*a, **k):
+        raise AssertionError("a model was loaded before the directory was refused")
+
+    monkeypatch.setattr(runner_module, "load_models", no_models)
+    r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out, "--seed", "3")
+    _one_error_line(r, f"{out} holds samples.jsonl but no config.json, so its settings are unknown; use another --out")
+    assert (out / "samples.jsonl").read_text() == held and not (out / "config.json").exists()
+    monkeypatch.setattr(runner_module, "load_models", real)
+    r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out, "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert '"id": "x"' not in (out / "samples.jsonl").read_text()
 
 
 def test_a_directory_without_finished_examples_is_reused(tmp_path, tiny_t5, tiny_roberta, tiny_tsv):

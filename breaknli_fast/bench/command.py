@@ -16,6 +16,7 @@ from typing import Optional, Tuple
 import typer
 
 from breaknli_fast import cli_options as opts
+from breaknli_fast.console import out_path
 
 from breaknli_fast.data.loaders import SAMPLE_NAME
 
@@ -107,7 +108,7 @@ def bench(
     require_equivalence: bool = typer.Option(False, "--require-equivalence", help="With --strict: also exit 1 when a cell is *inconclusive* (its CI is not inside ±tolerance): the engine must be shown to match."),
     tolerance: float = typer.Option(1.0, "--tolerance", min=0.0, help="Equivalence margin δ in percentage points: equivalent when the 95 % CI lies inside ±δ, different when |Δ| > δ and the CI excludes 0."),
     min_agreement: float = typer.Option(98.0, "--min-agreement", min=0.0, max=100.0, help="Minimum classifier label agreement with torch:fp32, percent."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (bench.json, bench.md, bench.png). Default: runs/bench-<time>."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, metavar="DIR", help="Output folder (bench.json, bench.md, bench.png). Default: runs/bench-<time>."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Do not draw bench.png."),
     compare: Optional[Tuple[Path, Path]] = typer.Option(None, "--compare", help="Compare two saved benches (bench.json files or folders) instead of running one."),
 ) -> None:

@@ -42,6 +42,7 @@ def resolve_model(name: str) -> str:
     if p.exists():
         if not (p / "config.json").exists():
             raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
+        check_model_files(p)
         for weights in sorted(p.glob("*.safetensors")):
             check_safetensors(weights)
         return str(p)
@@ -53,6 +54,23 @@ def resolve_model(name: str) -> str:
                              "or a local folder, or a hub id such as roberta-large-mnli)")
     require_hub(f"the model {name!r}")  # no network: one line now, not half a minute of retries later
     return name
+
+
+# a local model folder needs one of each: its weights (a sharded checkpoint by its index) and its tokenizer
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "*.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model", "spm.model")
+
+
+def check_model_files(folder: Path) -> None:
+    """Raise a one-line :class:`ModelLoadError` when a model folder with a config lacks its weights or its
+    tokenizer files (a copy left half-done), before a loader fails with a traceback."""
+    if not any(next(folder.glob(g), None) for g in WEIGHT_FILES):
+        raise ModelLoadError(f"{folder} has a config.json but no weights (model.safetensors or pytorch_model.bin); "
+                             "copy or download the whole model folder")
+    if not any((folder / f).exists() for f in TOKENIZER_FILES):
+        raise ModelLoadError(f"{folder} has no tokenizer files (tokenizer.json, vocab.json, vocab.txt or a "
+                             "sentencepiece .model); copy or download the whole model folder")
 
 
 def check_safetensors(path: Path) -> None:

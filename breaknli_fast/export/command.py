@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import typer
 
+from breaknli_fast.console import out_path
+
 
 def _fmt(v: Any, pct: bool = False) -> str:
     if v is None:
@@ -76,7 +78,8 @@ def export(
         None, "--calibration-data", help="dataset name (sample, snli, mnli, ...) or file of pairs for calibration/validation"),
     calibration_size: int = typer.Option(256, "--calibration-size", help="pairs used to calibrate static int8"),
     validation_size: int = typer.Option(64, "--validation-size", help="pairs compared with PyTorch fp32"),
-    out: Optional[Path] = typer.Option(None, "--out", help="export folder (default: the cache, $BREAKNLI_FAST_CACHE)"),
+    out: Optional[Path] = typer.Option(None, "--out", parser=out_path, metavar="DIR",
+                                       help="export folder (default: the cache, $BREAKNLI_FAST_CACHE)"),
     force: bool = typer.Option(False, "--force", help="rebuild even when a matching export is cached"),
     no_validate: bool = typer.Option(False, "--no-validate", help="skip the comparison with PyTorch fp32"),
     max_abs_logit: Optional[float] = typer.Option(None, "--max-abs-logit", help="tolerance: max |Δ logit|"),

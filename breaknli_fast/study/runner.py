@@ -20,7 +20,7 @@ from breaknli_fast.engines import registry
 from breaknli_fast.engines.roles import ROLES, Models, role
 from breaknli_fast.study.loading import EngineConfig, load_models, mlm_names
 from breaknli_fast.engines.model_info import model_fingerprint
-from breaknli_fast.study.rundir import RunDir, SharedStore
+from breaknli_fast.study.rundir import RunDir, RunDirError, SharedStore
 from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
 from breaknli_fast.study.breakdown import markdown as breakdown_markdown
@@ -158,6 +158,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     from breaknli_fast.envinfo import environment
 
     hook = hook or ProgressHook()
+    if out is not None and not str(out).strip():  # Path("") is the working directory: never a run's by accident
+        raise RunDirError("out is an empty path; name a folder for the run directory")
     probe = get_probe(probe, config) if isinstance(probe, str) else probe
     ecfg = engine if isinstance(engine, EngineConfig) else EngineConfig(engine=engine, precision=precision, device=device)
     if data is None:
