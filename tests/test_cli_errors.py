@@ -423,3 +423,65 @@ def test_auto_falling_back_to_torch_writes_the_torch_directory_only(tmp_path, ti
     assert r.exit_code == 0, r.output
     assert "running on torch" in " ".join(r.output.split()) and "cannot write the export cache" in " ".join(r.output.split())
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny.tsv-n3-roberta-torch-fp32-s0"]
+
+
+def _read_only_dirs(tmp: Path) -> list[Path]:
+    """Output folders that cannot be written: under /proc, below a file, and (not as root, who writes anyway) a
+    folder without write permission."""
+    afile = _write(tmp / "afile", b"x")
+    dirs = [Path("/proc/breaknli-out"), afile / "sub"]
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        ro = tmp / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        dirs.append(ro / "out")
+    return dirs
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_the_work(tmp_path, monkeypatch):
+    """bench --out and export --out name the folder that cannot be written, before the bench runs or the export
+    starts (the bench failed with a raw Errno 30 after running in full; export blamed the cache); bad option values
+    of both are one line."""
+    import breaknli_fast.bench.runner as bench_runner
+    import breaknli_fast.export as export_pkg
+
+    def never(*a, **k):
+        raise AssertionError("the work started before the output folder was checked")
+
+    monkeypatch.setattr(bench_runner, "run_bench", never)
+    monkeypatch.setattr(export_pkg, "export_model", never)
+    for d in _read_only_dirs(tmp_path):
+        _one_error_line(runner.invoke(app, ["bench", "--engines", "torch:fp32", "--limit", "2", "--out", str(d)]),
+                        "the bench folder")
+        _one_error_line(runner.invoke(app, ["export", "--model", "mini-nli", "--out", str(d)]), "the export folder")
+        assert not d.exists()
+    _one_error_line(runner.invoke(app, ["bench", "--threads", "-1"]), "--threads")
+    for size in ("0", "-1"):
+        _one_error_line(runner.invoke(app, ["export", "--model", "mini-nli", "--validation-size", size]),
+                        "--validation-size")
+    from breaknli_fast.engines.artifacts import ExportError, ExportOptions
+
+    with pytest.raises(ExportError, match="validation_size must be at least 1 pair, not 0"):
+        ExportOptions(validation_size=0)  # what `ort:fp32:validation_size=0` builds
+
+
+def test_a_record_without_its_fields_is_one_line_before_any_model_loads(tmp_path, tiny_t5, tiny_roberta, tiny_tsv,
+                                                                        monkeypatch):
+    """A resumed run whose samples.jsonl holds a hand-edited record (no "status") or a line that is not an object
+    is refused naming the record (it was KeyError: 'status' once the report was computed)."""
+    import breaknli_fast.study.runner as runner_module
+
+    out = tmp_path / "run"
+    assert _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out).exit_code == 0
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    rec = json.loads(lines[1])
+    del rec["status"]
+
+    def no_models(*a, **k):
+        raise AssertionError("a model was loaded before the records were checked")
+
+    monkeypatch.setattr(runner_module, "load_models", no_models)
+    for bad, why in ((json.dumps(rec), "it lacks the field 'status'"), ("[1, 2]", "it is not a JSON object but list")):
+        (out / "samples.jsonl").write_text("\n".join([lines[0], bad, *lines[2:]]) + "\n")
+        r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out)
+        _one_error_line(r, f"samples.jsonl: record 2 is not a breaknli record ({why}); remove its line")

@@ -96,7 +96,7 @@ def bench(
                                                       "Speed only: parity is not meaningful."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Folder of the random-weight models (default ~/.cache/breaknli_fast/random-weights)."),
     device: str = opts.DEVICE,
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads in all, passed to every engine (which splits them into workers: ort:int8:workers=1 sets an engine's workers)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads in all, passed to every engine (which splits them into workers: ort:int8:workers=1 sets an engine's workers)."),
     interleave: bool = typer.Option(False, "--interleave", help="Load every engine first, then time them in rounds (A B A B ...): fairer on a busy machine; needs the memory of all engines at once."),
     nli_prompt: str = opts.NLI_PROMPT,
     nli_method: str = opts.NLI_METHOD,
@@ -122,6 +122,7 @@ def bench(
     from breaknli_fast.bench.specs import BenchSpecError, parse_engines
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
     from breaknli_fast.data.labels import parse_label_map
+    from breaknli_fast.errors import check_writable_dir
     from breaknli_fast.study.loading import EngineConfig
     from breaknli_fast.probes import probe_class
     from rich.markup import escape
@@ -162,6 +163,7 @@ def bench(
             fixed_length=fixed_length, cache_dir=str(cache_dir) if cache_dir else None,
             interleave=interleave, command=_command_line(ctx))
         out_dir = out or Path("runs") / f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        check_writable_dir(out_dir, "the bench folder")  # before the bench runs, not once it is done
         with make_progress() as progress:
             def log(msg: str) -> None:
                 progress.console.print(f"[dim]{escape(msg)}[/]", highlight=False)

@@ -44,6 +44,11 @@ class ExportOptions:
     # "static" (scales fixed at export, so a pair's label does not depend on the pairs batched with it)
     quantization: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("calibration_size", "validation_size"):  # 0 or fewer pairs: a numpy error deep in validation
+            if int(getattr(self, name)) < 1:
+                raise ExportError(f"{name} must be at least 1 pair, not {getattr(self, name)}")
+
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`export_model`."""
         return {f.name: getattr(self, f.name) for f in fields(self)}

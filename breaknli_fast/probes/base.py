@@ -174,6 +174,9 @@ class Probe(ABC):
     roles: ClassVar[tuple[str, ...]] = ("classifier",)  # models it needs: "classifier", "generator"
     group_key: ClassVar[str] = "group"  # the record field that holds the unit's group
     pair_key: ClassVar[str] = "id"  # the record field that pairs an example's metric values between two runs
+    # the fields every record of the probe holds (besides group_key): a resumed run whose samples.jsonl lacks one
+    # (a hand-edited or foreign file) is refused, naming the line, instead of failing in summarise
+    record_fields: ClassVar[tuple[str, ...]] = ("id", "premise", "hypothesis", "gold")
     chunk_size: int = 16  # units per resumable chunk
     seed: int = 0
 
@@ -233,6 +236,17 @@ class Probe(ABC):
     def new_times(self) -> StageTimes:
         """Timings of one invocation, with the probe's stages at zero."""
         return StageTimes()
+
+    def malformed(self, records: Sequence[Any]) -> tuple[int, str] | None:
+        """The first record that is not one of this probe's (not an object, or without one of
+        :attr:`record_fields`): (its index, what is wrong), or None when all are well-formed."""
+        for i, r in enumerate(records):
+            if not isinstance(r, dict):
+                return i, f"it is not a JSON object but {type(r).__name__}"
+            missing = [f for f in (self.group_key, *self.record_fields) if f not in r]
+            if missing:
+                return i, f"it lacks the field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}"
+        return None
 
     def key(self, record: dict[str, Any]) -> tuple[str, str]:
         """The resume key of a record: (group, example id)."""

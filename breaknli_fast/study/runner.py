@@ -83,6 +83,15 @@ def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | No
     return records, times
 
 
+def check_records(probe: Probe, run_dir: RunDir) -> None:
+    """Refuse a run directory whose samples.jsonl holds a record that is not the probe's (hand-edited, or written
+    by something else): one line naming the record, instead of a KeyError once the report is computed."""
+    bad = probe.malformed(run_dir.load_samples())
+    if bad is not None:
+        raise RunDirError(f"{run_dir.path / RunDir.SAMPLES}: record {bad[0] + 1} is not a {probe.name} record "
+                          f"({bad[1]}); remove its line to compute that example again, or use --overwrite")
+
+
 def slug(text: str) -> str:
     """A file-name-safe short form of a dataset or model name (its last path part)."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text).name if Path(text).exists() else text.split("/")[-1]).strip("-")
@@ -215,7 +224,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             mlm_prints = {name: model_fingerprint(name) for name in mlms}
             rd = RunDir(path_for(expected))
             rd.lock()
-            rd.check(identity_for(expected), overwrite=overwrite)
+            if rd.check(identity_for(expected), overwrite=overwrite)[0]:
+                check_records(probe, rd)  # a resume: its records must be the probe's, before any model loads
         if ray is not None:
             from breaknli_fast.study.distributed import RayPool
 

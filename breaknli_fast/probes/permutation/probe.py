@@ -49,6 +49,7 @@ class PermutationConfig:
 
 class PermutationProbe(Probe):
     name = "permutation"
+    record_fields = (*Probe.record_fields, "yhat", "status")
     summary = "word-order permutation acceptance, UNLI"
     config_class = PermutationConfig
     roles = ("classifier",)
