@@ -72,6 +72,18 @@ def _partial_model(tmp: Path, keep: tuple[str, ...]) -> Path:
     return folder
 
 
+def _two_label_model(tmp: Path) -> Path:
+    """mini-nli's files with a 2-way config (entailment / not_entailment), as RTE-style classifiers have."""
+    folder = _partial_model(tmp, ("model.safetensors", "tokenizer.json", "vocab.json", "merges.txt"))
+    two = tmp / "two-label"
+    if not two.exists():
+        folder.rename(two)
+        cfg = json.loads((two / "config.json").read_text())
+        cfg.update(id2label={"0": "entailment", "1": "not_entailment"}, label2id={"entailment": 0, "not_entailment": 1})
+        (two / "config.json").write_text(json.dumps(cfg))
+    return two
+
+
 # (name, issue item, extra args of `run`, expected message, environment, needs a model loaded)
 Case = tuple[str, str, list[str], str, dict, bool]
 
@@ -99,6 +111,9 @@ def _cases(tmp: Path) -> list[Case]:
          "has a config.json but no weights (model.safetensors or pytorch_model.bin)", {}, False),
         ("config without tokenizer", "45", ["-c", str(_partial_model(tmp, ("model.safetensors",)))],
          "has no tokenizer files", {}, False),
+        ("2-label classifier", "45", ["-c", str(_two_label_model(tmp))],
+         "the model has 2 outputs (entailment, not_entailment): only 3-way NLI classifiers are supported", {}, False),
+        ("masked LM as classifier", "45", ["-c", "mini-mlm"], "unsupported model type 'roberta'", {}, False),
         ("unknown prompt field", "3", ["--contradict-prompt", "Contradict {h} {x}"], "has an unknown field {x}", {}, False),
         ("positional prompt field", "3", ["--contradict-prompt", "Contradict {0}"], "has a positional field {0}", {}, False),
         ("unbalanced prompt brace", "3", ["--entail-prompt", "Say {h"], "the entailed generation prompt (--entail-prompt): expected '}'", {}, False),
@@ -485,3 +500,17 @@ def test_a_record_without_its_fields_is_one_line_before_any_model_loads(tmp_path
         (out / "samples.jsonl").write_text("\n".join([lines[0], bad, *lines[2:]]) + "\n")
         r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out)
         _one_error_line(r, f"samples.jsonl: record 2 is not a breaknli record ({why}); remove its line")
+
+
+def test_a_study_checks_every_classifier_before_its_first_cell(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, monkeypatch):
+    """A study whose third classifier cannot run (2 labels) stops before any cell runs (it failed after two cells)."""
+    import breaknli_fast.study.runner as runner_module
+
+    def no_models(*a, **k):
+        raise AssertionError("a cell ran before every classifier was checked")
+
+    monkeypatch.setattr(runner_module, "load_models", no_models)
+    r = runner.invoke(app, ["run", "-g", tiny_t5, "-c", f"{tiny_roberta},mini-nli,{_two_label_model(tmp_path)}",
+                            "-d", str(tiny_tsv), "--out", str(tmp_path / "study"), "--engine", "torch", "--limit", "4"])
+    _one_error_line(r, "the model has 2 outputs (entailment, not_entailment)")
+    assert not (tmp_path / "study").exists()

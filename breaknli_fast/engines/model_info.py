@@ -185,6 +185,22 @@ def require_masked_lm(name: str) -> Any:
     return config
 
 
+def check_model(name: str, role: str, label_map: Mapping[str, str] | None = None) -> None:
+    """What can be checked of a model for a role from its files and config alone, without loading its weights
+    (a one-line :class:`ModelLoadError` or :class:`~breaknli_fast.data.labels.LabelMappingError`): the folder's
+    files, the kind of model the role takes (``generator``: text-to-text; ``mlm``: a masked LM; ``classifier``:
+    a sequence classifier or a text-to-text NLI model) and a sequence classifier's three labels."""
+    if role == "mlm":
+        require_masked_lm(name)
+        return
+    config = load_config(name)
+    kind = model_kind(config)
+    if role == "generator" and kind != "seq2seq":
+        raise ModelLoadError(f"{name!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
+    if role == "classifier" and kind == "seq-cls":
+        label_permutation(config, label_map)
+
+
 def model_fingerprint(name: str) -> dict[str, Any]:
     """Identity of a model for config.json / manifests: the id, and file hashes for local folders."""
     path = resolve_model(name)

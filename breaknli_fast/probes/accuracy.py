@@ -32,7 +32,7 @@ class AccuracyConfig:
 
 class AccuracyProbe(Probe):
     name = "accuracy"
-    record_fields = (*Probe.record_fields, "yhat", "correct")
+    record_fields = ("id", "premise", "hypothesis", "gold", "yhat", "correct")
     summary = "M on (p, h), with --by per category"
     config_class = AccuracyConfig
     roles = ("classifier",)

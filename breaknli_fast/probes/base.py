@@ -175,8 +175,8 @@ class Probe(ABC):
     group_key: ClassVar[str] = "group"  # the record field that holds the unit's group
     pair_key: ClassVar[str] = "id"  # the record field that pairs an example's metric values between two runs
     # the fields every record of the probe holds (besides group_key): a resumed run whose samples.jsonl lacks one
-    # (a hand-edited or foreign file) is refused, naming the line, instead of failing in summarise
-    record_fields: ClassVar[tuple[str, ...]] = ("id", "premise", "hypothesis", "gold")
+    # (a hand-edited or foreign file) is refused, naming the record, instead of failing in summarise
+    record_fields: ClassVar[tuple[str, ...]] = ("id",)
     chunk_size: int = 16  # units per resumable chunk
     seed: int = 0
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData, load_examples
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.roles import ROLES, Models, role
-from breaknli_fast.study.loading import EngineConfig, load_models, mlm_names
+from breaknli_fast.study.loading import EngineConfig, check_models, load_models, mlm_names
 from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.study.rundir import RunDir, RunDirError, SharedStore
 from breaknli_fast.probes import get_probe
@@ -81,6 +81,12 @@ def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | No
         hook.finish(group)
     times.examples, times.wall = written, time.perf_counter() - wall0
     return records, times
+
+
+def role_requests(probe: Probe, classifier: str, generator: str, mlm: str | Sequence[str] | None) -> dict[str, Any]:
+    """The models of the probe's roles (a role it does not need is left out; a role with many models: a list)."""
+    named = {"classifier": classifier, "generator": generator, "mlm": mlm_names(mlm) or None}
+    return {r.name: named.get(r.name) or ([r.default] if r.many else r.default) for r in ROLES if r.name in probe.roles}
 
 
 def check_records(probe: Probe, run_dir: RunDir) -> None:
@@ -179,14 +185,12 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     columns_by = parse_by(by) or default_columns(data)
     for column in columns_by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
-    named = {"classifier": classifier, "generator": generator, "mlm": mlm_names(mlm) or None}
-    # the models of the probe's roles (a role it does not need is not loaded); a role with many models: a list
-    requests = {r.name: named.get(r.name) or ([r.default] if r.many else r.default)
-                for r in ROLES if r.name in probe.roles}
+    requests = role_requests(probe, classifier, generator, mlm)
     gen_name = requests.get("generator")
     mlms = requests.get("mlm") or []
     if models is None:
         ecfg.check()  # precisions, workers, device, engine name: wrong ones stop here, before any model loads
+        check_models(ecfg, requests)  # each model's files, kind and labels, from its config
     if ray is not None:  # "auto" is resolved here so that every actor runs the same backend
         ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device))
     prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"

@@ -31,7 +31,7 @@ class BreakNLIProbe(Probe):
     config_class = BreakNLIConfig
     roles = ("classifier", "generator")
     group_key = "mode"
-    record_fields = (*Probe.record_fields, "yhat", "status")
+    record_fields = ("id", "premise", "hypothesis", "gold", "yhat", "status")
 
     def __init__(self, config: BreakNLIConfig | None = None):
         self.cfg = config or BreakNLIConfig()

@@ -60,7 +60,7 @@ class MergeConfig:
 
 class MergeProbe(Probe):
     name = "merge"
-    record_fields = (*Probe.record_fields, "yhat", "status", "words", "dropped_words", "variants")
+    record_fields = ("id", "premise", "hypothesis", "gold", "yhat", "status", "words", "dropped_words", "variants")
     summary = "minimal word replacement, MERGE: the 'merge' extra, --mlm"
     config_class = MergeConfig
     roles = ("classifier", "mlm")

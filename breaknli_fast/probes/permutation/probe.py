@@ -49,7 +49,7 @@ class PermutationConfig:
 
 class PermutationProbe(Probe):
     name = "permutation"
-    record_fields = (*Probe.record_fields, "yhat", "status")
+    record_fields = ("id", "premise", "hypothesis", "gold", "yhat", "status")
     summary = "word-order permutation acceptance, UNLI"
     config_class = PermutationConfig
     roles = ("classifier",)
