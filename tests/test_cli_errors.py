@@ -322,6 +322,74 @@ def test_ctrl_c_says_how_to_resume(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, mo
     assert "interrupted: re-run the same command to resume" in " ".join(r.output.split())
 
 
+SLOW_CHUNKS = """
+import sys, time
+from breaknli_fast.probes.breaknli.probe import BreakNLIProbe
+
+process = BreakNLIProbe.process
+
+
+def slowly(self, *args, **kwargs):  # half a second more per chunk: the test's SIGTERM lands mid-run
+    time.sleep(0.5)
+    return process(self, *args, **kwargs)
+
+
+BreakNLIProbe.process = slowly
+from breaknli_fast.cli import app
+
+sys.argv = ["breaknli-fast", *sys.argv[1:]]
+app()
+"""
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does_and_the_resume_is_exact(tmp_path, tiny_t5, tiny_roberta, tiny_tsv):
+    """SIGTERM (timeout, Slurm, docker stop) mid-run: one line saying how to resume, exit 143 (128 + SIGTERM, what
+    a scheduler expects of a job it stopped), no .lock left, the invocation's timings written; the resumed run
+    holds the records of an uninterrupted one, and its throughput counts every example."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--engine", "torch", "--k", "6", "--u", "2",
+            "--s", "1", "--top-p", "1.0", "--top-k", "0", "--max-new-tokens", "8", "--limit", "12", "--chunk-size", "2"]
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")]),
+           "COLUMNS": "200"}
+    env.pop("BREAKNLI_FAST_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_CHUNKS, *args, "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ((out / "samples.jsonl").exists() and (out / "samples.jsonl").stat().st_size):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no chunk was written within 3 minutes"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, (stdout, stderr)
+    assert "Traceback" not in stderr, stderr
+    assert "terminated (SIGTERM): re-run the same command to resume" in " ".join(stderr.split())
+    assert not (out / ".lock").exists()
+    killed = [json.loads(x) for x in (out / "invocations.jsonl").read_text().splitlines()]
+    done = len((out / "samples.jsonl").read_text().splitlines())
+    assert len(killed) == 1 and killed[0]["examples"] == done  # that invocation's timings are kept
+    assert runner.invoke(app, [*args, "--out", str(out)]).exit_code == 0  # the resume
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "whole")]).exit_code == 0  # uninterrupted
+
+    def records(run: Path) -> list:
+        recs = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+        return sorted(recs, key=lambda r: (r["mode"], r["id"]))
+
+    assert done < len(records(out)) and records(out) == records(tmp_path / "whole")
+    thr = json.loads((out / "report.json").read_text())["throughput"]
+    assert thr["invocations"] == 2 and thr["examples"] == len(records(out))
+
+
 def test_user_text_and_install_hints_print_literally(tmp_path, tiny_t5, tiny_roberta, tiny_tsv):
     r = runner.invoke(app, ["env"])
     assert r.exit_code == 0
