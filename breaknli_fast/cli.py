@@ -57,7 +57,9 @@ def print_summary(result: Any) -> None:
     sk = report.get("skips") or report.get("funnel", {}).get("skips") or {}
     if sk:
         skips = ", ".join(f"{k} {v}" for k, v in sk["counts"].items() if v) or "none"
-        console.print(f"rows read {sk['read']}, skipped {sk['skipped']} ({skips}); valid {len(result.data.examples)}")
+        renamed = f"; {sk['renamed_ids']} repeated ids renamed" if sk.get("renamed_ids") else ""
+        console.print(f"rows read {sk['read']}, skipped {sk['skipped']} ({skips}); valid {len(result.data.examples)}"
+                      + renamed)
     for item in result.probe.console(report):
         console.print(item)
     if report.get("breakdown"):

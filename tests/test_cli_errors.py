@@ -114,6 +114,11 @@ def _cases(tmp: Path) -> list[Case]:
         ("2-label classifier", "45", ["-c", str(_two_label_model(tmp))],
          "the model has 2 outputs (entailment, not_entailment): only 3-way NLI classifiers are supported", {}, False),
         ("masked LM as classifier", "45", ["-c", "mini-mlm"], "unsupported model type 'roberta'", {}, False),
+        ("negative beams", "45", ["--num-beams", "-2"], "num_beams (--num-beams) must be at least 1, not -2", {}, False),
+        ("fewer beams than K", "45", ["--decoding", "beam", "--num-beams", "1"],
+         "num_beams (--num-beams) 1 is fewer than the 2 candidates asked for (K, --k)", {}, False),
+        ("beams with sampling", "45", ["--num-beams", "4"], "apply to beam and diverse-beam decoding, not to sampling",
+         {}, False),
         ("unknown prompt field", "3", ["--contradict-prompt", "Contradict {h} {x}"], "has an unknown field {x}", {}, False),
         ("positional prompt field", "3", ["--contradict-prompt", "Contradict {0}"], "has a positional field {0}", {}, False),
         ("unbalanced prompt brace", "3", ["--entail-prompt", "Say {h"], "the entailed generation prompt (--entail-prompt): expected '}'", {}, False),
@@ -132,9 +137,11 @@ def _cases(tmp: Path) -> list[Case]:
         ("hub unreachable (dataset)", "13", ["-d", "mnli"], "does not answer", no_hub, False),
         ("negative limit", "15", ["--limit", "-1"], "--limit", {}, False),
         ("zero K", "15", ["--k", "0"], "--k", {}, False),
-        ("bad workers", "15", ["--workers", "many"], "--workers must be a number or 'auto'", {}, False),
+        ("bad workers", "15", ["--workers", "many"], "workers (--workers) must be a number or 'auto'", {}, False),
         ("unknown precision", "16", ["--precision", "fp8"], "--precision 'fp8': use fp32, fp16, bf16, int8", {}, False),
         ("misnamed premise column", "16", ["--premise-col", "nope"], "--premise-col nope: there is no such column (its columns: premise, hypothesis, label)", {}, False),
+        ("misnamed id column", "45", ["--id-col", "nope"],
+         "the id column nope (--id-col): there is no such column (its columns: premise, hypothesis, label)", {}, False),
         ("ragged CSV", "16", ["-d", str(_write(tmp / "ragged.csv", b"premise,hypothesis,label\nA,B,neutral,extra\nC,D,neutral,x\n"))],
          "its rows have 4 fields where its header has 3", {}, False),
         ("a .txt with spaces", "16", ["-d", str(_write(tmp / "pairs.txt", b"premise hypothesis label\nA B neutral\n"))],
@@ -582,3 +589,40 @@ def test_a_study_checks_every_classifier_before_its_first_cell(tmp_path, tiny_t5
                             "-d", str(tiny_tsv), "--out", str(tmp_path / "study"), "--engine", "torch", "--limit", "4"])
     _one_error_line(r, "the model has 2 outputs (entailment, not_entailment)")
     assert not (tmp_path / "study").exists()
+
+
+def test_generate_never_overwrites_a_file_without_force(tmp_path):
+    out = _write(tmp_path / "mine.jsonl", b'{"premise": "kept", "hypothesis": "kept", "label": "neutral"}\n')
+    before = out.read_bytes()
+    for corpus in ("aenli", "kinship"):
+        r = runner.invoke(app, ["generate", corpus, "-n", "30", "-o", str(out), "--no-progress"])
+        _one_error_line(r, f"{out} exists; use --force to replace it, or another --out")
+        assert out.read_bytes() == before
+    r = runner.invoke(app, ["generate", "aenli", "-n", "30", "-o", str(out), "--no-progress", "--force"])
+    assert r.exit_code == 0, r.output
+    assert len(out.read_text().splitlines()) == 30
+
+
+def test_renamed_ids_and_truncated_pairs_are_counted_and_reported(tmp_path, tiny_t5, tiny_roberta):
+    """Rows that repeat an id are renamed <id>#1, ... and counted (config.json, report.json, the console); pairs
+    longer than the classifier's input length (--max-length) are counted, warned about and noted in report.md."""
+    rows = b"".join(b"A man number %d sleeps in a big red chair.\tA man rests.\tentailment\tsame\n" % i for i in range(4))
+    data = _write(tmp_path / "dup.tsv", b"premise\thypothesis\tlabel\tid\n" + rows)
+    common = ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(data), "--engine", "torch", "--k", "2", "--u", "1",
+              "--s", "1", "--max-new-tokens", "4"]
+    r = runner.invoke(app, [*common, "--out", str(tmp_path / "cut"), "--max-length", "5"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "warning: 3 rows repeat an earlier row's id and are renamed <id>#1, <id>#2, ... (lines 3, 4, 5)" in text
+    assert "3 repeated ids renamed" in text
+    assert "warning: 4 of the 4 (premise, hypothesis) pairs are longer than the classifier's input length of 5" in text
+    rep = json.loads((tmp_path / "cut" / "report.json").read_text())
+    assert rep["truncation"] == {"max_length": 5, "pairs": 4, "truncated": 4}
+    assert rep["funnel"]["skips"]["renamed_ids"] == 3
+    assert json.loads((tmp_path / "cut" / "config.json").read_text())["dataset"]["skips"]["renamed_ids"] == 3
+    assert "4 of the 4 (premise, hypothesis) pairs are longer" in (tmp_path / "cut" / "report.md").read_text()
+    assert {json.loads(x)["id"] for x in (tmp_path / "cut" / "samples.jsonl").read_text().splitlines()} == \
+        {"same", "same#1", "same#2", "same#3"}
+    r = runner.invoke(app, [*common, "--out", str(tmp_path / "whole")])
+    assert r.exit_code == 0 and "longer than the classifier's input length" not in r.output
+    assert json.loads((tmp_path / "whole" / "report.json").read_text())["truncation"]["truncated"] == 0

@@ -65,13 +65,13 @@ class EngineConfig:
             try:
                 workers = int(self.workers)
             except (TypeError, ValueError):
-                raise UserError(f"--workers must be a number or 'auto', not {self.workers!r}") from None
+                raise UserError(f"workers (--workers) must be a number or 'auto', not {self.workers!r}") from None
             if workers < 1:
-                raise UserError(f"--workers must be at least 1, not {workers}")
-        for flag, value in (("--threads", self.threads), ("--max-length", self.max_length),
-                            ("--token-budget", self.token_budget), ("--max-batch", self.max_batch)):
-            if value is not None and value < 1:
-                raise UserError(f"{flag} must be at least 1, not {value}")
+                raise UserError(f"workers (--workers) must be at least 1, not {workers}")
+        for name, value in (("threads", self.threads), ("max_length", self.max_length),
+                            ("token_budget", self.token_budget), ("max_batch", self.max_batch)):
+            if value is not None and value < 1:  # named as the caller may have passed it: either way
+                raise UserError(f"{name} (--{name.replace('_', '-')}) must be at least 1, not {value}")
         if self.nli_prompt not in NLI_PROMPTS:
             raise UserError(f"unknown --nli-prompt {self.nli_prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
         if self.nli_method not in ("score", "generate"):

@@ -134,9 +134,36 @@ def _report(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData, t
     return report
 
 
+def input_truncation(classifier: Any, examples: Sequence[Any]) -> dict[str, Any] | None:
+    """How many of the data's (premise, hypothesis) pairs (a text-to-text classifier: their prompts) are longer
+    than the classifier's input length, which cuts them: ``{"max_length", "pairs", "truncated"}``; None for an
+    engine that does not expose its tokenizer and length. Texts far beyond the length are clipped first
+    (:func:`~breaknli_fast.engines.batching.clip_text`), so this costs one tokenizer pass over the data."""
+    from breaknli_fast.engines.batching import clip_text
+
+    tok, length = getattr(classifier, "tokenizer", None), getattr(classifier, "max_length", None)
+    if tok is None or not isinstance(length, int) or not examples:
+        return None
+    pairs = [(clip_text(tok, ex.premise, length), clip_text(tok, ex.hypothesis, length)) for ex in examples]
+    prompts = getattr(classifier, "prompts", None)
+    enc = (tok(prompts(pairs), verbose=False) if callable(prompts)
+           else tok([p for p, _ in pairs], [h for _, h in pairs], verbose=False))
+    return {"max_length": length, "pairs": len(pairs),
+            "truncated": sum(len(ids) > length for ids in enc["input_ids"])}
+
+
+def truncation_text(cut: dict[str, Any]) -> str:
+    return (f"{cut['truncated']} of the {cut['pairs']} (premise, hypothesis) pairs are longer than the classifier's "
+            f"input length of {cut['max_length']} tokens")
+
+
 def markdown(probe: Probe, report: dict[str, Any]) -> str:
-    """report.md: the probe's sections, the breakdown by column, then throughput."""
+    """report.md: the probe's sections, the breakdown by column, then throughput (and a note of the pairs cut to
+    the classifier's input length, if any)."""
     parts = [probe.markdown(report).rstrip("\n"), ""]
+    cut = report.get("truncation")
+    if cut and cut["truncated"]:
+        parts += [f"**Note:** {truncation_text(cut)}; the classifier reads only their first tokens.", ""]
     parts += breakdown_markdown(report.get("breakdown") or {})
     parts += throughput_markdown(report["throughput"])
     return "\n".join(parts)
@@ -182,6 +209,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     if not data.examples:
         counts = ", ".join(f"{k} {v}" for k, v in data.skips.counts.items() if v) or "none"
         raise DataError(f"no valid example in {dataset!r} ({data.skips.skipped} rows skipped: {counts})")
+    if data.skips.renamed_ids:
+        hook.message(f"warning: {data.skips.renamed_text()}")
     columns_by = parse_by(by) or default_columns(data)
     for column in columns_by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
@@ -251,6 +280,11 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                        **models.details()}
         meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
                 "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset}
+        cut = input_truncation(models.classifier, data.examples) if models is not None else None
+        if cut is not None:
+            meta["truncation"] = cut
+            if cut["truncated"]:
+                hook.message(f"warning: {truncation_text(cut)}; the classifier reads only their first tokens (--max-length)")
         if rd is None:  # in memory
             if pool is not None:
                 records, times = pool.execute(data, None, hook)
