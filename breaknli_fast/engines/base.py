@@ -244,6 +244,24 @@ class GeneratorStats:
         self.call_seconds = []
 
 
+def as_pairs(pairs: Iterable[Pair]) -> list[Pair]:
+    """``pairs`` as a list of (premise, hypothesis) string pairs, or a TypeError that says so (a list of texts
+    would otherwise fail with "too many values to unpack", or a 2-character text pass as a pair)."""
+    if isinstance(pairs, (str, bytes)):
+        raise TypeError("classify takes a list of (premise, hypothesis) pairs, not one text")
+    out = []
+    for i, pair in enumerate(pairs):
+        try:
+            if isinstance(pair, (str, bytes)):
+                raise ValueError
+            p, h = pair
+        except (TypeError, ValueError):
+            raise TypeError(f"classify takes (premise, hypothesis) pairs; item {i} is {str(pair)[:60]!r} "
+                            f"({type(pair).__name__}), e.g. classify([(\"A man sleeps.\", \"A man rests.\")])") from None
+        out.append((str(p), str(h)))
+    return out
+
+
 class ClassifierBase:
     """A :class:`Classifier` with the optional members of the contract and their defaults:
 
@@ -312,7 +330,7 @@ class _Completed:
 
 class _CompletedClassifier(_Completed, ClassifierBase):
     def classify(self, pairs: Sequence[Pair]) -> Predictions:
-        return self._engine.classify(pairs)
+        return self._engine.classify(as_pairs(pairs))
 
 
 class _CompletedGenerator(_Completed, GeneratorBase):

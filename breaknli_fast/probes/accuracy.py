@@ -38,7 +38,7 @@ class AccuracyProbe(Probe):
     roles = ("classifier",)
 
     def __init__(self, config: AccuracyConfig | None = None):
-        self.cfg = config or AccuracyConfig()
+        self.cfg = self.config_of(config)  # None, a AccuracyConfig or a dict of its fields
         self.chunk_size = self.cfg.chunk_size
         self.seed = self.cfg.seed
 

@@ -66,7 +66,7 @@ class MergeProbe(Probe):
     roles = ("classifier", "mlm")
 
     def __init__(self, config: MergeConfig | None = None, tagger: Tagger | None = None):
-        self.cfg = config or MergeConfig()
+        self.cfg = self.config_of(config)  # None, a MergeConfig or a dict of its fields
         self.chunk_size = self.cfg.chunk_size
         self.seed = self.cfg.seed
         self.tagger = tagger

@@ -55,7 +55,7 @@ class PermutationProbe(Probe):
     roles = ("classifier",)
 
     def __init__(self, config: PermutationConfig | None = None):
-        self.cfg = config or PermutationConfig()
+        self.cfg = self.config_of(config)  # None, a PermutationConfig or a dict of its fields
         self.chunk_size = self.cfg.chunk_size
         self.seed = self.cfg.seed
 
