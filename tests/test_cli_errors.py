@@ -329,6 +329,28 @@ def test_ctrl_c_says_how_to_resume(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, mo
     assert "interrupted: re-run the same command to resume" in " ".join(r.output.split())
 
 
+def test_a_stop_between_a_chunks_write_and_its_count_keeps_the_count(tmp_path, tiny_t5, tiny_roberta, tiny_tsv,
+                                                                      monkeypatch):
+    """Ctrl-C or SIGTERM during a chunk's fsync: its records are in samples.jsonl, and the invocation's timings
+    count them (they are counted from the file, not from the loop's counter, which had not moved yet)."""
+    append = RunDir.append_samples
+    calls = []
+
+    def append_then_stop(self, records):
+        append(self, records)
+        calls.append(len(records))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunDir, "append_samples", append_then_stop)
+    out = tmp_path / "run"
+    r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out, "--chunk-size", "2")
+    assert r.exit_code == 130, r.output
+    written = len((out / "samples.jsonl").read_text().splitlines())
+    assert written == sum(calls) and len(calls) == 2
+    assert json.loads((out / "invocations.jsonl").read_text())["examples"] == written
+
+
 SLOW_CHUNKS = """
 import sys, time
 from breaknli_fast.probes.breaknli.probe import BreakNLIProbe

@@ -245,6 +245,21 @@ class RunDir:
                 os.fsync(fh.fileno())
         return records
 
+    def samples_end(self) -> int:
+        """The size of samples.jsonl now (0 when there is none): where this invocation's records start."""
+        p = self.path / self.SAMPLES
+        return p.stat().st_size if p.exists() else 0
+
+    def records_since(self, offset: int) -> int:
+        """The whole lines of samples.jsonl after byte ``offset`` (:meth:`samples_end`): the records an invocation
+        wrote, however it stopped."""
+        try:
+            with open(self.path / self.SAMPLES, "rb") as fh:
+                fh.seek(offset)
+                return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+        except OSError:  # none written (no file), or it cannot be read: nothing to count
+            return 0
+
     def append_samples(self, records: Iterable[dict[str, Any]]) -> None:
         blob = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8")
         if not blob:

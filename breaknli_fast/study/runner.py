@@ -330,11 +330,15 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             store = shared_store(Path(shared_dir), probe, fingerprints, ecfg, engine_name, data)
             if store.repaired_bytes:
                 hook.message(f"{store.path}: cut a torn last line of {store.repaired_bytes} bytes")
+        start = rd.samples_end()
         try:
             if pool is not None:
                 records, times = pool.execute(data, rd, hook, times=times)
             else:
                 records, times = execute(probe, models, data, rd, hook, times=times, shared=store)
+        except BaseException:  # Ctrl-C, SIGTERM, an error: the records written are what the file holds
+            times.examples = rd.records_since(start)  # (a stop during a chunk's fsync: written, not yet counted)
+            raise
         finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
             if times.examples:
                 rd.append_invocation(times.to_dict())
