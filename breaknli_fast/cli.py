@@ -13,7 +13,7 @@ from rich.table import Table
 
 from breaknli_fast import cli_options as opts
 from breaknli_fast.cli_help import install as install_help
-from breaknli_fast.console import RichHook, console, fail, literal, make_progress, user_errors
+from breaknli_fast.console import RichHook, console, fail, literal, make_progress, out_path, user_errors
 from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import Columns
 from breaknli_fast.data.slicing import show_counts
@@ -76,7 +76,8 @@ def print_summary(result: Any) -> None:
     if sk:
         skips = ", ".join(f"{k} {v}" for k, v in sk["counts"].items() if v) or "none"
         valid = (report.get("slice") or {}).get("of", len(result.data.examples))  # a drawn slice: drawn from these
-        console.print(f"rows read {sk['read']}, skipped {sk['skipped']} ({skips}); valid {valid}")
+        renamed = f"; {sk['renamed_ids']} repeated ids renamed" if sk.get("renamed_ids") else ""
+        console.print(f"rows read {sk['read']}, skipped {sk['skipped']} ({skips}); valid {valid}" + renamed)
     print_slice(report.get("slice"))
     for item in result.probe.console(report):
         console.print(item)
@@ -165,8 +166,8 @@ def run(
     ray_gpus_per_worker: float = typer.Option(0.0, "--ray-gpus-per-worker", min=0.0, rich_help_panel=opts.RAY,
                                               help="GPUs per Ray actor (1 on GPU clusters)."),
     ray_threads: int = typer.Option(1, "--ray-threads", min=1, rich_help_panel=opts.RAY, help="CPU threads per Ray actor."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", rich_help_panel=opts.OUTPUT,
-                                       help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-"
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, metavar="DIR",
+                                       rich_help_panel=opts.OUTPUT, help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-"
                                             "<precision>-s<seed> (the probe's name first, other than breaknli's)."),
     overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=opts.OUTPUT,
                                    help="Replace a run directory that holds different settings."),
@@ -261,7 +262,8 @@ def mini_check(
     n: int = typer.Option(200, "--n", min=0, help="correctly classified sample examples per mode (0: all of them)"),
     mode: str = opts.MODE,
     seed: int = typer.Option(0, "--seed", help="Seed of the K samples (one seed per prompt is derived from it, as in run)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the results to this JSON file."),
+    out: Optional[Path] = typer.Option(None, "--out", parser=out_path, metavar="FILE",
+                                       help="Also write the results to this JSON file."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """The generator check of the model cards: K=20 samples per hypothesis of the embedded sample, the share on

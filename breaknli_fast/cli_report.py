@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from breaknli_fast.console import RichHook, console, literal, make_progress, user_errors
+from breaknli_fast.console import RichHook, console, literal, make_progress, out_path, user_errors
 
 
 SHORT_ROWS = {"Entailment": "E", "Neutral": "N", "Contradiction": "C"}  # ŷ on an 80-column terminal
@@ -89,7 +89,7 @@ def report(
     run_dirs: list[Path] = typer.Argument(..., metavar="RUN_DIR...", show_default=False,
                                           help="Run directories, or study directories (their cells, in order). "
                                                "Columns follow the order of the models' first appearance."),
-    out: Path = typer.Option(Path("comparison"), "--out", "-o",
+    out: Path = typer.Option(Path("comparison"), "--out", "-o", parser=out_path, metavar="DIR",
                              help="Folder for table.md, table.csv, table.tex, table.png (and report.html)."),
     html: bool = typer.Option(False, "--html", help="Also write report.html: the table, the plots and an example "
                                                      "browser (one self-contained file)."),

@@ -4,7 +4,8 @@ User text (paths, dataset names, model ids, messages that quote them, install hi
 never read as rich markup: it goes through :func:`literal` or ``markup=False``, so ``out[v2]`` prints as
 ``out[v2]``. Every command wraps its body in :func:`user_errors`, which turns a
 :class:`~breaknli_fast.errors.UserError` (or a ``ValueError`` raised by option validation) into one line
-``error: <first line>`` with exit code 2, and Ctrl-C into one line saying how to resume.
+``error: <first line>`` with exit code 2, and Ctrl-C or SIGTERM (what ``timeout``, Slurm and ``docker stop`` send)
+into one line saying how to resume.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Sequence, TypeVar
 
 import typer
@@ -33,6 +35,43 @@ T = TypeVar("T")
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # 128 + SIGTERM: what a scheduler expects of a job it stopped (not 130: it was not Ctrl-C)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C raises KeyboardInterrupt, so that the same cleanup runs
+    (the chunk records and the invocation's timings written, the run directory's lock removed)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` (in the main thread only: elsewhere a handler
+    cannot be set, and the default stays)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def out_path(value: str | Path | None) -> Path | None:
+    """The ``parser`` of every ``--out`` option: an empty value is refused (``Path("")`` is the current directory,
+    so ``--out ''`` would write a run's files among the user's own)."""
+    if value is None or isinstance(value, Path):
+        return value
+    if not value.strip():
+        raise typer.BadParameter("an empty path; name a folder (or leave the option out for the default)")
+    return Path(value)
 
 
 def literal(text: Any) -> str:
@@ -59,22 +98,25 @@ def fail(msg: str, code: int = EXIT_USER_ERROR) -> NoReturn:
 @contextmanager
 def user_errors(resumable: bool = False, extra: tuple[type[BaseException], ...] = (),
                 wrap_unexpected: bool = False) -> Iterator[None]:
-    """Turn user errors into one ``error:`` line (exit 2) and Ctrl-C into one line (exit 130).
+    """Turn user errors into one ``error:`` line (exit 2) and Ctrl-C into one line (exit 130); SIGTERM likewise
+    (exit 143), through the same cleanup as Ctrl-C.
 
     ``resumable``: the command writes a run directory that the same command resumes, and the
     interruption message says so. ``extra``: more exception types to treat as user errors.
     ``wrap_unexpected``: any other exception (a third-party converter failing inside ``export``) is one
     line too, with exit code 1. ``BREAKNLI_FAST_DEBUG=1`` re-raises instead, with the traceback."""
     try:
-        yield
+        with _sigterm_raises():
+            yield
     except (typer.Exit, typer.Abort, typer.TyperException):  # already decided (fail() inside the block)
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if os.environ.get("BREAKNLI_FAST_DEBUG"):
             raise
         hint = ": re-run the same command to resume (finished examples are kept)" if resumable else ""
-        err_console.print(Text.assemble(("interrupted", "bold yellow"), hint), soft_wrap=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        what = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        err_console.print(Text.assemble((what, "bold yellow"), hint), soft_wrap=True)
+        raise typer.Exit(EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED) from None
     except (UserError, ValueError, *extra) as e:
         if os.environ.get("BREAKNLI_FAST_DEBUG"):
             raise

@@ -30,3 +30,25 @@ def install_hint(extra: str) -> str:
     if (root / "pyproject.toml").is_file():
         return f"pip install -e '{root}[{extra}]'"
     return f"pip install 'breaknli-fast[{extra}]'"
+
+
+def check_writable_dir(path: str | Path, what: str) -> Path:
+    """Raise a one-line :class:`UserError` unless ``path`` is a folder that can be written, or one that can be
+    created (its nearest existing parent is a writable folder). Nothing is left behind: the check writes and
+    removes a temporary file. For output folders that are written only once the work is done."""
+    import tempfile
+
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UserError(f"cannot use {p} as {what}: it exists and is not a folder")
+    nearest = p
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise UserError(f"cannot create {what} {p}: {nearest} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=nearest):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot write {what} {p}: {e.strerror or e}") from None
+    return p

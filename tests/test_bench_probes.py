@@ -4,7 +4,6 @@ between engines, per-record prediction agreement, and the batch invariance of th
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -7,7 +7,6 @@ import csv
 import gzip
 import io
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

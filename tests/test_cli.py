@@ -69,8 +69,8 @@ def test_tiny_run_writes_the_whole_run_directory(tmp_path, tiny_t5, tiny_roberta
     (["--decoding", "nucleus"], "unknown decoding strategy"),
     (["--k", "3", "--u", "5"], "K >= U >= S"),
     (["--label-map", "LABEL_0=maybe"], "--label-map"),
-    (["--temperature", "0"], "--temperature must be > 0"),
-    (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["--temperature", "0"], "temperature (--temperature) must be > 0"),
+    (["--top-p", "1.5"], "top_p (--top-p) must be in (0, 1]"),
     (["--sampler", "gumbel"], "unknown sampler"),
     (["--max-new-tokens", "0"], "max_new_tokens"),
 ])

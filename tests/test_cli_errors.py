@@ -59,6 +59,31 @@ def _truncated_model(tmp: Path) -> Path:
     return folder
 
 
+def _partial_model(tmp: Path, keep: tuple[str, ...]) -> Path:
+    """mini-nli's config.json with only the files named in ``keep`` beside it (a copy left half-done)."""
+    import shutil
+
+    from breaknli_fast.engines.model_info import assets_models_dir
+
+    folder = tmp / f"part-{'-'.join(keep)}"
+    folder.mkdir(exist_ok=True)
+    for name in ("config.json", *keep):
+        shutil.copy(assets_models_dir() / "mini-nli" / name, folder / name)
+    return folder
+
+
+def _two_label_model(tmp: Path) -> Path:
+    """mini-nli's files with a 2-way config (entailment / not_entailment), as RTE-style classifiers have."""
+    folder = _partial_model(tmp, ("model.safetensors", "tokenizer.json", "vocab.json", "merges.txt"))
+    two = tmp / "two-label"
+    if not two.exists():
+        folder.rename(two)
+        cfg = json.loads((two / "config.json").read_text())
+        cfg.update(id2label={"0": "entailment", "1": "not_entailment"}, label2id={"entailment": 0, "not_entailment": 1})
+        (two / "config.json").write_text(json.dumps(cfg))
+    return two
+
+
 # (name, issue item, extra args of `run`, expected message, environment, needs a model loaded)
 Case = tuple[str, str, list[str], str, dict, bool]
 
@@ -71,6 +96,7 @@ def _cases(tmp: Path) -> list[Case]:
     return [
         ("out under /proc", "15", ["--out", "/proc/breaknli-x"], "cannot create the run directory /proc/breaknli-x", {}, False),
         ("out below a file", "15", ["--out", str(afile / "sub")], f"cannot create the run directory {afile / 'sub'}: Not a directory", {}, False),
+        ("empty out", "45", ["--out", ""], "Invalid value for '--out' / '-o': an empty path", {}, False),
         ("out is a file", "15", ["--out", str(afile)], f"cannot use {afile} as the run directory", {}, False),
         ("markup in a missing path", "-", ["-d", str(tmp / "no[/]such[bold].jsonl")], "no[/]such[bold].jsonl does not exist", {}, False),
         ("empty file", "-", ["-d", str(_write(tmp / "empty[gold].tsv", b""))], "empty[gold].tsv has no data rows", {}, False),
@@ -81,6 +107,18 @@ def _cases(tmp: Path) -> list[Case]:
         ("read-only export cache", "1", ["--engine", "ort", "-c", "mini-nli"], "cannot write the export cache",
          {"BREAKNLI_FAST_CACHE": str(afile / "cache")}, True),
         ("truncated safetensors", "2", ["-c", str(_truncated_model(tmp))], "model.safetensors is truncated or corrupt", {}, False),
+        ("config without weights", "45", ["-c", str(_partial_model(tmp, ("tokenizer.json", "vocab.json", "merges.txt")))],
+         "has a config.json but no weights (model.safetensors or pytorch_model.bin)", {}, False),
+        ("config without tokenizer", "45", ["-c", str(_partial_model(tmp, ("model.safetensors",)))],
+         "has no tokenizer files", {}, False),
+        ("2-label classifier", "45", ["-c", str(_two_label_model(tmp))],
+         "the model has 2 outputs (entailment, not_entailment): only 3-way NLI classifiers are supported", {}, False),
+        ("masked LM as classifier", "45", ["-c", "mini-mlm"], "unsupported model type 'roberta'", {}, False),
+        ("negative beams", "45", ["--num-beams", "-2"], "num_beams (--num-beams) must be at least 1, not -2", {}, False),
+        ("fewer beams than K", "45", ["--decoding", "beam", "--num-beams", "1"],
+         "num_beams (--num-beams) 1 is fewer than the 2 candidates asked for (K, --k)", {}, False),
+        ("beams with sampling", "45", ["--num-beams", "4"], "apply to beam and diverse-beam decoding, not to sampling",
+         {}, False),
         ("unknown prompt field", "3", ["--contradict-prompt", "Contradict {h} {x}"], "has an unknown field {x}", {}, False),
         ("positional prompt field", "3", ["--contradict-prompt", "Contradict {0}"], "has a positional field {0}", {}, False),
         ("unbalanced prompt brace", "3", ["--entail-prompt", "Say {h"], "the entailed generation prompt (--entail-prompt): expected '}'", {}, False),
@@ -99,9 +137,11 @@ def _cases(tmp: Path) -> list[Case]:
         ("hub unreachable (dataset)", "13", ["-d", "mnli"], "does not answer", no_hub, False),
         ("negative limit", "15", ["--limit", "-1"], "--limit", {}, False),
         ("zero K", "15", ["--k", "0"], "--k", {}, False),
-        ("bad workers", "15", ["--workers", "many"], "--workers must be a number or 'auto'", {}, False),
+        ("bad workers", "15", ["--workers", "many"], "workers (--workers) must be a number or 'auto'", {}, False),
         ("unknown precision", "16", ["--precision", "fp8"], "--precision 'fp8': use fp32, fp16, bf16, int8", {}, False),
         ("misnamed premise column", "16", ["--premise-col", "nope"], "--premise-col nope: there is no such column (its columns: premise, hypothesis, label)", {}, False),
+        ("misnamed id column", "45", ["--id-col", "nope"],
+         "the id column nope (--id-col): there is no such column (its columns: premise, hypothesis, label)", {}, False),
         ("ragged CSV", "16", ["-d", str(_write(tmp / "ragged.csv", b"premise,hypothesis,label\nA,B,neutral,extra\nC,D,neutral,x\n"))],
          "its rows have 4 fields where its header has 3", {}, False),
         ("a .txt with spaces", "16", ["-d", str(_write(tmp / "pairs.txt", b"premise hypothesis label\nA B neutral\n"))],
@@ -153,7 +193,7 @@ def test_the_error_table_covers_the_issue():
     """Items 1-3, 7-10, 13, 15 and 16 of the new-user review each have a row (4-6 are bench's; 11, 12 are the
     README, 14 the help tests in test_cli_probes.py, 17 the run-directory test below)."""
     items = {c[1] for c in _cases(Path(tempfile.mkdtemp(prefix="breaknli-case-items-")))}
-    assert {"1", "2", "3", "7", "8", "9", "10", "13", "15", "16"} <= items
+    assert {"1", "2", "3", "7", "8", "9", "10", "13", "15", "16", "45"} <= items
 
 
 def test_threads_beyond_the_cores_warn(tmp_path, monkeypatch):
@@ -241,7 +281,31 @@ def test_rerun_keeps_the_throughput_of_the_runs_that_did_the_work(tmp_path, tiny
     # other settings into the same directory: refused, naming only options that exist
     r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out, "--seed", "3")
     _one_error_line(r, "use another --out, or --overwrite to replace it")
-    assert "--name" not in r.output
+    assert "loop.seed 0 vs 3" in " ".join(r.output.split()) and "--name" not in r.output  # the field, both values
+
+
+def test_finished_records_without_config_are_never_replaced(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, monkeypatch):
+    """A directory holding samples.jsonl but no config.json (settings unknown) is refused like one holding another
+    run's settings, before any model loads; --overwrite replaces it."""
+    import breaknli_fast.study.runner as runner_module
+
+    out = tmp_path / "run"
+    out.mkdir()
+    held = '{"mode": "entailed", "id": "x", "status": "evaluated"}\n'
+    (out / "samples.jsonl").write_text(held)
+    real = runner_module.load_models
+
+    def no_models(*a, **k):
+        raise AssertionError("a model was loaded before the directory was refused")
+
+    monkeypatch.setattr(runner_module, "load_models", no_models)
+    r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out, "--seed", "3")
+    _one_error_line(r, f"{out} holds samples.jsonl but no config.json, so its settings are unknown; use another --out")
+    assert (out / "samples.jsonl").read_text() == held and not (out / "config.json").exists()
+    monkeypatch.setattr(runner_module, "load_models", real)
+    r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out, "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert '"id": "x"' not in (out / "samples.jsonl").read_text()
 
 
 def test_a_directory_without_finished_examples_is_reused(tmp_path, tiny_t5, tiny_roberta, tiny_tsv):
@@ -263,6 +327,96 @@ def test_ctrl_c_says_how_to_resume(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, mo
     r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, tmp_path / "run")
     assert r.exit_code == 130 and "Traceback" not in r.output
     assert "interrupted: re-run the same command to resume" in " ".join(r.output.split())
+
+
+def test_a_stop_between_a_chunks_write_and_its_count_keeps_the_count(tmp_path, tiny_t5, tiny_roberta, tiny_tsv,
+                                                                      monkeypatch):
+    """Ctrl-C or SIGTERM during a chunk's fsync: its records are in samples.jsonl, and the invocation's timings
+    count them (they are counted from the file, not from the loop's counter, which had not moved yet)."""
+    append = RunDir.append_samples
+    calls = []
+
+    def append_then_stop(self, records):
+        append(self, records)
+        calls.append(len(records))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunDir, "append_samples", append_then_stop)
+    out = tmp_path / "run"
+    r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out, "--chunk-size", "2")
+    assert r.exit_code == 130, r.output
+    written = len((out / "samples.jsonl").read_text().splitlines())
+    assert written == sum(calls) and len(calls) == 2
+    assert json.loads((out / "invocations.jsonl").read_text())["examples"] == written
+
+
+SLOW_CHUNKS = """
+import sys, time
+from breaknli_fast.probes.breaknli.probe import BreakNLIProbe
+
+process = BreakNLIProbe.process
+
+
+def slowly(self, *args, **kwargs):  # half a second more per chunk: the test's SIGTERM lands mid-run
+    time.sleep(0.5)
+    return process(self, *args, **kwargs)
+
+
+BreakNLIProbe.process = slowly
+from breaknli_fast.cli import app
+
+sys.argv = ["breaknli-fast", *sys.argv[1:]]
+app()
+"""
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does_and_the_resume_is_exact(tmp_path, tiny_t5, tiny_roberta, tiny_tsv):
+    """SIGTERM (timeout, Slurm, docker stop) mid-run: one line saying how to resume, exit 143 (128 + SIGTERM, what
+    a scheduler expects of a job it stopped), no .lock left, the invocation's timings written; the resumed run
+    holds the records of an uninterrupted one, and its throughput counts every example."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--engine", "torch", "--k", "6", "--u", "2",
+            "--s", "1", "--top-p", "1.0", "--top-k", "0", "--max-new-tokens", "8", "--limit", "12", "--chunk-size", "2"]
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")]),
+           "COLUMNS": "200"}
+    env.pop("BREAKNLI_FAST_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_CHUNKS, *args, "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ((out / "samples.jsonl").exists() and (out / "samples.jsonl").stat().st_size):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no chunk was written within 3 minutes"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, (stdout, stderr)
+    assert "Traceback" not in stderr, stderr
+    assert "terminated (SIGTERM): re-run the same command to resume" in " ".join(stderr.split())
+    assert not (out / ".lock").exists()
+    killed = [json.loads(x) for x in (out / "invocations.jsonl").read_text().splitlines()]
+    done = len((out / "samples.jsonl").read_text().splitlines())
+    assert len(killed) == 1 and killed[0]["examples"] == done  # that invocation's timings are kept
+    assert runner.invoke(app, [*args, "--out", str(out)]).exit_code == 0  # the resume
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "whole")]).exit_code == 0  # uninterrupted
+
+    def records(run: Path) -> list:
+        recs = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+        return sorted(recs, key=lambda r: (r["mode"], r["id"]))
+
+    assert done < len(records(out)) and records(out) == records(tmp_path / "whole")
+    thr = json.loads((out / "report.json").read_text())["throughput"]
+    assert thr["invocations"] == 2 and thr["examples"] == len(records(out))
 
 
 def test_user_text_and_install_hints_print_literally(tmp_path, tiny_t5, tiny_roberta, tiny_tsv):
@@ -381,3 +535,116 @@ def test_auto_falling_back_to_torch_writes_the_torch_directory_only(tmp_path, ti
     assert r.exit_code == 0, r.output
     assert "running on torch" in " ".join(r.output.split()) and "cannot write the export cache" in " ".join(r.output.split())
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny.tsv-n3-roberta-torch-fp32-s0"]
+
+
+def _read_only_dirs(tmp: Path) -> list[Path]:
+    """Output folders that cannot be written: under /proc, below a file, and (not as root, who writes anyway) a
+    folder without write permission."""
+    afile = _write(tmp / "afile", b"x")
+    dirs = [Path("/proc/breaknli-out"), afile / "sub"]
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        ro = tmp / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        dirs.append(ro / "out")
+    return dirs
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_the_work(tmp_path, monkeypatch):
+    """bench --out and export --out name the folder that cannot be written, before the bench runs or the export
+    starts (the bench failed with a raw Errno 30 after running in full; export blamed the cache); bad option values
+    of both are one line."""
+    import breaknli_fast.bench.runner as bench_runner
+    import breaknli_fast.export as export_pkg
+
+    def never(*a, **k):
+        raise AssertionError("the work started before the output folder was checked")
+
+    monkeypatch.setattr(bench_runner, "run_bench", never)
+    monkeypatch.setattr(export_pkg, "export_model", never)
+    for d in _read_only_dirs(tmp_path):
+        _one_error_line(runner.invoke(app, ["bench", "--engines", "torch:fp32", "--limit", "2", "--out", str(d)]),
+                        "the bench folder")
+        _one_error_line(runner.invoke(app, ["export", "--model", "mini-nli", "--out", str(d)]), "the export folder")
+        assert not d.exists()
+    _one_error_line(runner.invoke(app, ["bench", "--threads", "-1"]), "--threads")
+    for size in ("0", "-1"):
+        _one_error_line(runner.invoke(app, ["export", "--model", "mini-nli", "--validation-size", size]),
+                        "--validation-size")
+    from breaknli_fast.engines.artifacts import ExportError, ExportOptions
+
+    with pytest.raises(ExportError, match="validation_size must be at least 1 pair, not 0"):
+        ExportOptions(validation_size=0)  # what `ort:fp32:validation_size=0` builds
+
+
+def test_a_record_without_its_fields_is_one_line_before_any_model_loads(tmp_path, tiny_t5, tiny_roberta, tiny_tsv,
+                                                                        monkeypatch):
+    """A resumed run whose samples.jsonl holds a hand-edited record (no "status") or a line that is not an object
+    is refused naming the record (it was KeyError: 'status' once the report was computed)."""
+    import breaknli_fast.study.runner as runner_module
+
+    out = tmp_path / "run"
+    assert _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out).exit_code == 0
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    rec = json.loads(lines[1])
+    del rec["status"]
+
+    def no_models(*a, **k):
+        raise AssertionError("a model was loaded before the records were checked")
+
+    monkeypatch.setattr(runner_module, "load_models", no_models)
+    for bad, why in ((json.dumps(rec), "it lacks the field 'status'"), ("[1, 2]", "it is not a JSON object but list")):
+        (out / "samples.jsonl").write_text("\n".join([lines[0], bad, *lines[2:]]) + "\n")
+        r = _tiny_run(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, out)
+        _one_error_line(r, f"samples.jsonl: record 2 is not a breaknli record ({why}); remove its line")
+
+
+def test_a_study_checks_every_classifier_before_its_first_cell(tmp_path, tiny_t5, tiny_roberta, tiny_tsv, monkeypatch):
+    """A study whose third classifier cannot run (2 labels) stops before any cell runs (it failed after two cells)."""
+    import breaknli_fast.study.runner as runner_module
+
+    def no_models(*a, **k):
+        raise AssertionError("a cell ran before every classifier was checked")
+
+    monkeypatch.setattr(runner_module, "load_models", no_models)
+    r = runner.invoke(app, ["run", "-g", tiny_t5, "-c", f"{tiny_roberta},mini-nli,{_two_label_model(tmp_path)}",
+                            "-d", str(tiny_tsv), "--out", str(tmp_path / "study"), "--engine", "torch", "--limit", "4"])
+    _one_error_line(r, "the model has 2 outputs (entailment, not_entailment)")
+    assert not (tmp_path / "study").exists()
+
+
+def test_generate_never_overwrites_a_file_without_force(tmp_path):
+    out = _write(tmp_path / "mine.jsonl", b'{"premise": "kept", "hypothesis": "kept", "label": "neutral"}\n')
+    before = out.read_bytes()
+    for corpus in ("aenli", "kinship"):
+        r = runner.invoke(app, ["generate", corpus, "-n", "30", "-o", str(out), "--no-progress"])
+        _one_error_line(r, f"{out} exists; use --force to replace it, or another --out")
+        assert out.read_bytes() == before
+    r = runner.invoke(app, ["generate", "aenli", "-n", "30", "-o", str(out), "--no-progress", "--force"])
+    assert r.exit_code == 0, r.output
+    assert len(out.read_text().splitlines()) == 30
+
+
+def test_renamed_ids_and_truncated_pairs_are_counted_and_reported(tmp_path, tiny_t5, tiny_roberta):
+    """Rows that repeat an id are renamed <id>#1, ... and counted (config.json, report.json, the console); pairs
+    longer than the classifier's input length (--max-length) are counted, warned about and noted in report.md."""
+    rows = b"".join(b"A man number %d sleeps in a big red chair.\tA man rests.\tentailment\tsame\n" % i for i in range(4))
+    data = _write(tmp_path / "dup.tsv", b"premise\thypothesis\tlabel\tid\n" + rows)
+    common = ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(data), "--engine", "torch", "--k", "2", "--u", "1",
+              "--s", "1", "--max-new-tokens", "4"]
+    r = runner.invoke(app, [*common, "--out", str(tmp_path / "cut"), "--max-length", "5"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "warning: 3 rows repeat an earlier row's id and are renamed <id>#1, <id>#2, ... (lines 3, 4, 5)" in text
+    assert "3 repeated ids renamed" in text
+    assert "warning: 4 of the 4 (premise, hypothesis) pairs are longer than the classifier's input length of 5" in text
+    rep = json.loads((tmp_path / "cut" / "report.json").read_text())
+    assert rep["truncation"] == {"max_length": 5, "pairs": 4, "truncated": 4}
+    assert rep["funnel"]["skips"]["renamed_ids"] == 3
+    assert json.loads((tmp_path / "cut" / "config.json").read_text())["dataset"]["skips"]["renamed_ids"] == 3
+    assert "4 of the 4 (premise, hypothesis) pairs are longer" in (tmp_path / "cut" / "report.md").read_text()
+    assert {json.loads(x)["id"] for x in (tmp_path / "cut" / "samples.jsonl").read_text().splitlines()} == \
+        {"same", "same#1", "same#2", "same#3"}
+    r = runner.invoke(app, [*common, "--out", str(tmp_path / "whole")])
+    assert r.exit_code == 0 and "longer than the classifier's input length" not in r.output
+    assert json.loads((tmp_path / "whole" / "report.json").read_text())["truncation"]["truncated"] == 0

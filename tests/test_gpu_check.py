@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import time
 from pathlib import Path

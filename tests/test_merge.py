@@ -422,3 +422,26 @@ def test_spacy_tagger_and_cli_end_to_end(tmp_path, tiny_roberta, tiny_mlm):
     assert "seed problems" in r.output and "PA(0.9)" in (out / "report.md").read_text()
     srcs = {v["src"] for x in (out / "samples.jsonl").read_text().splitlines() for v in json.loads(x)["variants"]}
     assert srcs <= {tiny_mlm, "mini-mlm", "both"}
+
+
+@pytest.mark.skipif(SPACY_MISSING is not None, reason=f"spaCy is not installed: {SPACY_MISSING}")
+def test_spacy_tagger_cache_that_overflows_keeps_every_answer(tmp_path, tiny_roberta, tiny_mlm, monkeypatch):
+    """The tagger's bounded cache is emptied when a call's new texts would overflow it; texts of that call found in
+    the cache before it was emptied are still answered (a run of 1,000 MERGE examples died at example 896 with a
+    KeyError when the cache of 200,000 texts overflowed). A cache of 3 texts gives the same tokens as a big one,
+    and a whole MERGE run through it finishes."""
+    texts = ["A man sleeps.", "A dog runs.", "The women are seated.", "A child reads a book."]
+    small, big = mg.SpacyTagger(), mg.SpacyTagger()
+    small.CACHE_MAX = 3
+    expected = big.tag(texts)
+    assert small.tag(texts[:2]) == expected[:2]
+    assert small.tag(texts) == expected  # two cached, two new: the cache overflows and is emptied mid-call
+    assert small.tag(texts[::-1]) == expected[::-1]
+    assert len(small._cache) <= len(texts)
+    monkeypatch.setattr(mg.SpacyTagger, "CACHE_MAX", 3)
+    r = runner.invoke(app, ["run", "--probe", "merge", "-c", tiny_roberta, "--mlm", tiny_mlm, "--engine", "torch",
+                            "--limit", "6", "--merge-top-k", "20", "--merge-min-suggestions", "2",
+                            "--merge-per-pos", "2", "--merge-seeds", "1", "--chunk-size", "3",
+                            "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["counts"]["problems"] == 6

@@ -82,7 +82,6 @@ def test_static_int8_is_for_classifiers_on_the_cpu(tmp_path, tiny_dir, monkeypat
 
 
 def test_after_activation_finds_the_projections_fed_by_an_activation():
-    import onnx
     from onnx import TensorProto, helper
 
     from breaknli_fast.backends.ort.quantize import after_activation

@@ -16,6 +16,7 @@ from typing import Optional, Tuple
 import typer
 
 from breaknli_fast import cli_options as opts
+from breaknli_fast.console import out_path
 
 
 DEFAULT_ENGINES = "torch:fp32,ort:fp32,ort:int8"
@@ -96,7 +97,7 @@ def bench(
                                                       "Speed only: parity is not meaningful."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Folder of the random-weight models (default ~/.cache/breaknli_fast/random-weights)."),
     device: str = opts.DEVICE,
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads in all, passed to every engine (which splits them into workers: ort:int8:workers=1 sets an engine's workers)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads in all, passed to every engine (which splits them into workers: ort:int8:workers=1 sets an engine's workers)."),
     interleave: bool = typer.Option(False, "--interleave", help="Load every engine first, then time them in rounds (A B A B ...): fairer on a busy machine; needs the memory of all engines at once."),
     nli_prompt: str = opts.NLI_PROMPT,
     nli_method: str = opts.NLI_METHOD,
@@ -108,7 +109,7 @@ def bench(
     require_equivalence: bool = typer.Option(False, "--require-equivalence", help="With --strict: also exit 1 when a cell is *inconclusive* (its CI is not inside ±tolerance): the engine must be shown to match."),
     tolerance: float = typer.Option(1.0, "--tolerance", min=0.0, help="Equivalence margin δ in percentage points: equivalent when the 95 % CI lies inside ±δ, different when |Δ| > δ and the CI excludes 0."),
     min_agreement: float = typer.Option(98.0, "--min-agreement", min=0.0, max=100.0, help="Minimum classifier label agreement with torch:fp32, percent."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (bench.json, bench.md, bench.png). Default: runs/bench-<time>."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, metavar="DIR", help="Output folder (bench.json, bench.md, bench.png). Default: runs/bench-<time>."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Do not draw bench.png."),
     compare: Optional[Tuple[Path, Path]] = typer.Option(None, "--compare", help="Compare two saved benches (bench.json files or folders) instead of running one."),
 ) -> None:
@@ -122,6 +123,7 @@ def bench(
     from breaknli_fast.bench.specs import BenchSpecError, parse_engines
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
     from breaknli_fast.data.labels import parse_label_map
+    from breaknli_fast.errors import check_writable_dir
     from breaknli_fast.study.loading import EngineConfig
     from breaknli_fast.probes import probe_class
     from rich.markup import escape
@@ -162,6 +164,7 @@ def bench(
             fixed_length=fixed_length, cache_dir=str(cache_dir) if cache_dir else None,
             interleave=interleave, command=_command_line(ctx))
         out_dir = out or Path("runs") / f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        check_writable_dir(out_dir, "the bench folder")  # before the bench runs, not once it is done
         with make_progress() as progress:
             def log(msg: str) -> None:
                 progress.console.print(f"[dim]{escape(msg)}[/]", highlight=False)

@@ -36,7 +36,7 @@ from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
 from breaknli_fast.bench.state import Context, EngineRun, fail
 from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData
 from breaknli_fast.data.slicing import describe as describe_slice, load_slice, show_counts
-from breaknli_fast.study.loading import EngineConfig, Models, load_models
+from breaknli_fast.study.loading import EngineConfig, load_models
 from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.errors import first_line
 from breaknli_fast.probes import get_probe, probe_class

@@ -88,6 +88,11 @@ def map_id2label(id2label: Mapping[int | str, str], explicit: Mapping[str, str] 
     three canonical labels are not each present exactly once.
     """
     items = sorted(((int(k), v) for k, v in id2label.items()), key=lambda kv: kv[0])
+    if len(items) != len(LABELS):
+        raise LabelMappingError(
+            f"the model has {len(items)} output{'s' if len(items) != 1 else ''} ({', '.join(v for _, v in items)}): "
+            "only 3-way NLI classifiers are supported (entailment, neutral and contradiction, in any order; a label "
+            "map names outputs such as LABEL_0), not 2-way ones such as entailment / not_entailment")
     out: list[str] = []
     bad: list[str] = []
     for idx, name in items:

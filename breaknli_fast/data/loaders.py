@@ -82,6 +82,14 @@ class SkipStats:
     counts: dict[str, int] = field(default_factory=lambda: {r: 0 for r in SKIP_REASONS})
     lines: dict[str, list[int]] = field(default_factory=lambda: {r: [] for r in SKIP_REASONS})
     read: int = 0
+    # rows kept whose id repeats an earlier row's: renamed <id>#1, <id>#2, ... (resume keys on unique ids)
+    renamed_ids: int = 0
+    renamed_lines: list[int] = field(default_factory=list)
+
+    def rename(self, line: int) -> None:
+        self.renamed_ids += 1
+        if len(self.renamed_lines) < MAX_LINES_KEPT:
+            self.renamed_lines.append(line)
 
     def skip(self, reason: str, line: int) -> None:
         self.counts[reason] += 1
@@ -93,7 +101,17 @@ class SkipStats:
         return sum(self.counts.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"read": self.read, "skipped": self.skipped, "counts": dict(self.counts), "first_lines": dict(self.lines)}
+        return {"read": self.read, "skipped": self.skipped, "counts": dict(self.counts), "first_lines": dict(self.lines),
+                **({"renamed_ids": self.renamed_ids, "renamed_first_lines": list(self.renamed_lines)}
+                   if self.renamed_ids else {})}
+
+    def renamed_text(self) -> str:
+        """One line on the rows whose repeated id was renamed ("" when none was)."""
+        if not self.renamed_ids:
+            return ""
+        lines = ", ".join(map(str, self.renamed_lines)) + (", ..." if self.renamed_ids > len(self.renamed_lines) else "")
+        return (f"{self.renamed_ids} row{'s' if self.renamed_ids > 1 else ''} repeat an earlier row's id and "
+                f"{'are' if self.renamed_ids > 1 else 'is'} renamed <id>#1, <id>#2, ... (lines {lines})")
 
 
 @dataclass
@@ -172,6 +190,9 @@ def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int 
         if not (okp and okh and okl):
             stats.skip("malformed", line)
             continue
+        if cols.id and cols.id not in row:  # never line numbers in place of the ids asked for
+            where = "there is no such column" if not out else f"line {line} has no such column"
+            raise DataError(f"the id column {cols.id} (--id-col): {where} (its columns: {', '.join(map(str, row))})")
         _, rid = _pick(row, cols.id, ID_KEYS)
         if not all(_is_unicode(v) for v in (prem, hyp, lab, rid)):
             stats.skip("invalid_utf8", line)
@@ -199,9 +220,10 @@ def rows_to_examples(rows: Iterable[tuple[int, Any]], cols: Columns, limit: int 
             stats.skip("empty_text", line)
             continue
         eid = str(rid) if rid not in (None, "") else f"row-{line}"
-        if eid in seen_ids:  # keep ids unique (resume keys on them)
+        if eid in seen_ids:  # keep ids unique (resume keys on them), counted
             seen_ids[eid] += 1
             eid = f"{eid}#{seen_ids[eid]}"
+            stats.rename(line)
         else:
             seen_ids[eid] = 0
         used = {_pick_key(row, c, keys) for c, keys in ((cols.premise, PREMISE_KEYS), (cols.hypothesis, HYPOTHESIS_KEYS),
@@ -443,7 +465,7 @@ def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, lim
     ``anli[:r1|r2|r3]``, ``aenli[:N]`` and ``kinship[:N]`` generated from ``seed``) or by file path. Every
     example keeps its row's other columns in ``meta``."""
     if limit is not None and limit < 0:
-        raise DataError("--limit must be positive")
+        raise DataError(f"limit (--limit) cannot be negative (got {limit})")
     base, _ = parse_hub_name(name_or_path)
     if split is not None and (base not in HUB_SPLITS or Path(name_or_path).exists()):
         raise DataError(f"--split {split}: only the hub datasets ({', '.join(HUB_SPLITS)}) have splits, not "

@@ -107,11 +107,15 @@ class Decoding:
             raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(self.SAMPLERS)}")
         if self.strategy == "sampling":
             if self.temperature is None or not self.temperature > 0:
-                raise ValueError(f"--temperature must be > 0 for sampling (got {self.temperature}); use --decoding greedy")
+                raise ValueError(f"temperature (--temperature) must be > 0 for sampling (got {self.temperature}); "
+                                 "use greedy decoding (--decoding greedy)")
             if self.top_p is None or not 0 < self.top_p <= 1:
-                raise ValueError(f"--top-p must be in (0, 1] (got {self.top_p})")
+                raise ValueError(f"top_p (--top-p) must be in (0, 1] (got {self.top_p})")
             if self.top_k is None or self.top_k < 0:
-                raise ValueError(f"--top-k must be >= 0 (0 = no top-k; got {self.top_k})")
+                raise ValueError(f"top_k (--top-k) must be >= 0 (0 = no top-k; got {self.top_k})")
+        for name, value in (("num_beams", self.num_beams), ("num_beam_groups", self.num_beam_groups)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} (--{name.replace('_', '-')}) must be at least 1, not {value}")
         if self.max_new_tokens < 1 or self.min_new_tokens < 0 or self.min_new_tokens > self.max_new_tokens:
             raise ValueError(f"need 1 <= max_new_tokens and 0 <= min_new_tokens <= max_new_tokens "
                              f"(got {self.max_new_tokens}, {self.min_new_tokens})")
@@ -274,6 +278,24 @@ class GeneratorStats:
         self.call_seconds = []
 
 
+def as_pairs(pairs: Iterable[Pair]) -> list[Pair]:
+    """``pairs`` as a list of (premise, hypothesis) string pairs, or a TypeError that says so (a list of texts
+    would otherwise fail with "too many values to unpack", or a 2-character text pass as a pair)."""
+    if isinstance(pairs, (str, bytes)):
+        raise TypeError("classify takes a list of (premise, hypothesis) pairs, not one text")
+    out = []
+    for i, pair in enumerate(pairs):
+        try:
+            if isinstance(pair, (str, bytes)):
+                raise ValueError
+            p, h = pair
+        except (TypeError, ValueError):
+            raise TypeError(f"classify takes (premise, hypothesis) pairs; item {i} is {str(pair)[:60]!r} "
+                            f"({type(pair).__name__}), e.g. classify([(\"A man sleeps.\", \"A man rests.\")])") from None
+        out.append((str(p), str(h)))
+    return out
+
+
 class ClassifierBase:
     """A :class:`Classifier` with the optional members of the contract and their defaults:
 
@@ -344,7 +366,7 @@ class _Completed:
 
 class _CompletedClassifier(_Completed, ClassifierBase):
     def classify(self, pairs: Sequence[Pair]) -> Predictions:
-        return self._engine.classify(pairs)
+        return self._engine.classify(as_pairs(pairs))
 
 
 class _CompletedGenerator(_Completed, GeneratorBase):

@@ -18,7 +18,8 @@ import numpy as np
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.engines.base import (ClassifierBase, ClassifierStats, EngineInfo, MaskedItem, MaskFill,
-                                        MaskFillerBase, MaskFillerStats, Pair, Predictions, nonfinite_error)
+                                        MaskFillerBase, MaskFillerStats, Pair, Predictions, as_pairs,
+                                        nonfinite_error)
 
 
 DEFAULT_MAX_BATCH = 64  # pairs per classifier batch unless the engine or the user says otherwise
@@ -250,7 +251,7 @@ class BatchedClassifier(ClassifierBase):
             self._cache.clear()
 
     def classify(self, pairs: Sequence[Pair]) -> Predictions:
-        pairs = [(str(p), str(h)) for p, h in pairs]
+        pairs = as_pairs(pairs)
         self.stats.pairs_requested += len(pairs)
         out = np.zeros((len(pairs), len(LABELS)), dtype=np.float32)
         todo: dict[Pair, list[int]] = {}

@@ -21,7 +21,7 @@ from breaknli_fast.engines.options import EngineOptions, option
 from breaknli_fast.engines.batching import Workers, clip_text
 from breaknli_fast.engines.hf import use_torch_threads
 from breaknli_fast.engines.model_info import effective_max_length
-from breaknli_fast.engines.sampling import COMPACT_SHARE, FiniteScores, TorchStepper, check_scores, sample
+from breaknli_fast.engines.sampling import COMPACT_SHARE, FiniteScores, TorchStepper, sample
 
 
 @dataclass

@@ -42,6 +42,7 @@ def resolve_model(name: str) -> str:
     if p.exists():
         if not (p / "config.json").exists():
             raise ModelLoadError(f"{p} is not a Hugging Face model folder (no config.json)")
+        check_model_files(p)
         for weights in sorted(p.glob("*.safetensors")):
             check_safetensors(weights)
         return str(p)
@@ -53,6 +54,23 @@ def resolve_model(name: str) -> str:
                              "or a local folder, or a hub id such as roberta-large-mnli)")
     require_hub(f"the model {name!r}")  # no network: one line now, not half a minute of retries later
     return name
+
+
+# a local model folder needs one of each: its weights (a sharded checkpoint by its index) and its tokenizer
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "*.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model", "spm.model")
+
+
+def check_model_files(folder: Path) -> None:
+    """Raise a one-line :class:`ModelLoadError` when a model folder with a config lacks its weights or its
+    tokenizer files (a copy left half-done), before a loader fails with a traceback."""
+    if not any(next(folder.glob(g), None) for g in WEIGHT_FILES):
+        raise ModelLoadError(f"{folder} has a config.json but no weights (model.safetensors or pytorch_model.bin); "
+                             "copy or download the whole model folder")
+    if not any((folder / f).exists() for f in TOKENIZER_FILES):
+        raise ModelLoadError(f"{folder} has no tokenizer files (tokenizer.json, vocab.json, vocab.txt or a "
+                             "sentencepiece .model); copy or download the whole model folder")
 
 
 def check_safetensors(path: Path) -> None:
@@ -165,6 +183,22 @@ def require_masked_lm(name: str) -> Any:
         raise ModelLoadError(f"{name!r} is not a masked language model (architectures {archs}); the mlm role needs "
                              "one such as mini-mlm, bert-base-cased or roberta-base")
     return config
+
+
+def check_model(name: str, role: str, label_map: Mapping[str, str] | None = None) -> None:
+    """What can be checked of a model for a role from its files and config alone, without loading its weights
+    (a one-line :class:`ModelLoadError` or :class:`~breaknli_fast.data.labels.LabelMappingError`): the folder's
+    files, the kind of model the role takes (``generator``: text-to-text; ``mlm``: a masked LM; ``classifier``:
+    a sequence classifier or a text-to-text NLI model) and a sequence classifier's three labels."""
+    if role == "mlm":
+        require_masked_lm(name)
+        return
+    config = load_config(name)
+    kind = model_kind(config)
+    if role == "generator" and kind != "seq2seq":
+        raise ModelLoadError(f"{name!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
+    if role == "classifier" and kind == "seq-cls":
+        label_permutation(config, label_map)
 
 
 def model_fingerprint(name: str) -> dict[str, Any]:

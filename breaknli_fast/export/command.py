@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import typer
 
+from breaknli_fast.console import out_path
+
 
 def _fmt(v: Any, pct: bool = False) -> str:
     if v is None:
@@ -75,9 +77,10 @@ def export(
     device: str = typer.Option("cpu", "--device", help="target device: cpu (int8 = dynamic) or cuda (int8 = static QDQ)"),
     calibration_data: Optional[str] = typer.Option(
         None, "--calibration-data", help="dataset name (sample, snli, mnli, ...) or file of pairs for calibration/validation"),
-    calibration_size: int = typer.Option(256, "--calibration-size", help="pairs used to calibrate static int8"),
-    validation_size: int = typer.Option(64, "--validation-size", help="pairs compared with PyTorch fp32"),
-    out: Optional[Path] = typer.Option(None, "--out", help="export folder (default: the cache, $BREAKNLI_FAST_CACHE)"),
+    calibration_size: int = typer.Option(256, "--calibration-size", min=1, help="pairs used to calibrate static int8"),
+    validation_size: int = typer.Option(64, "--validation-size", min=1, help="pairs compared with PyTorch fp32"),
+    out: Optional[Path] = typer.Option(None, "--out", parser=out_path, metavar="DIR",
+                                       help="export folder (default: the cache, $BREAKNLI_FAST_CACHE)"),
     force: bool = typer.Option(False, "--force", help="rebuild even when a matching export is cached"),
     no_validate: bool = typer.Option(False, "--no-validate", help="skip the comparison with PyTorch fp32"),
     max_abs_logit: Optional[float] = typer.Option(None, "--max-abs-logit", help="tolerance: max |Δ logit|"),
@@ -90,12 +93,15 @@ def export(
     cache it."""
     from breaknli_fast.console import console as out_console
     from breaknli_fast.console import user_errors
+    from breaknli_fast.errors import check_writable_dir
     from breaknli_fast.export.errors import ExportError, ExportValidationError
 
     with user_errors(wrap_unexpected=True):
         try:
             from breaknli_fast.export import export_model
 
+            if out is not None:  # checked here: the cache's own check would name the cache
+                check_writable_dir(out, "the export folder")
             pairs = None
             if calibration_data:
                 pairs = _load_pairs(calibration_data, calibration_size + validation_size)

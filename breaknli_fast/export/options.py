@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from breaknli_fast.export.errors import ExportError
+
 VALIDATION_SIZE = 64
 CALIBRATION_SIZE = 256
 
@@ -33,6 +35,12 @@ class ExportOptions:
     # int8 of a sequence classifier on the CPU: "dynamic" (the default: activation scales per batch tensor) or
     # "static" (scales fixed at export, so a pair's label does not depend on the pairs batched with it)
     quantization: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("calibration_size", "validation_size"):  # 0 or fewer pairs: nothing to calibrate or judge on
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ExportError(f"{name} must be a whole number of pairs, at least 1 (got {v!r})")
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`~breaknli_fast.export.api.export_model`."""

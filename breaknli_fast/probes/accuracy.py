@@ -32,12 +32,13 @@ class AccuracyConfig:
 
 class AccuracyProbe(Probe):
     name = "accuracy"
+    record_fields = ("id", "premise", "hypothesis", "gold", "yhat", "correct")
     summary = "M on (p, h), with --by per category"
     config_class = AccuracyConfig
     roles = ("classifier",)
 
     def __init__(self, config: AccuracyConfig | None = None):
-        self.cfg = config or AccuracyConfig()
+        self.cfg = self.config_of(config)  # None, a AccuracyConfig or a dict of its fields
         self.chunk_size = self.cfg.chunk_size
         self.seed = self.cfg.seed
 

@@ -24,10 +24,11 @@ resume, chunks, progress, throughput and report files.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import MISSING, asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Protocol, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 from breaknli_fast.data.loaders import Example, LoadedData
+from breaknli_fast.errors import UserError
 from breaknli_fast.progress import ProgressHook
 
 
@@ -62,6 +63,38 @@ class CliOption:
     max: float | None = None
     metavar: str | None = None
     panel: str | None = None
+
+
+class ProbeConfigError(UserError, TypeError):
+    """A probe config of the wrong type, or a dict with a field the config does not have."""
+
+
+def make_config(config_class: type, value: Any, what: str) -> Any:
+    """``config_class`` from ``value``: None (the defaults), an instance, or a dict of its fields; a nested
+    dataclass or dict field may be given in part as a dict (the rest keeps its defaults), a tuple field as a
+    list. ``what`` names the config in errors."""
+    if value is None:
+        return config_class()
+    if isinstance(value, config_class):
+        return value
+    if not isinstance(value, Mapping):
+        raise ProbeConfigError(f"{what} must be a {config_class.__name__} or a dict of its fields, "
+                               f"not {type(value).__name__}")
+    known = {f.name: f for f in fields(config_class)}
+    kwargs = {}
+    for key, v in value.items():
+        f = known.get(key)
+        if f is None:
+            raise ProbeConfigError(f"{what} has no field {key!r} (its fields: {', '.join(known)})")
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if is_dataclass(default) and isinstance(v, Mapping):
+            v = make_config(type(default), v, f"{what}'s {key}")
+        elif isinstance(default, dict) and isinstance(v, Mapping):
+            v = {**default, **v}
+        elif isinstance(default, tuple) and isinstance(v, list):
+            v = tuple(v)
+        kwargs[key] = v
+    return config_class(**kwargs)
 
 
 def option(default: Any = MISSING, *, help: str, default_factory: Any = MISSING, **cli: Any) -> Any:
@@ -174,8 +207,17 @@ class Probe(ABC):
     roles: ClassVar[tuple[str, ...]] = ("classifier",)  # models it needs: "classifier", "generator"
     group_key: ClassVar[str] = "group"  # the record field that holds the unit's group
     pair_key: ClassVar[str] = "id"  # the record field that pairs an example's metric values between two runs
+    # the fields every record of the probe holds (besides group_key): a resumed run whose samples.jsonl lacks one
+    # (a hand-edited or foreign file) is refused, naming the record, instead of failing in summarise
+    record_fields: ClassVar[tuple[str, ...]] = ("id",)
     chunk_size: int = 16  # units per resumable chunk
     seed: int = 0
+
+    @classmethod
+    def config_of(cls, config: Any = None) -> Any:
+        """The probe's config from what a caller passed: None (the defaults), a :attr:`config_class` instance, or
+        a dict of its fields (:func:`make_config`)."""
+        return make_config(cls.config_class, config, f"the {cls.name} probe's config") if cls.config_class else config
 
     @abstractmethod
     def identity(self) -> dict[str, Any]:
@@ -233,6 +275,17 @@ class Probe(ABC):
     def new_times(self) -> StageTimes:
         """Timings of one invocation, with the probe's stages at zero."""
         return StageTimes()
+
+    def malformed(self, records: Sequence[Any]) -> tuple[int, str] | None:
+        """The first record that is not one of this probe's (not an object, or without one of
+        :attr:`record_fields`): (its index, what is wrong), or None when all are well-formed."""
+        for i, r in enumerate(records):
+            if not isinstance(r, dict):
+                return i, f"it is not a JSON object but {type(r).__name__}"
+            missing = [f for f in (self.group_key, *self.record_fields) if f not in r]
+            if missing:
+                return i, f"it lacks the field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}"
+        return None
 
     def key(self, record: dict[str, Any]) -> tuple[str, str]:
         """The resume key of a record: (group, example id)."""

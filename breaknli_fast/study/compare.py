@@ -158,16 +158,28 @@ def label_runs(runs: Sequence[Run]) -> None:
 
 # -- settings ----------------------------------------------------------------------------------------------
 
+def differences(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Every difference between two JSON values as (dotted path, value in ``a``, value in ``b``), in key order
+    (empty when equal)."""
+    if a == b:
+        return []
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in differences(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))]
+    return [(prefix, a, b)]
+
+
 def _diff_path(a: Any, b: Any, prefix: str) -> str | None:
     """The dotted path of the first difference between two JSON values (None when equal)."""
-    if a == b:
-        return None
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b), key=str):
-            d = _diff_path(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))
-            if d is not None:
-                return d
-    return prefix
+    return next((d for d, _, _ in differences(a, b, prefix)), None)
+
+
+def setting_values(a: Any, b: Any, most: int = 3) -> str:
+    """The settings that differ between two JSON values with both values, for a one-line message:
+    ``loop.seed 0 vs 3; limit 4 vs 5`` (``most`` of them, then how many more)."""
+    diffs = differences(a, b)
+    text = "; ".join(f"{d} {_show(va)} vs {_show(vb)}" for d, va, vb in diffs[:most])
+    return text + (f"; {len(diffs) - most} more" if len(diffs) > most else "")
 
 
 def _get(obj: Any, dotted: str) -> Any:

@@ -32,14 +32,13 @@ from typing import Any, Mapping, Sequence
 
 from breaknli_fast.data.loaders import Columns, DataError
 from breaknli_fast.data.slicing import load_slice
-from breaknli_fast.study.loading import EngineConfig
-from breaknli_fast.engines.model_info import resolve_model
+from breaknli_fast.study.loading import EngineConfig, check_models
 from breaknli_fast.errors import UserError
 from breaknli_fast.progress import ProgressHook
 from breaknli_fast.study.compare import STUDY_FILE, Comparison, compare, load_runs
 from breaknli_fast.study.table_files import write_table
 from breaknli_fast.study.rundir import RunDir, write_json_atomic
-from breaknli_fast.study.runner import StudyResult, run_study, slug
+from breaknli_fast.study.runner import StudyResult, role_requests, run_study, slug
 
 SHARED_DIR = "shared"
 
@@ -152,8 +151,8 @@ def run_grid(probe: str, config: Any = None, *, classifiers: Sequence[str], data
     ecfg = engine or EngineConfig()
     classifiers, datasets = split_names(classifiers), split_names(datasets, "--dataset")
     the_probe = get_probe(probe, config) if isinstance(probe, str) else probe
-    for name in classifiers:
-        resolve_model(name)  # a missing model is a one-line error before anything runs
+    for name in classifiers:  # a missing model, a masked LM or a 2-label classifier: one line before any cell runs
+        check_models(ecfg, role_requests(the_probe, name, generator, mlm))
     limits = {d: (limit.get(d) if isinstance(limit, Mapping) else limit) for d in datasets}
     data = {}
     for d in datasets:  # every dataset loaded once, and a bad one reported before the first cell runs

@@ -64,13 +64,13 @@ class EngineConfig:
             try:
                 workers = int(self.workers)
             except (TypeError, ValueError):
-                raise UserError(f"--workers must be a number or 'auto', not {self.workers!r}") from None
+                raise UserError(f"workers (--workers) must be a number or 'auto', not {self.workers!r}") from None
             if workers < 1:
-                raise UserError(f"--workers must be at least 1, not {workers}")
-        for flag, value in (("--threads", self.threads), ("--max-length", self.max_length),
-                            ("--token-budget", self.token_budget), ("--max-batch", self.max_batch)):
-            if value is not None and value < 1:
-                raise UserError(f"{flag} must be at least 1, not {value}")
+                raise UserError(f"workers (--workers) must be at least 1, not {workers}")
+        for name, value in (("threads", self.threads), ("max_length", self.max_length),
+                            ("token_budget", self.token_budget), ("max_batch", self.max_batch)):
+            if value is not None and value < 1:  # named as the caller may have passed it: either way
+                raise UserError(f"{name} (--{name.replace('_', '-')}) must be at least 1, not {value}")
         if self.nli_prompt not in NLI_PROMPTS:
             raise UserError(f"unknown --nli-prompt {self.nli_prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
         if self.nli_method not in ("score", "generate"):
@@ -127,6 +127,25 @@ FALLBACK_ERRORS = (ExportError, registry.EngineUnavailable)
 
 
 mlm_names = model_names  # the masked LMs of ``--mlm a,b``
+
+# the backends whose models are Hugging Face models, checked from their config before any loads (an engine
+# registered from elsewhere resolves its own model names)
+HF_BACKENDS = ("torch", "ort", "tensorrt", "ct2")
+
+
+def check_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] | None]) -> None:
+    """Every model of ``requests`` checked for its role from its files and config, without loading weights
+    (:func:`~breaknli_fast.engines.model_info.check_model`): a folder without weights, a masked LM as the
+    classifier or a 2-label classifier is one line before the first model loads, and before the first cell of a
+    study over several classifiers runs."""
+    from breaknli_fast.engines.model_info import check_model
+
+    if registry.resolve_engine(cfg.engine, cfg.precision, cfg.device) not in HF_BACKENDS:
+        return
+    for r in ROLES:
+        value = requests.get(r.name)
+        for name in (model_names(value) if r.many else [value] if value else []):
+            check_model(name, r.name, cfg.label_map if r.name == CLASSIFIER else None)
 
 
 def load_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] | None],

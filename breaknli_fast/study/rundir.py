@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from breaknli_fast.errors import UserError
+from breaknli_fast.study.compare import setting_values
 
 
 class RunDirError(UserError):
@@ -163,7 +164,12 @@ class RunDir:
         with other settings is refused unless ``overwrite``; one without finished examples (a run that stopped
         before its first chunk) is simply re-used."""
         cfg_path = self.path / self.CONFIG
-        if overwrite or not cfg_path.exists():
+        if overwrite:
+            return False, None
+        if not cfg_path.exists():
+            if self.has_samples():  # finished records of a run whose settings are unknown: never replaced quietly
+                raise RunDirError(f"{self.path} holds {self.SAMPLES} but no {self.CONFIG}, so its settings are "
+                                  "unknown; use another --out, or --overwrite to replace it")
             return False, None
         try:
             old = json.loads(cfg_path.read_text(encoding="utf-8"))
@@ -172,12 +178,12 @@ class RunDir:
                 return False, None
             raise RunDirError(f"cannot read {cfg_path}: {e}; use --overwrite to start afresh") from None
         old_id = old.get("identity", {}) if isinstance(old, dict) else {}
+        identity = json.loads(json.dumps(identity, default=str))  # as config.json holds it (lists, not tuples)
         if old_id == identity:
             return True, old
         if self.has_samples():
-            diff = sorted(k for k in set(old_id) | set(identity) if old_id.get(k) != identity.get(k))
-            raise RunDirError(f"{self.path} holds a run with different settings ({', '.join(diff)}); "
-                              "use another --out, or --overwrite to replace it")
+            raise RunDirError(f"{self.path} holds a run with different settings (its vs this run's: "
+                              f"{setting_values(old_id, identity)}); use another --out, or --overwrite to replace it")
         return False, None
 
     def prepare(self, config: dict[str, Any], identity: dict[str, Any], overwrite: bool = False) -> bool:
@@ -238,6 +244,21 @@ class RunDir:
                 fh.flush()
                 os.fsync(fh.fileno())
         return records
+
+    def samples_end(self) -> int:
+        """The size of samples.jsonl now (0 when there is none): where this invocation's records start."""
+        p = self.path / self.SAMPLES
+        return p.stat().st_size if p.exists() else 0
+
+    def records_since(self, offset: int) -> int:
+        """The whole lines of samples.jsonl after byte ``offset`` (:meth:`samples_end`): the records an invocation
+        wrote, however it stopped."""
+        try:
+            with open(self.path / self.SAMPLES, "rb") as fh:
+                fh.seek(offset)
+                return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+        except OSError:  # none written (no file), or it cannot be read: nothing to count
+            return 0
 
     def append_samples(self, records: Iterable[dict[str, Any]]) -> None:
         blob = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8")

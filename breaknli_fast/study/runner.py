@@ -19,9 +19,9 @@ from breaknli_fast.data import slicing
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.roles import ROLES, Models, role
-from breaknli_fast.study.loading import EngineConfig, load_models, mlm_names
+from breaknli_fast.study.loading import EngineConfig, check_models, load_models, mlm_names
 from breaknli_fast.engines.model_info import model_fingerprint
-from breaknli_fast.study.rundir import RunDir, SharedStore
+from breaknli_fast.study.rundir import RunDir, RunDirError, SharedStore
 from breaknli_fast.probes import get_probe
 from breaknli_fast.study.breakdown import breakdown, column_groups, default_columns, parse_by
 from breaknli_fast.study.breakdown import markdown as breakdown_markdown
@@ -84,6 +84,21 @@ def execute(probe: Probe, models: Models, data: LoadedData, run_dir: RunDir | No
     return records, times
 
 
+def role_requests(probe: Probe, classifier: str, generator: str, mlm: str | Sequence[str] | None) -> dict[str, Any]:
+    """The models of the probe's roles (a role it does not need is left out; a role with many models: a list)."""
+    named = {"classifier": classifier, "generator": generator, "mlm": mlm_names(mlm) or None}
+    return {r.name: named.get(r.name) or ([r.default] if r.many else r.default) for r in ROLES if r.name in probe.roles}
+
+
+def check_records(probe: Probe, run_dir: RunDir) -> None:
+    """Refuse a run directory whose samples.jsonl holds a record that is not the probe's (hand-edited, or written
+    by something else): one line naming the record, instead of a KeyError once the report is computed."""
+    bad = probe.malformed(run_dir.load_samples())
+    if bad is not None:
+        raise RunDirError(f"{run_dir.path / RunDir.SAMPLES}: record {bad[0] + 1} is not a {probe.name} record "
+                          f"({bad[1]}); remove its line to compute that example again, or use --overwrite")
+
+
 def slug(text: str) -> str:
     """A file-name-safe short form of a dataset or model name (its last path part)."""
     s = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(text).name if Path(text).exists() else text.split("/")[-1]).strip("-")
@@ -122,10 +137,37 @@ def _report(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData, t
     return report
 
 
+def input_truncation(classifier: Any, examples: Sequence[Any]) -> dict[str, Any] | None:
+    """How many of the data's (premise, hypothesis) pairs (a text-to-text classifier: their prompts) are longer
+    than the classifier's input length, which cuts them: ``{"max_length", "pairs", "truncated"}``; None for an
+    engine that does not expose its tokenizer and length. Texts far beyond the length are clipped first
+    (:func:`~breaknli_fast.engines.batching.clip_text`), so this costs one tokenizer pass over the data."""
+    from breaknli_fast.engines.batching import clip_text
+
+    tok, length = getattr(classifier, "tokenizer", None), getattr(classifier, "max_length", None)
+    if tok is None or not isinstance(length, int) or not examples:
+        return None
+    pairs = [(clip_text(tok, ex.premise, length), clip_text(tok, ex.hypothesis, length)) for ex in examples]
+    prompts = getattr(classifier, "prompts", None)
+    enc = (tok(prompts(pairs), verbose=False) if callable(prompts)
+           else tok([p for p, _ in pairs], [h for _, h in pairs], verbose=False))
+    return {"max_length": length, "pairs": len(pairs),
+            "truncated": sum(len(ids) > length for ids in enc["input_ids"])}
+
+
+def truncation_text(cut: dict[str, Any]) -> str:
+    return (f"{cut['truncated']} of the {cut['pairs']} (premise, hypothesis) pairs are longer than the classifier's "
+            f"input length of {cut['max_length']} tokens")
+
+
 def markdown(probe: Probe, report: dict[str, Any]) -> str:
-    """report.md: the probe's sections, the breakdown by column, then throughput."""
+    """report.md: the probe's sections, the breakdown by column, then throughput (and a note of the pairs cut to
+    the classifier's input length, if any)."""
     parts = [probe.markdown(report).rstrip("\n"), ""]
     parts += slice_markdown(report.get("slice"))
+    cut = report.get("truncation")
+    if cut and cut["truncated"]:
+        parts += [f"**Note:** {truncation_text(cut)}; the classifier reads only their first tokens.", ""]
     parts += breakdown_markdown(report.get("breakdown") or {})
     parts += throughput_markdown(report["throughput"])
     return "\n".join(parts)
@@ -175,6 +217,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     from breaknli_fast.envinfo import environment
 
     hook = hook or ProgressHook()
+    if out is not None and not str(out).strip():  # Path("") is the working directory: never a run's by accident
+        raise RunDirError("out is an empty path; name a folder for the run directory")
     probe = get_probe(probe, config) if isinstance(probe, str) else probe
     ecfg = engine if isinstance(engine, EngineConfig) else EngineConfig(engine=engine, precision=precision, device=device)
     if data is None:  # seed: generated data, and a drawn slice unless sample_seed says otherwise
@@ -186,17 +230,17 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     data_slice = slicing.describe(data.slice, data.examples)
     for w in data_slice["warnings"]:
         hook.message(f"warning: {w}")
+    if data.skips.renamed_ids:
+        hook.message(f"warning: {data.skips.renamed_text()}")
     columns_by = parse_by(by) or default_columns(data)
     for column in columns_by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
-    named = {"classifier": classifier, "generator": generator, "mlm": mlm_names(mlm) or None}
-    # the models of the probe's roles (a role it does not need is not loaded); a role with many models: a list
-    requests = {r.name: named.get(r.name) or ([r.default] if r.many else r.default)
-                for r in ROLES if r.name in probe.roles}
+    requests = role_requests(probe, classifier, generator, mlm)
     gen_name = requests.get("generator")
     mlms = requests.get("mlm") or []
     if models is None:
         ecfg.check()  # precisions, workers, device, engine name: wrong ones stop here, before any model loads
+        check_models(ecfg, requests)  # each model's files, kind and labels, from its config
     if ray is not None:  # "auto" is resolved here so that every actor runs the same backend
         ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device))
     prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"
@@ -235,7 +279,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             mlm_prints = {name: model_fingerprint(name) for name in mlms}
             rd = RunDir(path_for(expected))
             rd.lock()
-            rd.check(identity_for(expected), overwrite=overwrite)
+            if rd.check(identity_for(expected), overwrite=overwrite)[0]:
+                check_records(probe, rd)  # a resume: its records must be the probe's, before any model loads
         if ray is not None:
             from breaknli_fast.study.distributed import RayPool
 
@@ -257,6 +302,11 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                        **models.details()}
         meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
                 "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset, "slice": data_slice}
+        cut = input_truncation(models.classifier, data.examples) if models is not None else None
+        if cut is not None:
+            meta["truncation"] = cut
+            if cut["truncated"]:
+                hook.message(f"warning: {truncation_text(cut)}; the classifier reads only their first tokens (--max-length)")
         if rd is None:  # in memory
             if pool is not None:
                 records, times = pool.execute(data, None, hook)
@@ -302,11 +352,15 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             store = shared_store(Path(shared_dir), probe, fingerprints, ecfg, engine_name, data)
             if store.repaired_bytes:
                 hook.message(f"{store.path}: cut a torn last line of {store.repaired_bytes} bytes")
+        start = rd.samples_end()
         try:
             if pool is not None:
                 records, times = pool.execute(data, rd, hook, times=times)
             else:
                 records, times = execute(probe, models, data, rd, hook, times=times, shared=store)
+        except BaseException:  # Ctrl-C, SIGTERM, an error: the records written are what the file holds
+            times.examples = rd.records_since(start)  # (a stop during a chunk's fsync: written, not yet counted)
+            raise
         finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
             if times.examples:
                 rd.append_invocation(times.to_dict())

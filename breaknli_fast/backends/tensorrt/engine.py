@@ -25,7 +25,7 @@ from breaknli_fast.backends.ort.runtime import classifier_feeds
 from breaknli_fast.backends.tensorrt.runtime import PLAN_FILE, TrtRunner, require_tensorrt
 from breaknli_fast.engines.base import CLASSIFIER, EngineInfo, Pair
 from breaknli_fast.engines.batching import BatchedClassifier
-from breaknli_fast.engines.model_info import ModelLoadError, effective_max_length, label_permutation, load_config, model_kind
+from breaknli_fast.engines.model_info import effective_max_length, label_permutation, load_config, model_kind
 from breaknli_fast.engines.options import EngineOptions, nested_options
 from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.export.api import export_model

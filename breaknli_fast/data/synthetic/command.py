@@ -17,14 +17,15 @@ N = typer.Option(10000, "--n", "-n", help="Pairs to write (streamed: a million f
 SEED = typer.Option(0, "--seed", help="Seed; the same seed and options give the same file.")
 OUT = typer.Option(..., "--out", "-o", help="Output file: .jsonl or .jsonl.gz.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
+FORCE = typer.Option(False, "--force", help="Replace the --out file when it exists (refused otherwise).")
 
 
-def _write(name: str, rows: Iterator[dict[str, Any]], n: int, out: Path, progress: bool) -> None:
+def _write(name: str, rows: Iterator[dict[str, Any]], n: int, out: Path, progress: bool, force: bool) -> None:
     from breaknli_fast.console import console, literal, make_progress
     from breaknli_fast.data.synthetic import shortcut
-    from breaknli_fast.data.synthetic.common import check_out, write_jsonl
+    from breaknli_fast.data.synthetic.common import write_jsonl
 
-    check_out(out)
+    _check_new(out, force)  # the options were checked before: this is the last check before writing
     start = time.perf_counter()
     tee = shortcut.Tee(rows)
     if progress:
@@ -48,6 +49,14 @@ def _check_n(n: int) -> None:
         raise SyntheticError(f"--n must be at least 1 (got {n})")
 
 
+def _check_new(out: Path, force: bool) -> None:
+    """An --out file that exists is replaced only with --force (it may hold another corpus, or anything else)."""
+    from breaknli_fast.data.synthetic.common import SyntheticError, check_out
+
+    if check_out(out).exists() and not force:
+        raise SyntheticError(f"{out} exists; use --force to replace it, or another --out")
+
+
 @generate_app.command("aenli")
 def aenli(
     n: int = N,
@@ -62,6 +71,7 @@ def aenli(
     the: str = typer.Option("unique", "--the", help="Reading of 'the': unique (a noun with 'the' in the pair denotes one individual: the poster's reading, 'A man happily did not kick the ball.' entails 'The ball was not kicked by the man.') or fixed (one fixed individual of a set that may hold others)."),
     vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="A vocabulary JSON of the shipped file's shape (default: the shipped 100 agents, 100 things, 100 verbs, 50 adverbs)."),
     progress: bool = PROGRESS,
+    force: bool = FORCE,
 ) -> None:
     """The exhaustive logic corpus: labels by a model checker over every model of a 3 x 3 domain."""
     from breaknli_fast.console import user_errors
@@ -73,7 +83,7 @@ def aenli(
                               adverb=adverb, balanced=balanced, vocabulary=str(vocabulary) if vocabulary else None,
                               the=the)
         gen.load_vocabulary(cfg.vocabulary)  # a bad vocabulary is one line before anything is written
-        _write("aenli", gen.generate(n, seed, cfg), n, out, progress)
+        _write("aenli", gen.generate(n, seed, cfg), n, out, progress, force)
 
 
 @generate_app.command("kinship")
@@ -88,6 +98,7 @@ def kinship(
     inverse_facts: float = typer.Option(0.3, "--inverse-facts", help="Chance that a fact is stated backwards ('A is B's son' for 'B is A's parent')."),
     outside: float = typer.Option(0.3, "--outside", help="Chance that a story also states a fact about two people outside the chain (a hypothesis about one of them is neutral, or a contradiction where a fact gives that person the other gender)."),
     progress: bool = PROGRESS,
+    force: bool = FORCE,
 ) -> None:
     """Kinship chains: labels through the relation composition table (balanced; each hypothesis word once per label)."""
     from breaknli_fast.console import user_errors
@@ -97,4 +108,4 @@ def kinship(
         _check_n(n)
         cfg = gen.KinshipConfig(min_k=min_k, max_k=max_k, shuffle=shuffle, neutral_words=neutral_words,
                                 inverse_facts=inverse_facts, outside=outside)
-        _write("kinship", gen.generate(n, seed, cfg), n, out, progress)
+        _write("kinship", gen.generate(n, seed, cfg), n, out, progress, force)

@@ -37,6 +37,25 @@ MAX_K = 1000  # candidates per hypothesis: K sequences of the generator are held
 GENERATION = "Generation"  # the help panel of the generator's options
 
 
+def check_beams(decoding: Decoding, k: int) -> None:
+    """Beam settings that cannot give K candidates are refused, not changed: beam search returns at most one
+    candidate per beam, so the beams (num_beams, default K) must be at least K, and diverse-beam's beams a
+    multiple of its groups; beam settings with another strategy would be ignored, so they are refused too."""
+    beams, groups = decoding.num_beams, decoding.num_beam_groups
+    if decoding.strategy not in ("beam", "diverse-beam"):
+        if beams is not None or groups is not None:
+            raise ValueError(f"num_beams / num_beam_groups (--num-beams / --num-beam-groups) apply to beam and "
+                             f"diverse-beam decoding, not to {decoding.strategy}")
+        return
+    if beams is not None and beams < k:
+        raise ValueError(f"num_beams (--num-beams) {beams} is fewer than the {k} candidates asked for (K, --k): beam "
+                         "search returns one candidate per beam, so use at least K beams (the default is K)")
+    beams = beams or k
+    if decoding.strategy == "diverse-beam" and beams % (groups or beams):
+        raise ValueError(f"diverse-beam: num_beams ({beams}) must be a multiple of num_beam_groups "
+                         f"(--num-beam-groups, {groups})")
+
+
 @dataclass
 class BreakNLIConfig:
     modes: tuple[str, ...] = option(MODES, help="contradictive, entailed or both.", flag="--mode", cli_default="both",
@@ -63,7 +82,7 @@ class BreakNLIConfig:
         sampler=CliOption("Sampling draws: fast (top-k first, seeded per prompt) or transformers (token-identical to "
                           "transformers' generate; slower).", panel=GENERATION),
         max_new_tokens=CliOption("Longest candidate, in tokens.", panel=GENERATION),
-        num_beams=CliOption("Beams for beam / diverse-beam decoding (default: K).", panel=GENERATION),
+        num_beams=CliOption("Beams for beam / diverse-beam decoding: at least K (default: K).", panel=GENERATION),
         num_beam_groups=CliOption("diverse-beam: groups (default: one beam per group).", panel=GENERATION),
         diversity_penalty=CliOption("diverse-beam: Hamming diversity penalty.", panel=GENERATION))
     seed: int = 0
@@ -89,6 +108,7 @@ class BreakNLIConfig:
         if self.top_up and self.decoding.strategy != "sampling":
             raise ValueError(f"--top-up {self.top_up} draws one sampled candidate at a time; --decoding "
                              f"{self.decoding.strategy} would draw the same one each time (use --decoding sampling)")
+        check_beams(self.decoding, self.k)
         flags = {"contradictive": "--contradict-prompt", "entailed": "--entail-prompt"}
         for m in self.modes:
             check_template(self.prompts.get(m, ""), ("h",), f"the {m} generation prompt ({flags[m]})")

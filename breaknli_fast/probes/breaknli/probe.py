@@ -32,9 +32,10 @@ class BreakNLIProbe(Probe):
     config_class = BreakNLIConfig
     roles = ("classifier", "generator")
     group_key = "mode"
+    record_fields = ("id", "premise", "hypothesis", "gold", "yhat", "status")
 
     def __init__(self, config: BreakNLIConfig | None = None):
-        self.cfg = config or BreakNLIConfig()
+        self.cfg = self.config_of(config)  # None, a BreakNLIConfig or a dict of its fields
         self.chunk_size = self.cfg.chunk_size
         self.seed = self.cfg.seed
 

@@ -60,12 +60,13 @@ class MergeConfig:
 
 class MergeProbe(Probe):
     name = "merge"
+    record_fields = ("id", "premise", "hypothesis", "gold", "yhat", "status", "words", "dropped_words", "variants")
     summary = "minimal word replacement, MERGE: the 'merge' extra, --mlm"
     config_class = MergeConfig
     roles = ("classifier", "mlm")
 
     def __init__(self, config: MergeConfig | None = None, tagger: Tagger | None = None):
-        self.cfg = config or MergeConfig()
+        self.cfg = self.config_of(config)  # None, a MergeConfig or a dict of its fields
         self.chunk_size = self.cfg.chunk_size
         self.seed = self.cfg.seed
         self.tagger = tagger

@@ -107,14 +107,18 @@ class SpacyTagger:
         self.texts_tagged = 0
 
     def tag(self, texts: Sequence[str]) -> list[list[Token]]:
-        todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        """The tokens of each text. The cache holds at most ``CACHE_MAX`` texts: when this call's new texts would
+        overflow it, it is emptied first, and the answer is built from this call's own copies (texts found in the
+        cache before it was emptied included)."""
+        found = {t: self._cache[t] for t in texts if t in self._cache}
+        todo = list(dict.fromkeys(t for t in texts if t not in found))
         if todo:
             if len(self._cache) + len(todo) > self.CACHE_MAX:
                 self._cache.clear()
             for text, doc in zip(todo, self.nlp.pipe(todo, batch_size=self.batch_size)):
-                self._cache[text] = [Token(t.text, t.idx, t.tag_, t.pos_, t.lemma_) for t in doc]
+                found[text] = self._cache[text] = [Token(t.text, t.idx, t.tag_, t.pos_, t.lemma_) for t in doc]
             self.texts_tagged += len(todo)
-        return [self._cache[t] for t in texts]
+        return [found[t] for t in texts]
 
 
 # -- words, stems, replacement -------------------------------------------------------------------------

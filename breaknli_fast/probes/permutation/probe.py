@@ -49,12 +49,13 @@ class PermutationConfig:
 
 class PermutationProbe(Probe):
     name = "permutation"
+    record_fields = ("id", "premise", "hypothesis", "gold", "yhat", "status")
     summary = "word-order permutation acceptance, UNLI"
     config_class = PermutationConfig
     roles = ("classifier",)
 
     def __init__(self, config: PermutationConfig | None = None):
-        self.cfg = config or PermutationConfig()
+        self.cfg = self.config_of(config)  # None, a PermutationConfig or a dict of its fields
         self.chunk_size = self.cfg.chunk_size
         self.seed = self.cfg.seed
 
