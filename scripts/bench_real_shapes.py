@@ -103,7 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    import breaknli_fast.export.api  # noqa: F401 - provides the exports' builder to the engines (engines.artifacts)
     from breaknli_fast.bench.measure import PeakMemory, Task, repeat_interleaved
     from breaknli_fast.bench.stages import workload_prompts
     from breaknli_fast.bench.shapes import build_random_model, shape_name

@@ -571,10 +571,13 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_work(tmp_path, mo
     for size in ("0", "-1"):
         _one_error_line(runner.invoke(app, ["export", "--model", "mini-nli", "--validation-size", size]),
                         "--validation-size")
-    from breaknli_fast.engines.artifacts import ExportError, ExportOptions
+    from breaknli_fast.export import export_model
+    from breaknli_fast.export.options import ExportError, ExportOptions
 
-    with pytest.raises(ExportError, match="validation_size must be at least 1 pair, not 0"):
+    with pytest.raises(ExportError, match=r"validation_size must be a whole number of pairs, at least 1 \(got 0\)"):
         ExportOptions(validation_size=0)  # what `ort:fp32:validation_size=0` builds
+    with pytest.raises(ExportError, match=r"validation_size must be a whole number of pairs, at least 1 \(got 0\)"):
+        export_model("mini-nli", validation_size=0, progress=False)  # from Python: refused before any work
 
 
 def test_a_record_without_its_fields_is_one_line_before_any_model_loads(tmp_path, tiny_t5, tiny_roberta, tiny_tsv,
