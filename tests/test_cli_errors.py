@@ -571,7 +571,7 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_work(tmp_path, mo
     for size in ("0", "-1"):
         _one_error_line(runner.invoke(app, ["export", "--model", "mini-nli", "--validation-size", size]),
                         "--validation-size")
-    from breaknli_fast.export import export_model
+    from breaknli_fast.export.api import export_model  # (the package name is patched above)
     from breaknli_fast.export.options import ExportError, ExportOptions
 
     with pytest.raises(ExportError, match=r"validation_size must be a whole number of pairs, at least 1 \(got 0\)"):

@@ -236,6 +236,24 @@ def test_step_graphs_sample_what_the_torch_engine_samples(generators, decoding):
     assert ort_gen.generate_ids(PROMPTS, 6, d, seeds) == torch_gen.generate_ids(PROMPTS, 6, d, seeds)
 
 
+def test_a_call_smaller_than_the_batch_still_gives_each_core_a_batch(generators, ort_models, tiny_dir):
+    """On the CPU the ort generator cuts a call of 2+ prompts into at least 2 batches (one per core when its
+    workers run them side by side), whatever --workers is; fp32 candidates stay the torch engine's."""
+    torch_gen, ort_gen = generators
+    assert ort_gen.min_batches == 2 and ort_gen.info.details["min_batches"] == 2
+    d = Decoding(max_new_tokens=6)
+    prompts = [f"{p} ({i})" for i in range(2) for p in PROMPTS]
+    seeds = [derive_seed(4, i) for i in range(len(prompts))]
+    before = len(ort_gen.stats.call_seconds)
+    assert ort_gen.generate_ids(prompts, 3, d, seeds) == torch_gen.generate_ids(prompts, 3, d, seeds)
+    assert len(ort_gen.stats.call_seconds) - before == 2  # 4 prompts under --gen-batch 8: two batches of 2
+    one = registry.load_generator("ort", ort_models["t5"], precision="fp32", min_batches=1, **_opts(tiny_dir))
+    assert one.generate_ids(prompts, 3, d, seeds) == torch_gen.generate_ids(prompts, 3, d, seeds)
+    assert len(one.stats.call_seconds) == 1
+    with pytest.raises(ModelLoadError, match="min_batches must be a whole number"):
+        registry.load_generator("ort", ort_models["t5"], precision="fp32", min_batches=0, **_opts(tiny_dir))
+
+
 def test_large_prompt_batches_use_the_step_graphs(generators):
     """A batch of many prompts still samples through the step graphs (each row attends to its own prompt's
     keys only, so the cost per prompt does not grow with the batch): the same candidates as the torch engine
@@ -406,6 +424,9 @@ def test_workers_split_and_batches():
     assert HFGenerator._batches(16, 8) == [(0, 8), (8, 16)]
     assert HFGenerator._batches(3, 1) == [(0, 1), (1, 2), (2, 3)]
     assert HFGenerator._batches(0, 8) == []
+    # at least min_batches, never more than the prompts
+    assert HFGenerator._batches(5, 8, 2) == [(0, 2), (2, 5)] and HFGenerator._batches(1, 8, 2) == [(0, 1)]
+    assert HFGenerator._batches(20, 8, 2) == HFGenerator._batches(20, 8)
 
 
 def test_workers_bad_value_is_one_line(ort_models, tiny_dir):
@@ -424,12 +445,8 @@ def test_transformer_fusion_keeps_fp32_parity(ort_models, tiny_dir, family, fuse
     assert d["variant"] == "fp32-fused" and d["validation"]["passed"]
     assert d["fusion"]["applied"] is fused
     if fused:
-        import transformers
-
-        if int(transformers.__version__.split(".")[0]) < 5:
-            assert d["fusion"]["fused"].get("Attention") == 2  # one per layer of the tiny model
-        else:  # 5.x's exported attention is not a pattern the optimizer fuses; GELU and LayerNorm still are
-            assert "Attention" not in d["fusion"]["fused"] and d["fusion"]["fused"].get("BiasGelu") == 2
+        # attention, GELU and LayerNorm fused on transformers 4.57 and 5.x alike (exported with eager attention)
+        assert d["fusion"]["fused"].get("Attention") == 2 and d["fusion"]["fused"].get("BiasGelu") == 2
         assert d["fusion"]["max_abs_diff_vs_unfused"] <= 1e-5
     else:
         assert "no fusion recipe" in d["fusion"]["reason"]

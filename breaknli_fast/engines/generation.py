@@ -99,7 +99,7 @@ class HFGenerator(GeneratorBase):
     def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str = "cpu", max_input_length: int = 256,
                  prompt_batch: int | None = None, stepper: Any = None, config: Any = None,
                  generation_config: Any = None, compact_share: float | None = COMPACT_SHARE, workers: int = 1,
-                 torch_threads: int | None = None):
+                 torch_threads: int | None = None, min_batches: int = 1):
         if model is None and stepper is None:
             raise ValueError("HFGenerator needs a model or a stepper")
         self._model = model
@@ -120,6 +120,9 @@ class HFGenerator(GeneratorBase):
         info.details["gen_batch"] = self.prompt_batch
         self.stats = GeneratorStats()
         self.workers = Workers(workers)
+        # sampling cuts a call of several prompts into at least this many batches (a CPU engine whose batches run
+        # side by side on one core each gives a small call both cores); a constant of the engine, not the workers
+        self.min_batches = max(1, int(min_batches))
         self.torch_threads = torch_threads  # the torch engine's intra-op threads, set before each call
         self._steppers: queue.SimpleQueue | None = None  # one stepper per worker, taken and given back per batch
 
@@ -157,11 +160,12 @@ class HFGenerator(GeneratorBase):
             self._steppers.put(st)
 
     @staticmethod
-    def _batches(count: int, per_call: int) -> list[tuple[int, int]]:
-        """(start, end) of each prompt batch: ``ceil(count / per_call)`` batches of sizes as equal as
-        possible (11 prompts at 8 per batch: 6 + 5, not 8 + 3, so that workers share the work evenly).
-        The split does not depend on the number of workers, so neither do the candidates."""
-        nb = math.ceil(count / per_call)
+    def _batches(count: int, per_call: int, min_batches: int = 1) -> list[tuple[int, int]]:
+        """(start, end) of each prompt batch: ``ceil(count / per_call)`` batches, at least ``min_batches`` (never
+        more than the prompts), of sizes as equal as possible (11 prompts at 8 per batch: 6 + 5, not 8 + 3, so that
+        workers share the work evenly). The split does not depend on the number of workers, so neither do the
+        candidates."""
+        nb = max(math.ceil(count / per_call), min(int(min_batches), count))
         if not nb:
             return []
         bounds = [round(j * count / nb) for j in range(nb + 1)]
@@ -199,7 +203,7 @@ class HFGenerator(GeneratorBase):
                 for st in [first] + [first.fork() for _ in range(self.workers.n - 1)]:
                     self._steppers.put(st)
             futures = []
-            for i, j in self._batches(len(prompts), per_call):
+            for i, j in self._batches(len(prompts), per_call, self.min_batches):
                 enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
                                      max_length=self.max_input_length)
                 futures.append((j - i, self.workers.submit(self._sample_on_worker, enc, n, decoding,
@@ -212,7 +216,7 @@ class HFGenerator(GeneratorBase):
             finally:
                 self.workers.shutdown()  # see Workers: idle worker threads slow torch elsewhere
             return out
-        for i, j in self._batches(len(prompts), per_call):
+        for i, j in self._batches(len(prompts), per_call, self.min_batches if batched_sampling else 1):
             part, part_seeds = list(prompts[i:j]), list(seeds[i:j])
             enc = self.tokenizer(part, return_tensors="pt", padding=True, truncation=True, max_length=self.max_input_length)
             t0 = time.perf_counter()

@@ -53,10 +53,22 @@ class OrtOptions(GenerationOptions):
     provider: str | None = option()  # cpu, cuda or tensorrt (ONNX Runtime's TensorRT execution provider)
     # the fast sampler takes its top k from the decoder graph's TopK (False: the full logits, then torch.topk)
     graph_topk: bool = option(True, roles=(GENERATOR,))
+    # sampling cuts a call of several prompts into at least this many batches (None: CPU_MIN_BATCHES on the CPU, 1
+    # elsewhere), so that a call smaller than --gen-batch still gives each core a batch
+    min_batches: int | None = option(None, roles=(GENERATOR,))
     export: ExportOptions = nested_options(ExportOptions)  # passed through to export_model
 
     def __post_init__(self) -> None:
         self.graph_topk = parse_flag(self.graph_topk, ModelLoadError)
+        if self.min_batches is not None and (not str(self.min_batches).isdigit() or int(self.min_batches) < 1):
+            raise ModelLoadError(f"min_batches must be a whole number, at least 1 (got {self.min_batches!r})")
+
+
+# On the CPU the generator's batches run side by side, one per worker and core (2 x 1 threads on 2 cores: one
+# batch per core beats one batch on both, BENCHMARKS.md); a call with fewer prompts than --gen-batch (the BreakNLI
+# loop's calls: the correct examples of one chunk) is still cut in two, so that both cores work. A constant, not
+# the worker count: the batches, hence int8's candidates, do not depend on --workers (fp32's never do).
+CPU_MIN_BATCHES = 2
 
 
 def _export(model: str, precision: str, device: str, max_length: int, export: ExportOptions,
@@ -202,10 +214,13 @@ def open_generator(folder: str | Path, model: str, precision: str = "fp32", devi
     config = AutoConfig.from_pretrained(str(folder))
     stepper = OrtSeq2SeqStepper(folder, device, o.provider, threads)
     stepper.supports_topk = o.graph_topk
+    min_batches = int(o.min_batches) if o.min_batches is not None else (CPU_MIN_BATCHES if device == "cpu" else 1)
     info = EngineInfo("ort", "generator", model, precision, device,
-                      {**details(exported, stepper.details), "workers": n_workers, "graph_topk": o.graph_topk})
+                      {**details(exported, stepper.details), "workers": n_workers, "graph_topk": o.graph_topk,
+                       "min_batches": min_batches})
     return HFGenerator(None, tok, info, device="cpu", stepper=stepper, config=config, generation_config=gen_config,
-                       workers=n_workers, max_input_length=o.max_input_length, prompt_batch=o.prompt_batch)
+                       workers=n_workers, max_input_length=o.max_input_length, prompt_batch=o.prompt_batch,
+                       min_batches=min_batches)
 
 
 def open_classifier(folder: str | Path, model: str, precision: str = "fp32", device: str = "cpu",

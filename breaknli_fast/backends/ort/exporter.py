@@ -75,6 +75,8 @@ def cache_key(kind: str, precision: str, variant_name: str, family: str, device:
     key: dict[str, Any] = {"libraries": mf.library_versions(LIBRARIES)}
     if kind == "seq2seq":
         key["t5_graphs"] = t5.STEP_GRAPHS_VERSION
+    elif kind == "seq-cls":
+        key["classifier_graph"] = ox.CLASSIFIER_GRAPH_VERSION
     return key
 
 

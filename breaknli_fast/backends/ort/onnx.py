@@ -29,6 +29,8 @@ from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.export.errors import ExportError, UnsupportedModelError, first_line
 
 CLASSIFIER_OPSET = 17
+# bump when the traced classifier graph changes (part of the export cache key): 2 = traced with eager attention
+CLASSIFIER_GRAPH_VERSION = 2
 CLASSIFIER_FILE = "model.onnx"
 MLM_FILE = "model.onnx"
 MLM_OUTPUT = "log_probs"
@@ -97,6 +99,17 @@ def graph_io(path: Path) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": desc(m.graph.input), "outputs": desc(m.graph.output)}
 
 
+def _eager(auto: Any, src_path: str, dtype: Any) -> Any:
+    """The model with transformers' eager attention where it has a choice: the traced graph is then the plain
+    attention pattern that ONNX Runtime's transformer optimizer fuses (on transformers 5.x the default attention
+    traces into one it does not recognise), and the same graph on 4.57 and 5.x. The arithmetic is the same."""
+    try:
+        model = auto.from_pretrained(src_path, dtype=dtype, attn_implementation="eager")
+    except (ValueError, TypeError):  # a model class without the choice
+        model = auto.from_pretrained(src_path, dtype=dtype)
+    return model.eval()
+
+
 def _classifier_input_names(model: Any, tokenizer: Any) -> list[str]:
     params = inspect.signature(model.forward).parameters
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in params]
@@ -112,7 +125,7 @@ def export_classifier(src_path: str, out_dir: Path, sample_pairs: Sequence[tuple
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(src_path)
-    model = AutoModelForSequenceClassification.from_pretrained(src_path, dtype=torch.float32).eval()
+    model = _eager(AutoModelForSequenceClassification, src_path, torch.float32)
     family = model.config.model_type
     max_length = min(max_length, input_limit(model.config, tok)[0])
     names = _classifier_input_names(model, tok)
