@@ -9,7 +9,7 @@ import math
 import queue
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -208,6 +208,9 @@ class HFGenerator(GeneratorBase):
         self.workers = Workers(workers)
         self.torch_threads = torch_threads  # the torch engine's intra-op threads, set before each call
         self._steppers: queue.SimpleQueue | None = None  # one stepper per worker, taken and given back per batch
+        # called once per sampling batch when every row has its first token (sampling only; a latency benchmark's
+        # time to first token: breaknli_fast.bench.loadgen)
+        self.first_token_callback: Callable[[], None] | None = None
 
     @property
     def model(self) -> Any:
@@ -232,7 +235,7 @@ class HFGenerator(GeneratorBase):
         try:
             t0 = time.perf_counter()
             res = sample(st, enc["input_ids"], enc["attention_mask"], n, decoding, seeds, *ids,
-                         compact_share=self.compact_share)
+                         compact_share=self.compact_share, on_first_token=self.first_token_callback)
             return res, time.perf_counter() - t0
         finally:
             self._steppers.put(st)
@@ -302,7 +305,8 @@ class HFGenerator(GeneratorBase):
                 res = [diverse_beam_search(self.model, enc, n, decoding, start, eos, pad)]
             elif batched_sampling:
                 res = sample(self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, part_seeds,
-                             start, eos, pad, compact_share=self.compact_share)
+                             start, eos, pad, compact_share=self.compact_share,
+                             on_first_token=self.first_token_callback)
             else:
                 enc = {k: v.to(self.device) for k, v in enc.items()}
                 torch.manual_seed(int(part_seeds[0]))
