@@ -230,3 +230,60 @@ def test_generator_and_study_unit_with_token_latencies(tiny_t5, tiny_roberta, ti
     assert "breakage" in rows[("words:fp32", "study", "single-stream")].get("accuracy", {"breakage": 1})
     assert d["seeds"]["loadgen"]["sample_index_rng_seed"] == ref["seeds"]["sample_index_rng_seed"]
     assert all(e["status"] == "ok" for e in d["engines"])
+
+
+@needs_loadgen
+def test_laptop_defaults_shorten_only_the_duration_and_mlperf_rules_keep_the_official_settings():
+    hints = Hints(0.01, 100.0)
+    lap = loadgen_settings(lg, "multi-stream", "performance", ScenarioSettings(), hints, tokens=False)
+    off = loadgen_settings(lg, "multi-stream", "performance", ScenarioSettings(mlperf_rules=True), hints, tokens=False)
+    assert lap.min_duration_ms == 10_000 and off.min_duration_ms == 600_000
+    assert lap.min_query_count == off.min_query_count == 662 and lap.multi_stream_samples_per_query == 8
+    assert (lap.sample_index_rng_seed, lap.schedule_rng_seed) == (off.sample_index_rng_seed, off.schedule_rng_seed) != (0, 0)
+    srv = loadgen_settings(lg, "server", "accuracy", ScenarioSettings(scenarios=("server",), target_qps=40,
+                                                                      target_latency_ms=50), hints, tokens=True)
+    assert srv.server_target_qps == 40 and srv.server_target_latency_ns == 50_000_000 and srv.use_token_latencies
+
+
+def _scenario_bench(p90: float, tier: bool) -> dict:
+    from breaknli_fast.bench.loadgen.metrics import definitions, values
+
+    row = {"engine": "ort:int8", "role": "classifier", "scenario": "single-stream", "reasons": [], "warnings": [],
+           "logs": {"performance": "loadgen/p", "accuracy": "loadgen/a"},
+           "metrics": values(result="VALID", p90_ms=p90, samples_per_s=1000 / p90, of_reference_pct=99.5 if tier else 90.0,
+                             tier_99=tier, tier_999=False, tier="99 %" if tier else "none", export_s=None)}
+    return {"schema": "breaknli-fast-bench/2", "kind": "scenarios", "reference": "torch:fp32", "tolerance_pp": 1.0,
+            "scenario_metrics": definitions(), "scenarios": [row], "engines": [], "passed": tier,
+            "failures": [] if tier else ["ort:int8 classifier single-stream: accuracy below the 99 % tier"]}
+
+
+def test_one_metric_definition_feeds_json_markdown_terminal_and_compare(tmp_path):
+    from rich.console import Console
+
+    from breaknli_fast.bench.compare import compare, compare_markdown
+    from breaknli_fast.bench.loadgen.metrics import METRICS, values
+    from breaknli_fast.bench.result import BenchResult
+
+    with pytest.raises(KeyError, match="undefined scenario metrics: p95_ms"):
+        values(p95_ms=1.0)
+    a, b = _scenario_bench(10.0, True), _scenario_bench(5.0, False)
+    md = BenchResult(a).to_markdown()
+    # only the columns a row has a figure for, in the definitions' order
+    assert "| engine | role | scenario | result | p90 ms | samples/s |" in md
+    assert [m.title for m in METRICS].index("p90 ms") < [m.title for m in METRICS].index("samples/s")
+    assert "| ort:int8 | classifier | single-stream | VALID | 10.00 | 100.0 |" in md
+    assert "| 99.50 | PASS | FAIL | 99 % |" in md and "PASS: every run VALID" in md
+    assert "FAIL:\n- ort:int8 classifier single-stream: accuracy below" in BenchResult(b).to_markdown()
+    console = Console(record=True, width=120)
+    console.print(BenchResult(a).table())
+    text = console.export_text()
+    assert "p90 ms" in text and "10.00" in text and "99 %" in text and "p50" not in text
+    cmp = compare(a, b)
+    m = cmp["rows"][0]["metrics"]
+    assert m["p90_ms"] == {"a": 10.0, "b": 5.0, "ratio_b_over_a": 0.5}
+    assert m["tier"]["ratio_b_over_a"] is None and m["tier"]["b"] == "none"
+    cm = compare_markdown(cmp, "A", "B")
+    assert "|  | p90 ms | 10.00 | 5.00 | 0.50× |" in cm and "|  | tier reached | 99 % | none |  |" in cm
+    # a saved bench renders with the definitions it carries, even where this version renamed a column
+    a["scenario_metrics"] = [dict(d, title="p90 (old name)") if d["key"] == "p90_ms" else d for d in a["scenario_metrics"]]
+    assert "p90 (old name)" in BenchResult(a).to_markdown()

@@ -69,9 +69,12 @@ def _header(data: dict[str, Any]) -> list[str]:
         f"- rules: {lg.get('rules')}; LoadGen seeds: " + ", ".join(f"{k} {v}" for k, v in seeds.items()),
         f"- models: classifier `{models.get('classifier')}`, generator `{models.get('generator')}`"
         + (" (random weights: speed only)" if models.get("random_weights") else "")
-        + f"; data `{(data.get('data') or {}).get('name')}`: {wl.get('classifier_samples')} classifier samples, "
-          f"{wl.get('generator_samples')} generator / study-unit samples (K = {wl.get('k')}, {dec.get('strategy')}, "
-          f"top-k {dec.get('top_k')}, top-p {dec.get('top_p')}, max_new_tokens {dec.get('max_new_tokens')})",
+        + f"; data `{(data.get('data') or {}).get('name')}`: "
+        + "; ".join(x for x in (
+            f"{wl['classifier_samples']} classifier samples" if wl.get("classifier_samples") else "",
+            f"{wl['generator_samples']} generator / study-unit samples (K = {wl.get('k')}, {dec.get('strategy')}, "
+            f"top-k {dec.get('top_k')}, top-p {dec.get('top_p')}, max_new_tokens {dec.get('max_new_tokens')})"
+            if wl.get("generator_samples") else "") if x),
         f"- accuracy: score as a percentage of `{data.get('reference')}`'s on the same samples; tiers 99 % and "
         f"99.9 %; `--strict` requires the {data.get('accuracy_tier', 99.0):g} % tier and VALID runs; paired "
         f"verdicts at ±{data.get('tolerance_pp')} pp",

@@ -36,6 +36,9 @@ ROLES = ("classifier", "generator", "study")
 ROLE_TITLES = {"classifier": "classifier", "generator": "generator", "study": "study unit"}
 MODEL_NAME = "breaknli"  # the model name given to LoadGen's configuration (none of mlperf.conf's own: its defaults)
 DEFAULT_MIN_DURATION_S = 10.0
+LATENCY_MARGIN = 0.2  # expected latency = calibrated latency x this (SingleStream, MultiStream)
+OFFLINE_MARGIN = 1.15  # expected Offline rate = calibrated rate x this
+MAX_PREPARED = 500_000  # queries LoadGen prepares for the minimum duration, at most (it doubles them)
 
 
 def _names(text: str, known: dict[str, Any] | tuple[str, ...], what: str, flag: str) -> tuple[str, ...]:
@@ -128,11 +131,15 @@ def loadgen_settings(lg: Any, scenario: str, mode: str, s: ScenarioSettings, hin
         ts.min_duration_ms = int(round(s.min_duration_s * 1000))
         if s.min_queries is not None:
             ts.min_query_count = int(s.min_queries)
-    # expected latencies a little below the calibration's, an Offline rate a little above: LoadGen then prepares
-    # enough queries for the minimum duration (a run ends as soon as its minimums are met)
-    ts.single_stream_expected_latency_ns = max(1, int(hints.latency_s * 0.8e9))
-    ts.multi_stream_expected_latency_ns = max(1, int(hints.latency_s * ts.multi_stream_samples_per_query * 0.8e9))
-    ts.offline_expected_qps = float(offline_qps or hints.batch_qps * 1.25)
+    # expected latencies well below the calibration's: LoadGen prepares that many more queries than the minimum
+    # duration needs (a run ends as soon as its minimums are met; one that runs out is INVALID); the Offline rate
+    # a little above it, since the one Offline query holds expected rate x minimum duration samples
+    # (at most about MAX_PREPARED queries: LoadGen holds them all in memory)
+    floor_ns = ts.min_duration_ms * 1e6 / MAX_PREPARED
+    ts.single_stream_expected_latency_ns = max(1, int(max(hints.latency_s * LATENCY_MARGIN * 1e9, floor_ns)))
+    ts.multi_stream_expected_latency_ns = max(1, int(max(hints.latency_s * ts.multi_stream_samples_per_query
+                                                         * LATENCY_MARGIN * 1e9, floor_ns)))
+    ts.offline_expected_qps = float(offline_qps or hints.batch_qps * OFFLINE_MARGIN)
     if scenario == "server":
         ts.server_target_qps = float(s.target_qps or 1.0)
         ts.server_target_latency_ns = int((s.target_latency_ms or 100.0) * 1e6)
