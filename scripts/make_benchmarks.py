@@ -934,8 +934,6 @@ def shown_to_match_mini(results: list[Result]) -> dict[str, bool]:
 
 def loadgen_targets(results: list[Result], label: str) -> str:
     files = {stem(r): r for r in loadgen_files(results)}
-    if not files:
-        return not_measured("a LoadGen scenario bench", "scripts/bench_save.py -- --scenario ...", label)
     rows: list[list[Any]] = []
     base = files.get("loadgen-roberta-base")
     ref = _lg_row(base, "torch:fp32", "classifier", "single-stream")
@@ -977,9 +975,13 @@ def loadgen_targets(results: list[Result], label: str) -> str:
         valid = sum(get(r, "metrics", "result") == "VALID" for r in rs)
         rows.append([f"every result VALID: `{name}`", "all", f"{valid} of {len(rs)} VALID", "–",
                      "met" if rs and valid == len(rs) else "**not met**"])
-    dates = "; ".join(f"`{n}.json` {d.get('date')} at `{d.get('commit')}`" for n, d in sorted(files.items()))
-    return "\n".join(["Each target from one run (ratios within the same file); files: " + dates + ".", "",
-                      table(["target", "engine", "measured", "ratio", ""], rows)])
+    if not files:
+        rows.append(["every result VALID", "all", "not measured", "–", "–"])
+        lead = not_measured("a LoadGen scenario bench", "scripts/bench_save.py", label) + " The targets:"
+    else:
+        lead = ("Each target from one run (ratios within the same file); files: "
+                + "; ".join(f"`{n}.json` {d.get('date')} at `{d.get('commit')}`" for n, d in sorted(files.items())) + ".")
+    return "\n".join([lead, "", table(["target", "engine", "measured", "ratio", ""], rows)])
 
 
 class Summary:
@@ -1107,6 +1109,9 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
         for sub_title, what, script, select, renderer, file_title in subs:
             out += [f"### {sub_title}", ""]
             chosen = select(results)
+            if isinstance(renderer, Summary):  # says itself what is not measured
+                out += [renderer.fn(results, label), ""]
+                continue
             if not chosen:
                 out += [not_measured(what, script, label), ""]
                 continue
@@ -1115,9 +1120,6 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
                         parity_table(results, label), ""]
             if renderer is None:  # a summary over the files, rendered in their own sections
                 out += [real_targets(results, label), ""]
-                continue
-            if isinstance(renderer, Summary):
-                out += [renderer.fn(results, label), ""]
                 continue
             for doc in chosen:
                 if file_title is not None:

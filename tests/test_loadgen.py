@@ -287,3 +287,14 @@ def test_one_metric_definition_feeds_json_markdown_terminal_and_compare(tmp_path
     # a saved bench renders with the definitions it carries, even where this version renamed a column
     a["scenario_metrics"] = [dict(d, title="p90 (old name)") if d["key"] == "p90_ms" else d for d in a["scenario_metrics"]]
     assert "p90 (old name)" in BenchResult(a).to_markdown()
+
+
+@needs_loadgen
+def test_server_runs_at_the_target_rate_and_is_judged_against_the_latency_bound(tmp_path):
+    s = _settings(scenarios=("server",), target_qps=100.0, target_latency_ms=1.0, min_duration_s=0.5, min_queries=20)
+    ts = loadgen_settings(lg, "server", "performance", s, Hints(0.005, 200), tokens=False)
+    r = run_test(lg, SleepRunner(0.005), ts, tmp_path / "server", percentile=99.0, coalesce=8).result
+    assert 60 <= r["samples_per_s"] <= 140, r  # Poisson arrivals at 100/s over half a second
+    assert r["settings"]["target_latency_ns"] == 1_000_000
+    # every sample takes 5 ms, far over the 1 ms bound: INVALID, with LoadGen's reason
+    assert r["validity"] == "INVALID" and any("latency bound not met" in x or "early stopping" in x for x in r["reasons"])

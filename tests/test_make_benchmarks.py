@@ -415,6 +415,8 @@ def test_loadgen_section_renders_the_targets_and_says_not_measured_without_files
     md = make_benchmarks.render([], "benchmarks/results", None)
     part = md.split("## 1b. Latency the way MLPerf measures it")[1].split("\n## ")[0]
     assert part.count("Not measured: no result file in `benchmarks/results` holds a LoadGen scenario bench") == 2
+    assert "| SingleStream p90, roberta-base classifier: ort int8 ≤ 0.33× torch fp32 | ort:int8 | not measured |" in part
+    assert "| every result VALID | all | not measured | – | – |" in part
 
     tier = {"tier_99": True, "tier_999": True, "tier": "99.9 %", "of_reference_pct": 100.0}
     write(tmp_path, "loadgen-mini", "loadgen", "1111aaaa", "python scripts/bench_save.py -- --scenario single-stream",

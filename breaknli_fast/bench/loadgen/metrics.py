@@ -63,7 +63,7 @@ _DEFINED: tuple[Metric, ...] = (
                "a warning above --cv-threshold (trtexec warns at 1 %)"),
     Metric("score_pct", "accuracy score %", "score %", ".2f", "higher",
            doc="the role's score on the AccuracyOnly pass (docs/latency.md)"),
-    Metric("of_reference_pct", "% of fp32", "% fp32", ".2f", "higher", terminal=True,
+    Metric("of_reference_pct", "accuracy, % of fp32", "% fp32", ".2f", "higher", terminal=True,
            doc="the score as a percentage of the torch fp32 reference's on the same samples"),
     Metric("tier_99", "99 % tier", "99%", "tier", doc="at least 99 % of the reference (MLPerf's tier)"),
     Metric("tier_999", "99.9 % tier", "99.9%", "tier", doc="at least 99.9 % of the reference (MLPerf's high tier)"),
