@@ -6,7 +6,6 @@ one line. Tiny minimum durations and query counts keep each test to seconds."""
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from pathlib import Path

@@ -107,7 +107,9 @@ def _runner(eng: _Engine, role: str, pairs: list, samples: list, loop: BreakNLIC
 
 
 def _cold(eng: _Engine, role: str) -> dict[str, float | None]:
+    """A role's cold start and size: its model's, or the study unit's two models' together."""
     parts = [eng.cold[r] for r in (("classifier", "generator") if role == "study" else (role,))]
+
     def total(k: str) -> float | None:
         got = [p[k] for p in parts if p.get(k) is not None]
         return sum(got) if got else None
