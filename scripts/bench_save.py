@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Run ``breaknli-fast bench`` and save its ``bench.json`` as a result file (with provenance).
+"""Run ``breaknli-fast bench`` and save its ``bench.json`` as a result file (with provenance; kind ``bench``, or
+``loadgen`` for ``bench --scenario``).
 
 The bench runs as a subprocess, exactly as a user runs it, into ``--work`` (default: a temporary
 folder); its ``bench.json`` becomes the result file's payload, and the command, date, commit,
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (out / "bench.json").exists():  # --strict exits 1 with a saved bench: that one is kept
         raise SystemExit(f"breaknli-fast bench failed ({proc.returncode}): {shlex.join(cmd)}")
     data = json.loads((out / "bench.json").read_text())
+    if data.get("kind") == "scenarios":  # bench --scenario: LoadGen's scenarios, a kind of its own
+        rec.kind = "loadgen"
     data["command"] = " ".join([f"{k}={v}" for k, v in env_settings().items()] + [shlex.join(["breaknli-fast", "bench", *bench_args])])
     rec.save(args.result, data)
     if tmp is not None:

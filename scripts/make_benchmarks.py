@@ -977,7 +977,142 @@ def study(doc: Result) -> str:
 # -- the document -------------------------------------------------------------------------------------------
 
 # (title, what (for "not measured"), script, selection, renderer, title of each file or None)
-Subsection = tuple[str, str, str, Callable[[list[Result]], list[Result]], Callable[[Result], str],
+# -- LoadGen's scenarios (breaknli-fast bench --scenario, saved by scripts/bench_save.py as kind "loadgen") ------
+
+LOADGEN_COLUMNS = ("result", "p50_ms", "p90_ms", "p99_ms", "early_stop_ms", "samples_per_s", "ttft_p90_ms",
+                   "tpot_p90_ms", "tokens_per_s", "of_reference_pct", "tier", "verdict", "export_s", "load_s",
+                   "first_inference_s", "size_mib", "peak_rss_mib", "load_avg")
+
+
+def loadgen_files(results: list[Result]) -> list[Result]:
+    return sorted(of_kind("loadgen")(results), key=stem)
+
+
+def metric_text(d: dict[str, Any], value: Any) -> str:
+    """A figure as the metric definition saved in the file formats it (breaknli_fast.bench.loadgen.metrics)."""
+    if value is None:
+        return "–"
+    if d.get("fmt") == "tier":
+        return "PASS" if value else "FAIL"
+    return str(value) if d.get("fmt") == "s" else f(value, d.get("fmt") or ".2f")
+
+
+def loadgen_title(doc: Result) -> str:
+    p = doc["payload"]
+    rw = get(p, "models", "random_weights") or {}
+    roles = ", ".join(get(p, "config", "scenarios", "roles") or [])
+    what = (", ".join(f"{v.get('shape')} {k}" for k, v in rw.items()) + " (random weights: speed only)") if rw \
+        else "the mini models"
+    return f"{what}; roles: {roles}"
+
+
+def loadgen_table(doc: Result) -> str:
+    p = doc["payload"]
+    defs = {d["key"]: d for d in p.get("scenario_metrics") or []}
+    rows = p.get("scenarios") or []
+    keys = [k for k in LOADGEN_COLUMNS if k in defs and any(get(r, "metrics", k) is not None for r in rows)]
+    body = [[r.get("engine"), r.get("role"), r.get("scenario")] + [metric_text(defs[k], get(r, "metrics", k)) for k in keys]
+            for r in rows]
+    body += [[e.get("label"), f"{e.get('status')}: {e.get('reason')}", ""] + [""] * len(keys)
+             for e in p.get("engines") or [] if e.get("status") != "ok"]
+    wl = p.get("workload") or {}
+    library = "; ".join(x for x in (
+        f"{wl['classifier_samples']} classifier samples" if wl.get("classifier_samples") else "",
+        f"{wl['generator_samples']} generator / study-unit samples, K = {wl.get('k')}" if wl.get("generator_samples")
+        else "") if x)
+    out = [f"{get(p, 'loadgen', 'rules')} (mlcommons-loadgen {get(p, 'loadgen', 'version')}); {library}; "
+           f"accuracy: % of `{p.get('reference')}`'s score on the same samples.", "",
+           table(["engine", "role", "scenario"] + [defs[k]["title"] for k in keys], body)]
+    invalid = [r for r in rows if r.get("reasons")]
+    if invalid:
+        out += ["", "INVALID, in LoadGen's words:", ""]
+        out += [f"- {r['engine']} {r['role']} {r['scenario']}: " + "; ".join(r["reasons"]) for r in invalid]
+    return "\n".join(out)
+
+
+def _base_label(label: Any) -> str:
+    """An engine's label without the options a random-weight run adds (``validate=false``)."""
+    return ":".join(x for x in str(label).split(":") if not x.startswith("validate="))
+
+
+def _lg_row(doc: Result | None, engine: str, role: str, scenario: str) -> dict[str, Any] | None:
+    for r in get(doc, "payload", "scenarios") or []:
+        if _base_label(r.get("engine")) == engine and r.get("role") == role and r.get("scenario") == scenario:
+            return r
+    return None
+
+
+def shown_to_match_mini(results: list[Result]) -> dict[str, bool]:
+    """Engines whose classifier reached the 99 % tier in every scenario of the mini models' file (loadgen-mini)."""
+    mini = next((r for r in loadgen_files(results) if stem(r) == "loadgen-mini"), None)
+    out: dict[str, bool] = {}
+    for r in get(mini, "payload", "scenarios") or []:
+        if r.get("role") == "classifier":
+            lab = _base_label(r.get("engine"))
+            out[lab] = out.get(lab, True) and get(r, "metrics", "tier_99") is True
+    return out
+
+
+def loadgen_targets(results: list[Result], label: str) -> str:
+    files = {stem(r): r for r in loadgen_files(results)}
+    rows: list[list[Any]] = []
+    base = files.get("loadgen-roberta-base")
+    ref = _lg_row(base, "torch:fp32", "classifier", "single-stream")
+
+    def p90(r: dict[str, Any] | None) -> float | None:
+        return get(r, "metrics", "p90_ms")
+
+    def ratio_row(what: str, engine: str | None, bar: float) -> None:
+        mine = _lg_row(base, engine, "classifier", "single-stream") if engine else None
+        if base is None or p90(mine) is None or p90(ref) is None:
+            rows.append([what, engine or "–", "not measured", "–", "–"])
+            return
+        r = p90(mine) / p90(ref)
+        rows.append([what, engine, f"{p90(mine):.2f} ms vs torch:fp32 {p90(ref):.2f} ms (tier on the mini models: "
+                     f"{get(_lg_row(files.get('loadgen-mini'), engine, 'classifier', 'single-stream'), 'metrics', 'tier') or '–'})",
+                     f"{r:.2f}×", "met" if r <= bar else "**not met**"])
+
+    ratio_row("SingleStream p90, roberta-base classifier: ort int8 ≤ 0.33× torch fp32", "ort:int8", 0.33)
+    matched = [e for e, ok in shown_to_match_mini(results).items() if ok and e != "torch:fp32"]
+    cands = [e for e in matched if p90(_lg_row(base, e, "classifier", "single-stream")) is not None]
+    best = min(cands, key=lambda e: p90(_lg_row(base, e, "classifier", "single-stream"))) if cands else None
+    ratio_row("SingleStream p90, roberta-base classifier: an engine shown to match (99 % tier on the mini models) "
+              "≤ 0.6× torch fp32", best, 0.6)
+    gen = files.get("loadgen-flan-t5-small")
+    ct2 = _lg_row(gen, "ct2:int8", "generator", "single-stream")
+    ours = [r for r in get(gen, "payload", "scenarios") or [] if r.get("role") == "generator"
+            and r.get("scenario") == "single-stream" and not str(r.get("engine")).startswith("ct2")
+            and get(r, "metrics", "tpot_p90_ms") is not None]
+    what = "generator TPOT p90 at one prompt (SingleStream, flan-t5-small, K = 20) ≤ CTranslate2 int8's"
+    if not ours or get(ct2, "metrics", "tpot_p90_ms") is None:
+        rows.append([what, "–", "not measured", "–", "–"])
+    else:
+        b = min(ours, key=lambda r: r["metrics"]["tpot_p90_ms"])
+        x, y = b["metrics"]["tpot_p90_ms"], ct2["metrics"]["tpot_p90_ms"]
+        rows.append([what, _base_label(b["engine"]), f"{x:.3f} ms vs ct2:int8 {y:.3f} ms", f"{x / y:.2f}×",
+                     "met" if x <= y else "**not met**"])
+    for name, doc in sorted(files.items()):
+        rs = get(doc, "payload", "scenarios") or []
+        valid = sum(get(r, "metrics", "result") == "VALID" for r in rs)
+        rows.append([f"every result VALID: `{name}`", "all", f"{valid} of {len(rs)} VALID", "–",
+                     "met" if rs and valid == len(rs) else "**not met**"])
+    if not files:
+        rows.append(["every result VALID", "all", "not measured", "–", "–"])
+        lead = not_measured("a LoadGen scenario bench", "scripts/bench_save.py", label) + " The targets:"
+    else:
+        lead = ("Each target from one run (ratios within the same file); files: "
+                + "; ".join(f"`{n}.json` {d.get('date')} at `{d.get('commit')}`" for n, d in sorted(files.items())) + ".")
+    return "\n".join([lead, "", table(["target", "engine", "measured", "ratio", ""], rows)])
+
+
+class Summary:
+    """A subsection rendered once from all the files (its renderer takes the results and the folder label)."""
+
+    def __init__(self, fn: Callable[[list[Result], str], str]):
+        self.fn = fn
+
+
+Subsection = tuple[str, str, str, Callable[[list[Result]], list[Result]], Callable[[Result], str] | Summary | None,
                    Callable[[Result], str] | None]
 
 SECTIONS: list[tuple[str, str, list[Subsection]]] = [
@@ -1000,6 +1135,14 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
          "scripts/bench_gen_batch.py", of_kind("generation_batch"), generation_batch, None),
         ("Classifier graph variants on the CPU provider", "the classifier-variant timing",
          "scripts/bench_classifier_variants.py", of_kind("classifier_variants"), classifier_variants, None),
+    ]),
+    ("1b. Latency the way MLPerf measures it: LoadGen's scenarios", "MLCommons' LoadGen drives each engine "
+     "(`breaknli-fast bench --scenario`, docs/latency.md): SingleStream, MultiStream and Offline per role, each run "
+     "VALID or INVALID by LoadGen's rules, beside the accuracy pass's score as a percentage of torch fp32's.", [
+        ("The targets", "a LoadGen scenario bench", "scripts/bench_save.py", loadgen_files, Summary(loadgen_targets),
+         None),
+        ("Scenarios per engine, role and scenario", "a LoadGen scenario bench", "scripts/bench_save.py",
+         loadgen_files, loadgen_table, loadgen_title),
     ]),
     ("2. Parity with the torch reference", "", [
         ("ONNX Runtime against torch fp32 on real pairs", "the ORT parity check", "scripts/ort_parity.py",
@@ -1092,6 +1235,9 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
         for sub_title, what, script, select, renderer, file_title in subs:
             out += [f"### {sub_title}", ""]
             chosen = select(results)
+            if isinstance(renderer, Summary):  # says itself what is not measured
+                out += [renderer.fn(results, label), ""]
+                continue
             if not chosen:
                 out += [NO_GPU.format(label=label) if select is gpu_files else not_measured(what, script, label), ""]
                 continue

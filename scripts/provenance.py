@@ -38,7 +38,7 @@ from typing import Any
 
 SCHEMA = "breaknli-fast-result/1"
 KINDS = ("bench", "run_loop", "busy", "generation", "baselines", "classifier_shapes", "classifier_variants", "probe", "merge", "ray",
-         "ort_parity", "study", "real_shapes", "gpu_check", "generation_batch")
+         "ort_parity", "study", "real_shapes", "gpu_check", "generation_batch", "loadgen")
 # variables that change what a measurement sees; recorded (and put before the command) when set
 ENV_VARS = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 PACKAGES = ("torch", "onnxruntime", "transformers", "optimum", "numpy", "ctranslate2")  # optimum: a peer only

@@ -9,7 +9,8 @@
 # Environment: RESULTS (result folder, default benchmarks/results), WORK (scratch: run directories,
 # graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md), README (whose parity table is rewritten;
 # default README.md), PYTHON (default .venv/bin/python),
-# ONLY / SKIP (space-separated step names: run only these / all but these; make-benchmarks always runs).
+# ONLY / SKIP (space-separated step names: run only these / all but these; make-benchmarks always runs),
+# LG_LOOP_SCENARIOS (the LoadGen scenarios of the loop's roles and roberta-large; see below).
 # A step that fails is reported and the others still run (the exit code is then 1); a result file
 # it would have replaced stays, with its own date and commit.
 
@@ -33,6 +34,8 @@ if [ "$SMOKE" = 1 ]; then
     REAL_GEN_ARGS="--prompts 2 --k 2 --max-new-tokens 4 --warmup 0 --min-iterations 1"; REAL_CLF_ARGS="--pairs 16 --warmup 0 --min-iterations 1"
     REAL_LOOP_ARGS="--limit 4 --k 4 --u 2 --s 1 --max-new-tokens 8 --gen-prompts 2 --greedy-prompts 2 --min-iterations 1 --min-seconds 0 --warmup 0"
     RAY_LIMIT=10; MERGE_LIMIT=20; MERGE_PARITY_LIMIT=20; STUDY_LIMIT=60; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PERM_LIMIT=10; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
+    LG_ARGS="--min-duration 0 --min-queries 2"; LG_LIMIT=16; LG_RW_LIMIT=8; LG_PROMPTS=2
+    LG_LOOP_ARGS="--k 4 --u 2 --s 1 --max-new-tokens 8"; LG_GEN_ARGS="--k 2 --u 2 --s 1 --max-new-tokens 4"
 else
     BENCH_LIMIT=200; LOOP_LIMIT=200; LOOP_ROUNDS=3; BUSY_LIMIT=300; RW_LIMIT=8
     SHAPES_ARGS="--repeats 3 --warmup 1"; GEN_ARGS="--prompts 16 --k 20 --repeats 3"
@@ -41,7 +44,12 @@ else
     REAL_GEN_ARGS="--prompts 32 --k 20 --max-new-tokens 40"; REAL_CLF_ARGS="--pairs 1000"
     REAL_LOOP_ARGS="--limit 50 --k 20 --min-iterations 2 --min-seconds 0"
     RAY_LIMIT=200; MERGE_LIMIT=100; MERGE_PARITY_LIMIT=300; STUDY_LIMIT=3000; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PERM_LIMIT=300; PERM_RW_LIMIT=6; FILTER_LIMIT=500; TAXI_LIMIT=0
+    LG_ARGS=""; LG_LIMIT=1000; LG_RW_LIMIT=256; LG_PROMPTS=16; LG_LOOP_ARGS=""; LG_GEN_ARGS=""
 fi
+# LoadGen's scenarios of the loop's roles and of roberta-large: MultiStream needs 662 queries of 8 samples for a VALID
+# result (about 15 min per engine for the study unit, 30 for flan-t5-small at K = 20 on 2 cores), so by default these
+# run SingleStream and Offline; LG_LOOP_SCENARIOS=single-stream,multi-stream,offline adds it
+LG_LOOP_SCENARIOS=${LG_LOOP_SCENARIOS:-single-stream,offline}
 PARITY_ENGINES=torch:fp32,ort:fp32,ort:int8
 RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --limit $RW_LIMIT --k 4 --u 2 --s 1 \
 --max-new-tokens 16 --gen-prompts 4 --greedy-prompts 4 --min-iterations 5 --min-seconds 0"
@@ -97,6 +105,22 @@ step real-classify-large $PY scripts/bench_real_shapes.py --job classify --class
 step real-loop-small $PY scripts/bench_save.py --result "$R/bench-real-loop-small.json" -- \
     --random-weights flan-t5-small,roberta-base --engines torch:fp32,ort:int8:validate=false,ct2:int8 \
     --no-component-split --interleave $REAL_LOOP_ARGS
+# MLPerf LoadGen's scenarios (bench --scenario; the loadgen extra), each run VALID or INVALID by LoadGen's rules
+# (10 s minimum duration, its official query counts), beside the accuracy pass against torch fp32; BENCHMARKS.md
+# section 1b reads these files and marks the targets met / not met
+step loadgen-mini $PY scripts/bench_save.py --result "$R/loadgen-mini.json" -- --scenario single-stream,multi-stream,offline \
+    --roles classifier --engines torch:fp32,ort:fp32,ort:int8 --limit "$LG_LIMIT" $LG_ARGS
+step loadgen-mini-loop $PY scripts/bench_save.py --result "$R/loadgen-mini-loop.json" -- --scenario "$LG_LOOP_SCENARIOS" \
+    --roles generator,study --engines torch:fp32,ort:fp32,ort:int8 --gen-prompts "$LG_PROMPTS" $LG_LOOP_ARGS $LG_ARGS
+step loadgen-roberta-base $PY scripts/bench_save.py --result "$R/loadgen-roberta-base.json" -- --random-weights roberta-base \
+    --scenario single-stream,multi-stream,offline --roles classifier --limit "$LG_RW_LIMIT" \
+    --engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false $LG_ARGS
+step loadgen-roberta-large $PY scripts/bench_save.py --result "$R/loadgen-roberta-large.json" -- --random-weights roberta-large \
+    --scenario "$LG_LOOP_SCENARIOS" --roles classifier --limit "$LG_RW_LIMIT" \
+    --engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false $LG_ARGS
+step loadgen-flan-t5-small $PY scripts/bench_save.py --result "$R/loadgen-flan-t5-small.json" -- --random-weights flan-t5-small \
+    --scenario "$LG_LOOP_SCENARIOS" --roles generator --gen-prompts "$LG_PROMPTS" \
+    --engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false,ct2:int8 $LG_GEN_ARGS $LG_ARGS
 step classifier-shapes $PY scripts/bench_classifier_shapes.py $SHAPES_ARGS --result "$R/classifier-shapes.json"
 step generation $PY scripts/bench_generation.py --engines torch:fp32,ort:fp32,ort:int8 $GEN_ARGS \
     --result "$R/generation.json"

@@ -11,16 +11,18 @@ import shlex
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import typer
 
 from breaknli_fast import cli_options as opts
 from breaknli_fast.console import out_path
 
+from breaknli_fast.errors import UserError
 
 DEFAULT_ENGINES = "torch:fp32,ort:fp32,ort:int8"
 DEFAULT_SAMPLE_LIMIT = 32  # examples of the embedded sample when --limit is not given (several engines run)
+SCENARIO_SAMPLE_LIMIT = 256  # --scenario: the classifier's sample library (its accuracy pass covers each once)
 # bench's own options that shape the BreakNLI workload only: refused with another --probe, where they would change
 # nothing (the probes' own options are refused by cli_options.probe_config the same way)
 BREAKNLI_ONLY = ("generator", "fixed_length", "gen_prompts", "greedy_prompts")
@@ -54,6 +56,25 @@ def _command_line(ctx: typer.Context | None = None) -> str:
     return shlex.join(parts)
 
 
+def _scenario_settings(ctx: typer.Context, scenario: str, roles: str, min_duration: float, min_queries: int | None,
+                       target_qps: float | None, target_latency_ms: float | None, mlperf_rules: bool,
+                       accuracy_tier: float, cv_threshold: float) -> Any:
+    """``--scenario``'s settings, checked (and LoadGen found) before any model loads."""
+    from breaknli_fast.bench.loadgen import import_loadgen
+    from breaknli_fast.bench.loadgen.settings import ScenarioSettings, parse_roles, parse_scenarios
+
+    import_loadgen()
+    if mlperf_rules:
+        given = [n for n in ("min_duration", "min_queries")
+                 if getattr(ctx.get_parameter_source(n), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
+        if given:
+            raise UserError(f"--{given[0].replace('_', '-')} and --mlperf-rules: the official rules set it")
+    s = ScenarioSettings(parse_scenarios(scenario), parse_roles(roles), min_duration, min_queries, target_qps,
+                         target_latency_ms, mlperf_rules, accuracy_tier, cv_threshold)
+    s.check()
+    return s
+
+
 def bench(
     ctx: typer.Context,
     probe: str = typer.Option("breaknli", "--probe", help="The probe every engine runs: breaknli, permutation, merge, "
@@ -77,7 +98,8 @@ def bench(
                                      "columns (0/1 columns: where it is 1 and the rest; others: per value). Default: "
                                      "TaxiNLI's categories on taxinli."),
     limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0,
-                                        help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
+                                        help=f"First N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample "
+                                             f"({SCENARIO_SAMPLE_LIMIT} with --scenario)."),
     sample: Optional[int] = opts.SAMPLE,
     sample_seed: Optional[int] = opts.SAMPLE_SEED,
     repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported)."),
@@ -105,18 +127,37 @@ def bench(
     max_length: int = opts.MAX_LENGTH,
     token_budget: int = opts.TOKEN_BUDGET,
     max_batch: Optional[int] = opts.MAX_BATCH,
-    strict: bool = typer.Option(False, "--strict", help="Exit 1 when a parity cell is *different* (|Δ| > --tolerance and the 95 % CI excludes 0), an engine is below --min-agreement, or did not run (skipped or failed)."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when a parity cell is *different* (|Δ| > --tolerance and the 95 % CI excludes 0), an engine is below --min-agreement, or did not run (skipped or failed); with --scenario, when a run is INVALID, an engine is below --accuracy-tier or did not run."),
     require_equivalence: bool = typer.Option(False, "--require-equivalence", help="With --strict: also exit 1 when a cell is *inconclusive* (its CI is not inside ±tolerance): the engine must be shown to match."),
     tolerance: float = typer.Option(1.0, "--tolerance", min=0.0, help="Equivalence margin δ in percentage points: equivalent when the 95 % CI lies inside ±δ, different when |Δ| > δ and the CI excludes 0."),
     min_agreement: float = typer.Option(98.0, "--min-agreement", min=0.0, max=100.0, help="Minimum classifier label agreement with torch:fp32, percent."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, metavar="DIR", help="Output folder (bench.json, bench.md, bench.png). Default: runs/bench-<time>."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Do not draw bench.png."),
     compare: Optional[Tuple[Path, Path]] = typer.Option(None, "--compare", help="Compare two saved benches (bench.json files or folders) instead of running one."),
+    scenario: Optional[str] = typer.Option(None, "--scenario", help="Instead of the probe's speed and parity: MLPerf "
+                                           "LoadGen's scenarios for every engine and --roles: single-stream, "
+                                           "multi-stream, offline, server (comma-separated), each with an accuracy "
+                                           "pass against torch:fp32 (docs/latency.md; the loadgen extra)."),
+    roles: str = typer.Option("classifier", "--roles", help="With --scenario: classifier (one (p, h) pair a sample), "
+                              "generator (one prompt -> K candidates), study (one example through the whole loop)."),
+    min_duration: float = typer.Option(10.0, "--min-duration", help="With --scenario: LoadGen's minimum duration of "
+                                       "each run, seconds (shorter than LoadGen's official 600 s; too short for its "
+                                       "minimum query count or early stopping: INVALID)."),
+    min_queries: Optional[int] = typer.Option(None, "--min-queries", help="With --scenario: LoadGen's minimum query "
+                                              "count (default: its official one per scenario)."),
+    target_qps: Optional[float] = typer.Option(None, "--target-qps", help="With --scenario server: arrival rate, samples/s."),
+    target_latency_ms: Optional[float] = typer.Option(None, "--target-latency-ms", help="With --scenario server: "
+                                                      "the 99th-percentile latency bound, ms."),
+    mlperf_rules: bool = typer.Option(False, "--mlperf-rules", help="With --scenario: LoadGen's official settings "
+                                      "(600 s minimum, MultiStream 662 queries, the whole sample library)."),
+    accuracy_tier: float = typer.Option(99.0, "--accuracy-tier", help="With --scenario --strict: the tier required, "
+                                        "99 or 99.9 (% of the torch fp32 reference's score)."),
+    cv_threshold: float = typer.Option(1.0, "--cv-threshold", help="With --scenario: warn when the service time's "
+                                       "coefficient of variation exceeds this, percent (trtexec warns at 1 %)."),
 ) -> None:
     """Speed and parity of engines / precisions against torch:fp32 on identical inputs, in one process."""
     from breaknli_fast.bench.compare import compare as compare_results
     from breaknli_fast.bench.compare import compare_markdown, compare_table
-    from breaknli_fast.bench.report import rich_table
     from breaknli_fast.bench.result import BenchResult
     from breaknli_fast.bench.runner import BenchConfig, run_bench
     from breaknli_fast.bench.shapes import parse_random_weights
@@ -141,6 +182,10 @@ def bench(
                 (out / "compare.md").write_text(compare_markdown(cmp, str(compare[0]), str(compare[1])))
                 console.print(f"comparison written to [bold]{escape(str(out))}[/] (compare.json, compare.md)")
             return
+        settings = None
+        if scenario is not None:
+            settings = _scenario_settings(ctx, scenario, roles, min_duration, min_queries, target_qps,
+                                          target_latency_ms, mlperf_rules, accuracy_tier, cv_threshold)
         probe_cls = probe_class(probe)  # an unknown --probe is a one-line error
         if probe != "breaknli":
             # compared by name: typer may hand back its own copy of click's enum
@@ -150,12 +195,14 @@ def bench(
                 raise BenchSpecError(f"--{given[0].replace('_', '-')} shapes the BreakNLI loop only, not --probe {probe}")
         # the probe's config from its own options, as run builds it (another probe's options are refused)
         probe_config = opts.probe_config(probe, seed=seed)
-        eff_limit = opts.effective_limit(dataset, limit, sample, DEFAULT_SAMPLE_LIMIT)
+        sample_limit = DEFAULT_SAMPLE_LIMIT if settings is None else SCENARIO_SAMPLE_LIMIT
+        eff_limit = opts.effective_limit(dataset, limit, sample, sample_limit)
         base = EngineConfig(device=device, threads=threads, label_map=parse_label_map(label_map), max_length=max_length,
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method,
                             gen_batch=gen_batch)
         cfg = BenchConfig(
-            engines=parse_engines(engines, base, split=component_split, roles=probe_cls.roles), probe=probe,
+            engines=parse_engines(engines, base, split=component_split and settings is None, roles=probe_cls.roles),
+            probe=probe, component_split=component_split and settings is None,
             probe_config=probe_config, generator=generator, classifier=classifier, mlm=mlm, dataset=dataset, split=split, by=by,
             limit=eff_limit, sample=sample, sample_seed=sample_seed, engine=base, warmup=warmup, min_iterations=min_iterations,
             min_seconds=min_seconds, repeats=repeats, gen_prompts=gen_prompts, greedy_prompts=greedy_prompts,
@@ -169,12 +216,24 @@ def bench(
             def log(msg: str) -> None:
                 progress.console.print(f"[dim]{escape(msg)}[/]", highlight=False)
 
-            result = run_bench(cfg, hook=RichHook(progress), log=log)
+            if settings is not None:
+                from breaknli_fast.bench.loadgen.runner import run_scenarios
+
+                result = run_scenarios(cfg, settings, out_dir, log=log)
+            else:
+                result = run_bench(cfg, hook=RichHook(progress), log=log)
         paths = result.save(out_dir, plot=not no_plot)
-    console.print(rich_table(result.data))
+    console.print(result.table())
+    for r in result.data.get("scenarios") or []:
+        for why in r.get("reasons") or []:
+            err_console.print(f"[bold red]INVALID[/] {escape(r['engine'])} {r['role']} {r['scenario']}: {escape(why)}",
+                              highlight=False)
+        for w in r.get("warnings") or []:
+            err_console.print(f"[yellow]warning[/] {escape(r['engine'])} {r['role']} {r['scenario']}: {escape(w)}",
+                              highlight=False)
     for n in result.data.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(n)}")
-    for f in result.data.get("failures", []):
+    for f in result.data.get("failures", []) if settings is None else []:
         err_console.print(f"[bold red]FAIL[/] {escape(f)}", highlight=False)
     for e in result.engines:
         if e["status"] != "ok":

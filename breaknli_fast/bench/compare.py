@@ -24,8 +24,24 @@ COMPARE_METRICS = (
 )
 
 
+def _who(d: dict[str, Any]) -> dict[str, Any]:
+    env = d.get("environment", {})
+    return {"command": d.get("command"), "started": d.get("started"), "cpu": env.get("cpu"),
+            "gpus": env.get("accelerators", {}).get("gpus"), "git": env.get("git"),
+            "models": d.get("models"), "parity_meaningful": d.get("parity_meaningful")}
+
+
+def _scenarios(d: dict[str, Any]) -> bool:
+    return d.get("kind") == "scenarios"
+
+
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Each engine's speed and parity in two benches side by side, with ratios B / A."""
+    """Each engine's speed and parity in two benches side by side, with ratios B / A; for two ``--scenario``
+    benches, each engine x role x scenario's LoadGen figures (:func:`breaknli_fast.bench.loadgen.report.compare_rows`)."""
+    if _scenarios(a) or _scenarios(b):
+        from breaknli_fast.bench.loadgen.report import compare_rows as scenario_rows
+
+        return {"kind": "scenarios", "a": _who(a), "b": _who(b), "rows": scenario_rows(a, b)}
     ea = {e["label"]: e for e in a["engines"]}
     eb = {e["label"]: e for e in b["engines"]}
     labels = list(ea) + [x for x in eb if x not in ea]
@@ -40,14 +56,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             r = vb / va if ratio and va and vb is not None else None
             row["metrics"][name] = {"a": va, "b": vb, "ratio_b_over_a": r}
         rows.append(row)
-
-    def who(d: dict[str, Any]) -> dict[str, Any]:
-        env = d.get("environment", {})
-        return {"command": d.get("command"), "started": d.get("started"), "cpu": env.get("cpu"),
-                "gpus": env.get("accelerators", {}).get("gpus"), "git": env.get("git"),
-                "models": d.get("models"), "parity_meaningful": d.get("parity_meaningful")}
-
-    return {"a": who(a), "b": who(b), "rows": rows}
+    return {"a": _who(a), "b": _who(b), "rows": rows}
 
 
 def compare_markdown(cmp: dict[str, Any], name_a: str = "A", name_b: str = "B") -> str:
@@ -61,6 +70,10 @@ def compare_markdown(cmp: dict[str, Any], name_a: str = "A", name_b: str = "B") 
 
 
 def compare_rows(cmp: dict[str, Any]) -> list[list[str]]:
+    if cmp.get("kind") == "scenarios":
+        from breaknli_fast.bench.loadgen.report import compare_table_rows
+
+        return compare_table_rows(cmp)
     rows = []
     for r in cmp["rows"]:
         rows.append([r["engine"], "status", r["status_a"], r["status_b"], ""])
@@ -79,7 +92,7 @@ def compare_table(cmp: dict[str, Any], name_a: str = "A", name_b: str = "B") -> 
     for name, just in (("engine", "left"), ("metric", "left"), ("A", "right"), ("B", "right"), ("B / A", "right")):
         t.add_column(name, justify=just, overflow="fold")
     for row in compare_rows(cmp):
-        if row[1] == "status":
+        if row[1] == "status" and cmp.get("kind") != "scenarios":
             row = [row[0], row[1], row[2].split(":")[0], row[3].split(":")[0], ""]
         t.add_row(*row, end_section=False)
     return t

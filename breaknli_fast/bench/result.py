@@ -53,10 +53,29 @@ class BenchResult:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.data, indent=indent, default=_json_default)
 
+    @property
+    def is_scenarios(self) -> bool:
+        """A ``bench --scenario`` result (LoadGen's scenarios) rather than a probe's speed and parity."""
+        return self.data.get("kind") == "scenarios"
+
     def to_markdown(self) -> str:
+        if self.is_scenarios:
+            from breaknli_fast.bench.loadgen.report import scenario_markdown
+
+            return scenario_markdown(self.data)
         from breaknli_fast.bench.report import bench_markdown
 
         return bench_markdown(self.data)
+
+    def table(self) -> Any:
+        """The terminal table (rich)."""
+        if self.is_scenarios:
+            from breaknli_fast.bench.loadgen.report import scenario_rich_table
+
+            return scenario_rich_table(self.data)
+        from breaknli_fast.bench.report import rich_table
+
+        return rich_table(self.data)
 
     def save(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
         out = Path(out_dir)
@@ -64,7 +83,7 @@ class BenchResult:
         paths = {"json": out / "bench.json", "markdown": out / "bench.md"}
         paths["json"].write_text(self.to_json() + "\n")
         paths["markdown"].write_text(self.to_markdown())
-        if plot:
+        if plot and not self.is_scenarios:
             from breaknli_fast.bench.report import plot_speed_vs_breakage
 
             png = plot_speed_vs_breakage(self.data, out / "bench.png")

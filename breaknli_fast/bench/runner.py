@@ -307,7 +307,7 @@ def _load(i: int, spec: BenchEngine, cfg: BenchConfig, models: dict[str, Any], r
     return eng
 
 
-def _random_weights(cfg: BenchConfig, data: LoadedData, loop: BreakNLIConfig, models: dict[str, Any],
+def random_weight_models(cfg: BenchConfig, data: LoadedData, loop: BreakNLIConfig, models: dict[str, Any],
                     log: Callable[[str], None]) -> dict[str, Any]:
     from breaknli_fast.bench.shapes import build_random_model
 
@@ -321,6 +321,25 @@ def _random_weights(cfg: BenchConfig, data: LoadedData, loop: BreakNLIConfig, mo
         info[role] = {"shape": shape, "path": str(path), "parameters": meta["parameters"],
                       "tokenizer_size": meta["tokenizer_size"]}
         models[role] = str(path)
+    return info
+
+
+def prepare_models(cfg: BenchConfig, probe: Probe, data: LoadedData, models: dict[str, Any], notes: list[str],
+                   log: Callable[[str], None]) -> dict[str, Any]:
+    """BreakNLI at a fixed generation length (with ``fixed_length`` or random weights), and the random-weight
+    models of ``cfg.random_weights`` built into ``models``; what was done goes to ``notes``. Returns the random
+    models' description (empty without)."""
+    if probe.name == "breaknli" and (cfg.random_weights or cfg.fixed_length):
+        loop = probe.cfg
+        probe.cfg = replace(loop, decoding=replace(loop.decoding, min_new_tokens=loop.decoding.max_new_tokens))
+        notes.append(f"fixed generation length: min_new_tokens = max_new_tokens = {loop.decoding.max_new_tokens}, "
+                     "so every engine generates the same number of tokens")
+    if not cfg.random_weights:
+        return {}
+    info = random_weight_models(cfg, data, cfg.loop, models, log)
+    notes.append("random weights (" + ", ".join(f"{r}: {s}" for r, s in sorted(cfg.random_weights.items()))
+                 + "): speed and memory of the real architecture sizes only; parity figures are NOT meaningful "
+                   "(random logits lie close together, so any numeric change flips labels), and --strict ignores them")
     return info
 
 
@@ -359,17 +378,7 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
                               "mlm": ([m.strip() for m in (cfg.mlm or DEFAULT_MLM).split(",") if m.strip()]
                                       if "mlm" in roles else [])}
     notes: list[str] = [f"data slice: {w}" for w in data_slice["warnings"]]
-    random_info: dict[str, Any] = {}
-    if probe.name == "breaknli" and (cfg.random_weights or cfg.fixed_length):
-        loop = probe.cfg
-        probe.cfg = replace(loop, decoding=replace(loop.decoding, min_new_tokens=loop.decoding.max_new_tokens))
-        notes.append(f"fixed generation length: min_new_tokens = max_new_tokens = {loop.decoding.max_new_tokens}, "
-                     "so every engine generates the same number of tokens")
-    if cfg.random_weights:
-        random_info = _random_weights(cfg, data, cfg.loop, models, log)
-        notes.append("random weights (" + ", ".join(f"{r}: {s}" for r, s in sorted(cfg.random_weights.items()))
-                     + "): speed and memory of the real architecture sizes only; parity figures are NOT meaningful "
-                       "(random logits lie close together, so any numeric change flips labels), and --strict ignores them")
+    random_info = prepare_models(cfg, probe, data, models, notes, log)
     meaningful = not cfg.random_weights
     used = sorted({models["classifier"], *([models["generator"]] if "generator" in roles else []), *models["mlm"]}
                   | {m for sp in specs for m in (sp.classifier, sp.generator) if m})

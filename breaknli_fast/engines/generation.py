@@ -11,7 +11,7 @@ import math
 import queue
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -125,6 +125,9 @@ class HFGenerator(GeneratorBase):
         self.min_batches = max(1, int(min_batches))
         self.torch_threads = torch_threads  # the torch engine's intra-op threads, set before each call
         self._steppers: queue.SimpleQueue | None = None  # one stepper per worker, taken and given back per batch
+        # called once per sampling batch when every row has its first token (sampling only; a latency benchmark's
+        # time to first token: breaknli_fast.bench.loadgen)
+        self.first_token_callback: Callable[[], None] | None = None
 
     @property
     def model(self) -> Any:
@@ -154,7 +157,7 @@ class HFGenerator(GeneratorBase):
         try:
             t0 = time.perf_counter()
             res = sample(st, enc["input_ids"], enc["attention_mask"], n, decoding, seeds, *ids,
-                         compact_share=self.compact_share)
+                         compact_share=self.compact_share, on_first_token=self.first_token_callback)
             return res, time.perf_counter() - t0
         finally:
             self._steppers.put(st)
@@ -227,7 +230,8 @@ class HFGenerator(GeneratorBase):
                     groups=decoding.num_beam_groups or beams, diversity_penalty=decoding.diversity_penalty)]]
             elif batched_sampling or (decoding.strategy == "sampling" and not self.has_model):
                 res = sample(self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, part_seeds,
-                             start, eos, pad, compact_share=self.compact_share)
+                             start, eos, pad, compact_share=self.compact_share,
+                             on_first_token=self.first_token_callback)
             elif not self.has_model:  # greedy / beam search over the stepper (engines without a transformers model)
                 res = self._search(enc, n, decoding, start, eos, pad)
             else:

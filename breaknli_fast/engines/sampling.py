@@ -28,7 +28,7 @@ Two samplers (``Decoding.sampler``):
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -241,20 +241,23 @@ def _hf_processors(decoding: Decoding, eos_id: int, device: Any) -> Any:
 
 def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, decoding: Decoding,
            seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int,
-           compact_share: float | None = COMPACT_SHARE, sync_every: int | None = None) -> list[list[list[int]]]:
+           compact_share: float | None = COMPACT_SHARE, sync_every: int | None = None,
+           on_first_token: Callable[[], None] | None = None) -> list[list[list[int]]]:
     """``n`` sampled sequences per prompt (token ids after the decoder start token, up to and
     including eos, without padding), one random generator per prompt seeded with ``seeds[i]``.
 
     ``compact_share``: drop finished rows from the model batch once they make up this share of
     it (``None``: never, finished rows are fed padding as transformers does). ``sync_every``
     (``fast`` sampler): look at the device's state every this many steps (default: every step on
-    the CPU, :data:`CUDA_SYNC_EVERY` on CUDA); the tokens do not depend on it."""
+    the CPU, :data:`CUDA_SYNC_EVERY` on CUDA); the tokens do not depend on it. ``on_first_token``:
+    called once, when the first token of every row has been drawn (on CUDA after the device has
+    finished it): a latency benchmark's time to first token."""
     sampler = decoding.sampler
     if sampler not in Decoding.SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(Decoding.SAMPLERS)}")
     if sampler == "fast":
         return _sample_fast(stepper, input_ids, attention_mask, n, decoding, seeds, start_id, eos_id, pad_id,
-                            compact_share, sync_every)
+                            compact_share, sync_every, on_first_token)
     b = int(input_ids.shape[0])
     rows = b * n
     stepper.start(input_ids, attention_mask, n)
@@ -296,6 +299,8 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
                 out[g].append(tok)
         last[active] = nxt
         unfinished[active] = act_unfinished & (nxt != eos_id)
+        if t == 0 and on_first_token is not None:
+            on_first_token()
         if not unfinished.any():
             break
         if compact_share is not None:
@@ -321,7 +326,7 @@ def uniforms(seeds: Sequence[int], steps: int, n: int) -> np.ndarray:
 
 def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, decoding: Decoding,
                  seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int, compact_share: float | None,
-                 sync_every: int | None) -> list[list[list[int]]]:
+                 sync_every: int | None, on_first_token: Callable[[], None] | None = None) -> list[list[list[int]]]:
     """The ``fast`` sampler (module notes): every tensor of the loop lives on the stepper's device."""
     b = int(input_ids.shape[0])
     rows, steps = b * n, decoding.max_new_tokens
@@ -364,6 +369,10 @@ def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torc
         act_unfinished = unfinished[active]
         nxt = torch.where(act_unfinished, fast_draw(idx, cdf, u[t].index_select(0, active)), pad_id)
         tokens[active, t] = nxt
+        if t == 0 and on_first_token is not None:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            on_first_token()
         last[active] = nxt
         unfinished[active] = act_unfinished & (nxt != eos_id)
         if (t + 1) % sync_every and t + 1 < steps:

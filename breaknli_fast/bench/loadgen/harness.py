@@ -1,0 +1,161 @@
+"""One LoadGen test of one system under test: LoadGen runs on a thread of its own and hands its queries to this
+process's main thread, which runs the engine (the thread every other measurement of the bench runs it on) and
+reports each sample complete (and, for a generator, its first token) back to LoadGen.
+
+LoadGen schedules, times and judges; this module only serves its queries. A failure inside the engine still
+completes every outstanding query (empty answers), so LoadGen ends, and is then raised.
+"""
+
+from __future__ import annotations
+
+import array
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from breaknli_fast.bench.loadgen import logs
+
+
+@dataclass
+class Output:
+    """One sample's answer: ``value`` (kept for the accuracy score), ``payload`` (the bytes LoadGen receives and
+    writes to its accuracy log), ``tokens`` (a generator's output tokens, for TPOT and tokens/s)."""
+
+    value: Any
+    payload: bytes = b""
+    tokens: int | None = None
+
+
+FirstToken = Callable[[Sequence[int]], None]  # positions (in the query's list) whose first token is out
+
+
+class SampleRunner(Protocol):
+    """What LoadGen's system under test runs: the samples of a query, by their library index."""
+
+    size: int  # samples in the library (LoadGen's QSL)
+
+    def process(self, indices: Sequence[int], first_token: FirstToken | None) -> list[Output]: ...
+
+
+@dataclass
+class TestRun:
+    folder: Path
+    result: dict[str, Any]  # logs.read_run
+    outputs: dict[int, Any] = field(default_factory=dict)  # library index -> value (its first answer)
+    service_s: list[float] = field(default_factory=list)  # per query: the engine's own time, LoadGen's excluded
+    samples: int = 0
+    first_token_missing: int = 0
+    wall_s: float = 0.0
+
+
+def _buffer(data: bytes) -> array.array:
+    return array.array("B", data)
+
+
+def run_test(lg: Any, runner: SampleRunner, ts: Any, folder: str | Path, percentile: float | None,
+             tokens: bool = False, coalesce: int = 1) -> TestRun:
+    """Run one LoadGen test (``ts``: its TestSettings) with ``runner`` as the system under test; logs go to
+    ``folder``. ``coalesce``: queries waiting together are served as one batch of up to this many samples
+    (Server; the other scenarios never have two queries waiting)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    waiting: queue.SimpleQueue = queue.SimpleQueue()
+    run = TestRun(folder, {})
+
+    def issue(samples: Any) -> None:
+        waiting.put(list(samples))
+
+    sut = lg.ConstructSUT(issue, lambda: None)
+    qsl = lg.ConstructQSL(runner.size, runner.size, lambda s: None, lambda s: None)
+    log = lg.LogSettings()
+    log.log_output.outdir = str(folder)
+    log.log_output.copy_summary_to_stdout = False
+    log.enable_trace = False
+    failure: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            lg.StartTestWithLogSettings(sut, qsl, ts, log)
+        except BaseException as e:  # noqa: BLE001 - reported on the main thread
+            failure.append(e)
+        finally:
+            waiting.put(None)
+
+    t0 = time.perf_counter()
+    thread = threading.Thread(target=drive, name="loadgen", daemon=True)
+    thread.start()
+    error: BaseException | None = None
+    done = False
+    while not done:
+        item = waiting.get()
+        if item is None:
+            break
+        while len(item) < coalesce:  # Server: what else is already waiting joins this batch
+            try:
+                more = waiting.get_nowait()
+            except queue.Empty:
+                break
+            if more is None:
+                done = True
+                break
+            item += more
+        if error is not None:
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in item])
+            continue
+        try:
+            _serve(lg, runner, item, run, tokens)
+        except BaseException as e:  # noqa: BLE001 - LoadGen must still end: answer what is left, raise after
+            error = e
+            lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in item])
+    thread.join()
+    run.wall_s = time.perf_counter() - t0
+    lg.DestroyQSL(qsl)
+    lg.DestroySUT(sut)
+    if error is not None:
+        raise error
+    if failure:
+        raise failure[0]
+    logs.tidy(folder)
+    run.result = logs.read_run(folder, percentile)
+    return run
+
+
+def _serve(lg: Any, runner: SampleRunner, item: list[Any], run: TestRun, tokens: bool) -> None:
+    ids = [s.id for s in item]
+    first_sent = [False] * len(item)
+    keep: list[array.array] = []
+
+    def first_token(positions: Sequence[int]) -> None:
+        todo = [p for p in positions if not first_sent[p]]
+        if not todo:
+            return
+        buf = _buffer(b"\0\0\0\0")
+        keep.append(buf)
+        ptr, n = buf.buffer_info()
+        lg.FirstTokenComplete([lg.QuerySampleResponse(ids[p], ptr, n, 1) for p in todo])
+        for p in todo:
+            first_sent[p] = True
+
+    t0 = time.perf_counter()
+    outs = runner.process([s.index for s in item], first_token if tokens else None)
+    if len(outs) != len(item):
+        raise RuntimeError(f"the system under test answered {len(outs)} of {len(item)} samples")
+    if tokens:
+        missing = [p for p, sent in enumerate(first_sent) if not sent]
+        run.first_token_missing += len(missing)
+        first_token(missing)  # an engine that did not report it: its first token counts at completion
+    responses = []
+    for s, out in zip(item, outs):
+        buf = _buffer(out.payload)
+        keep.append(buf)
+        ptr, n = buf.buffer_info()
+        responses.append(lg.QuerySampleResponse(s.id, ptr, n, max(1, int(out.tokens or 1))) if tokens
+                         else lg.QuerySampleResponse(s.id, ptr, n))
+    run.service_s.append(time.perf_counter() - t0)
+    lg.QuerySamplesComplete(responses)
+    run.samples += len(item)
+    for s, out in zip(item, outs):
+        run.outputs.setdefault(s.index, out.value)

@@ -1,0 +1,173 @@
+"""Renderings of a scenario bench (``bench --scenario``): bench.md, the terminal table and ``--compare``'s rows,
+every column from the metric definitions (:mod:`.metrics`; a saved bench renders with the definitions it carries)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from breaknli_fast.bench.loadgen.metrics import METRICS, Metric, row_key
+from breaknli_fast.bench.loadgen.settings import ROLE_TITLES, SCENARIOS
+
+GROUPS = (("latency", "Latency and throughput (LoadGen's figures)"),
+          ("accuracy", "Accuracy against the torch fp32 reference (AccuracyOnly pass)"),
+          ("edge", "Cold start, size and memory"))
+
+
+def metrics_of(data: dict[str, Any]) -> tuple[Metric, ...]:
+    """The metric definitions a bench was saved with (this version's where it carries none)."""
+    saved = data.get("scenario_metrics")
+    if not saved:
+        return METRICS
+    fields = set(Metric.__dataclass_fields__)
+    return tuple(Metric(**{k: v for k, v in d.items() if k in fields}) for d in saved)
+
+
+def _md(header: list[str], rows: list[list[str]]) -> list[str]:
+    esc = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+    return (["| " + " | ".join(esc(h) for h in header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows])
+
+
+def _ident(row: dict[str, Any]) -> list[str]:
+    return [row["engine"], ROLE_TITLES.get(row["role"], row["role"]), row["scenario"]]
+
+
+SHORT_ROLE = {"classifier": "clf", "generator": "gen", "study": "study"}
+
+
+def _short_ident(row: dict[str, Any]) -> list[str]:
+    """The terminal's narrow names: ``clf`` / ``gen`` / ``study``, the scenario without ``-stream``."""
+    return [row["engine"], SHORT_ROLE.get(row["role"], row["role"]), row["scenario"].replace("-stream", "")]
+
+
+def scenario_tables(data: dict[str, Any]) -> list[str]:
+    """The scenarios table, one Markdown table per group of metrics (rows: engine x role x scenario)."""
+    ms = metrics_of(data)
+    rows = data.get("scenarios") or []
+    out: list[str] = []
+    for group, title in GROUPS:
+        cols = [m for m in ms if m.group == group and any(r["metrics"].get(m.key) is not None for r in rows)]
+        if not cols:
+            continue
+        out += [f"### {title}", ""]
+        out += _md(["engine", "role", "scenario"] + [m.title for m in cols],
+                   [_ident(r) + [m.text(r["metrics"].get(m.key)) for m in cols] for r in rows]) + [""]
+    return out
+
+
+def _header(data: dict[str, Any]) -> list[str]:
+    env, lg, wl = data.get("environment", {}), data.get("loadgen", {}), data.get("workload", {})
+    pk = env.get("packages", {})
+    seeds = (data.get("seeds") or {}).get("loadgen") or {}
+    dec = wl.get("decoding") or {}
+    models = data.get("models") or {}
+    return [
+        f"- machine: {env.get('cpu')} ({env.get('cpu_count')} logical CPUs, {env.get('memory_gib')} GiB); load "
+        "average in each row",
+        f"- versions: breaknli-fast {env.get('breaknli_fast')} ({env.get('git')}), mlcommons-loadgen "
+        f"{lg.get('version')}, torch {pk.get('torch')}, onnxruntime {pk.get('onnxruntime')}",
+        f"- rules: {lg.get('rules')}; LoadGen seeds: " + ", ".join(f"{k} {v}" for k, v in seeds.items()),
+        f"- models: classifier `{models.get('classifier')}`, generator `{models.get('generator')}`"
+        + (" (random weights: speed only)" if models.get("random_weights") else "")
+        + f"; data `{(data.get('data') or {}).get('name')}`: "
+        + "; ".join(x for x in (
+            f"{wl['classifier_samples']} classifier samples" if wl.get("classifier_samples") else "",
+            f"{wl['generator_samples']} generator / study-unit samples (K = {wl.get('k')}, {dec.get('strategy')}, "
+            f"top-k {dec.get('top_k')}, top-p {dec.get('top_p')}, max_new_tokens {dec.get('max_new_tokens')})"
+            if wl.get("generator_samples") else "") if x),
+        f"- accuracy: score as a percentage of `{data.get('reference')}`'s on the same samples; tiers 99 % and "
+        f"99.9 %; `--strict` requires the {data.get('accuracy_tier', 99.0):g} % tier and VALID runs; paired "
+        f"verdicts at ±{data.get('tolerance_pp')} pp",
+        "",
+    ]
+
+
+def scenario_markdown(data: dict[str, Any]) -> str:
+    lines = ["# breaknli-fast bench: LoadGen scenarios", ""]
+    if data.get("command"):
+        lines += ["```", data["command"], "```", ""]
+    lines += _header(data)
+    lines += [f"> **Note:** {n}" for n in data.get("notes", [])] + ([""] if data.get("notes") else [])
+    lines += ["## Scenarios", ""] + scenario_tables(data)
+    bad = [r for r in data.get("scenarios") or [] if r.get("reasons")]
+    if bad:
+        lines += ["### Why LoadGen judged a run INVALID", ""]
+        lines += [f"- {' '.join(_ident(r))}: " + "; ".join(r["reasons"]) for r in bad] + [""]
+    warn = [r for r in data.get("scenarios") or [] if r.get("warnings")]
+    if warn:
+        lines += ["### Warnings", ""] + [f"- {' '.join(_ident(r))}: " + "; ".join(r["warnings"]) for r in warn] + [""]
+    lines += ["### Logs", "", "LoadGen's own logs (mlperf_log_summary.txt, mlperf_log_detail.txt, "
+              "mlperf_log_accuracy.json) of each run, relative to this folder:", ""]
+    lines += [f"- {' '.join(_ident(r))}: `{r['logs']['performance']}`, `{r['logs']['accuracy']}`"
+              for r in data.get("scenarios") or [] if r.get("logs")] + [""]
+    skipped = [e for e in data.get("engines", []) if e.get("status") != "ok"]
+    if skipped:
+        lines += ["## Skipped or failed engines", ""]
+        lines += [f"- `{e['label']}`: {e['status']}: {e['reason']}" for e in skipped] + [""]
+    lines += ["## Verdict", "", "PASS: every run VALID and every engine at the required tier" if data.get("passed")
+              else "FAIL:"]
+    lines += [f"- {f}" for f in data.get("failures", [])]
+    lines += ["", "## What the columns mean", ""]
+    docs: dict[str, list[str]] = {}
+    for m in metrics_of(data):
+        if m.doc:
+            docs.setdefault(m.doc, []).append(m.title)
+    lines += [f"- **{' / '.join(titles)}**: {doc}" for doc, titles in docs.items()]
+    lines += ["", "Scenarios: " + "; ".join(f"{s.name} ({s.loadgen}): {s.what}" for s in SCENARIOS.values())
+              + ". docs/latency.md explains how to read them."]
+    return "\n".join(lines) + "\n"
+
+
+def scenario_rich_table(data: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    ms = [m for m in metrics_of(data) if m.terminal]
+    rows = data.get("scenarios") or []
+    ms = [m for m in ms if any(r["metrics"].get(m.key) is not None for r in rows)]
+    t = Table(title=f"LoadGen scenarios vs {data.get('reference')}"
+              + (" (random weights: accuracy not meaningful)" if not data.get("parity_meaningful", True) else ""))
+    for name, just in [("engine", "left"), ("role", "left"), ("scen.", "left")] + [(m.short, "right") for m in ms]:
+        t.add_column(name, justify=just, overflow="fold")
+    style = {"VALID": "[green]VALID[/]", "INVALID": "[bold red]INVALID[/]", "PASS": "[green]PASS[/]",
+             "FAIL": "[bold red]FAIL[/]"}
+    for r in rows:
+        t.add_row(*_short_ident(r), *[style.get(m.text(r["metrics"].get(m.key)), m.text(r["metrics"].get(m.key)))
+                                for m in ms])
+    for e in data.get("engines", []):
+        if e.get("status") != "ok":
+            t.add_row(e["label"], "–", "–", *([f"[yellow]{e['status']}[/]"] + ["–"] * (len(ms) - 1)))
+    return t
+
+
+def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each (engine, role, scenario) of either bench with every metric in A and B, and B / A where the metric has
+    a direction."""
+    ms = metrics_of(b if b.get("scenario_metrics") else a)
+    ra = {row_key(r): r for r in a.get("scenarios") or []}
+    rb = {row_key(r): r for r in b.get("scenarios") or []}
+    out = []
+    for key in list(ra) + [k for k in rb if k not in ra]:
+        x, y = (ra.get(key) or {}).get("metrics") or {}, (rb.get(key) or {}).get("metrics") or {}
+        metrics = {}
+        for m in ms:
+            va, vb = x.get(m.key), y.get(m.key)
+            num = m.better is not None and isinstance(va, (int, float)) and isinstance(vb, (int, float))
+            metrics[m.key] = {"a": va, "b": vb, "ratio_b_over_a": vb / va if num and va else None}
+        out.append({"engine": key[0], "role": key[1], "scenario": key[2], "in_a": key in ra, "in_b": key in rb,
+                    "metrics": metrics})
+    return out
+
+
+def compare_table_rows(cmp: dict[str, Any], defs: tuple[Metric, ...] = METRICS) -> list[list[str]]:
+    rows = []
+    for r in cmp["rows"]:
+        rows.append([f"{r['engine']} {ROLE_TITLES.get(r['role'], r['role'])} {r['scenario']}", "present",
+                     "yes" if r["in_a"] else "absent", "yes" if r["in_b"] else "absent", ""])
+        for m in defs:
+            v = r["metrics"].get(m.key) or {}
+            if v.get("a") is None and v.get("b") is None:
+                continue
+            ratio = v.get("ratio_b_over_a")
+            rows.append(["", m.title, m.text(v.get("a")), m.text(v.get("b")),
+                         f"{ratio:.2f}×" if ratio is not None else ""])
+    return rows

@@ -1,0 +1,334 @@
+"""``run_scenarios``: every ``--engines`` entry as LoadGen's system under test, per role and scenario.
+
+Per engine (the torch fp32 reference first), per role: load the role's models, timing the cold start (export or
+cached-export check, load and session creation, the first sample) and measuring the files on disk; calibrate
+(a few single samples and one batch: LoadGen's expected latency and Offline rate); then per scenario a
+PerformanceOnly run and an AccuracyOnly run on the same system under test, each with its LoadGen logs in
+``<out>/loadgen/<engine>/<role>/<scenario>/{performance,accuracy}``. An Offline run that LoadGen finds too short
+for its minimum duration runs once more at the rate it measured (LoadGen's own recommendation). Scores and
+tiers against the reference are computed at the end (:mod:`.accuracy`).
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from breaknli_fast.bench.loadgen import accuracy as acc
+from breaknli_fast.bench.loadgen import import_loadgen, loadgen_version
+from breaknli_fast.bench.loadgen.coldstart import load_timed, size_on_disk
+from breaknli_fast.bench.loadgen.harness import SampleRunner, TestRun, run_test
+from breaknli_fast.bench.loadgen.metrics import definitions, tier_reached, values
+from breaknli_fast.bench.loadgen.roles import (ClassifierRunner, GeneratorRunner, StudyRunner, first_token_source,
+                                              gen_samples, reuse_off, reuse_on)
+from breaknli_fast.bench.loadgen.settings import SCENARIOS, Hints, ScenarioSettings, seeds_of, loadgen_settings
+from breaknli_fast.bench.measure import PeakMemory
+from breaknli_fast.bench.result import SCHEMA, BenchError, BenchResult
+from breaknli_fast.bench.runner import BenchConfig, prepare_models
+from breaknli_fast.bench.specs import BenchEngine
+from breaknli_fast.bench.stages import workload_prompts
+from breaknli_fast.data.loaders import load_examples
+from breaknli_fast.errors import UserError, first_line
+from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
+
+CALIBRATION_S = 2.0  # seconds of the calibration batch, about
+
+
+def _loadavg() -> float | None:
+    import os
+
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "engine"
+
+
+def calibrate(runner: SampleRunner) -> Hints:
+    """A few single samples (the median) and one batch of about :data:`CALIBRATION_S` seconds."""
+    single = []
+    for i in range(min(runner.size, 3)):
+        t0 = time.perf_counter()
+        runner.process([i], None)
+        single.append(time.perf_counter() - t0)
+    latency = max(statistics.median(single), 1e-6)
+    n = max(8, min(512, int(CALIBRATION_S / latency)))
+    t0 = time.perf_counter()
+    runner.process([j % runner.size for j in range(n)], None)
+    return Hints(latency, n / max(time.perf_counter() - t0, 1e-6))
+
+
+def _cv(seconds: list[float]) -> float | None:
+    return 100.0 * statistics.stdev(seconds) / statistics.mean(seconds) if len(seconds) > 1 and sum(seconds) else None
+
+
+class _LoadFailed(Exception):
+    """An engine that cannot load a role's model (reported as skipped)."""
+
+
+class _Engine:
+    """One engine's loaded roles, loaded on first need, with the cold start of each."""
+
+    def __init__(self, spec: BenchEngine, models: dict[str, Any]):
+        self.spec, self.models = spec, models
+        self.loaded: dict[str, Any] = {}
+        self.cold: dict[str, dict[str, float | None]] = {}
+
+    def get(self, role: str) -> Any:
+        if role not in self.loaded:
+            name = (self.spec.classifier if role == "classifier" else self.spec.generator) or self.models[role]
+            try:
+                m, cold = load_timed(self.spec.config, {role: name})
+            except Exception as e:  # noqa: BLE001 - any engine may fail to load
+                raise _LoadFailed(first_line(e)) from e
+            self.loaded[role] = m.get(role)
+            self.cold[role] = {**cold, "size_mib": size_on_disk(self.loaded[role])}
+        return self.loaded[role]
+
+
+def _runner(eng: _Engine, role: str, pairs: list, samples: list, loop: BreakNLIConfig) -> SampleRunner:
+    if role == "classifier":
+        clf = eng.get("classifier")
+        reuse_off(clf)
+        return ClassifierRunner(clf, pairs)
+    if role == "generator":
+        return GeneratorRunner(eng.get("generator"), samples, loop)
+    clf, gen = eng.get("classifier"), eng.get("generator")
+    reuse_off(clf)
+    return StudyRunner(clf, gen, samples, loop)
+
+
+def _cold(eng: _Engine, role: str) -> dict[str, float | None]:
+    """A role's cold start and size: its model's, or the study unit's two models' together."""
+    parts = [eng.cold[r] for r in (("classifier", "generator") if role == "study" else (role,))]
+
+    def total(k: str) -> float | None:
+        got = [p[k] for p in parts if p.get(k) is not None]
+        return sum(got) if got else None
+
+    return {"export_s": total("export_s"), "load_s": total("load_s"), "size_mib": total("size_mib")}
+
+
+def _perf(lg: Any, runner: SampleRunner, scenario: str, s: ScenarioSettings, hints: Hints, tokens: bool,
+          folder: Path, device: str) -> tuple[TestRun, dict[str, Any], dict[str, Any] | None]:
+    sc = SCENARIOS[scenario]
+    coalesce = getattr(runner, "per_call", 64) if scenario == "server" else 1
+    retry: dict[str, Any] | None = None
+    for attempt in range(2):
+        ts = loadgen_settings(lg, scenario, "performance", s, hints, tokens,
+                              offline_qps=retry.get("expected_qps") if retry else None)
+        mem = PeakMemory(device).start()
+        run = run_test(lg, runner, ts, folder, sc.percentile, tokens, coalesce)
+        peak = mem.read()
+        res = run.result
+        # LoadGen's own advice, taken once: an Offline query too small for the minimum duration (raise the expected
+        # rate to the one measured), too few queries prepared (lower the expected latency)
+        short = scenario == "offline" and bool(res.get("samples_per_s")) and any(
+            r.startswith("min duration not met") for r in res["reasons"])
+        ran_out = any("Ran out of generated queries" in r for r in res["reasons"])
+        if attempt or not (short or ran_out):
+            return run, {"peak": peak, "seeds": seeds_of(ts)}, retry
+        retry = {"first_reasons": res["reasons"]}
+        if short:
+            retry["expected_qps"] = float(res["samples_per_s"]) * 1.1
+        else:
+            hints = Hints(hints.latency_s * 0.25, hints.batch_qps)
+            retry["expected_latency_ms"] = hints.latency_s * 1e3
+    raise AssertionError("unreachable")
+
+
+def _role_rows(lg: Any, eng: _Engine, role: str, runner: SampleRunner, ctx: dict[str, Any],
+               acc_out: dict[tuple[str, str, str], dict[int, Any]], rows: list[dict[str, Any]]) -> None:
+    s: ScenarioSettings = ctx["settings"]
+    label = eng.spec.label
+    t0 = time.perf_counter()
+    runner.process([0], None)
+    first_s = time.perf_counter() - t0
+    hints = calibrate(runner)
+    cold = _cold(eng, role)
+    source = first_token_source(eng.loaded.get("generator")) if role == "generator" else None
+    for scenario in s.scenarios:
+        tokens = bool(source) and scenario != "server"
+        base = ctx["out"] / "loadgen" / slug(label) / role / scenario
+        ctx["log"](f"[{label}] {role}: {scenario}")
+        run, extra, retry = _perf(lg, runner, scenario, s, hints, tokens, base / "performance", eng.spec.config.device)
+        accuracy = run_test(lg, runner, loadgen_settings(lg, scenario, "accuracy", s, hints, tokens), base / "accuracy",
+                            SCENARIOS[scenario].percentile, tokens)
+        acc_out[(label, role, scenario)] = accuracy.outputs
+        res = run.result
+        cv = _cv(run.service_s)
+        warnings = [f"service-time CV {cv:.1f} % is above {s.cv_threshold_pct:g} %: the latencies vary (load average "
+                    f"{_loadavg()})"] if cv is not None and cv > s.cv_threshold_pct else []
+        if tokens and run.first_token_missing:
+            warnings.append(f"{run.first_token_missing} samples reported no first token (counted at completion)")
+        if role == "generator" and not tokens:
+            warnings.append("no TTFT / TPOT: " + ("Server judges the whole sample against --target-latency-ms"
+                                                  if source else "the engine reports no first token"))
+        rows.append({
+            "engine": label, "role": role, "scenario": scenario, "reference": eng.spec is ctx["ref"],
+            "metrics": values(
+                result=res["validity"], p50_ms=res["p50_ms"], p90_ms=res["p90_ms"], p99_ms=res["p99_ms"],
+                early_stop_ms=res["early_stop_ms"] if not tokens else None, samples_per_s=res["samples_per_s"],
+                ttft_p50_ms=res["ttft_p50_ms"], ttft_p90_ms=res["ttft_p90_ms"], tpot_p50_ms=res["tpot_p50_ms"],
+                tpot_p90_ms=res["tpot_p90_ms"], tokens_per_s=res["tokens_per_s"], queries=res["queries"],
+                cv_pct=cv, export_s=cold["export_s"], load_s=cold["load_s"], first_inference_s=first_s,
+                size_mib=cold["size_mib"], peak_rss_mib=extra["peak"].get("peak_rss_mib"), load_avg=_loadavg()),
+            "reasons": res["reasons"], "warnings": warnings,
+            "early_stopping": {"latency_ms": res["early_stop_ms"], "ttft_ms": res["ttft_early_stop_ms"],
+                               "tpot_ms": res["tpot_early_stop_ms"]},
+            "token_latencies": source if tokens else None, "retry": retry,
+            "settings": {k: res["settings"].get(k) for k in ("min_duration_ms", "min_query_count", "samples_per_query",
+                                                           "target_qps", "target_latency_ns", "performance_sample_count")},
+            "seeds": extra["seeds"], "accuracy_samples": len(accuracy.outputs),
+            "logs": {"performance": str(base.relative_to(ctx["out"]) / "performance"),
+                     "accuracy": str(base.relative_to(ctx["out"]) / "accuracy")},
+            "calibration": {"latency_ms": hints.latency_s * 1e3, "batch_samples_per_s": hints.batch_qps},
+        })
+
+
+def _score(rows: list[dict[str, Any]], acc_out: dict, ctx: dict[str, Any], reference_classifier: Callable[[], Any]) -> None:
+    """Every row's accuracy against the reference's row of the same role and scenario."""
+    ref_label, tol, loop, samples = ctx["ref"].label, ctx["tolerance"], ctx["loop"], ctx["samples"]
+    cache: dict[tuple[str, str, str], dict[int, Any]] = {}
+
+    def records(key: tuple[str, str, str]) -> dict[int, Any]:
+        if key[1] == "study":
+            return acc_out[key]
+        if key not in cache:
+            cache[key] = acc.replay_records(samples, acc_out[key], reference_classifier(), loop)
+        return cache[key]
+
+    for row in rows:
+        key, rkey = (row["engine"], row["role"], row["scenario"]), (ref_label, row["role"], row["scenario"])
+        if rkey not in acc_out or not ctx["meaningful"]:
+            continue
+        m = row["metrics"]
+        if row["role"] == "classifier":
+            gate = acc.gate(acc.classifier_scores(acc_out[key], ctx["gold"]),
+                            acc.classifier_scores(acc_out[rkey], ctx["gold"]), tol)
+            m["label_agreement_pct"] = acc.label_agreement(acc_out[key], acc_out[rkey])
+        else:
+            mine, ref = records(key), records(rkey)
+            score = acc.generator_scores if row["role"] == "generator" else (lambda r, u: acc.study_scores(r))
+            gate = acc.gate(score(mine, loop.u), score(ref, loop.u), tol)
+            gate["breakage"] = acc.records_parity(ctx["probe"], mine, ref, tol)
+        row["accuracy"] = gate
+        m.update(score_pct=gate["score_pct"], of_reference_pct=gate["of_reference_pct"], tier_99=gate["tiers"]["99"],
+                 tier_999=gate["tiers"]["99.9"], verdict=acc.verdict_text(gate),
+                 tier=tier_reached(gate["tiers"]["99"], gate["tiers"]["99.9"]))
+
+
+def _checks(rows: list[dict[str, Any]], engines: list[dict[str, Any]], s: ScenarioSettings,
+            meaningful: bool) -> list[str]:
+    fails = [f"{e['label']}: engine {e['status']}: {e['reason']}" for e in engines if e["status"] != "ok"]
+    tier = "tier_99" if s.accuracy_tier == 99.0 else "tier_999"
+    for r in rows:
+        where = f"{r['engine']} {r['role']} {r['scenario']}"
+        if r["metrics"]["result"] != "VALID":
+            fails.append(f"{where}: {r['metrics']['result'] or 'no result'}: " + "; ".join(r["reasons"]))
+        if meaningful and r["metrics"][tier] is False:
+            fails.append(f"{where}: accuracy {r['metrics']['of_reference_pct']:.2f} % of the fp32 reference, below "
+                         f"the {s.accuracy_tier:g} % tier")
+    return fails
+
+
+def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,
+                  log: Callable[[str], None] | None = None) -> BenchResult:
+    """Run the scenarios of ``s`` for every engine of ``cfg`` and role; logs under ``out_dir``."""
+    lg = import_loadgen()  # one line when the extra is missing, before any model loads
+    s.check()
+    log = log or (lambda msg: None)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    probe = cfg.make_probe()
+    if probe.name != "breaknli" and set(s.roles) - {"classifier"}:
+        raise UserError(f"--roles generator / study run BreakNLI's loop, not --probe {probe.name}")
+    specs = cfg.specs()
+    from breaknli_fast.envinfo import environment
+
+    env = environment()
+    data = load_examples(cfg.dataset, split=cfg.split, limit=cfg.limit, seed=probe.seed)
+    if not data.examples:
+        raise BenchError(f"no valid example in {cfg.dataset!r}")
+    models: dict[str, Any] = {"classifier": cfg.classifier, "generator": cfg.generator}
+    notes: list[str] = []
+    random_info = prepare_models(cfg, probe, data, models, notes, log)
+    loop = probe.cfg if isinstance(getattr(probe, "cfg", None), BreakNLIConfig) else BreakNLIConfig()
+    examples = data.examples[: s.samples] if s.samples else data.examples
+    pairs, gold = [(ex.premise, ex.hypothesis) for ex in examples], [ex.label for ex in examples]
+    samples = (gen_samples(data.examples, workload_prompts(data.examples, loop, cfg.gen_prompts))
+               if set(s.roles) - {"classifier"} else [])
+    if set(s.roles) - {"classifier"} and not samples:
+        raise BenchError("no example of the data is selected by the loop's modes: the generator and the study unit "
+                         "have no sample")
+    out = Path(out_dir)
+    ctx = {"settings": s, "out": out, "log": log, "ref": specs[0], "tolerance": cfg.tolerance, "loop": loop,
+           "samples": samples, "gold": gold, "probe": probe, "meaningful": not cfg.random_weights}
+    rows: list[dict[str, Any]] = []
+    engines: list[dict[str, Any]] = []
+    acc_out: dict[tuple[str, str, str], dict[int, Any]] = {}
+    for i, spec in enumerate(specs):
+        e: dict[str, Any] = {"label": spec.label, "engine": spec.engine, "precision": spec.precision,
+                             "reference": i == 0, "spec": spec.to_dict(), "status": "ok", "reason": None,
+                             "load_average_start": _loadavg()}
+        engines.append(e)
+        eng = _Engine(spec, models)
+        role = None
+        try:
+            for role in s.roles:
+                log(f"[{spec.label}] {role}: loading and calibrating")
+                runner = _runner(eng, role, pairs, samples, loop)
+                _role_rows(lg, eng, role, runner, ctx, acc_out, rows)
+        except Exception as ex:  # noqa: BLE001 - an engine that fails is reported; the reference must run
+            if i == 0:
+                raise BenchError(f"the reference {spec.label} failed ({role}): {first_line(ex)}") from ex
+            e.update(status="skipped" if isinstance(ex, _LoadFailed) else "failed", reason=f"{role}: {first_line(ex)}")
+            log(f"[{spec.label}] {e['status']}: {e['reason']}")
+        e["cold_start"] = eng.cold
+        e["info"] = {r: m.info.to_dict() for r, m in eng.loaded.items() if getattr(m, "info", None) is not None}
+        e["load_average_end"] = _loadavg()
+        for m in eng.loaded.values():
+            reuse_on(m)
+        eng.loaded.clear()
+        gc.collect()
+    ref_clf: list[Any] = []
+
+    def reference_classifier() -> Any:
+        if not ref_clf:
+            ref_clf.append(load_timed(specs[0].config, {"classifier": specs[0].classifier or models["classifier"]})[0]
+                           .classifier)
+        return ref_clf[0]
+
+    _score(rows, acc_out, ctx, reference_classifier)
+    if not ctx["meaningful"]:
+        notes.append("random weights: the accuracy scores, tiers and verdicts are not meaningful and not computed")
+    failures = _checks(rows, engines, s, ctx["meaningful"])
+    return BenchResult({
+        "schema": SCHEMA, "kind": "scenarios", "command": cfg.command, "started": started,
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "environment": env,
+        "probe": probe.name, "config": {**cfg.to_dict(), "scenarios": s.to_dict(),
+                                        "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
+        "loadgen": {"version": loadgen_version(), "mlperf_rules": s.mlperf_rules,
+                    "rules": "LoadGen's official settings (mlperf.conf)" if s.mlperf_rules else
+                             f"LoadGen's official settings with a {s.min_duration_s:g} s minimum duration"},
+        "seeds": {"loadgen": rows[0]["seeds"] if rows else None, "probe": probe.seed,
+                  "per_sample": "derive_seed(seed, mode, example id)"},
+        "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
+                 "examples": len(data.examples), "skips": data.skips.to_dict()},
+        "models": {"classifier": models["classifier"], "generator": models["generator"],
+                   "random_weights": random_info or None},
+        "workload": {"classifier_samples": len(pairs) if "classifier" in s.roles else None,
+                     "generator_samples": len(samples) if samples else None, "k": loop.k,
+                     "decoding": loop.decoding.to_dict()},
+        "reference": specs[0].label, "parity_meaningful": ctx["meaningful"], "tolerance_pp": cfg.tolerance,
+        "accuracy_tier": s.accuracy_tier, "cv_threshold_pct": s.cv_threshold_pct,
+        "scenario_metrics": definitions(), "scenarios": rows, "engines": engines, "notes": notes,
+        "failures": failures, "passed": not failures,
+    })

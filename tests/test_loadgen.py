@@ -1,0 +1,299 @@
+"""``bench --scenario``: MLCommons' LoadGen drives the engines. A known service time comes out as LoadGen's p90; an
+engine with wrong labels fails the accuracy tier; a run too short for LoadGen's minimums is INVALID and --strict
+exits 1; a caching engine is not credited with its cache; the generator reports its first token; without LoadGen,
+one line. Tiny minimum durations and query counts keep each test to seconds."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from breaknli_fast.bench.loadgen import LoadGenMissing, import_loadgen
+from breaknli_fast.bench.loadgen.harness import Output, run_test
+from breaknli_fast.bench.loadgen.settings import Hints, ScenarioSettings, loadgen_settings
+from breaknli_fast.cli import app
+from breaknli_fast.engines import registry
+from breaknli_fast.engines.base import Decoding
+from breaknli_fast.engines.sampling import sample
+from breaknli_fast.errors import UserError
+
+try:
+    import mlperf_loadgen as lg
+except ImportError:  # the loadgen extra (make test installs it)
+    lg = None
+needs_loadgen = pytest.mark.skipif(lg is None, reason="mlcommons-loadgen is not installed: pip install "
+                                                     "'breaknli-fast[loadgen]'")
+
+registry.register("sleep", "tests.plugins.sleep_engine")
+
+
+class SleepRunner:
+    """A system under test whose every sample costs ``sleep_s``."""
+
+    def __init__(self, sleep_s: float, size: int = 4):
+        self.sleep_s, self.size, self.calls = sleep_s, size, 0
+
+    def process(self, indices, first_token=None):
+        self.calls += 1
+        time.sleep(self.sleep_s * len(indices))
+        return [Output(i, bytes([i % 256])) for i in indices]
+
+
+def _settings(**kw) -> ScenarioSettings:
+    return ScenarioSettings(**{"min_duration_s": 0.2, "min_queries": 70, **kw})
+
+
+@needs_loadgen
+def test_known_service_time_is_loadgens_p90(tmp_path):
+    sleep = 0.02
+    ts = loadgen_settings(lg, "single-stream", "performance", _settings(), Hints(sleep, 1 / sleep), tokens=False)
+    run = run_test(lg, SleepRunner(sleep), ts, tmp_path / "ss", percentile=90.0)
+    r = run.result
+    assert r["validity"] == "VALID" and r["reasons"] == []
+    assert r["queries"] >= 70
+    # LoadGen's p90 is the sleep plus the harness and LoadGen overhead: never below it, within tolerance above
+    assert sleep * 1e3 <= r["p90_ms"] <= sleep * 1e3 * 1.5 + 10, r
+    assert r["early_stop_ms"] is not None and r["early_stop_ms"] >= r["p90_ms"] - 1e-9
+    assert (tmp_path / "ss" / "mlperf_log_summary.txt").exists() and (tmp_path / "ss" / "mlperf_log_detail.txt").exists()
+
+
+@needs_loadgen
+def test_a_run_short_of_loadgens_minimum_is_invalid_with_its_reason(tmp_path):
+    ts = loadgen_settings(lg, "single-stream", "performance", _settings(min_queries=10, min_duration_s=0.0),
+                       Hints(0.001, 1000), tokens=False)
+    r = run_test(lg, SleepRunner(0.001), ts, tmp_path / "short", percentile=90.0).result
+    assert r["validity"] == "INVALID"
+    assert any("early stopping" in x and "64" in x for x in r["reasons"]), r["reasons"]
+
+
+@needs_loadgen
+def test_accuracy_pass_answers_every_sample_once(tmp_path):
+    runner = SleepRunner(0.0, size=13)
+    for scenario in ("single-stream", "multi-stream", "offline"):
+        ts = loadgen_settings(lg, scenario, "accuracy", _settings(), Hints(0.001, 1000), tokens=False)
+        run = run_test(lg, runner, ts, tmp_path / scenario, percentile=None)
+        assert sorted(run.outputs) == list(range(13))
+        logged = json.loads((tmp_path / scenario / "mlperf_log_accuracy.json").read_text())
+        assert {e["qsl_idx"] for e in logged} == set(range(13))
+
+
+@needs_loadgen
+def test_a_failing_engine_still_ends_loadgen_and_raises(tmp_path):
+    class Broken(SleepRunner):
+        def process(self, indices, first_token=None):
+            raise RuntimeError("engine broke")
+
+    ts = loadgen_settings(lg, "single-stream", "performance", _settings(), Hints(0.001, 1000), tokens=False)
+    with pytest.raises(RuntimeError, match="engine broke"):
+        run_test(lg, Broken(0.0), ts, tmp_path / "broken", percentile=90.0)
+
+
+@needs_loadgen
+def test_a_caching_engine_is_not_credited_with_its_cache(tmp_path):
+    """The same sample asked for again costs again: the pair cache and de-duplication are off."""
+    from breaknli_fast.bench.loadgen.roles import ClassifierRunner, reuse_off
+
+    clf = registry.load_classifier("sleep", "mini-nli", sleep_ms=10)
+    pairs = [("A man sleeps.", "A person rests."), ("A dog runs.", "A cat sleeps.")]
+    clf.classify(pairs * 3)
+    assert clf.computed == 2  # on its own, the engine computes each distinct pair once
+    assert reuse_off(clf)
+    runner = ClassifierRunner(clf, pairs)
+    clf.computed = 0
+    runner.process([0, 0, 1, 1, 0], None)
+    runner.process([0], None)
+    assert clf.computed == 6
+    # through LoadGen: Offline on a library of 2 samples, many samples per query: no faster than one sleep each
+    ts = loadgen_settings(lg, "offline", "performance", _settings(), Hints(0.01, 100), tokens=False)
+    r = run_test(lg, runner, ts, tmp_path / "off", percentile=None).result
+    assert r["samples_per_s"] <= 1 / 0.01 * 1.05, r
+
+
+def test_sampler_reports_the_first_token_once_after_the_first_step():
+    class Stepper:
+        def start(self, input_ids, attention_mask, n):
+            self.rows, self.t = int(input_ids.shape[0]) * n, 0
+
+        def step(self, tokens):
+            self.t += 1
+            logits = torch.zeros((tokens.shape[0], 20))
+            logits[:, 5] = 5.0
+            return logits
+
+        def keep(self, positions):
+            pass
+
+    for sampler in ("fast", "transformers"):
+        st, seen = Stepper(), []
+        ids = torch.ones((2, 3), dtype=torch.long)
+        out = sample(st, ids, torch.ones_like(ids), 3, Decoding(max_new_tokens=4, sampler=sampler), [0, 1], 0, 1, 0,
+                     on_first_token=lambda: seen.append(st.t))
+        assert seen == [1], sampler  # once, after the first decoding step, before the second
+        assert [len(r) for rows in out for r in rows] == [4] * 6
+
+
+def test_without_loadgen_one_line_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "mlperf_loadgen", None)  # import fails as if not installed
+    with pytest.raises(LoadGenMissing, match=r"pip install 'breaknli-fast\[loadgen\]'"):
+        import_loadgen()
+    res = CliRunner().invoke(app, ["bench", "--scenario", "offline", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        "error: bench --scenario needs MLCommons' LoadGen: pip install 'breaknli-fast[loadgen]' (mlcommons-loadgen)"]
+    assert not (tmp_path / "b").exists()
+
+
+def test_scenario_settings_are_checked_before_loading():
+    from breaknli_fast.bench.loadgen.settings import parse_roles, parse_scenarios
+
+    assert parse_scenarios("SingleStream, offline,single-stream") == ("single-stream", "offline")
+    assert parse_roles("clf,study") == ("classifier", "study")
+    for bad in ("nonsense", ","):
+        with pytest.raises(UserError):
+            parse_scenarios(bad)
+    with pytest.raises(UserError, match="--target-qps"):
+        ScenarioSettings(scenarios=("server",)).check()
+    with pytest.raises(UserError, match="99 or 99.9"):
+        ScenarioSettings(accuracy_tier=95).check()
+
+
+def _bench(tmp_path: Path, *args: str) -> tuple[int, str, dict]:
+    out = tmp_path / "bench"
+    res = CliRunner().invoke(app, ["bench", "--limit", "24", "--out", str(out), "--no-plot", *args])
+    data = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else {}
+    return res.exit_code, res.output, data
+
+
+@needs_loadgen
+def test_wrong_labels_fail_the_99_tier_and_strict_exits_1(tmp_path):
+    code, output, d = _bench(tmp_path, "--scenario", "offline", "--engines", "sleep:fp32:sleep_ms=0,"
+                             "sleep:fp32:sleep_ms=0:wrong=true:label=wrong", "--min-duration", "0.2", "--strict")
+    rows = {r["engine"]: r for r in d["scenarios"]}
+    assert rows["sleep:fp32:sleep_ms=0"]["metrics"]["of_reference_pct"] == pytest.approx(100.0)
+    assert rows["sleep:fp32:sleep_ms=0"]["metrics"]["tier"] == "99.9 %"
+    wrong = rows["wrong"]["metrics"]
+    assert wrong["of_reference_pct"] < 99 and wrong["tier_99"] is False and wrong["tier"] == "none"
+    assert wrong["label_agreement_pct"] == 0.0
+    assert any("wrong classifier offline: accuracy" in f and "below the 99 % tier" in f for f in d["failures"])
+    assert code == 1 and d["passed"] is False
+    assert "LoadGen scenarios" in output and "FAIL" in (tmp_path / "bench" / "bench.md").read_text()
+
+
+@needs_loadgen
+def test_too_short_run_is_invalid_and_strict_exits_1(tmp_path):
+    code, output, d = _bench(tmp_path, "--scenario", "single-stream", "--engines", "torch:fp32", "--min-duration",
+                             "0", "--min-queries", "5", "--strict")
+    row = d["scenarios"][0]
+    assert row["metrics"]["result"] == "INVALID" and any("early stopping" in r for r in row["reasons"])
+    assert code == 1 and any("INVALID" in f for f in d["failures"])
+    assert "INVALID" in output
+    logs = tmp_path / "bench" / row["logs"]["performance"]
+    assert (logs / "mlperf_log_summary.txt").read_text().count("Result is : INVALID") == 1
+    assert (tmp_path / "bench" / row["logs"]["accuracy"] / "mlperf_log_accuracy.json").exists()
+    # without --strict the same bench exits 0
+    code, _, d = _bench(tmp_path, "--scenario", "single-stream", "--engines", "torch:fp32", "--min-duration", "0",
+                        "--min-queries", "5")
+    assert code == 0 and d["passed"] is False
+
+
+@needs_loadgen
+def test_generator_and_study_unit_with_token_latencies(tiny_t5, tiny_roberta, tiny_tsv, tmp_path):
+    from breaknli_fast.bench.loadgen.runner import run_scenarios
+    from breaknli_fast.bench.runner import BenchConfig
+    from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
+
+    loop = BreakNLIConfig(k=4, u=2, s=1, decoding=Decoding(top_p=1.0, top_k=0, max_new_tokens=6), seed=0)
+    registry.register("words", "tests.plugins.word_engine")
+    cfg = BenchConfig(engines="torch:fp32,words:fp32", dataset=str(tiny_tsv), limit=12, probe_config=loop,
+                      generator=tiny_t5, classifier=tiny_roberta, gen_prompts=4, component_split=False)
+    s = ScenarioSettings(scenarios=("single-stream", "offline"), roles=("generator", "study"), min_duration_s=0.0,
+                         min_queries=3)
+    d = run_scenarios(cfg, s, tmp_path / "b").data
+    rows = {(r["engine"], r["role"], r["scenario"]): r for r in d["scenarios"]}
+    assert len(rows) == 8
+    ref = rows[("torch:fp32", "generator", "single-stream")]
+    assert ref["token_latencies"] == "sampler callback"
+    m = ref["metrics"]
+    assert 0 < m["ttft_p90_ms"] <= m["p90_ms"] and m["tpot_p90_ms"] > 0 and m["tokens_per_s"] > 0
+    assert m["of_reference_pct"] == pytest.approx(100.0) or m["score_pct"] == 0.0
+    words = rows[("words:fp32", "generator", "single-stream")]
+    assert words["metrics"]["ttft_p90_ms"] is None and any("no first token" in w for w in words["warnings"])
+    study = rows[("torch:fp32", "study", "offline")]
+    assert study["accuracy_samples"] == 4 and study["metrics"]["samples_per_s"] > 0
+    assert "breakage" in rows[("words:fp32", "study", "single-stream")].get("accuracy", {"breakage": 1})
+    assert d["seeds"]["loadgen"]["sample_index_rng_seed"] == ref["seeds"]["sample_index_rng_seed"]
+    assert all(e["status"] == "ok" for e in d["engines"])
+
+
+@needs_loadgen
+def test_laptop_defaults_shorten_only_the_duration_and_mlperf_rules_keep_the_official_settings():
+    hints = Hints(0.01, 100.0)
+    lap = loadgen_settings(lg, "multi-stream", "performance", ScenarioSettings(), hints, tokens=False)
+    off = loadgen_settings(lg, "multi-stream", "performance", ScenarioSettings(mlperf_rules=True), hints, tokens=False)
+    assert lap.min_duration_ms == 10_000 and off.min_duration_ms == 600_000
+    assert lap.min_query_count == off.min_query_count == 662 and lap.multi_stream_samples_per_query == 8
+    assert (lap.sample_index_rng_seed, lap.schedule_rng_seed) == (off.sample_index_rng_seed, off.schedule_rng_seed) != (0, 0)
+    srv = loadgen_settings(lg, "server", "accuracy", ScenarioSettings(scenarios=("server",), target_qps=40,
+                                                                      target_latency_ms=50), hints, tokens=True)
+    assert srv.server_target_qps == 40 and srv.server_target_latency_ns == 50_000_000 and srv.use_token_latencies
+
+
+def _scenario_bench(p90: float, tier: bool) -> dict:
+    from breaknli_fast.bench.loadgen.metrics import definitions, values
+
+    row = {"engine": "ort:int8", "role": "classifier", "scenario": "single-stream", "reasons": [], "warnings": [],
+           "logs": {"performance": "loadgen/p", "accuracy": "loadgen/a"},
+           "metrics": values(result="VALID", p90_ms=p90, samples_per_s=1000 / p90, of_reference_pct=99.5 if tier else 90.0,
+                             tier_99=tier, tier_999=False, tier="99 %" if tier else "none", export_s=None)}
+    return {"schema": "breaknli-fast-bench/2", "kind": "scenarios", "reference": "torch:fp32", "tolerance_pp": 1.0,
+            "scenario_metrics": definitions(), "scenarios": [row], "engines": [], "passed": tier,
+            "failures": [] if tier else ["ort:int8 classifier single-stream: accuracy below the 99 % tier"]}
+
+
+def test_one_metric_definition_feeds_json_markdown_terminal_and_compare(tmp_path):
+    from rich.console import Console
+
+    from breaknli_fast.bench.compare import compare, compare_markdown
+    from breaknli_fast.bench.loadgen.metrics import METRICS, values
+    from breaknli_fast.bench.result import BenchResult
+
+    with pytest.raises(KeyError, match="undefined scenario metrics: p95_ms"):
+        values(p95_ms=1.0)
+    a, b = _scenario_bench(10.0, True), _scenario_bench(5.0, False)
+    md = BenchResult(a).to_markdown()
+    # only the columns a row has a figure for, in the definitions' order
+    assert "| engine | role | scenario | result | p90 ms | samples/s |" in md
+    assert [m.title for m in METRICS].index("p90 ms") < [m.title for m in METRICS].index("samples/s")
+    assert "| ort:int8 | classifier | single-stream | VALID | 10.00 | 100.0 |" in md
+    assert "| 99.50 | PASS | FAIL | 99 % |" in md and "PASS: every run VALID" in md
+    assert "FAIL:\n- ort:int8 classifier single-stream: accuracy below" in BenchResult(b).to_markdown()
+    console = Console(record=True, width=120)
+    console.print(BenchResult(a).table())
+    text = console.export_text()
+    assert "p90 ms" in text and "10.00" in text and "99 %" in text and "p50" not in text
+    cmp = compare(a, b)
+    m = cmp["rows"][0]["metrics"]
+    assert m["p90_ms"] == {"a": 10.0, "b": 5.0, "ratio_b_over_a": 0.5}
+    assert m["tier"]["ratio_b_over_a"] is None and m["tier"]["b"] == "none"
+    cm = compare_markdown(cmp, "A", "B")
+    assert "|  | p90 ms | 10.00 | 5.00 | 0.50× |" in cm and "|  | tier reached | 99 % | none |  |" in cm
+    # a saved bench renders with the definitions it carries, even where this version renamed a column
+    a["scenario_metrics"] = [dict(d, title="p90 (old name)") if d["key"] == "p90_ms" else d for d in a["scenario_metrics"]]
+    assert "p90 (old name)" in BenchResult(a).to_markdown()
+
+
+@needs_loadgen
+def test_server_runs_at_the_target_rate_and_is_judged_against_the_latency_bound(tmp_path):
+    s = _settings(scenarios=("server",), target_qps=100.0, target_latency_ms=1.0, min_duration_s=0.5, min_queries=20)
+    ts = loadgen_settings(lg, "server", "performance", s, Hints(0.005, 200), tokens=False)
+    r = run_test(lg, SleepRunner(0.005), ts, tmp_path / "server", percentile=99.0, coalesce=8).result
+    assert 60 <= r["samples_per_s"] <= 140, r  # Poisson arrivals at 100/s over half a second
+    assert r["settings"]["target_latency_ns"] == 1_000_000
+    # every sample takes 5 ms, far over the 1 ms bound: INVALID, with LoadGen's reason
+    assert r["validity"] == "INVALID" and any("latency bound not met" in x or "early stopping" in x for x in r["reasons"])
