@@ -147,7 +147,7 @@ def _header(data: dict[str, Any]) -> list[str]:
         f"- machine: {env.get('cpu')} ({env.get('cpu_count')} logical CPUs, torch threads {env.get('torch_threads')}, "
         f"{env.get('memory_gib')} GiB); GPU: {', '.join(acc.get('gpus', [])) if acc.get('cuda_available') else 'none visible'}",
         f"- versions: breaknli-fast {env.get('breaknli_fast')} ({env.get('git')}), torch {pk.get('torch')}, transformers "
-        f"{pk.get('transformers')}, onnxruntime {pk.get('onnxruntime')}, optimum {pk.get('optimum')}, tensorrt {pk.get('tensorrt')}",
+        f"{pk.get('transformers')}, onnxruntime {pk.get('onnxruntime')}, tensorrt {pk.get('tensorrt')}",
         f"- probe `{data.get('probe', 'breaknli')}`; models: " + ", ".join(
             f"{role} `{name}`" for role, name in (("classifier", models.get("classifier")),
                                                   ("generator", models.get("generator")),
