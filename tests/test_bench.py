@@ -163,6 +163,9 @@ def test_identical_engine_passes_and_an_engine_that_did_not_run_fails_strict(sam
     assert "PASS" not in md and "FAIL:" in md and "did not run" in md and d["command"] in md
     assert "too few examples to judge" in md and "**paired**" in md and "unpaired" not in md
     assert "tensorrt:fp16" in r.output and "skipped" in r.output
+    # the bench ends with which engine to pick: the same engine, identical candidates, not shown to differ
+    assert "## Which engine to pick" in md and "Pick: `same`" in md and "token for token" in md
+    assert "Pick: same" in r.output
 
 
 def test_permuted_classifier_fails_strict(perm_run):

@@ -163,6 +163,7 @@ def bench(
     from breaknli_fast.bench.shapes import parse_random_weights
     from breaknli_fast.bench.specs import BenchSpecError, parse_engines
     from breaknli_fast.console import RichHook, console, err_console, make_progress, user_errors
+    from breaknli_fast.bench.recommend import recommendation_lines
     from breaknli_fast.data.labels import parse_label_map
     from breaknli_fast.errors import check_writable_dir
     from breaknli_fast.study.loading import EngineConfig
@@ -224,6 +225,8 @@ def bench(
                 result = run_bench(cfg, hook=RichHook(progress), log=log)
         paths = result.save(out_dir, plot=not no_plot)
     console.print(result.table())
+    for line in recommendation_lines(result.data):
+        console.print(line.replace("`", ""), markup=False, highlight=False)
     for r in result.data.get("scenarios") or []:
         for why in r.get("reasons") or []:
             err_console.print(f"[bold red]INVALID[/] {escape(r['engine'])} {r['role']} {r['scenario']}: {escape(why)}",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from breaknli_fast.bench.recommend import recommendation_lines, shown_to_match  # noqa: F401 (shown_to_match: re-exported)
 from breaknli_fast.data.slicing import show_counts
 from breaknli_fast.plotting import pyplot
 
@@ -360,38 +361,15 @@ def bench_markdown(data: dict[str, Any]) -> str:
         verdict = "PASS: every engine ran and none differs beyond the tolerance" if data["passed"] else "FAIL:"
     lines += ["", "## Verdict", "", verdict]
     lines += [f"- `{lab}`: {f}" for lab, f in fails]
+    pick = recommendation_lines(data)
+    if pick:
+        lines += ["", "## Which engine to pick", ""] + pick
     if data.get("parity_meaningful", True):
         lines += ["", "## Has each engine been shown to match the reference?", ""]
         lines += [f"- `{e['label']}`: {shown_to_match(e)}" for e in data["engines"]
                   if e["label"] != data.get("reference")]
         lines += _inconclusive_lines(data)
     return "\n".join(lines) + "\n"
-
-
-def shown_to_match(e: dict[str, Any]) -> str:
-    """One sentence per engine: shown to match (every cell equivalent), shown to differ, or not shown either way."""
-    if e.get("status") != "ok":
-        return f"no: it did not run ({e.get('status')}: {e.get('reason')})"
-    v = _get(e, "parity", "verdicts") or {}
-    n = sum(v.get(k, 0) for k in ("equivalent", "different", "inconclusive"))
-    if not n:
-        return "no parity verdicts recorded"
-    small = (f"; {v['too_small']} of them on too few examples to show equivalence at all"
-             if v.get("too_small") else "")
-    if v.get("different"):
-        from breaknli_fast.bench.parity import confirmed_differences
-
-        confirmed = confirmed_differences(e.get("parity") or {})
-        if confirmed:
-            return (f"no: {len(confirmed)} of {n} cells differ beyond the tolerance, still with all the cells judged "
-                    f"together (Bonferroni){small}")
-        return (f"not shown: {v['different']} of {n} cells differ beyond the tolerance at 95 % each, but none stays "
-                f"different with all the cells judged together (Bonferroni), so chance is not ruled out; "
-                f"{v.get('equivalent', 0)} equivalent{small}")
-    if v.get("inconclusive"):
-        return (f"not shown: {v.get('equivalent', 0)} of {n} cells equivalent, {v['inconclusive']} inconclusive "
-                f"(none shown to differ, but the intervals are too wide to show a match){small}")
-    return f"yes: all {n} cells equivalent within the tolerance"
 
 
 def _inconclusive_lines(data: dict[str, Any]) -> list[str]:

@@ -1,0 +1,49 @@
+"""The recommendation that ends every bench: the fastest engine not shown to differ from the reference, beside the
+fastest overall and what it may change; with random weights only the speed is ranked."""
+
+from __future__ import annotations
+
+from breaknli_fast import stats
+from breaknli_fast.bench.parity import add_verdicts
+from breaknli_fast.bench.recommend import recommendation, recommendation_lines
+
+
+def _engine(label: str, speed: float, engine_hits: list[int], ref_hits: list[int], identical: bool = False) -> dict:
+    parity = {"headline": {"metrics": {"accuracy": stats.paired_diff(engine_hits, ref_hits)}},
+              "generator": {"sampled_candidates": {"n": 50, "identical_pct": 100.0 if identical else 97.0}}}
+    add_verdicts(parity, 1.0)
+    return {"label": label, "status": "ok", "speed": {"speedup": {"end_to_end": speed}}, "parity": parity}
+
+
+def _bench(meaningful: bool = True) -> dict:
+    ref = [1] * 600 + [0] * 400
+    same = list(ref)
+    worse = [0] * 150 + ref[150:]  # 150 of the 600 correct examples lost: 15 pp, far beyond chance
+    return {"reference": "torch:fp32", "parity_meaningful": meaningful,
+            "engines": [{"label": "torch:fp32", "status": "ok", "reference": True, "speed": {"speedup": {"end_to_end": 1.0}}},
+                        _engine("ort:fp32:clf.precision=int8", 2.1, same, ref, identical=True),
+                        _engine("ort:int8", 3.5, worse, ref),
+                        {"label": "tensorrt:fp16", "status": "skipped", "reason": "no GPU"}]}
+
+
+def test_the_pick_is_the_fastest_engine_not_shown_to_differ():
+    rec = recommendation(_bench())
+    assert rec["pick"]["label"] == "ort:fp32:clf.precision=int8" and rec["pick"]["identical_candidates"]
+    assert rec["fastest"]["label"] == "ort:int8" and rec["fastest"]["confirmed"] == ["headline: accuracy"]
+    assert rec["fastest"]["different_at_95"][0].startswith("headline: accuracy -15.00 pp")
+    pick, fastest = recommendation_lines(_bench())
+    assert pick.startswith("Pick: `ort:fp32:clf.precision=int8`: 2.10x") and "token for token" in pick
+    assert "no cell different" in pick
+    assert fastest.startswith("Fastest: `ort:int8`: 3.50x") and "may change: headline: accuracy -15.00 pp" in fastest
+
+
+def test_no_pick_when_every_engine_differs_and_no_judgement_on_random_weights():
+    data = _bench()
+    del data["engines"][1]
+    lines = recommendation_lines(data)
+    assert lines[0].startswith("Pick: none of the engines") and "`torch:fp32`" in lines[0]
+    assert lines[1].startswith("Fastest: `ort:int8`")
+    random = recommendation_lines(_bench(meaningful=False))
+    assert len(random) == 1 and random[0].startswith("Fastest: `ort:int8`: 3.50x")
+    assert "no engine is recommended" in random[0] and "may change" not in random[0]
+    assert recommendation({"engines": [_bench()["engines"][0]]}) is None
