@@ -90,6 +90,20 @@ step bench-random-base $PY scripts/bench_save.py --result "$R/bench-random-base.
 step real-generate-small $PY scripts/bench_real_shapes.py --job generate --generator flan-t5-small $REAL_GEN_ARGS \
     --contenders torch:fp32,ort:fp32,ort:int8:validate=false,ct2:int8,peer:transformers,peer:ct2-int8,peer:ct2-int8-intra \
     --result "$R/real-generate-flan-t5-small.json"
+# the ort generator on each transformers stack (the compat venv, transformers 5.x, where it exists), 8 and 32 prompts,
+# CTranslate2 fp32 and int8 in the same run
+PY_TF5=${PYTHON_TF5:-.venv-compat/bin/python}
+STACK_ARGS="--job generate --generator flan-t5-small --k 20 --max-new-tokens 40 \
+--contenders torch:fp32,ort:fp32,ort:int8:validate=false,peer:ct2-fp32,peer:ct2-int8"
+[ "$SMOKE" = 1 ] && STACK_ARGS="$STACK_ARGS --k 2 --max-new-tokens 4 --warmup 0 --min-iterations 1"
+for P in 8 32; do
+    step gen-stacks-tf4-p$P $PY scripts/bench_real_shapes.py $STACK_ARGS --prompts $P \
+        --result "$R/gen-stacks-tf4-p$P.json"
+    if [ -x "$PY_TF5" ]; then
+        step gen-stacks-tf5-p$P $PY_TF5 scripts/bench_real_shapes.py $STACK_ARGS --prompts $P \
+            --result "$R/gen-stacks-tf5-p$P.json"
+    fi
+done
 step real-generate-base $PY scripts/bench_real_shapes.py --job generate --generator flan-t5-base --min-iterations 2 \
     $REAL_GEN_ARGS --contenders torch:fp32,ort:int8:validate=false,peer:ct2-int8,peer:ct2-int8-intra \
     --result "$R/real-generate-flan-t5-base.json"
@@ -103,7 +117,8 @@ step real-classify-large $PY scripts/bench_real_shapes.py --job classify --class
 # the loop end to end at real shapes, K = 20: torch fp32, ort int8 (step graphs + int8 classifier), ct2:int8 (CTranslate2
 # generator + ort int8 classifier)
 step real-loop-small $PY scripts/bench_save.py --result "$R/bench-real-loop-small.json" -- \
-    --random-weights flan-t5-small,roberta-base --engines torch:fp32,ort:int8:validate=false,ct2:int8 \
+    --random-weights flan-t5-small,roberta-base \
+    --engines torch:fp32,ort:fp32:validate=false,ort:fp32:clf.precision=int8:validate=false,ort:int8:validate=false,ct2:int8 \
     --no-component-split --interleave $REAL_LOOP_ARGS
 # MLPerf LoadGen's scenarios (bench --scenario; the loadgen extra), each run VALID or INVALID by LoadGen's rules
 # (10 s minimum duration, its official query counts), beside the accuracy pass against torch fp32; BENCHMARKS.md

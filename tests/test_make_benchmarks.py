@@ -391,6 +391,68 @@ def test_the_real_shape_targets_say_met_or_not_met(tmp_path: Path) -> None:
     assert all("| breaknli: no; accuracy: yes |" in r for r in rows), rows
 
 
+def test_the_faithful_column_ranks_only_engines_that_keep_the_answer(tmp_path: Path) -> None:
+    """The faithful column and target: a generator at fp32 on torch / ort, and a classifier at fp32 or one that keeps
+    >= 99.9 % of torch fp32's accuracy on the trained models without being shown to differ on BreakNLI (its
+    classifier-only component, or the same configuration)."""
+    from breaknli_fast.stats import compare
+
+    acc = probe_engine("ort:int8", False, 0.2, "equivalent")
+    acc["parity"]["headline"]["metrics"]["accuracy (p, h)"].update(a=77.2, b=77.0)
+    brk_all = probe_engine("ort:int8", False, 0.0, "different")  # the int8 generator's confirmed difference
+    brk_all["parity"]["headline"]["metrics"]["accuracy (p, h)"] = compare([1] * 200 + [0] * 2524, [0] * 2724)
+    brk_clf = probe_engine("ort:int8 classifier only", False, 0.3, "inconclusive")
+    for probe, engines in (("accuracy", [acc]), ("breaknli", [brk_all, brk_clf])):
+        write(tmp_path, f"probe-{probe}", "bench", "abcd1234", f"python scripts/bench_save.py -- --probe {probe}",
+              {"schema": "breaknli-fast-bench/2", "probe": probe, "reference": "torch:fp32", "tolerance_pp": 1.0,
+               "data": {"name": "sample", "examples": 2724}, "models": {"classifier": "mini-nli"},
+               "headline_metrics": [{"name": "m", "kind": "share"}], "config": {},
+               "engines": [probe_engine("torch:fp32", True, 0.0, "equivalent"), *engines]})
+    rw = {"generator": {"shape": "flan-t5-small", "parameters": 77_000_000},
+          "classifier": {"shape": "roberta-base", "parameters": 125_000_000}}
+    write(tmp_path, "bench-real-loop-small", "bench", "ffff6666", "python scripts/bench_save.py -- --random-weights x",
+          {"reference": "torch:fp32", "data": {"name": "sample", "examples": 50}, "models": {"random_weights": rw},
+           "engines": [bench_engine("torch:fp32", True, 1.0), bench_engine("ort:fp32", False, 1 / 1.6),
+                       bench_engine("ort:fp32:clf.precision=int8:validate=false", False, 1 / 2.6),
+                       bench_engine("ort:int8", False, 1 / 3.5)]})
+    assert make_benchmarks.faithful([], "ort:fp32")[0] and not make_benchmarks.faithful([], "ct2:fp32")[0]
+    results = provenance.load_results(tmp_path)[0]
+    assert not make_benchmarks.faithful(results, "ort:int8")[0]  # its generator is int8
+    ok, why = make_benchmarks.faithful(results, "ort:fp32:clf.precision=int8:validate=false")
+    assert ok and "100.26 % of fp32's accuracy" in why and "not shown to differ" in why
+    assert make_benchmarks.faithful(results, "ort:int8", "classifier")[0]  # its classifier alone
+    md = make_benchmarks.render(results, "benchmarks/results", None)
+    part = md.split("### The targets at the sizes users run")[1].split("\n### ")[0]
+    rows = [line for line in part.splitlines() if line.startswith("| ") and "ffff6666" in line]
+    loop, faithful_loop = rows
+    assert "ort:int8: end to end" in loop and "| 3.50× | met | ort:fp32:clf.precision=int8: 2.60× |" in loop
+    assert faithful_loop.startswith("| the faithful loop end to end ≥ 2× torch fp32")
+    assert "| ort:fp32:clf.precision=int8: end to end vs torch:fp32 (generator fp32 (token-identical)" in faithful_loop
+    assert "| 2.60× | met |" in faithful_loop
+
+
+def test_the_generator_per_stack_compares_with_ctranslate2_in_the_same_run(tmp_path: Path) -> None:
+    """One row per stack and prompt count (the transformers version from the file's machine record), tokens/s of each
+    contender and the ratios to CTranslate2 at the same precision; the files stay out of the targets' rows."""
+    def gen(name: str, tps: float) -> dict:
+        return {"contender": name, "iterations": 2, "median_s": 6400 / tps, "new_tokens": 6400, "tokens_per_s": tps}
+
+    for tf, scale in (("4.57.6", 1.0), ("5.17.0", 0.5)):
+        MACHINE["packages"]["transformers"] = tf
+        write(tmp_path, f"gen-stacks-tf{tf[0]}-p8", "real_shapes", "0123456789abcdef", "python scripts/bench_real_shapes.py",
+              {"job": "generate", "shape": "flan-t5-small", "workload": {"prompts": 8, "k": 20},
+               "rows": [gen("breaknli-fast torch:fp32", 1000 * scale), gen("breaknli-fast ort:fp32", 2000 * scale),
+                        gen("breaknli-fast ort:int8:validate=false", 4000 * scale), gen("peer:ct2-fp32", 800 * scale),
+                        gen("peer:ct2-int8", 2000 * scale)], "skipped": []})
+    MACHINE["packages"]["transformers"] = "4.50.0"
+    md = make_benchmarks.render(provenance.load_results(tmp_path)[0], "benchmarks/results", None)
+    part = md.split("### The ort generator on both transformers stacks, against CTranslate2")[1].split("\n### ")[0]
+    assert "| 4.57.6 | `0123456789ab` | 8 × 20 | 1,000 | 2,000 | 4,000 | 800 | 2,000 | 2.50× | 2.00× |" in part
+    assert "| 5.17.0 | `0123456789ab` | 8 × 20 | 500 | 1,000 | 2,000 | 400 | 1,000 | 2.50× | 2.00× |" in part
+    targets = md.split("### The targets at the sizes users run")[1].split("\n### ")[0]
+    assert "gen-stacks" not in targets
+
+
 def _lg_row(engine: str, role: str, scenario: str, result: str = "VALID", **m) -> dict:
     from breaknli_fast.bench.loadgen.metrics import values
 
