@@ -258,4 +258,6 @@ opts.set_help_panels(bench, {
     opts.PARITY: ("tolerance", "min_agreement", "strict", "require_equivalence", "greedy_prompts", "invariance_pairs"),
     opts.SPEED: ("threads",),
     opts.OUTPUT: ("out", "no_plot", "compare"),
+    "MLPerf LoadGen scenarios (--scenario)": ("scenario", "roles", "min_duration", "min_queries", "target_qps",
+                                              "target_latency_ms", "mlperf_rules", "accuracy_tier", "cv_threshold"),
 })

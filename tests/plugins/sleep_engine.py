@@ -22,9 +22,9 @@ from tests.plugins.word_engine import load_generator  # noqa: F401  (the generat
 class SleepClassifier(BatchedClassifier):
     def __init__(self, model: str, precision: str, sleep_ms: float = 5.0, wrong: Any = False):
         super().__init__(token_budget=10**6, max_batch=64)
-        from breaknli_fast.engines import torch_ref
+        from breaknli_fast.engines import registry
 
-        self.ref = torch_ref.load_classifier(model)
+        self.ref = registry.load_classifier("torch", model)
         self.ref.set_reuse(False)
         self.sleep_s, self.wrong = float(sleep_ms) / 1000.0, parse_flag(wrong)
         self.computed = 0
