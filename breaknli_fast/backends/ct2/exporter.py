@@ -10,14 +10,16 @@ it is reused while the model's files and the versions of torch, CTranslate2 and 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import breaknli_fast.export.manifest as mf
 from breaknli_fast.backends.ct2.engine import (CHECK_MAX_ABS_LOGPROB, CHECK_NEW_TOKENS, CHECK_PROMPTS, CT2_FAMILIES,
                                                import_ct2, vocabulary)
 from breaknli_fast.backends.ort.onnx import quiet
+from breaknli_fast.engines.compat import t5_scales_output
 from breaknli_fast.export.errors import ExportError, UnsupportedModelError, first_line
 
 FORMAT = "ct2"
@@ -68,7 +70,7 @@ def build(src: str, kind: str, precision: str, variant_name: str, stage: Path, c
     out = stage / "model"
     t0 = time.perf_counter()
     try:
-        with quiet():
+        with quiet(), _t5_output_scaling():
             TransformersConverter(src).convert(str(out), quantization="float32")
     except Exception as e:  # the converter's errors are long; keep the first line
         raise ExportError(f"{src!r}: CTranslate2 conversion failed: {first_line(e)}") from e
@@ -78,6 +80,34 @@ def build(src: str, kind: str, precision: str, variant_name: str, stage: Path, c
     AutoTokenizer.from_pretrained(src).save_pretrained(stage)
     say(f"  CTranslate2 conversion in {time.perf_counter() - t0:.1f}s")
     return {"family": family, "converter": "ctranslate2.converters.TransformersConverter (float32)"}
+
+
+@contextlib.contextmanager
+def _t5_output_scaling() -> Iterator[None]:
+    """CTranslate2's T5 converter scales the decoder output by ``d_model ** -0.5`` when the config says
+    ``tie_word_embeddings``, which transformers 5.x always sets (it keeps T5's real flag in
+    ``scale_decoder_outputs``): a Flan-T5 converted there comes out mis-scaled (its check measured max |Δ
+    log-probability| 2.56). While converting, the converter reads the flag the installed transformers means
+    (:func:`~breaknli_fast.engines.compat.t5_scales_output`); on 4.57 that is the same value."""
+    from ctranslate2.converters import transformers as ct2_transformers
+
+    loader = ct2_transformers.T5Loader
+    original = loader.get_model_spec
+
+    def get_model_spec(self: Any, model: Any) -> Any:
+        config = model.config
+        tied = config.tie_word_embeddings
+        config.tie_word_embeddings = t5_scales_output(config)
+        try:
+            return original(self, model)
+        finally:
+            config.tie_word_embeddings = tied
+
+    loader.get_model_spec = get_model_spec
+    try:
+        yield
+    finally:
+        loader.get_model_spec = original
 
 
 def validate(folder: Path, kind: str, src: str, pairs: Any, device: str, max_length: int, precision: str = "fp32",
