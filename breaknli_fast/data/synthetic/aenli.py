@@ -19,107 +19,45 @@ compound premise is a conjunction in this mode: with *or* or *if … then* betwe
 the three labels cannot occur for clause-by-clause pairs (*A or B* never contradicts *C or D*), so the
 connective would give it away. ``balanced=False`` draws premise and hypothesis independently (the same
 connective in both) and keeps the draw's label distribution.
+
+With ``pair_balance`` (the default, with ``balanced``) the k-th pairs of the three labels also share every
+surface feature of the *pair* that :func:`~.shortcut.pair_features` computes (:func:`matched`,
+:mod:`.aenli_pairs`): a simple hypothesis gets a premise of two clauses, its own and one about other words, so
+that the negations can sit in either (with one clause, the same number of *not* on both sides would mean
+"never a contradiction"); the words are drawn afresh per label, of the same kinds.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Iterator
 
 import breaknli_fast.data.synthetic.logic as logic
-from breaknli_fast.data.synthetic.common import (SyntheticError, asset_path, check_rate, label_schedule, load_json,
-                                                shared_skeletons)
 from breaknli_fast.data.labels import LABELS
+import breaknli_fast.data.synthetic.aenli_pairs as aenli_pairs
+from breaknli_fast.data.synthetic.aenli_pairs import FORMULAS, clause_distribution, shape
+from breaknli_fast.data.synthetic.aenli_text import (Verb, Vocabulary, clause_text, load_vocabulary,  # noqa: F401
+                                                     sentence_text)
+from breaknli_fast.data.synthetic.common import SyntheticError, check_rate, label_schedule, shared_skeletons
 from breaknli_fast.data.synthetic.logic import DETERMINERS, Clause, Sentence
 
 NAME = "aenli"
-RESERVED = frozenset({"every", "a", "an", "the", "did", "not", "was", "by", "and", "or", "if", "then"})
 MAX_DRAWS = 2000  # hypothesis skeletons drawn before the rates are judged unable to give all three labels
 SLOTS = ("other_agent", "other_verb", "other_thing")
-
-
-@dataclass(frozen=True)
-class Verb:
-    base: str
-    past: str
-    participle: str
-
-
-@dataclass(frozen=True)
-class Adverb:
-    word: str
-    before_negation: bool
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    agents: tuple[str, ...]
-    things: tuple[str, ...]
-    verbs: tuple[Verb, ...]
-    adverbs: tuple[Adverb, ...]
-
-
-def vocabulary_path() -> Path:
-    return asset_path("aenli_vocabulary.json")
-
-
-_WORD = re.compile(r"[a-z][a-z-]*")
-
-
-def load_vocabulary(path: str | Path | None = None) -> Vocabulary:
-    """The shipped vocabulary (100 agents, 100 things, 100 verbs, 50 adverbs) or a JSON file of the same shape."""
-    if path is None:
-        return _shipped_vocabulary()
-    return _parse_vocabulary(load_json(Path(path).expanduser()), Path(path))
-
-
-@lru_cache(maxsize=1)
-def _shipped_vocabulary() -> Vocabulary:
-    return _parse_vocabulary(load_json(vocabulary_path()), vocabulary_path())
-
-
-def _parse_vocabulary(data: Any, path: Path) -> Vocabulary:
-    def fail(msg: str) -> SyntheticError:
-        return SyntheticError(f"vocabulary {path}: {msg}")
-
-    if not isinstance(data, dict):
-        raise fail("expected an object with agents, things, verbs and adverbs")
-    try:
-        agents = tuple(data["agents"])
-        things = tuple(data["things"])
-        verbs = tuple(Verb(v["base"], v["past"], v["participle"]) for v in data["verbs"])
-        adverbs = tuple(Adverb(a["word"], bool(a.get("before_negation", False))) for a in data["adverbs"])
-    except (KeyError, TypeError) as e:
-        raise fail(f"missing or malformed entry ({e})") from None
-    words: dict[str, str] = {}
-    forms = [f for v in verbs for f in (v.base, v.past, v.participle)]
-    for kind, items in (("agents", agents), ("things", things), ("verbs", forms),
-                        ("adverbs", [a.word for a in adverbs])):
-        for w in items:
-            if not isinstance(w, str) or not _WORD.fullmatch(w) or w in RESERVED:
-                raise fail(f"{kind}: {w!r} is not one lower-case word outside {', '.join(sorted(RESERVED))}")
-            if words.get(w, kind) != kind:
-                raise fail(f"{w!r} is in both {words[w]} and {kind}")
-            words[w] = kind
-    for kind, items in (("agents", agents), ("things", things), ("verbs", [v.base for v in verbs]),
-                        ("adverbs", [a.word for a in adverbs])):
-        if len(items) < 2:
-            raise fail(f"{kind} needs at least two entries")
-        if len(set(items)) != len(items):
-            raise fail(f"{kind} has duplicates")
-    return Vocabulary(agents, things, verbs, adverbs)
 
 
 @dataclass(frozen=True)
 class AenliConfig:
     """Draw probabilities: a compound sentence, a hypothesis clause over other words, and per clause negation,
     passive voice and the adverb. ``balanced``: equal label counts and hypotheses that do not tell the label
-    (else the draw's own distribution). ``the``: the reading of *the* (:data:`logic.THE_READINGS`)."""
+    (else the draw's own distribution). ``the``: the reading of *the* (:data:`logic.THE_READINGS`).
+    ``pair_balance`` (with ``balanced``): the k-th pairs of the three labels also share the surface features
+    of the pair (:func:`~.shortcut.pair_features`), and a simple hypothesis gets a premise of two clauses, one
+    about other words; False gives the corpus of generator version 2 (hypothesis skeletons only), whose
+    pair-level shortcuts tests/test_synthetic.py shows the check finds."""
 
     compound: float = 0.5
     other_vocab: float = 0.2
@@ -129,6 +67,7 @@ class AenliConfig:
     balanced: bool = True
     vocabulary: str | None = None
     the: str = "unique"
+    pair_balance: bool = True
 
     def __post_init__(self) -> None:
         for name in ("compound", "other_vocab", "negation", "passive", "adverb"):
@@ -146,7 +85,8 @@ class Draw:
 
     p_connective: str
     h_connective: str
-    # per clause pair: (premise triple, premise clause, hypothesis triple, hypothesis clause, adverb index, vocab)
+    # per clause pair: (premise triple, premise clause, hypothesis triple, hypothesis clause, adverb index, vocab);
+    # a premise clause about other words (a distractor) has no hypothesis clause: (…, None, None, adverb, "distractor")
     parts: list[list[Any]] = field(default_factory=list)
 
     @property
@@ -155,20 +95,8 @@ class Draw:
 
     def sentences(self) -> tuple[Sentence, Sentence]:
         p = tuple(((*c[0], c[4]), c[1]) for c in self.parts)
-        h = tuple(((*c[2], c[4]), c[3]) for c in self.parts)
+        h = tuple(((*c[2], c[4]), c[3]) for c in self.parts if c[3] is not None)
         return Sentence(self.p_connective, p), Sentence(self.h_connective, h)
-
-
-_CLAUSES: dict[tuple, Clause] = {}  # one Clause object per shape (draws compare them with `is`)
-_FORMULAS: dict[Clause, logic.Formula] = {}
-
-
-def _shape(key: tuple) -> Clause:
-    c = _CLAUSES.get(key)
-    if c is None:
-        c = _CLAUSES[key] = Clause(*key)
-        _FORMULAS[c] = c.formula()
-    return c
 
 
 def _clause(rng: random.Random, cfg: AenliConfig, over_negation: bool) -> Clause:
@@ -182,30 +110,7 @@ def _clause(rng: random.Random, cfg: AenliConfig, over_negation: bool) -> Clause
             pos = ("before_verb", "end", "before_negation")[int(r() * 3)]
         else:
             pos = "before_verb" if r() < 0.5 else "end"
-    return _shape((sd, od, neg, pas, pos))
-
-
-@lru_cache(maxsize=None)
-def clause_distribution(rates: tuple[float, float, float], over_negation: bool) -> tuple[tuple[Clause, float], ...]:
-    """Every clause shape :func:`_clause` can draw with these (negation, passive, adverb) rates, and its
-    probability (the same draw, weighed instead of sampled)."""
-    neg_r, pas_r, adv_r = rates
-    out: dict[Clause, float] = {}
-    for sd in DETERMINERS:
-        for od in DETERMINERS:
-            for neg, pn in ((True, neg_r), (False, 1 - neg_r)):
-                for pas, pp in ((True, pas_r), (False, 1 - pas_r)):
-                    base = pn * pp / 9
-                    positions = [(None, 1 - adv_r)]
-                    if neg and not pas and over_negation:
-                        positions += [(pos, adv_r / 3) for pos in ("before_verb", "end", "before_negation")]
-                    else:
-                        positions += [(pos, adv_r / 2) for pos in ("before_verb", "end")]
-                    for pos, pw in positions:
-                        if base * pw > 0:
-                            c = _shape((sd, od, neg, pas, pos))
-                            out[c] = out.get(c, 0.0) + base * pw
-    return tuple(out.items())
+    return shape((sd, od, neg, pas, pos))
 
 
 @lru_cache(maxsize=None)
@@ -215,7 +120,7 @@ def _part_outcomes(h: Clause, rates: tuple[float, float, float], over: bool, the
     the clause pair, premise identical to the hypothesis), with their total probability."""
     groups: dict[tuple[int, bool], list[tuple[Clause, float]]] = {}
     for c, w in clause_distribution(rates, over):
-        key = (logic.pair_mask(_FORMULAS[c], _FORMULAS[h], True, the), c is h)
+        key = (logic.pair_mask(FORMULAS[c], FORMULAS[h], True, the), c is h)
         groups.setdefault(key, []).append((c, w))
     return tuple((k, sum(w for _, w in v), tuple(v)) for k, v in sorted(groups.items()))
 
@@ -226,8 +131,9 @@ _OTHER = (((15, False), 1.0, ()),)  # a clause pair over two triples that differ
 def label(d: Draw, the: str = "unique") -> str | None:
     """The label of a draw from its clause pairs' masks (:func:`logic.pair_mask`); None where the premise has
     no model. Equal to ``logic.label(*d.sentences(), the=the)``."""
-    masks = [logic.pair_mask(_FORMULAS[part[1]], _FORMULAS[part[3]], part[0] == part[2], the) for part in d.parts]
-    if d.p_connective == "none":
+    masks = [logic.pair_mask(FORMULAS[part[1]], FORMULAS[part[3]], part[0] == part[2], the)
+             for part in d.parts if part[3] is not None]
+    if d.p_connective == "none" or len(masks) == 1:  # a conjunct about other words changes nothing (it has models)
         return logic.MASK_LABEL[masks[0]]
     return logic.MASK_LABEL[logic.COMBINE2[d.p_connective, d.h_connective][masks[0]][masks[1]]]
 
@@ -250,7 +156,7 @@ def _other_word(rng: random.Random, d: Draw, part: list[Any], sizes: tuple[int, 
     if not slots:
         return
     slot = slots[int(r() * len(slots))]
-    used = {p[0][slot] for p in d.parts}
+    used = {p[0][slot] for p in d.parts} | {p[2][slot] for p in d.parts if p[2] is not None}
     t = list(part[0])
     while t[slot] in used:
         t[slot] = int(r() * sizes[slot])
@@ -329,18 +235,24 @@ def _ways(p_conn: str, h_conn: str, clauses: tuple[tuple[Clause, bool], ...], cf
     return {lab: tuple(v) for lab, v in out.items()}
 
 
-def skeleton(rng: random.Random, vocab: Vocabulary, cfg: AenliConfig) -> Skeleton:
-    """A hypothesis skeleton with every label possible (drawn again where one is not)."""
-    r = rng.random
+def connective(rng: random.Random, cfg: AenliConfig) -> str:
+    """The hypothesis's connective by the rates: none, or and / or / if alike."""
+    return "none" if rng.random() >= cfg.compound else ("and", "or", "if")[int(rng.random() * 3)]
+
+
+def skeleton(rng: random.Random, vocab: Vocabulary, cfg: AenliConfig, conn: str | None = None,
+             check: bool = True) -> Skeleton:
+    """A hypothesis skeleton with every label possible (drawn again where one is not); with ``conn``, one with
+    that connective. ``check=False``: any skeleton, without the ways to complete it (the caller checks)."""
     for _ in range(MAX_DRAWS):
-        if r() >= cfg.compound:
-            p_conn = h_conn = "none"
-        else:
-            p_conn, h_conn = "and", ("and", "or", "if")[int(r() * 3)]
+        h_conn = connective(rng, cfg) if conn is None else conn
+        p_conn = "none" if h_conn == "none" else "and"
         clauses = []
         for _ in range(1 if h_conn == "none" else 2):
             over = vocab.adverbs[_adverb(rng, vocab)].before_negation
             clauses.append((_clause(rng, cfg, over), over))
+        if not check:
+            return Skeleton(p_conn, h_conn, tuple(clauses), {})
         sizes = (len(vocab.agents), len(vocab.verbs), len(vocab.things))
         ways = _ways(p_conn, h_conn, tuple(clauses), cfg, bool(_other_slots(sizes, len(clauses))))
         if all(ways[lab] for lab in LABELS):
@@ -350,8 +262,8 @@ def skeleton(rng: random.Random, vocab: Vocabulary, cfg: AenliConfig) -> Skeleto
 
 
 def complete(rng: random.Random, vocab: Vocabulary, cfg: AenliConfig, sk: Skeleton, target: str) -> Draw:
-    """A pair of label ``target`` on the skeleton: words drawn afresh, then one way to complete it drawn by its
-    weight, then the premise clause shapes within that way by theirs."""
+    """A pair of label ``target`` on the skeleton (generator version 2): words drawn afresh, then one way to
+    complete it drawn by its weight, then the premise clause shapes within that way by theirs."""
     r = rng.random
     sizes = (len(vocab.agents), len(vocab.verbs), len(vocab.things))
     ways = sk.ways[target]
@@ -378,33 +290,131 @@ def complete(rng: random.Random, vocab: Vocabulary, cfg: AenliConfig, sk: Skelet
     return d
 
 
-def _np(det: str, noun: str) -> str:
-    return f"{'an' if det == 'a' and noun[0] in 'aeiou' else det} {noun}"
+def _distinct_adverb(rng: random.Random, vocab: Vocabulary, over: bool | None, used: set[int]) -> int:
+    """An adverb (of the group ``over`` says, or any) that no other clause pair of the pair uses, where one is left."""
+    a = _adverb(rng, vocab, over)
+    for _ in range(100):
+        if a not in used:
+            break
+        a = _adverb(rng, vocab, over)
+    used.add(a)
+    return a
 
 
-def clause_text(c: Clause, agent: str, verb: Verb, thing: str, adverb: str) -> str:
-    """The clause in words (lower case)."""
-    subj, obj = _np(c.subj_det, agent), _np(c.obj_det, thing)
-    pre = [adverb] if c.adverb == "before_verb" else []
-    end = [adverb] if c.adverb == "end" else []
-    if c.passive:
-        words = [obj, "was"] + (["not"] if c.negated else []) + pre + [verb.participle, "by", subj] + end
-    elif c.negated:
-        over = [adverb] if c.adverb == "before_negation" else []
-        words = [subj] + over + ["did not"] + pre + [verb.base, obj] + end
-    else:
-        words = [subj] + pre + [verb.past, obj] + end
-    return " ".join(words)
+def _replacement(rng: random.Random, vocab: Vocabulary, triples: list[tuple[int, int, int]], slot: int,
+                 like: int) -> int:
+    """Another word for ``slot``, one that none of the triples uses, and of the same kind as word ``like`` for
+    the surface features where the vocabulary has one (a noun that takes *an* or not; a verb whose forms
+    coincide as its forms do)."""
+    kinds, groups = _word_kinds(vocab)
+    used = {t[slot] for t in triples}
+    pool = [i for i in groups[slot][kinds[slot][like]] if i not in used] or \
+        [i for i in range(len(kinds[slot])) if i not in used]
+    return pool[int(rng.random() * len(pool))]
 
 
-def sentence_text(connective: str, clauses: list[str]) -> str:
-    if connective == "none":
-        s = clauses[0]
-    elif connective == "if":
-        s = f"if {clauses[0]}, then {clauses[1]}"
-    else:
-        s = f"{clauses[0]} {connective} {clauses[1]}"
-    return s[0].upper() + s[1:] + "."
+def _like(rng: random.Random, vocab: Vocabulary, template: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Triples that share no word, each word of the kind of the template's (:func:`_word_kinds`)."""
+    kinds, groups = _word_kinds(vocab)
+    out: list[list[int]] = [[0, 0, 0] for _ in template]
+    for slot in range(3):
+        used: set[int] = set()
+        for j, t in enumerate(template):
+            pool = [i for i in groups[slot][kinds[slot][t[slot]]] if i not in used]
+            w = pool[int(rng.random() * len(pool))] if pool else t[slot]
+            used.add(w)
+            out[j][slot] = w
+    return [tuple(t) for t in out]  # type: ignore[misc]
+
+
+_KINDS: dict[int, tuple[Vocabulary, Any]] = {}  # id of a vocabulary -> (it, its words' kinds): hashing one is slow
+
+
+def _word_kinds(vocab: Vocabulary) -> Any:
+    """Per slot (agent, verb, thing) each word's kind for the surface features — whether a noun starts with a
+    vowel (*an*), which of a verb's forms coincide — and the words of each kind."""
+    hit = _KINDS.get(id(vocab))
+    if hit is not None and hit[0] is vocab:
+        return hit[1]
+
+    def verb(v: Verb) -> tuple[int, ...]:
+        forms = (v.base, v.past, v.participle)
+        return tuple(forms.index(f) for f in forms)
+
+    kinds = ([w[0] in "aeiou" for w in vocab.agents], [verb(v) for v in vocab.verbs],
+             [w[0] in "aeiou" for w in vocab.things])
+    groups = []
+    for ks in kinds:
+        g: dict[Any, list[int]] = {}
+        for i, k in enumerate(ks):
+            g.setdefault(k, []).append(i)
+        groups.append(g)
+    _KINDS[id(vocab)] = (vocab, (kinds, groups))
+    return kinds, groups
+
+
+def matched(rng: random.Random, vocab: Vocabulary, cfg: AenliConfig) -> dict[str, Draw]:
+    """The three pairs of one rank (``pair_balance``): one hypothesis skeleton and one set of words, and per
+    label a premise drawn by :func:`aenli_pairs.choose` so that the pairs' surface features are the same. A
+    simple hypothesis gets a premise of two clauses, its own and one about other words (which changes no label;
+    without it the negation counts alone would tell entailment from contradiction). Skeletons on which no
+    feature value has all three labels are drawn again."""
+    sizes = (len(vocab.agents), len(vocab.verbs), len(vocab.things))
+    conn = connective(rng, cfg)  # kept while the rest is drawn again: the connectives keep their rates
+    for _ in range(MAX_DRAWS):
+        sk = skeleton(rng, vocab, cfg, conn, check=False)  # choose() finds whether all three labels can be had
+        n = len(sk.clauses)
+        triples = _triples(rng, sizes, n + (n == 1))
+        used: set[int] = set()
+        advs = [_distinct_adverb(rng, vocab, over, used) for _, over in sk.clauses]
+        slots = _other_slots(sizes, n + (n == 1))
+        ov = cfg.other_vocab if slots else 0.0
+
+        def names(t: tuple[int, int, int], tag: str = "") -> aenli_pairs.Names:
+            return aenli_pairs.names(vocab.agents[t[0]], vocab.things[t[2]], vocab.verbs[t[1]], tag)
+
+        parts = []
+        for j, (h, over) in enumerate(sk.clauses):
+            base = names(triples[j])
+            other = {}
+            for s in slots:  # the hypothesis triple with another word (of the same kind where there is one)
+                t = list(triples[j])
+                t[s] = _replacement(rng, vocab, triples, s, triples[j][s])
+                alt = names(tuple(t), "r")  # type: ignore[arg-type]
+                other[s] = (alt[0] if s == 0 else base[0], alt[1] if s == 2 else base[1], alt[2] if s == 1 else base[2])
+            parts.append({"h": h, "over": over, "adverb": "adv", "names": base, "other": other})
+        distractor = None
+        if n == 1:
+            a = _distinct_adverb(rng, vocab, None, used)
+            advs.append(a)
+            distractor = {"over": vocab.adverbs[a].before_negation, "adverb": "adv", "names": names(triples[1])}
+        chosen = aenli_pairs.choose(rng, cfg.rates(), cfg.the, sk.p_connective, sk.h_connective, parts,
+                                    distractor, ov, slots)
+        if chosen is None:
+            continue
+        out = {}
+        for lab, (other, shapes) in chosen.items():
+            # words drawn afresh, each of the kind of the one it stands for (the features depend on kinds only)
+            own = _like(rng, vocab, triples)
+            used = set()
+            own_advs = [_distinct_adverb(rng, vocab, vocab.adverbs[a].before_negation, used) for a in advs]
+            d = Draw("and", sk.h_connective)
+            for j, (h, _) in enumerate(sk.clauses):
+                t = own[j]
+                tag = "same"
+                if other is not None and other[0] == j:
+                    word = _replacement(rng, vocab, own, other[1], own[j][other[1]])
+                    t = tuple(word if s == other[1] else t[s] for s in range(3))  # type: ignore[assignment]
+                    tag = SLOTS[other[1]]
+                d.parts.append([own[j], shapes[j], t, h, own_advs[j], tag])
+            if distractor is not None:
+                d.parts.insert(int(rng.random() * 2), [own[1], shapes[1], None, None, own_advs[1], "distractor"])
+            if label(d, cfg.the) != lab:
+                raise AssertionError(f"aenli: a pair built as {lab} is labelled {label(d, cfg.the)}")
+            out[lab] = d
+        return out
+    raise SyntheticError(f"no hypothesis in {MAX_DRAWS} draws allows all three labels with the same surface "
+                         "features; use --natural or other rates")
 
 
 def _features(prefix: str, c: Clause | None) -> dict[str, Any]:
@@ -418,11 +428,11 @@ def _features(prefix: str, c: Clause | None) -> dict[str, Any]:
 def phenomenon(d: Draw) -> str:
     """What the pair tests: other words, a compound, or what differs between the two clauses of a simple pair
     (determiner, negation, voice, adverb; something always does, as identical pairs are drawn again)."""
-    if any(part[5] != "same" for part in d.parts):
+    if any(part[5] not in ("same", "distractor") for part in d.parts):
         return "other_vocabulary"
     if d.connective != "none":
         return f"compound_{d.connective}"
-    p, h = d.parts[0][1], d.parts[0][3]
+    p, h = next((part[1], part[3]) for part in d.parts if part[3] is not None)
     diffs = [name for name, differs in (("determiner", (p.subj_det, p.obj_det) != (h.subj_det, h.obj_det)),
                                         ("negation", p.negated != h.negated), ("voice", p.passive != h.passive),
                                         ("adverb", p.adverb != h.adverb)) if differs]
@@ -430,24 +440,34 @@ def phenomenon(d: Draw) -> str:
 
 
 def row(i: int, seed: int, d: Draw, lab: str, vocab: Vocabulary) -> dict[str, Any]:
+    premise, hypothesis = texts(d, vocab)
+    r: dict[str, Any] = {"id": f"{NAME}-{seed}-{i}", "premise": premise, "hypothesis": hypothesis, "label": lab,
+                         "connective": d.h_connective, "p_connective": d.p_connective, "phenomenon": phenomenon(d)}
+    aligned = [part for part in d.parts if part[3] is not None]
+    p2 = d.parts[1] if len(d.parts) > 1 else None
+    h2 = aligned[1] if len(aligned) > 1 else None
+    r.update(_features("p", d.parts[0][1]))
+    r.update(_features("h", aligned[0][3]))
+    r["vocab"] = aligned[0][5]
+    r.update(_features("p2", p2[1] if p2 else None))
+    r.update(_features("h2", h2[3] if h2 else None))
+    r["vocab2"] = h2[5] if h2 else None
+    r["distractor"] = next((j + 1 for j, part in enumerate(d.parts) if part[3] is None), 0)
+    return r
+
+
+def texts(d: Draw, vocab: Vocabulary) -> tuple[str, str]:
+    """The premise and the hypothesis of a draw in words."""
     def text(side: int, conn: str) -> str:
         out = []
         for part in d.parts:
+            if part[2 * side + 1] is None:
+                continue  # the distractor has no hypothesis clause
             (a, v, t), c = part[2 * side], part[2 * side + 1]
             out.append(clause_text(c, vocab.agents[a], vocab.verbs[v], vocab.things[t], vocab.adverbs[part[4]].word))
         return sentence_text(conn, out)
 
-    r: dict[str, Any] = {"id": f"{NAME}-{seed}-{i}", "premise": text(0, d.p_connective),
-                         "hypothesis": text(1, d.h_connective), "label": lab, "connective": d.h_connective,
-                         "p_connective": d.p_connective, "phenomenon": phenomenon(d)}
-    second = d.parts[1] if len(d.parts) > 1 else None
-    r.update(_features("p", d.parts[0][1]))
-    r.update(_features("h", d.parts[0][3]))
-    r["vocab"] = d.parts[0][5]
-    r.update(_features("p2", second[1] if second else None))
-    r.update(_features("h2", second[3] if second else None))
-    r["vocab2"] = second[5] if second else None
-    return r
+    return text(0, d.p_connective), text(1, d.h_connective)
 
 
 def generate(n: int, seed: int = 0, config: AenliConfig | None = None) -> Iterator[dict[str, Any]]:
@@ -465,6 +485,10 @@ def generate(n: int, seed: int = 0, config: AenliConfig | None = None) -> Iterat
         return
     skeleton_rng = random.Random(f"{NAME}-{seed}-skeleton")
     schedule = label_schedule(rng)
-    for i, target, sk in shared_skeletons(schedule, n, LABELS, lambda: skeleton(skeleton_rng, vocab, cfg)):
-        d = complete(rng, vocab, cfg, sk, target)
-        yield row(i, seed, d, target, vocab)
+    if not cfg.pair_balance:  # generator version 2
+        for i, target, sk in shared_skeletons(schedule, n, LABELS, lambda: skeleton(skeleton_rng, vocab, cfg)):
+            yield row(i, seed, complete(rng, vocab, cfg, sk, target), target, vocab)
+        return
+
+    for i, target, drawn in shared_skeletons(schedule, n, LABELS, lambda: matched(skeleton_rng, vocab, cfg)):
+        yield row(i, seed, drawn[target], target, vocab)

@@ -18,6 +18,7 @@ SEED = typer.Option(0, "--seed", help="Seed; the same seed and options give the 
 OUT = typer.Option(..., "--out", "-o", help="Output file: .jsonl or .jsonl.gz.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Show a progress bar.")
 FORCE = typer.Option(False, "--force", help="Replace the --out file when it exists (refused otherwise).")
+PAIR_BALANCE = typer.Option(True, "--pair-balance/--no-pair-balance", help="The k-th pairs of the three labels share every surface feature of the pair that the pair-level check computes (default); --no-pair-balance writes the pairs of generator version 2 (hypothesis skeletons only), whose pair-level shortcuts the check reports.")
 
 
 def _write(name: str, rows: Iterator[dict[str, Any]], n: int, out: Path, progress: bool, force: bool) -> None:
@@ -40,6 +41,12 @@ def _write(name: str, rows: Iterator[dict[str, Any]], n: int, out: Path, progres
     res = shortcut.hypothesis_only(tee.kept)
     style = "" if res["within"] is not False else "[bold yellow]warning:[/] "
     console.print(style + literal(shortcut.describe(res)))
+    pairs = shortcut.pair_baselines(tee.kept[:shortcut.PAIR_ROWS])
+    lines = shortcut.describe_pairs(pairs)
+    style = "" if pairs["within"] is not False else "[bold yellow]warning:[/] "
+    console.print(style + literal(lines[0]))
+    for line in lines[1:]:
+        console.print(literal(line))
 
 
 def _check_n(n: int) -> None:
@@ -70,6 +77,7 @@ def aenli(
     balanced: bool = typer.Option(True, "--balanced/--natural", help="Equal label counts, each hypothesis skeleton (connectives, determiners, negation, voice, adverb) once per label; or premise and hypothesis drawn independently, with the draw's own label distribution."),
     the: str = typer.Option("unique", "--the", help="Reading of 'the': unique (a noun with 'the' in the pair denotes one individual: the poster's reading, 'A man happily did not kick the ball.' entails 'The ball was not kicked by the man.') or fixed (one fixed individual of a set that may hold others)."),
     vocabulary: Optional[Path] = typer.Option(None, "--vocabulary", help="A vocabulary JSON of the shipped file's shape (default: the shipped 100 agents, 100 things, 100 verbs, 50 adverbs)."),
+    pair_balance: bool = PAIR_BALANCE,
     progress: bool = PROGRESS,
     force: bool = FORCE,
 ) -> None:
@@ -81,7 +89,7 @@ def aenli(
         _check_n(n)
         cfg = gen.AenliConfig(compound=compound, other_vocab=other_vocab, negation=negation, passive=passive,
                               adverb=adverb, balanced=balanced, vocabulary=str(vocabulary) if vocabulary else None,
-                              the=the)
+                              the=the, pair_balance=pair_balance)
         gen.load_vocabulary(cfg.vocabulary)  # a bad vocabulary is one line before anything is written
         _write("aenli", gen.generate(n, seed, cfg), n, out, progress, force)
 
@@ -97,6 +105,7 @@ def kinship(
     neutral_words: float = typer.Option(0.25, "--neutral-words", help="Chance that a fact, or a hypothesis, uses a word without gender (parent, child, spouse, sibling, grandparent, ...)."),
     inverse_facts: float = typer.Option(0.3, "--inverse-facts", help="Chance that a fact is stated backwards ('A is B's son' for 'B is A's parent')."),
     outside: float = typer.Option(0.3, "--outside", help="Chance that a story also states a fact about two people outside the chain (a hypothesis about one of them is neutral, or a contradiction where a fact gives that person the other gender)."),
+    pair_balance: bool = PAIR_BALANCE,
     progress: bool = PROGRESS,
     force: bool = FORCE,
 ) -> None:
@@ -107,5 +116,5 @@ def kinship(
     with user_errors():
         _check_n(n)
         cfg = gen.KinshipConfig(min_k=min_k, max_k=max_k, shuffle=shuffle, neutral_words=neutral_words,
-                                inverse_facts=inverse_facts, outside=outside)
+                                inverse_facts=inverse_facts, outside=outside, pair_balance=pair_balance)
         _write("kinship", gen.generate(n, seed, cfg), n, out, progress, force)

@@ -7,12 +7,12 @@ import json
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.errors import UserError
 
-GENERATOR_VERSION = "2"  # bump when a generator's output for a given seed changes
+GENERATOR_VERSION = "3"  # bump when a generator's output for a given seed changes
 
 
 class SyntheticError(UserError, ValueError):
@@ -113,3 +113,31 @@ def shared_skeletons(schedule: Iterator[str], n: int, labels: Iterable[str],
         if not entry[1]:
             del skeletons[k]
         yield i, target, entry[0]
+
+
+MATCH_ROUNDS = 60  # candidates built per label before a rank's three pairs are left unmatched
+
+
+def matched_triple(build: Callable[[str], Any], signature: Callable[[Any], Hashable], labels: Iterable[str],
+                   rng: random.Random, rounds: int = MATCH_ROUNDS) -> tuple[dict[str, Any], bool]:
+    """One candidate per label, all with the same ``signature``: candidates are built for each label in turn
+    (``build(label)``, None where a try fails) and kept by signature until some signature has one of every
+    label (one of those found in the same round, at random). After ``rounds`` rounds without one, the first
+    candidate of each label, unmatched. Returns (label -> candidate, matched)."""
+    labels = tuple(labels)
+    pools: dict[str, dict[Hashable, Any]] = {lab: {} for lab in labels}
+    first: dict[str, Any] = {}
+    for _ in range(rounds):
+        for lab in labels:
+            c = build(lab)
+            if c is not None:
+                first.setdefault(lab, c)
+                pools[lab].setdefault(signature(c), c)
+        common = set(pools[labels[0]]).intersection(*(pools[lab] for lab in labels[1:]))
+        if common:
+            sig = sorted(common)[int(rng.random() * len(common))]
+            return {lab: pools[lab][sig] for lab in labels}, True
+    missing = [lab for lab in labels if lab not in first]
+    if missing:
+        raise SyntheticError(f"no {', '.join(missing)} pair could be built in {rounds} tries with these rates")
+    return first, False

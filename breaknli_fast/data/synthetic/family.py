@@ -71,7 +71,10 @@ def load_names() -> tuple[str, ...]:
 class KinshipConfig:
     """Chain lengths ``min_k``..``max_k`` (uniform); per story the chance of a shuffled fact order and of a fact
     about two people outside the chain; per fact (and per hypothesis word) the chance of a neutral word, per
-    fact of the backwards direction."""
+    fact of the backwards direction. ``pair_balance``: the k-th pairs of the three labels also share the
+    surface features of the pair (:func:`~.shortcut.pair_features`); False gives the corpus of generator
+    version 2 (hypothesis skeletons only), whose pair-level shortcuts tests/test_synthetic.py shows the check
+    finds."""
 
     min_k: int = 2
     max_k: int = 6
@@ -79,6 +82,7 @@ class KinshipConfig:
     neutral_words: float = 0.25
     inverse_facts: float = 0.3
     outside: float = 0.3
+    pair_balance: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_k <= self.max_k <= MAX_K:

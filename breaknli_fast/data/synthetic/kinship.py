@@ -21,7 +21,11 @@ Labels (:func:`label_of`), with T the relation the facts compose to between the 
 
 No surface form of the hypothesis tells the label: the k-th pair of every label shares one hypothesis
 *skeleton* (chain length, relation word, sentence template, whether the story has an outside pair), drawn
-before the label is known, and the story is then built for that word and label.
+before the label is known, and the story is then built for that word and label. With ``pair_balance`` (the
+default) the three stories of a rank also share every surface feature of the pair that
+:func:`~.shortcut.pair_features` computes — which of the hypothesis's names the story has in possessive form,
+whether it uses the hypothesis's word, its distinct words: stories are built for each label in turn until a
+feature value has one of every label (:func:`~.common.matched_triple`).
 
 A relation other than T at the same generation (a cousin for a sibling) is never a hypothesis: only
 assumptions about marriages between relatives, which the corpus does not make, would exclude it. Neutral
@@ -37,11 +41,12 @@ from functools import lru_cache
 from typing import Any, Iterator
 
 from breaknli_fast.data.labels import CONTRADICTION, ENTAILMENT, NEUTRAL
-from breaknli_fast.data.synthetic.common import SyntheticError, label_schedule, shared_skeletons
+from breaknli_fast.data.synthetic.common import SyntheticError, label_schedule, matched_triple, shared_skeletons
 from breaknli_fast.data.synthetic.family import (Fact, Family, GENDERS, KinshipConfig, MAX_TRIES, NAME, OTHER,
                                                 OUTSIDE_BASE, RelType, Relations, Story, _facts, _order, _walk,
                                                 compose_path, implied_genders, label_of, load_names, load_relations,
                                                 many, reachable, realise, stated_genders, walk_to)
+from breaknli_fast.data.synthetic.shortcut import pair_features
 
 
 @dataclass(frozen=True)
@@ -319,14 +324,29 @@ def examples(n: int, seed: int = 0, config: KinshipConfig | None = None) -> Iter
     rng = random.Random(f"{NAME}-{seed}")
     skeleton_rng = random.Random(f"{NAME}-{seed}-skeleton")
     schedule = label_schedule(rng)
-    for i, target, sk in shared_skeletons(schedule, n, KINDS, lambda: skeleton(skeleton_rng, rel, cfg)):
-        options = kinds(rel, sk, target)
+
+    def story_for(sk: Skeleton, target: str, options: list[str] | None = None) -> tuple[Story, Fact, str]:
+        options = options or kinds(rel, sk, target)
         for _ in range(MAX_TRIES):
             made = build(rng, rel, cfg, sk, _pick(rng, options))
             if made is not None:
-                break
-        else:
-            raise SyntheticError(f"no {target} story for {sk.word!r} in {MAX_TRIES} tries with these rates")
+                return made
+        raise SyntheticError(f"no {target} story for {sk.word!r} in {MAX_TRIES} tries with these rates")
+
+    def signature(made: tuple[Story, Fact, str]) -> tuple[int, ...]:
+        story, hyp, _ = made
+        return tuple(pair_features(" ".join(fact_text(f, story.names) for f in story.facts),
+                                   fact_text(hyp, story.names)))
+
+    def draw() -> Any:
+        sk = skeleton(skeleton_rng, rel, cfg)
+        if not cfg.pair_balance:  # generator version 2: the story is built when its label comes
+            return sk
+        options = {lab: kinds(rel, sk, lab) for lab in KINDS}
+        return matched_triple(lambda lab: story_for(sk, lab, options[lab]), signature, KINDS, rng)[0]
+
+    for i, target, drawn in shared_skeletons(schedule, n, KINDS, draw):
+        made = story_for(drawn, target) if isinstance(drawn, Skeleton) else drawn[target]
         story, hyp, phen = made
         lab = label_of(rel, story.facts, hyp.holder, hyp.word, hyp.of)
         if lab != target:  # built for the label; label_of decides from the facts alone
