@@ -20,7 +20,7 @@ from breaknli_fast.engines.decoding import beam_search, greedy_search
 from breaknli_fast.engines.options import EngineOptions, option
 from breaknli_fast.engines.batching import Workers, clip_text
 from breaknli_fast.engines.hf import use_torch_threads
-from breaknli_fast.engines.model_info import effective_max_length
+from breaknli_fast.engines.model_info import ModelLoadError, effective_max_length
 from breaknli_fast.engines.sampling import COMPACT_SHARE, FiniteScores, TorchStepper, sample
 
 
@@ -65,6 +65,23 @@ def batched_sampling_supported(generation_config: Any) -> bool:
     if generation_config is None:
         return True
     return all(getattr(generation_config, k, None) in ok for k, ok in _UNSUPPORTED_GEN_CONFIG.items())
+
+
+def generation_config_for(folder: Any, model: str, engine: str, instead: str) -> Any:
+    """The model's generation config (None without one), refused in one line when it asks for logits processors
+    that :func:`~breaknli_fast.engines.sampling.sample` does not apply (an engine without transformers' ``generate``
+    to fall back on): ``instead`` names the engines to use."""
+    from transformers import GenerationConfig
+
+    try:
+        gen_config = GenerationConfig.from_pretrained(str(folder))
+    except (OSError, ValueError):
+        gen_config = None
+    if not batched_sampling_supported(gen_config):
+        raise ModelLoadError(f"{model!r}: its generation_config asks for logits processors (repetition or n-gram "
+                             f"penalties, forced or suppressed tokens, ...) that the {engine} engine does not apply; "
+                             f"use {instead}")
+    return gen_config
 
 
 def _cut(tokens: list[int], eos: int, pad: int) -> list[int]:

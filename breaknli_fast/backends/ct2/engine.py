@@ -42,7 +42,7 @@ from breaknli_fast.export.api import export_model
 from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats,
                                         derive_seed)
 from breaknli_fast.engines.options import option
-from breaknli_fast.engines.generation import GenerationOptions, batched_sampling_supported, default_gen_batch
+from breaknli_fast.engines.generation import GenerationOptions, default_gen_batch, generation_config_for
 from breaknli_fast.engines.model_info import (ModelLoadError, effective_max_length, load_config, model_kind,
                                               resolve_model)
 from breaknli_fast.engines.registry import EngineUnavailable
@@ -120,7 +120,7 @@ class Ct2Generator(GeneratorBase):
     stats: GeneratorStats
 
     def __init__(self, model: str, precision: str = "fp32", device: str = "cpu", opts: Ct2Options | None = None):
-        from transformers import AutoTokenizer, GenerationConfig
+        from transformers import AutoTokenizer
 
         from breaknli_fast.engines.cpu_features import physical_cores
 
@@ -145,14 +145,7 @@ class Ct2Generator(GeneratorBase):
         self.folder, manifest, reused = exported.path, exported.manifest, exported.reused
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.folder))
         self.config = config
-        try:
-            gen_config = GenerationConfig.from_pretrained(resolve_model(model))
-        except (OSError, ValueError):
-            gen_config = None
-        if not batched_sampling_supported(gen_config):
-            raise ModelLoadError(f"{model!r}: its generation_config asks for logits processors (repetition or "
-                                 "n-gram penalties, forced or suppressed tokens, ...) that the ct2 engine does not "
-                                 "apply; use --engine torch or ort")
+        generation_config_for(resolve_model(model), model, "ct2", "--engine torch or ort")
         self.max_input_length, limits = effective_max_length(o.max_input_length, self.config, self.tokenizer,
                                                              key="max_input_length")
         self.prompt_batch = max(1, int(o.prompt_batch or default_gen_batch(dev)))  # --gen-batch, else the device default

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+from transformers import AutoConfig, AutoTokenizer
 
 from breaknli_fast.backends.ort.runtime import SessionMaskFiller, graph_feeds, make_session, physical_cores
 from breaknli_fast.backends.ort.t5_runtime import OrtSeq2SeqStepper
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
 from breaknli_fast.engines.batching import BatchedClassifier, pad_tokens, pad_values, split_threads
-from breaknli_fast.engines.generation import GenerationOptions, HFGenerator, batched_sampling_supported
+from breaknli_fast.engines.generation import GenerationOptions, HFGenerator, generation_config_for
 from breaknli_fast.engines.hf import Seq2SeqNLIMixin
 from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
                                               load_config, model_kind, require_masked_lm)
@@ -191,25 +191,13 @@ class OrtSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
                                 "workers": 1, **limits})
 
 
-def _seq2seq_config_check(model: str, folder: Path) -> Any:
-    try:
-        gen_config = GenerationConfig.from_pretrained(str(folder))
-    except (OSError, ValueError):
-        gen_config = None
-    if not batched_sampling_supported(gen_config):
-        raise ModelLoadError(f"{model!r}: its generation_config asks for logits processors (repetition or n-gram "
-                             "penalties, forced or suppressed tokens, ...) that the ort engine does not apply; use "
-                             "--engine torch")
-    return gen_config
-
-
 def open_generator(folder: str | Path, model: str, precision: str = "fp32", device: str = "cpu",
                    opts: OrtOptions | None = None, exported: ExportResult | None = None) -> HFGenerator:
     """The ort generator over an export folder (the project's T5 graphs)."""
     o = opts or OrtOptions()
     folder = Path(folder)
     n_workers, threads = cpu_workers(device, o.threads, o.workers)
-    gen_config = _seq2seq_config_check(model, folder)
+    gen_config = generation_config_for(folder, model, "ort", "--engine torch")
     tok = AutoTokenizer.from_pretrained(str(folder))
     config = AutoConfig.from_pretrained(str(folder))
     stepper = OrtSeq2SeqStepper(folder, device, o.provider, threads)
