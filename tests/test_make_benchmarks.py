@@ -303,7 +303,6 @@ def test_real_shapes_render_ratios_and_kernels(tmp_path: Path) -> None:
     clf_rows = [{"contender": "breaknli-fast ort:int8", "iterations": 4, "median_s": 4.0, "pairs_per_s": 250.0,
                  "vs_torch_fp32": 4.1, "label_agreement_vs_torch_fp32_pct": 97.5, "max_abs_logit_vs_torch_fp32": 0.02,
                  "details": {"engine": "ort", "precision": "int8", "details": {"int8_kernel": "u8s8 VNNI (avx512_vnni)"}}}]
-    docs = []
     for job, shape, rows in (("generate", "flan-t5-small", gen_rows), ("classify", "roberta-base", clf_rows)):
         write(tmp_path, f"real-{job}", "real_shapes", "eeee5555", f"python scripts/bench_real_shapes.py --job {job}",
               {"job": job, "shape": shape, "parameters": 77_000_000, "threads": 2, "reference": "peer:ct2-int8",

@@ -230,7 +230,6 @@ def choose(rng: Any, rates: tuple[float, float, float], the: str, p_conn: str, h
         raise ValueError("a premise of two clauses")
     same_mask = tuple(logic.pair_mask(FORMULAS[p["h"]], FORMULAS[p["h"]], True, the) for p in parts)
     tables = _tables(p_conn, h_conn, n, same_mask)
-    any_label = tables.sum(axis=0) > 0
     sides = [_side(rates, p["over"], p["h"], p["names"], tuple(p["other"][s] for s in slots), tuple(slots),
                    p["adverb"], the) for p in parts]
     if distractor is not None:
