@@ -1202,12 +1202,17 @@ def _numerics_label(label: Any) -> str:
     return ":".join(x for x in _base_label(label).split(":") if not x.startswith("workers="))
 
 
+def _runs_of(files: dict[str, Result], name: str) -> list[Result]:
+    """The files of one measurement and its variants (``name`` and ``name-<variant>``, e.g. ``-latency``)."""
+    return [files[n] for n in sorted(files) if n == name or n.startswith(name + "-")]
+
+
 def loadgen_targets(results: list[Result], label: str) -> str:
     files = {stem(r): r for r in loadgen_files(results)}
     rows: list[list[Any]] = []
     # the roberta-base SingleStream runs: the default engines, and the latency configuration (workers=1: all
     # threads on the one query); each ratio within its own file, against that file's torch fp32
-    bases = [files[n] for n in sorted(files) if n == "loadgen-roberta-base" or n.startswith("loadgen-roberta-base-")]
+    bases = _runs_of(files, "loadgen-roberta-base")
 
     def p90(r: dict[str, Any] | None) -> float | None:
         return get(r, "metrics", "p90_ms")
@@ -1242,13 +1247,12 @@ def loadgen_targets(results: list[Result], label: str) -> str:
     # the flan-t5-small runs (the default engines, and the latency configuration): our best TPOT against
     # CTranslate2 int8's best in any of them (its figure varies between runs, so the faster one is the bar)
     ours, bars = [], []
-    for n in sorted(files):
-        if n == "loadgen-flan-t5-small" or n.startswith("loadgen-flan-t5-small-"):
-            for r in get(files[n], "payload", "scenarios") or []:
-                t = get(r, "metrics", "tpot_p90_ms")
-                if r.get("role") == "generator" and r.get("scenario") == "single-stream" and t is not None:
-                    (bars if _base_label(r.get("engine")) == "ct2:int8" else
-                     ours if not str(r.get("engine")).startswith("ct2") else []).append((t, r, n))
+    for doc in _runs_of(files, "loadgen-flan-t5-small"):
+        for r in get(doc, "payload", "scenarios") or []:
+            t = get(r, "metrics", "tpot_p90_ms")
+            if r.get("role") == "generator" and r.get("scenario") == "single-stream" and t is not None:
+                (bars if _base_label(r.get("engine")) == "ct2:int8" else
+                 ours if not str(r.get("engine")).startswith("ct2") else []).append((t, r, stem(doc)))
     what = ("generator TPOT p90 at one prompt (SingleStream, flan-t5-small, K = 20) ≤ CTranslate2 int8's (its "
             "fastest run)")
     if not ours or not bars:
