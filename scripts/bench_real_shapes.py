@@ -119,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     generate = args.job == "generate"
     peer_batch = args.peer_batch or (8 if generate else 32)
     contenders_text = args.contenders or (GEN_CONTENDERS if generate else CLF_CONTENDERS)
+    from breaknli_fast.bench.specs import BenchSpecError
+
+    for text in [x.strip() for x in contenders_text.split(",") if x.strip() and not x.strip().startswith("peer:")]:
+        try:  # a bad engine or option: one line, before any model is built
+            parse_engine(text)
+        except BenchSpecError as e:
+            raise SystemExit(f"error: {e}") from None
     data = load_examples("sample", limit=max(args.pairs, 4 * args.prompts))
     texts = [t for ex in data.examples for t in (ex.premise, ex.hypothesis)]
     import json
