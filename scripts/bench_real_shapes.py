@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     contenders_text = args.contenders or (GEN_CONTENDERS if generate else CLF_CONTENDERS)
     from breaknli_fast.bench.specs import BenchSpecError
 
-    for text in [x.strip() for x in contenders_text.split(",") if x.strip() and not x.strip().startswith("peer:")]:
+    wanted = [x.strip() for x in contenders_text.split(",") if x.strip()]
+    for text in [x for x in wanted if not x.startswith("peer:")]:
         try:  # a bad engine or option: one line, before any model is built
             parse_engine(text)
         except BenchSpecError as e:
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 n += t != pad
         return n
 
-    for text in [x.strip() for x in contenders_text.split(",") if x.strip()]:
+    for text in wanted:
         if text.startswith("peer:"):
             peer = text[5:]
             if generate and peer == "transformers":

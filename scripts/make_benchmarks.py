@@ -1250,9 +1250,12 @@ def loadgen_targets(results: list[Result], label: str) -> str:
     for doc in _runs_of(files, "loadgen-flan-t5-small"):
         for r in get(doc, "payload", "scenarios") or []:
             t = get(r, "metrics", "tpot_p90_ms")
-            if r.get("role") == "generator" and r.get("scenario") == "single-stream" and t is not None:
-                (bars if _base_label(r.get("engine")) == "ct2:int8" else
-                 ours if not str(r.get("engine")).startswith("ct2") else []).append((t, r, stem(doc)))
+            if r.get("role") != "generator" or r.get("scenario") != "single-stream" or t is None:
+                continue
+            if _base_label(r.get("engine")) == "ct2:int8":
+                bars.append((t, r, stem(doc)))
+            elif not str(r.get("engine")).startswith("ct2"):
+                ours.append((t, r, stem(doc)))
     what = ("generator TPOT p90 at one prompt (SingleStream, flan-t5-small, K = 20) ≤ CTranslate2 int8's (its "
             "fastest run)")
     if not ours or not bars:
