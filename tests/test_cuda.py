@@ -247,6 +247,7 @@ def test_the_fast_sampler_waits_for_the_gpu_only_every_few_steps(monkeypatch):
         def start(self, input_ids, attention_mask, n):
             g = torch.Generator(device="cuda").manual_seed(0)
             self.table = torch.randn((50, 64), device="cuda", generator=g)
+            self.table[:, 0] = float("-inf")  # never the padding id (0): the output leaves padding out
             self.first = True
 
         def step(self, tokens):
@@ -399,16 +400,28 @@ def test_the_tf32_switches_are_set_for_cuda_only_and_recorded_for_torch_on_cuda(
     from breaknli_fast.engines.base import EngineInfo
 
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    sdp_before = torch.backends.cuda.cudnn_sdp_enabled()
     try:
         monkeypatch.delenv(cuda.TF32_ENV, raising=False)
+        monkeypatch.delenv(cuda.CUDNN_SDPA_ENV, raising=False)
+        torch.backends.cuda.enable_cudnn_sdp(True)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         assert cuda.prepare("cpu") is None and torch.backends.cuda.matmul.allow_tf32 is True
+        assert torch.backends.cuda.cudnn_sdp_enabled()  # the CPU leaves torch's attention backends alone
         state = cuda.prepare("cuda:0")
+        assert not torch.backends.cuda.cudnn_sdp_enabled() and cuda.sdpa_state() == {"cudnn_requested": False,
+                                                                                      "cudnn_enabled": False}
         assert state["matmul_allow_tf32"] is False and state["cudnn_allow_tf32"] is False and not state["requested"]
         monkeypatch.setenv(cuda.TF32_ENV, "on")
         assert cuda.prepare("cuda")["matmul_allow_tf32"] is True and torch.backends.cudnn.allow_tf32 is True
         assert EngineInfo("torch", "classifier", "m", "fp32", "cuda:1").details["tf32"]["requested"] is True
-        assert "tf32" not in EngineInfo("torch", "classifier", "m", "fp32", "cpu").details
-        assert "tf32" not in EngineInfo("ort", "classifier", "m", "fp32", "cuda").details
+        monkeypatch.setenv(cuda.CUDNN_SDPA_ENV, "1")
+        cuda.prepare("cuda")
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        assert EngineInfo("torch", "classifier", "m", "bf16", "cuda").details["sdpa"] == {"cudnn_requested": True,
+                                                                                          "cudnn_enabled": True}
+        assert not {"tf32", "sdpa"} & set(EngineInfo("torch", "classifier", "m", "fp32", "cpu").details)
+        assert not {"tf32", "sdpa"} & set(EngineInfo("ort", "classifier", "m", "fp32", "cuda").details)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+        torch.backends.cuda.enable_cudnn_sdp(sdp_before)

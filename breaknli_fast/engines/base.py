@@ -159,11 +159,13 @@ class EngineInfo:
     details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # torch on CUDA: the TF32 switches its loader set (engines/cuda.py), since they change fp32's numbers
+        # torch on CUDA: the TF32 switches its loader set (engines/cuda.py), since they change fp32's numbers, and
+        # whether attention may use cuDNN (its per-shape plans cost half precision's speed)
         if self.engine == "torch" and str(self.device).startswith("cuda"):
-            from breaknli_fast.engines.cuda import tf32_state
+            from breaknli_fast.engines.cuda import sdpa_state, tf32_state
 
             self.details.setdefault("tf32", tf32_state())
+            self.details.setdefault("sdpa", sdpa_state())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
