@@ -79,11 +79,15 @@ COMMIT_ENV = "BREAKNLI_FAST_COMMIT"
 
 
 def git_commit(root: Path, exclude: Sequence[str] = ()) -> str | None:
-    """``git rev-parse HEAD`` of the checkout at ``root``, with ``-dirty`` when tracked files differ from it,
-    leaving out the paths in ``exclude``. Where ``root`` has no ``.git`` (a copy of the tree, as on a machine the
-    tree was sent to), the commit given in ``BREAKNLI_FAST_COMMIT``, else None. Not cached: the tree may change."""
+    """The commit of the checkout at ``root``: the one given in ``BREAKNLI_FAST_COMMIT`` where that is set (a copy of
+    the tree sent to another machine: the copy's ``.git``, where one travels, need not be the sent tree's), else
+    ``git rev-parse HEAD`` with ``-dirty`` when tracked files differ from it, leaving out the paths in ``exclude``;
+    None without either. Not cached: the tree may change."""
+    given = os.environ.get(COMMIT_ENV, "").strip()
+    if given:
+        return given
     if not (root / ".git").exists():
-        return os.environ.get(COMMIT_ENV, "").strip() or None
+        return None
     git = ["git", "-C", str(root)]
     try:
         out = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)

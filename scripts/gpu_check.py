@@ -30,7 +30,7 @@ under 16 MiB. The work folder (--work, default a new temporary folder) keeps eve
 
 --device cpu runs every step on the CPU (a dry run; tests/test_gpu_check.py runs it with tiny limits). Arguments
 after -- go to every `breaknli-fast run` and `bench` (probe options such as --k 8); --bench-args to both benches
-only. The commit is git's, or BREAKNLI_FAST_COMMIT's where the copy has no .git. BREAKNLI_FAST_TF32=1 asks for
+only. The commit is BREAKNLI_FAST_COMMIT's where it is set, else git's. BREAKNLI_FAST_TF32=1 asks for
 TF32 (recorded). Exit 0 when no step failed, 1 otherwise, 2 on a bad option.
 """
 
@@ -534,7 +534,8 @@ def payload(c: Check) -> dict[str, Any]:
         "limit": c.args.limit, "budget_s": c.args.budget, "took_s": round(c.elapsed(), 1),
         "steps_asked": c.args.steps, "real_shapes": c.args.real_shapes, "run_args": c.args.run_args,
         "bench_args": c.args.bench_args,
-        "commit_source": ("git" if (ROOT / ".git").exists() else (COMMIT_ENV if os.environ.get(COMMIT_ENV) else None)),
+        "commit_source": (COMMIT_ENV if os.environ.get(COMMIT_ENV, "").strip() else
+                          "git" if (ROOT / ".git").exists() else None),
         "tf32": {"asked": os.environ.get(TF32_ENV), "as_found": cuda.get("tf32_as_found"),
                  "runs": {k: v["tf32"] for k, v in runs.items() if v.get("tf32")}},
         "package_path": env.get("package_path"),

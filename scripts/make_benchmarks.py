@@ -83,8 +83,8 @@ def provenance(doc: Result, label: str) -> str:
                  f"{load_pair(m, 'load_average_after')} after")
     lines = [
         f"- command: `{doc.get('command')}`",
-        f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), commit `{doc.get('commit')}`, "
-        f"file `{label}/{Path(doc['file']).name}`",
+        f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), commit `{doc.get('commit')}`"
+        + (f" ({doc['commit_note']})" if doc.get("commit_note") else "") + f", file `{label}/{Path(doc['file']).name}`",
         f"- machine: {machine}",
     ]
     payload = doc.get("payload")
@@ -921,11 +921,29 @@ def gpu_title(doc: Result) -> str:
 def _tf32_text(p: dict[str, Any]) -> str:
     tf = p.get("tf32") or {}
     states = [s for run in (tf.get("runs") or {}).values() for s in run.values()]
+    states += [sd for bench in (p.get("benches") or {}).values() for e in get(bench, "bench", "engines") or []
+               for role in ("classifier", "generator") for sd in [get(e, "info", role, "details", "tf32")] if sd]
     if not states:
         return "TF32: no torch engine recorded its switches"
     on = sorted({f"matmul {s.get('matmul_allow_tf32')}, cuDNN {s.get('cudnn_allow_tf32')}" for s in states})
     asked = "asked for (BREAKNLI_FAST_TF32)" if tf.get("asked") else "not asked for"
     return f"TF32 {asked}; the torch engines ran with allow_tf32: {'; '.join(on)}"
+
+
+def _sdpa_text(p: dict[str, Any]) -> str:
+    """Whether the torch engines' attention could use cuDNN (engines/cuda.py), from the benches' engine details."""
+    states = set()
+    for bench in (p.get("benches") or {}).values():
+        for e in get(bench, "bench", "engines") or []:
+            for role in ("classifier", "generator"):
+                sd = get(e, "info", role, "details", "sdpa")
+                states.add("on" if sd and sd.get("cudnn_enabled") is True else "off" if sd else None)
+    if not states:
+        return "cuDNN attention: no bench ran"
+    if states == {None}:
+        return ("cuDNN attention: not recorded, so torch's default (on: the engines set it before "
+                "`BREAKNLI_FAST_CUDNN_SDPA` existed)")
+    return "cuDNN attention " + " / ".join(sorted(str(x) for x in states)) + " in the torch engines (BREAKNLI_FAST_CUDNN_SDPA)"
 
 
 def _gpu_bench(name: str, entry: dict[str, Any] | None, steps: dict[str, dict[str, Any]], dev: str) -> str:
@@ -1004,7 +1022,7 @@ def gpu_check_body(p: dict[str, Any]) -> str:
              if t else "not run")
     bad = [c["name"] for c in t.get("cases", []) if c.get("outcome") in ("failure", "error")] if t else []
     not_ok = [f"{s['step']} {s['status']} ({s.get('detail')})" for s in p.get("steps") or [] if s.get("status") != "ok"]
-    out = [f"{_tf32_text(p)}. CUDA-marked tests (tests/test_cuda.py): {tests}"
+    out = [f"{_tf32_text(p)}. {_sdpa_text(p)}. CUDA-marked tests (tests/test_cuda.py): {tests}"
            + (f" (failed: {', '.join(bad)})" if bad else "") + ". Examples per run: "
            + (str(p.get("limit")) if p.get("limit") else "all") + f"; the check took {f(p.get('took_s'), '.0f')} s of "
            f"its {p.get('budget_s')} s."]

@@ -235,13 +235,22 @@ def test_gpu_check_refuses_bad_options(tmp_path):
     assert not (tmp_path / "o").exists()  # refused before anything was written
 
 
-def test_the_commit_of_a_copy_without_git_comes_from_the_environment(tmp_path, monkeypatch):
+def test_the_commit_given_in_the_environment_wins_over_a_copy_and_its_git(tmp_path, monkeypatch):
+    """A sent copy may carry a .git that is not the sent tree's (the lent machine's did): the commit the sender names
+    wins; without it, git's."""
     from breaknli_fast import envinfo
 
     monkeypatch.delenv(envinfo.COMMIT_ENV, raising=False)
     assert envinfo.git_commit(tmp_path) is None
     monkeypatch.setenv(envinfo.COMMIT_ENV, "0123abc")
     assert envinfo.git_commit(tmp_path) == "0123abc"
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)
+    assert envinfo.git_commit(tmp_path) == "0123abc"
+    monkeypatch.setenv(envinfo.COMMIT_ENV, " ")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert envinfo.git_commit(tmp_path) == head.strip()
 
 
 # -- scripts/compare_runs.py -------------------------------------------------------------------------------------
@@ -356,3 +365,22 @@ def test_benchmarks_gpu_section_from_a_gpu_check_result(tmp_path):
     assert "10 passed, 0 failed, 0 errors, 2 skipped" in section
     assert "Not measured: step `bench-real` skipped (budget: 20s left)" in section
     assert "commit `feedbeef`" in section and "gpu-check-cuda.json" in section
+    assert "cuDNN attention: not recorded, so torch's default" in section  # engine details without ``sdpa``
+
+
+def test_benchmarks_gpu_section_says_whether_attention_used_cudnn_and_the_commit_note(tmp_path):
+    _synthetic_gpu_check(tmp_path)
+    path = tmp_path / "gpu-check-cuda.json"
+    doc = json.loads(path.read_text())
+    doc["commit_note"] = "the tree sent was commit 0123abc"
+    for e in doc["payload"]["benches"]["mini"]["bench"]["engines"]:
+        e["info"] = {role: {"details": {"sdpa": {"cudnn_requested": False, "cudnn_enabled": False},
+                                        "tf32": {"matmul_allow_tf32": False, "cudnn_allow_tf32": False}}}
+                     for role in ("classifier", "generator")}
+    doc["payload"]["tf32"]["runs"] = {}  # the benches' engines alone record the switches
+    path.write_text(json.dumps(doc))
+    results, _ = provenance.load_results(tmp_path)
+    section = _gpu_section(make_benchmarks.render(results, "benchmarks/results"))
+    assert "cuDNN attention off in the torch engines" in section
+    assert "allow_tf32: matmul False, cuDNN False" in section
+    assert "commit `feedbeef` (the tree sent was commit 0123abc)" in section
