@@ -511,7 +511,8 @@ def spec_parts(label: str) -> dict[str, str]:
 
 
 def _trained_engine(results: list[Result], probe: str, labels: list[str]) -> dict[str, Any] | None:
-    """The first engine of ``labels`` (in that order) that the trained-model file of ``probe`` measured."""
+    """The first engine of ``labels`` (in that order) that a trained-model file of ``probe`` measured (its file of
+    the most examples first: :func:`parity_files`)."""
     for label in labels:
         for doc in parity_files(results):
             if probe_of(doc) != probe:
@@ -678,11 +679,12 @@ def trained_parity(results: list[Result], engine: str) -> str:
     """Whether ``engine`` (its options for random weights dropped) was shown to match the torch fp32 reference on
     the trained models, per probe of the parity table (section 2b): yes / no / not shown."""
     base = ":".join(x for x in engine.split(":") if not x.startswith("validate="))
-    cells = []
-    for doc in parity_files(results):
+    cells, seen = [], set()
+    for doc in parity_files(results):  # per probe its file of the most examples that measured the engine
         e = next((e for e in get(doc, "payload", "engines") or [] if e.get("label") == base and e.get("status") == "ok"),
                  None)
-        if e is not None:
+        if e is not None and probe_of(doc) not in seen:
+            seen.add(probe_of(doc))
             cells.append(f"{probe_of(doc)}: {_shown(e)}")
     return "; ".join(cells) or "not measured"
 
@@ -771,11 +773,12 @@ def on_evaluation_slice(r: Result) -> bool:
 
 
 def parity_files(results: list[Result]) -> list[Result]:
-    """The files of the parity table per probe x engine: one per probe (breaknli: bench-parity-all.json, the others
-    probe-<probe>.json), measured on the evaluation slice."""
+    """The files of the parity table per probe x engine, measured on the evaluation slice: probe-<probe>.json, and
+    for breaknli also bench-parity-all.json (all 2,724 pairs); per probe the file of the most examples first."""
     chosen = [r for r in results if r.get("kind") == "bench" and on_evaluation_slice(r)
               and (stem(r) == "bench-parity-all" or stem(r) == f"probe-{probe_of(r)}")]
-    return sorted(chosen, key=lambda r: (PROBE_ORDER.index(probe_of(r)) if probe_of(r) in PROBE_ORDER else 99, stem(r)))
+    return sorted(chosen, key=lambda r: (PROBE_ORDER.index(probe_of(r)) if probe_of(r) in PROBE_ORDER else 99,
+                                         -(get(r, "payload", "data", "examples") or 0), stem(r)))
 
 
 PROBE_ORDER = ("breaknli", "accuracy", "permutation", "merge")
