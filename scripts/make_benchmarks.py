@@ -921,11 +921,16 @@ def gpu_title(doc: Result) -> str:
     return f"{p.get('gpu')} (`{p.get('device')}`), torch {p.get('torch')} (CUDA {p.get('torch_cuda_build')})"
 
 
+def _bench_details(p: dict[str, Any], key: str) -> list[Any]:
+    """``details[key]`` of every engine role in a GPU check's benches (None where a role did not record it)."""
+    return [get(e, "info", role, "details", key) for bench in (p.get("benches") or {}).values()
+            for e in get(bench, "bench", "engines") or [] for role in ("classifier", "generator")]
+
+
 def _tf32_text(p: dict[str, Any]) -> str:
     tf = p.get("tf32") or {}
     states = [s for run in (tf.get("runs") or {}).values() for s in run.values()]
-    states += [sd for bench in (p.get("benches") or {}).values() for e in get(bench, "bench", "engines") or []
-               for role in ("classifier", "generator") for sd in [get(e, "info", role, "details", "tf32")] if sd]
+    states += [sd for sd in _bench_details(p, "tf32") if sd]
     if not states:
         return "TF32: no torch engine recorded its switches"
     on = sorted({f"matmul {s.get('matmul_allow_tf32')}, cuDNN {s.get('cudnn_allow_tf32')}" for s in states})
@@ -935,12 +940,8 @@ def _tf32_text(p: dict[str, Any]) -> str:
 
 def _sdpa_text(p: dict[str, Any]) -> str:
     """Whether the torch engines' attention could use cuDNN (engines/cuda.py), from the benches' engine details."""
-    states = set()
-    for bench in (p.get("benches") or {}).values():
-        for e in get(bench, "bench", "engines") or []:
-            for role in ("classifier", "generator"):
-                sd = get(e, "info", role, "details", "sdpa")
-                states.add("on" if sd and sd.get("cudnn_enabled") is True else "off" if sd else None)
+    states = {"on" if sd and sd.get("cudnn_enabled") is True else "off" if sd else None
+              for sd in _bench_details(p, "sdpa")}
     if not states:
         return "cuDNN attention: no bench ran"
     if states == {None}:
