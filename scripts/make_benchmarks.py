@@ -679,13 +679,11 @@ def trained_parity(results: list[Result], engine: str) -> str:
     """Whether ``engine`` (its options for random weights dropped) was shown to match the torch fp32 reference on
     the trained models, per probe of the parity table (section 2b): yes / no / not shown."""
     base = ":".join(x for x in engine.split(":") if not x.startswith("validate="))
-    cells, seen = [], set()
-    for doc in parity_files(results):  # per probe its file of the most examples that measured the engine
-        e = next((e for e in get(doc, "payload", "engines") or [] if e.get("label") == base and e.get("status") == "ok"),
-                 None)
-        if e is not None and probe_of(doc) not in seen:
-            seen.add(probe_of(doc))
-            cells.append(f"{probe_of(doc)}: {_shown(e)}")
+    cells = []
+    for probe in dict.fromkeys(probe_of(doc) for doc in parity_files(results)):
+        e = _trained_engine(results, probe, [base])  # the probe's file of the most examples that measured it
+        if e is not None:
+            cells.append(f"{probe}: {_shown(e)}")
     return "; ".join(cells) or "not measured"
 
 
