@@ -26,6 +26,59 @@ def test_plan_batches_respects_budget_and_covers_everything():
     assert plan_batches(lengths, 1000, 32) == batches  # deterministic
 
 
+def _padded(batch, lengths):
+    return len(batch) * max(lengths[i] for i in batch)
+
+
+def test_plan_batches_in_pairs_balances_the_batches():
+    # the CPU engines with two workers: an even number of batches of near-equal padded size
+    assert [len(b) for b in plan_batches([46] * 50, 8192, 16, multiple=2)] == [13, 13, 13, 11]
+    assert [len(b) for b in plan_batches([80] * 20, 8192, 16, multiple=2)] == [10, 10]
+    assert [len(b) for b in plan_batches([80] * 20, 8192, 16)] == [16, 4]  # the plain grouping is unchanged
+    assert plan_batches([7], 8192, 16, multiple=2) == [[0]]  # never more batches than items
+    assert plan_batches([5000, 3], 100, 8, multiple=2) == [[0], [1]]  # an over-long item: the plain grouping
+    rng = np.random.default_rng(1)
+    for trial in range(300):
+        n = int(rng.integers(1, 60))
+        lengths = [int(x) for x in rng.integers(1, 200, size=n)]
+        budget, max_batch = int(rng.choice([250, 1000, 8192])), int(rng.choice([1, 3, 16]))
+        plain = plan_batches(lengths, budget, max_batch)
+        paired = plan_batches(lengths, budget, max_batch, multiple=2)
+        assert sorted(i for b in paired for i in b) == list(range(n))
+        for b in paired:
+            assert len(b) <= max_batch and (len(b) == 1 or _padded(b, lengths) <= budget)
+        target = min(n, -(-len(plain) // 2) * 2)
+        assert len(paired) <= target
+        # no worse than the plain grouping, and optimal: no contiguous split of the sorted order into
+        # `target` batches has a smaller largest padded size (checked exhaustively where that is cheap)
+        worst = max(_padded(b, lengths) for b in paired)
+        assert worst <= max(_padded(b, lengths) for b in plain)
+        if n <= 12 and max(lengths) <= budget:
+            order = sorted(range(n), key=lambda i: (-lengths[i], i))
+            best = min(_best_split(order, lengths, target, max_batch, budget))
+            assert worst == best, (lengths, budget, max_batch)
+    big = [int(x) for x in rng.integers(1, 512, size=200_000)]  # bounded: a bisection over the padded size
+    import time
+    t0 = time.perf_counter()
+    assert sum(len(b) for b in plan_batches(big, 8192, 16, multiple=2)) == len(big)
+    assert time.perf_counter() - t0 < 20
+
+
+def _best_split(order, lengths, parts, max_batch, budget):
+    """The largest padded size of every split of ``order`` into at most ``parts`` consecutive batches."""
+    from itertools import combinations
+
+    n = len(order)
+    for k in range(1, parts + 1):
+        for cuts in combinations(range(1, n), k - 1):
+            bounds = (0, *cuts, n)
+            groups = [order[a:b] for a, b in zip(bounds, bounds[1:])]
+            if all(len(g) <= max_batch for g in groups):
+                sizes = [_padded(g, lengths) for g in groups]
+                if all(len(g) == 1 or s <= budget for g, s in zip(groups, sizes)):
+                    yield max(sizes)
+
+
 def test_duplicate_pairs_are_classified_once(tiny_roberta):
     clf = registry.load_classifier("torch", tiny_roberta)
     pairs = [(p, h) for p, h, _ in testing.pairs(10)]

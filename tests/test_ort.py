@@ -396,6 +396,10 @@ def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
         assert (one.workers.n, two.workers.n) == (1, 2) and two.info.details["workers"] == 2
         a, b = one.classify(pairs), two.classify(pairs)
         assert two.stats.batches == one.stats.batches > 2
+        # the ort classifier's batches come in pairs on the CPU whatever the workers (the torch reference's do not)
+        assert one.batch_multiple == two.batch_multiple == (2 if engine == "ort" else 1)
+        if engine == "ort":
+            assert one.stats.batches % 2 == 0 and one.info.details["batch_multiple"] == 2
         np.testing.assert_array_equal(a.logits, b.logits)
         g1 = registry.load_generator(engine, ort_models["t5"], precision=precision, threads=1, workers=1,
                                      prompt_batch=2, **extra)

@@ -40,25 +40,50 @@ def clip_text(tokenizer: Any, text: str, max_length: int) -> str:
     return cut if n >= 2 * int(max_length) else text
 
 
-def plan_batches(lengths: Sequence[int], token_budget: int, max_batch: int) -> list[list[int]]:
+def _pack(lengths: Sequence[int], cap: int, max_batch: int) -> list[list[int]]:
+    """Positions ``0..n-1`` of ``lengths`` (sorted longest first) in consecutive groups, each as long as
+    ``max_batch`` items and ``len(group) * its first (longest) length <= cap`` allow (an item longer than
+    ``cap`` still forms its own group)."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    first = 0
+    for pos, length in enumerate(lengths):
+        if cur and (len(cur) + 1 > max_batch or (len(cur) + 1) * first > cap):
+            groups.append(cur)
+            cur = []
+        if not cur:
+            first = length
+        cur.append(pos)
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def plan_batches(lengths: Sequence[int], token_budget: int, max_batch: int, multiple: int = 1) -> list[list[int]]:
     """Group item indices into batches: sorted by length (longest first, so memory peaks early),
     each batch bounded by ``max_batch`` items and ``len(batch) * longest <= token_budget``
-    (a single over-long item still forms its own batch). Deterministic for equal inputs."""
+    (a single over-long item still forms its own batch). Deterministic for equal inputs.
+
+    ``multiple`` > 1 (the CPU engines whose batches run on worker threads side by side): the number of batches is
+    that of the plain grouping rounded up to a multiple of ``multiple`` (never more than the items), and the items
+    are spread over them so that the largest batch's padded size (items x longest) is as small as it can be
+    (a bounded bisection over the padded size): 50 pairs at 16 per batch give 13 + 13 + 13 + 11, not 16 + 16 +
+    16 + 2, and 20 give 10 + 10, not 16 + 4, so two workers finish together. It is a constant of the engine,
+    not the worker count, so the batches (hence int8's numbers) do not depend on ``--workers``."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    cur_max = 0
-    for i in order:
-        L = max(1, int(lengths[i]))
-        new_max = max(cur_max, L)
-        if cur and (len(cur) + 1 > max_batch or (len(cur) + 1) * new_max > token_budget):
-            batches.append(cur)
-            cur, new_max = [], L
-        cur.append(i)
-        cur_max = new_max
-    if cur:
-        batches.append(cur)
-    return batches
+    sorted_lengths = [max(1, int(lengths[i])) for i in order]
+    groups = _pack(sorted_lengths, int(token_budget), int(max_batch))
+    if multiple > 1 and sorted_lengths and sorted_lengths[0] <= token_budget:
+        n = min(len(sorted_lengths), -(-len(groups) // int(multiple)) * int(multiple))
+        lo, hi = sorted_lengths[0], int(token_budget)  # the plain grouping fits in n groups at the budget
+        while lo < hi:  # the smallest padded size per batch that still fits the items in n batches
+            mid = (lo + hi) // 2
+            if len(_pack(sorted_lengths, mid, int(max_batch))) <= n:
+                hi = mid
+            else:
+                lo = mid + 1
+        groups = _pack(sorted_lengths, lo, int(max_batch))
+    return [[order[pos] for pos in g] for g in groups]
 
 
 class Workers:
@@ -199,6 +224,9 @@ class BatchedClassifier(ClassifierBase):
     info: EngineInfo
     stats: ClassifierStats
     cpu_max_batch: int | None = None  # the engine's pairs per batch on the CPU when ``max_batch`` is not given
+    # the batches of a call on the CPU come in multiples of this (plan_batches: engines whose batches run on two
+    # worker threads there give 2, so that both finish together); 1 elsewhere
+    cpu_batch_multiple: int = 1
 
     @classmethod
     def resolve_max_batch(cls, max_batch: int | None, device: str | None) -> int:
@@ -212,6 +240,7 @@ class BatchedClassifier(ClassifierBase):
                  workers: int = 1, device: str | None = None) -> None:
         self.token_budget = int(token_budget)
         self.max_batch = self.resolve_max_batch(max_batch, device)
+        self.batch_multiple = self.cpu_batch_multiple if device == "cpu" else 1
         self._cache: dict[Pair, np.ndarray] | None = {} if cache else None
         self.stats = ClassifierStats()
         self.workers = Workers(workers if self.parallel_capable else 1)
@@ -306,7 +335,7 @@ class BatchedClassifier(ClassifierBase):
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
 
-        run_batches(plan_batches(lengths, self.token_budget, self.max_batch), prepare,
+        run_batches(plan_batches(lengths, self.token_budget, self.max_batch, self.batch_multiple), prepare,
                     self._run if tokens is not None else self._logits, collect, self.workers, self._synchronize)
         self.stats.pairs_computed += len(pairs)
         return res
@@ -349,6 +378,7 @@ class BatchedMaskFiller(MaskFillerBase):
     vocab: Any
     mask_token_id: int
     cpu_max_batch: int | None = None
+    cpu_batch_multiple: int = 1  # as BatchedClassifier's
 
     def __init__(self, token_budget: int = 8192, max_batch: int | None = None, cache: bool = True,
                  workers: int = 1, device: str | None = None) -> None:
@@ -356,6 +386,7 @@ class BatchedMaskFiller(MaskFillerBase):
         if max_batch is None:
             max_batch = self.cpu_max_batch if device == "cpu" and self.cpu_max_batch else DEFAULT_MAX_BATCH
         self.max_batch = int(max_batch)
+        self.batch_multiple = self.cpu_batch_multiple if device == "cpu" else 1
         self._cache: dict[tuple[MaskedItem, int, str | None], MaskFill] | None = {} if cache else None
         self.stats = MaskFillerStats()
         self.workers = Workers(workers)
@@ -453,7 +484,7 @@ class BatchedMaskFiller(MaskFillerBase):
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
 
-        run_batches(plan_batches(lengths, self.token_budget, self.max_batch), prepare, self._run, collect,
+        run_batches(plan_batches(lengths, self.token_budget, self.max_batch, self.batch_multiple), prepare, self._run, collect,
                     self.workers, self._synchronize)
         self.stats.items_computed += len(items)
         return results  # type: ignore[return-value]

@@ -171,6 +171,7 @@ class SessionMaskFiller(HFMaskFillerMixin, BatchedMaskFiller):
     is one (after its export); the exporters validate with one."""
 
     cpu_max_batch = 16
+    cpu_batch_multiple = 2  # as the ort classifier's: two workers side by side on the CPU
 
     def __init__(self, graph: str | Path, tokenizer: Any, model_vocab_size: int, max_length: int, device: str = "cpu",
                  provider: str | None = None, threads: int | None = None, workers: int = 1, token_budget: int = 8192,
