@@ -254,6 +254,37 @@ def test_a_call_smaller_than_the_batch_still_gives_each_core_a_batch(generators,
         registry.load_generator("ort", ort_models["t5"], precision="fp32", min_batches=0, **_opts(tiny_dir))
 
 
+def test_rows_of_a_prompt_split_over_batches_get_the_same_tokens(generators):
+    """The fast sampler on a subset of a batch's rows (how a generator splits a prompt's rows over two batches so
+    that its workers finish together) gives each row the tokens it gets in the whole batch, on both steppers."""
+    from breaknli_fast.engines.sampling import TorchStepper, sample
+
+    torch_gen, ort_gen = generators
+    prompts = [f"{p} ({i})" for i in range(3) for p in PROMPTS][:5]
+    seeds = [derive_seed(6, i) for i in range(len(prompts))]
+    d = Decoding(max_new_tokens=10, min_new_tokens=2)
+    enc = ort_gen.tokenizer(prompts, return_tensors="pt", padding=True)
+    cfg = ort_gen.config
+    args = (enc["input_ids"], enc["attention_mask"], 4, d, seeds, int(cfg.decoder_start_token_id or 0),
+            int(cfg.eos_token_id), int(ort_gen.tokenizer.pad_token_id))
+    for stepper in (ort_gen.stepper.fork(), TorchStepper(torch_gen.model)):
+        whole = sample(stepper, *args)
+        flat = [r for rows in whole for r in rows]
+        for subset in ([0, 1, 2, 3, 4, 5], [6, 7, 9, 10, 11, 12, 13, 19], [17], list(range(20))):
+            got = sample(stepper, *args, rows=subset, compact_share=0.0)
+            assert [r for rows in got for r in rows] == [flat[i] for i in subset]
+            assert [len(rows) for rows in got] == [sum(1 for i in subset if i // 4 == e) for e in range(5)]
+        with pytest.raises(ValueError, match="ascending"):
+            sample(stepper, *args, rows=[3, 1])
+    assert whole == torch_gen.generate_ids(prompts, 4, d, seeds)
+    with pytest.raises(ValueError, match="fast sampler"):
+        sample(TorchStepper(torch_gen.model), *args[:3], Decoding(sampler="transformers"), *args[4:], rows=[0])
+    # a call of 5 prompts x 4 on the ort engine: two batches of 10 rows, prompt 2 in both; the torch engine's tokens
+    before = len(ort_gen.stats.call_seconds)
+    assert ort_gen.generate_ids(prompts, 4, d, seeds) == whole
+    assert len(ort_gen.stats.call_seconds) - before == 2
+
+
 def test_large_prompt_batches_use_the_step_graphs(generators):
     """A batch of many prompts still samples through the step graphs (each row attends to its own prompt's
     keys only, so the cost per prompt does not grow with the batch): the same candidates as the torch engine
@@ -410,7 +441,7 @@ def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):
         assert g2.generate_ids(prompts, 6, d, seeds) == ref
         assert g2.generate_ids(prompts, 6, d, seeds) == ref  # the forks again, their state reset
         assert len({tuple(r) for r in ref[0]}) > 1
-        assert g2.stats.prompts == 2 * len(prompts) and len(g2.stats.call_seconds) == 8  # 2 + 2 + 2 + 1, twice
+        assert g2.stats.prompts == 2 * len(prompts) and len(g2.stats.call_seconds) == 8  # 42 rows in 4 batches of 10 or 11, twice
 
 
 def test_workers_split_and_batches():
@@ -431,6 +462,19 @@ def test_workers_split_and_batches():
     # at least min_batches, never more than the prompts
     assert HFGenerator._batches(5, 8, 2) == [(0, 2), (2, 5)] and HFGenerator._batches(1, 8, 2) == [(0, 1)]
     assert HFGenerator._batches(20, 8, 2) == HFGenerator._batches(20, 8)
+    # the fast sampler's batches: near-equal rows, a prompt's rows split where needed
+    assert HFGenerator._row_batches(5, 20, 8, 2) == [(0, 3, list(range(0, 50)), 2), (2, 5, list(range(10, 60)), 3)]
+    assert HFGenerator._row_batches(8, 20, 8, 2) == [(0, 4, None, 4), (4, 8, None, 4)]  # whole prompts when even
+    assert HFGenerator._row_batches(1, 20, 8, 2) == [(0, 1, list(range(10)), 0), (0, 1, list(range(10, 20)), 1)]
+    assert HFGenerator._row_batches(1, 1, 8, 2) == [(0, 1, None, 1)]  # never more batches than rows
+    assert HFGenerator._row_batches(0, 20, 8, 2) == []
+    for count, n, per_call, least in ((11, 20, 8, 2), (7, 6, 2, 2), (3, 5, 1, 1), (40, 3, 16, 2), (9, 20, 4, 2)):
+        plan = HFGenerator._row_batches(count, n, per_call, least)
+        sizes = [len(r) if r is not None else (j - i) * n for i, j, r, _ in plan]
+        assert sum(sizes) == count * n and max(sizes) - min(sizes) <= 1 and max(sizes) <= per_call * n
+        assert sum(done for *_, done in plan) == count
+        got = [(i * n + r0) for i, j, r, _ in plan for r0 in (r if r is not None else range((j - i) * n))]
+        assert got == list(range(count * n))  # every row once, in order
 
 
 def test_workers_bad_value_is_one_line(ort_models, tiny_dir):

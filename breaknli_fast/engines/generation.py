@@ -169,12 +169,13 @@ class HFGenerator(GeneratorBase):
     def _parallel(self) -> bool:
         return self.workers.n > 1 and hasattr(self._stepper(), "fork")
 
-    def _sample_on_worker(self, enc: Any, n: int, decoding: Decoding, seeds: list[int], ids: tuple[int, int, int]) -> Any:
+    def _sample_on_worker(self, enc: Any, n: int, decoding: Decoding, seeds: list[int], ids: tuple[int, int, int],
+                          rows: list[int] | None) -> Any:
         st = self._steppers.get()  # the pool is filled by generate_ids before the first submit
         try:
             t0 = time.perf_counter()
             res = sample(st, enc["input_ids"], enc["attention_mask"], n, decoding, seeds, *ids,
-                         compact_share=self.compact_share, on_first_token=self.first_token_callback)
+                         compact_share=self.compact_share, on_first_token=self.first_token_callback, rows=rows)
             return res, time.perf_counter() - t0
         finally:
             self._steppers.put(st)
@@ -190,6 +191,25 @@ class HFGenerator(GeneratorBase):
             return []
         bounds = [round(j * count / nb) for j in range(nb + 1)]
         return [(bounds[j], bounds[j + 1]) for j in range(nb)]
+
+    @staticmethod
+    def _row_batches(count: int, n: int, per_call: int, min_batches: int = 1) -> list[tuple[int, int, list[int] | None, int]]:
+        """The batches of the ``fast`` sampler: ``count`` prompts x ``n`` rows cut into ``ceil(count / per_call)``
+        batches, at least ``min_batches`` (never more than the rows), of near-equal rows, so that workers side by
+        side finish together (5 prompts x 20 at 2 batches: 50 + 50 rows, prompt 2's rows 0-9 in the first and
+        10-19 in the second, where whole prompts would give 60 + 40). Each batch: ``(i, j, rows, done)``, its
+        prompts ``i..j-1``, ``rows`` among their ``(j - i) x n`` (None: all), ``done`` the prompts whose last row
+        it holds. A row's tokens do not depend on its batch (:func:`~breaknli_fast.engines.sampling.sample`), and
+        the cut depends on neither the workers nor the machine."""
+        total = int(count) * int(n)
+        nb = min(max(math.ceil(count / per_call), int(min_batches)), total) if total else 0
+        out = []
+        bounds = [round(j * total / nb) for j in range(nb + 1)] if nb else []
+        for a, b in zip(bounds, bounds[1:]):
+            i, j = a // n, (b - 1) // n + 1
+            rows = None if (a, b) == (i * n, j * n) else list(range(a - i * n, b - i * n))
+            out.append((i, j, rows, sum(1 for e in range(i, j) if a <= e * n + n - 1 < b)))
+        return out
 
     def generate_ids(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[list[int]]]:
         """Generated token ids (without the decoder start token and padding), ``n`` per prompt.
@@ -215,7 +235,18 @@ class HFGenerator(GeneratorBase):
                             and (self.prompt_batch > 1 or decoding.sampler == "fast"))
         per_call = self.prompt_batch if (batched_sampling or decoding.strategy in ("beam", "greedy")) else 1
         parallel = batched_sampling and self._parallel()
-        out: list[list[list[int]]] = []
+        # the fast sampler's batches hold near-equal rows (a prompt's rows may span two); other decodings whole prompts
+        if batched_sampling and decoding.sampler == "fast":
+            plan = self._row_batches(len(prompts), n, per_call, self.min_batches)
+        else:
+            plan = [(i, j, None, j - i) for i, j in
+                    self._batches(len(prompts), per_call, self.min_batches if batched_sampling else 1)]
+        out: list[list[list[int]]] = [[] for _ in prompts]
+
+        def take(i: int, res: list[list[list[int]]]) -> None:
+            for e, seqs in enumerate(res):
+                out[i + e].extend(seqs)
+
         if parallel:
             if self._steppers is None:
                 self._steppers = queue.SimpleQueue()
@@ -223,20 +254,20 @@ class HFGenerator(GeneratorBase):
                 for st in [first] + [first.fork() for _ in range(self.workers.n - 1)]:
                     self._steppers.put(st)
             futures = []
-            for i, j in self._batches(len(prompts), per_call, self.min_batches):
+            for i, j, rows, done in plan:
                 enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
                                      max_length=self.max_input_length)
-                futures.append((j - i, self.workers.submit(self._sample_on_worker, enc, n, decoding,
-                                                           list(seeds[i:j]), (start, eos, pad))))
+                futures.append((i, done, self.workers.submit(self._sample_on_worker, enc, n, decoding,
+                                                             list(seeds[i:j]), (start, eos, pad), rows)))
             try:
-                for count, fut in futures:
+                for i, done, fut in futures:
                     res, dt = fut.result()
-                    self._count(res, count, dt)
-                    out.extend(res)
+                    self._count(res, done, dt)
+                    take(i, res)
             finally:
                 self.workers.shutdown()  # see Workers: idle worker threads slow torch elsewhere
             return out
-        for i, j in self._batches(len(prompts), per_call, self.min_batches if batched_sampling else 1):
+        for i, j, rows, done in plan:
             part, part_seeds = list(prompts[i:j]), list(seeds[i:j])
             enc = self.tokenizer(part, return_tensors="pt", padding=True, truncation=True, max_length=self.max_input_length)
             t0 = time.perf_counter()
@@ -248,7 +279,7 @@ class HFGenerator(GeneratorBase):
             elif batched_sampling or (decoding.strategy == "sampling" and not self.has_model):
                 res = sample(self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, part_seeds,
                              start, eos, pad, compact_share=self.compact_share,
-                             on_first_token=self.first_token_callback)
+                             on_first_token=self.first_token_callback, rows=rows)
             elif not self.has_model:  # greedy / beam search over the stepper (engines without a transformers model)
                 res = self._search(enc, n, decoding, start, eos, pad)
             else:
@@ -262,8 +293,8 @@ class HFGenerator(GeneratorBase):
                 flat = [_cut(row[1:].tolist(), eos, pad) for row in seqs.detach().cpu()]
                 res = [flat[j * n : (j + 1) * n] for j in range(len(part))]
             self._synchronize()
-            self._count(res, len(part), time.perf_counter() - t0)
-            out.extend(res)
+            self._count(res, done, time.perf_counter() - t0)
+            take(i, res)
         return out
 
     def _search(self, enc: Any, n: int, decoding: Decoding, start: int, eos: int, pad: int) -> list[list[list[int]]]:

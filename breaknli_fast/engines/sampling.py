@@ -242,9 +242,15 @@ def _hf_processors(decoding: Decoding, eos_id: int, device: Any) -> Any:
 def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, decoding: Decoding,
            seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int,
            compact_share: float | None = COMPACT_SHARE, sync_every: int | None = None,
-           on_first_token: Callable[[], None] | None = None) -> list[list[list[int]]]:
+           on_first_token: Callable[[], None] | None = None,
+           rows: Sequence[int] | None = None) -> list[list[list[int]]]:
     """``n`` sampled sequences per prompt (token ids after the decoder start token, up to and
     including eos, without padding), one random generator per prompt seeded with ``seeds[i]``.
+
+    ``rows`` (``fast`` sampler): only these of the ``prompts x n`` rows (ascending; row ``e*n + j`` is prompt
+    ``e``'s ``j``-th sequence), each with the tokens it gets in the whole batch (its uniform numbers are the same
+    column of its prompt's draws); then each prompt's list holds its rows among them. A generator cuts a call
+    into batches of near-equal rows this way, a prompt's rows split over two batches where needed.
 
     ``compact_share``: drop finished rows from the model batch once they make up this share of
     it (``None``: never, finished rows are fed padding as transformers does). ``sync_every``
@@ -257,7 +263,9 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(Decoding.SAMPLERS)}")
     if sampler == "fast":
         return _sample_fast(stepper, input_ids, attention_mask, n, decoding, seeds, start_id, eos_id, pad_id,
-                            compact_share, sync_every, on_first_token)
+                            compact_share, sync_every, on_first_token, rows)
+    if rows is not None:
+        raise ValueError("a subset of rows is sampled by the fast sampler only")
     b = int(input_ids.shape[0])
     rows = b * n
     stepper.start(input_ids, attention_mask, n)
@@ -326,8 +334,10 @@ def uniforms(seeds: Sequence[int], steps: int, n: int) -> np.ndarray:
 
 def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, decoding: Decoding,
                  seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int, compact_share: float | None,
-                 sync_every: int | None, on_first_token: Callable[[], None] | None = None) -> list[list[list[int]]]:
-    """The ``fast`` sampler (module notes): every tensor of the loop lives on the stepper's device."""
+                 sync_every: int | None, on_first_token: Callable[[], None] | None = None,
+                 subset: Sequence[int] | None = None) -> list[list[list[int]]]:
+    """The ``fast`` sampler (module notes): every tensor of the loop lives on the stepper's device. ``subset``:
+    :func:`sample`'s ``rows``."""
     b = int(input_ids.shape[0])
     rows, steps = b * n, decoding.max_new_tokens
     dev = torch.device(getattr(stepper, "device", None) or "cpu")
@@ -337,8 +347,17 @@ def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torc
     u = torch.from_numpy(uniforms(seeds, steps, n))
     u = u.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else u  # no wait for the copy either
     active = torch.arange(rows, device=dev)  # global row ids of the stepper's batch, ascending
-    n_active = rows
     unfinished = torch.ones(rows, dtype=torch.bool, device=dev)
+    if subset is not None:
+        keep = torch.as_tensor(list(subset), dtype=torch.long)
+        if keep.numel() == 0 or bool((keep[1:] <= keep[:-1]).any()) or int(keep[0]) < 0 or int(keep[-1]) >= rows:
+            raise ValueError(f"rows must be ascending row numbers below {rows}")
+        if keep.numel() < rows:  # the other rows leave the batch before the first step
+            stepper.keep(keep)
+            active = keep.to(dev)
+            unfinished = torch.zeros(rows, dtype=torch.bool, device=dev)
+            unfinished[active] = True
+    n_active = int(active.shape[0])
     last = torch.full((rows,), start_id, dtype=torch.long, device=dev)
     tokens = torch.full((rows, steps), pad_id, dtype=torch.long, device=dev)  # pad where a row emitted nothing
     bad = torch.zeros(steps, dtype=torch.long, device=dev)  # rows with non-finite scores, per step
@@ -391,6 +410,8 @@ def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torc
                 n_active = int(keep.shape[0])
     _check_steps(bad, width, checked, steps)
     flat = [[tok for tok in row if tok != pad_id] for row in tokens.cpu().tolist()]
+    if subset is not None:
+        return [[flat[r] for r in subset if r // n == e] for e in range(b)]
     return [flat[e * n : (e + 1) * n] for e in range(b)]
 
 
