@@ -16,7 +16,8 @@ agree on at least 90 % of the sample pairs, and its effect on the study is judge
 The generator's CUDA paths are checked where a CPU run cannot reach them: the fast sampler's pinned, non-blocking
 copy of its uniform numbers and its look at the device every ``CUDA_SYNC_EVERY`` steps (the same tokens whatever
 the cadence, and as on the CPU), 64 prompts x 20 rows in each decoder step (the CUDA default batch), and the
-per-prompt cross-attention keys and values against per-row copies of the encoder output. Their helpers also run
+per-prompt cross-attention keys and values against per-row copies of the encoder output, and a prompt's rows split
+over two batches (the fast sampler's batches of near-equal rows) against one batch. Their helpers also run
 on the CPU at small sizes (the tests without the mark), so the checks themselves are exercised everywhere."""
 
 from __future__ import annotations
@@ -145,6 +146,28 @@ def check_sampler_cadence(monkeypatch, device, prompts):
     return base
 
 
+def check_row_split(device, prompts):
+    """A prompt's rows split over two batches (the fast sampler's batches of near-equal rows) get the tokens they
+    get in one batch: ``sample(rows=...)`` on subsets of the rows against the whole batch, on the device's
+    stepper (on CUDA another batch shape may pick other kernels: one row may differ by rounding)."""
+    gen = registry.load_generator("torch", "mini-t5", device=device)
+    cfg, tok = gen.config, gen.tokenizer
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    n = 5
+    args = (enc["input_ids"], enc["attention_mask"], n, Decoding(), list(range(len(prompts))),
+            int(cfg.decoder_start_token_id), int(cfg.eos_token_id), int(tok.pad_token_id))
+    whole = sampling.sample(TorchStepper(gen.model), *args)
+    flat = [r for rows in whole for r in rows]
+    total = len(prompts) * n
+    allowed = 1 if device.startswith("cuda") else 0
+    for subset in (list(range(total // 2 + 2)), list(range(total // 2 + 2, total)), list(range(3, total, 4))):
+        got = sampling.sample(TorchStepper(gen.model), *args, rows=subset)
+        assert [len(rows) for rows in got] == [sum(1 for i in subset if i // n == e) for e in range(len(prompts))]
+        assert sum(a != flat[i] for a, i in zip((r for rows in got for r in rows), subset)) <= allowed
+    assert sum(len(r) for r in flat) > 5 * total  # sentences, not empty rows
+    return whole
+
+
 def check_cross_attention(device, prompts):
     """The per-prompt cross-attention keys / values (given to each prompt's rows) against every row's own copy of
     the encoder output (the former stepper), also after rows are dropped."""
@@ -181,6 +204,7 @@ def test_the_cuda_checks_hold_on_the_cpu_at_small_sizes(monkeypatch, sample):
     check_rows_per_step(monkeypatch, "cpu", prompts[:6], 3, batch=6, small_batch=4)
     check_sampler_cadence(monkeypatch, "cpu", prompts[:4])
     check_cross_attention("cpu", prompts[:3])
+    check_row_split("cpu", prompts[:4])
 
 
 @pytest.mark.cuda
@@ -301,6 +325,12 @@ def test_64_prompts_of_20_rows_go_through_each_decoder_step_on_cuda(monkeypatch)
                                                                                 list(range(64)))
     assert registry.load_generator("torch", "mini-t5", device="cuda").prompt_batch == 64  # the CUDA default
     check_rows_per_step(monkeypatch, "cuda", prompts, 20, batch=64, small_batch=8, cpu_ids=cpu)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_rows_split_over_batches_get_their_tokens_on_cuda(sample):
+    check_row_split("cuda", sample[1][:8])
 
 
 @pytest.mark.cuda

@@ -66,8 +66,9 @@ class OrtOptions(GenerationOptions):
 
 # On the CPU the generator's batches run side by side, one per worker and core (2 x 1 threads on 2 cores: one
 # batch per core beats one batch on both, BENCHMARKS.md); a call with fewer prompts than --gen-batch (the BreakNLI
-# loop's calls: the correct examples of one chunk) is still cut in two, so that both cores work. A constant, not
-# the worker count: the batches, hence int8's candidates, do not depend on --workers (fp32's never do).
+# loop's calls: the correct examples of one chunk) is still cut in two batches of near-equal rows, so that both
+# cores work until the end. A constant, not the worker count: the batches, hence int8's candidates, do not depend
+# on --workers (fp32's never do).
 CPU_MIN_BATCHES = 2
 
 
@@ -113,7 +114,7 @@ class OrtClassifier(BatchedClassifier):
     # number of calls moderate (BENCHMARKS.md, batch sizes). Other providers keep DEFAULT_MAX_BATCH.
     cpu_max_batch = 16
     # and a call's batches come in pairs of near-equal size there, so that the two workers finish together (a call of
-    # 50 pairs: 13 + 13 + 13 + 11, not 16 + 16 + 16 + 2): BreakNLI's classifier stages 13 % faster (BENCHMARKS.md)
+    # 50 pairs: 13 + 13 + 13 + 11, not 16 + 16 + 16 + 2; docs/export.md)
     cpu_batch_multiple = 2
 
     def __init__(self, folder: str | Path, model: str, precision: str = "fp32", device: str = "cpu",
