@@ -484,7 +484,7 @@ class BatchedMaskFiller(MaskFillerBase):
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
 
-        run_batches(plan_batches(lengths, self.token_budget, self.max_batch, self.batch_multiple), prepare, self._run, collect,
-                    self.workers, self._synchronize)
+        run_batches(plan_batches(lengths, self.token_budget, self.max_batch, self.batch_multiple), prepare, self._run,
+                    collect, self.workers, self._synchronize)
         self.stats.items_computed += len(items)
         return results  # type: ignore[return-value]

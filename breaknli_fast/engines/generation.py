@@ -193,7 +193,8 @@ class HFGenerator(GeneratorBase):
         return [(bounds[j], bounds[j + 1]) for j in range(nb)]
 
     @staticmethod
-    def _row_batches(count: int, n: int, per_call: int, min_batches: int = 1) -> list[tuple[int, int, list[int] | None, int]]:
+    def _row_batches(count: int, n: int, per_call: int,
+                     min_batches: int = 1) -> list[tuple[int, int, list[int] | None, int]]:
         """The batches of the ``fast`` sampler: ``count`` prompts x ``n`` rows cut into ``ceil(count / per_call)``
         batches, at least ``min_batches`` (never more than the rows), of near-equal rows, so that workers side by
         side finish together (5 prompts x 20 at 2 batches: 50 + 50 rows, prompt 2's rows 0-9 in the first and
