@@ -47,7 +47,8 @@ LABEL_MAP = typer.Option(None, "--label-map", rich_help_panel=MODELS, help="Mode
 MAX_LENGTH = typer.Option(256, "--max-length", min=1, rich_help_panel=SPEED, help="Truncate classifier inputs to this many tokens, or to the model's own limit when lower (its position table; recorded in config.json).")
 TOKEN_BUDGET = typer.Option(8192, "--token-budget", min=1, rich_help_panel=SPEED, help="Classifier batch bound: batch size x longest sequence.")
 GEN_BATCH = typer.Option(None, "--gen-batch", min=1, rich_help_panel=SPEED, show_default=False,
-                         help="Prompts per generator batch, each with its K samples (default: 8 on the CPU, 64 on CUDA). "
+                         help="Prompts per generator batch, each with its K samples (default: 8 on the CPU, 64 on CUDA); "
+                              "sampling cuts a call into batches of equal rows, so a prompt's samples may span two. "
                               "The candidates do not depend on it.")
 MAX_BATCH = typer.Option(None, "--max-batch", min=1, rich_help_panel=SPEED, help="Classifier batch bound: pairs per batch (default: the engine's: on the CPU 16 for ort, 32 for torch sequence classifiers; else 64).", show_default=False)
 SAMPLE = typer.Option(None, "--sample", min=1, rich_help_panel=DATA, show_default=False,
