@@ -185,12 +185,8 @@ class HFGenerator(GeneratorBase):
         """(start, end) of each prompt batch: ``ceil(count / per_call)`` batches, at least ``min_batches`` (never
         more than the prompts), of sizes as equal as possible (11 prompts at 8 per batch: 6 + 5, not 8 + 3, so that
         workers share the work evenly). The split does not depend on the number of workers, so neither do the
-        candidates."""
-        nb = max(math.ceil(count / per_call), min(int(min_batches), count))
-        if not nb:
-            return []
-        bounds = [round(j * count / nb) for j in range(nb + 1)]
-        return [(bounds[j], bounds[j + 1]) for j in range(nb)]
+        candidates. The row batches of :meth:`_row_batches` with one row per prompt."""
+        return [(i, j) for i, j, _, _ in HFGenerator._row_batches(count, 1, per_call, min_batches)]
 
     @staticmethod
     def _row_batches(count: int, n: int, per_call: int,
