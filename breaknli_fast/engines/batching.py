@@ -268,6 +268,11 @@ class BatchedClassifier(ClassifierBase):
     def _synchronize(self) -> None:
         """Wait for queued device work (GPU engines override); called before a timer stops."""
 
+    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
+        """The batches of one call's pairs of these token lengths (:func:`plan_batches`; an engine with shapes of
+        its own, such as the cudagraph engine's buckets, overrides it)."""
+        return plan_batches(lengths, self.token_budget, self.max_batch, self.batch_multiple)
+
     @property
     def parallel_capable(self) -> bool:
         """True when the engine has the parts ``_tokenize`` / ``_feeds`` / ``_run`` (batches may run on workers)."""
@@ -335,8 +340,8 @@ class BatchedClassifier(ClassifierBase):
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
 
-        run_batches(plan_batches(lengths, self.token_budget, self.max_batch, self.batch_multiple), prepare,
-                    self._run if tokens is not None else self._logits, collect, self.workers, self._synchronize)
+        run_batches(self._plan(lengths), prepare, self._run if tokens is not None else self._logits, collect,
+                    self.workers, self._synchronize)
         self.stats.pairs_computed += len(pairs)
         return res
 

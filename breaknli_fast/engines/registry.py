@@ -24,6 +24,7 @@ _ENGINES: dict[str, str] = {
     "torch": "breaknli_fast.backends.pytorch",
     "tensorrt": "breaknli_fast.backends.tensorrt",
     "ct2": "breaknli_fast.backends.ct2",  # CTranslate2: the generator only (the classifier on ort / torch)
+    "cudagraph": "breaknli_fast.backends.cudagraph",  # torch on one GPU: own decode loop and classifier, CUDA graphs
 }
 
 AUTO = "auto"

@@ -178,7 +178,7 @@ def warp_top(vals: torch.Tensor, idx: torch.Tensor, decoding: Decoding) -> tuple
     if decoding.top_p is not None and decoding.top_p < 1.0:
         ascending = probs.flip(-1).cumsum(-1)
         remove = (ascending <= 1.0 - decoding.top_p).flip(-1)
-        remove[:, 0] = False
+        remove.select(1, 0).fill_(False)  # no Python-scalar tensor: the cudagraph engine captures this step
         probs = probs.masked_fill(remove, 0.0)
     return idx, probs.cumsum(-1)
 

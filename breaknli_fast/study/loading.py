@@ -130,7 +130,7 @@ mlm_names = model_names  # the masked LMs of ``--mlm a,b``
 
 # the backends whose models are Hugging Face models, checked from their config before any loads (an engine
 # registered from elsewhere resolves its own model names)
-HF_BACKENDS = ("torch", "ort", "tensorrt", "ct2")
+HF_BACKENDS = ("torch", "ort", "tensorrt", "ct2", "cudagraph")
 
 
 def check_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] | None]) -> None:
