@@ -24,7 +24,8 @@ class EngineRun:
         self.res, self.entry, self.models, self.is_ref = res, entry, models, is_ref
         self.label: str = res["label"]
         self.walls: list[float] = []
-        self.first: dict[str, Any] | None = None
+        self.first: dict[str, Any] | None = None  # the first measured run's stage figures
+        self.runs: list[dict[str, Any]] = []  # every measured run's stage figures, in the order of ``walls``
         self.records: list[dict[str, Any]] = []
         self.identical = True
         self.stages: dict[str, Any] = {}

@@ -5,7 +5,8 @@ bucket and replayed (:mod:`.graphs`). The options are :class:`GraphOptions`.
 Buckets. A generator call's prompts go in batches of at most ``gen_batch`` prompts (64 on CUDA); a batch of ``P``
 prompts of at most ``L`` tokens runs in the bucket of the smallest ladder values ``P_b >= P`` (:data:`PROMPT_LADDER`)
 and ``L_b >= L`` (:data:`ENCODER_LADDER`), ``P_b x K`` rows (the bucket's extra prompts are copies of the first,
-their rows computed and dropped), with the self-attention cache as long as ``max_new_tokens`` rounded up to 16. A
+their rows computed and dropped), with the self-attention cache as long as ``max_new_tokens`` rounded up to 16, and
+one graph per 16 positions of it that a step attends to (``span``: steps 1-16 read 16 positions, 17-32 read 32). A
 classifier pair of ``n`` tokens runs at the smallest length ``L_b >= n`` of :data:`PAIR_LADDER` -- its own length
 decides it, never its neighbours' -- and a call's pairs of one length go in batches of the largest
 :data:`BATCH_LADDER` size whose padded tokens fit ``batch_tokens`` (the last one at the smallest size that holds
@@ -174,20 +175,31 @@ class GraphGenerator(HFGenerator):
         tb = math.ceil(steps / STEP_MULTIPLE) * STEP_MULTIPLE
         s = self._state(pb, n, lb, tb)
         sig = (greedy, decoding.top_k, decoding.top_p, decoding.temperature, decoding.min_new_tokens)
-        key = (pb, n, lb, tb, sig)
+        spans = sorted({min(tb, math.ceil((t + 1) / STEP_MULTIPLE) * STEP_MULTIPLE) for t in range(steps)})
+        steps_of = {span: (lambda span=span: self.decoder.step(s, decoding, greedy, eos_id, pad_id, span))
+                    for span in spans}
 
-        def step() -> None:
-            self.decoder.step(s, decoding, greedy, eos_id, pad_id)
+        def key(span: int) -> tuple[Any, ...]:
+            return (pb, n, lb, span, tb, sig)
 
         dev = self.decoder.device
+
+        def encode() -> None:
+            self.decoder.encode(s)
+
+        enc_key = ("encoder", pb, n, lb, tb)
         with torch.inference_mode():
-            s.t.zero_()  # a capture's warm-up runs the step: its index must lie inside the cache
-            self.runner.ensure(key, step, in_ladder=ok_p and ok_l)  # ... and the inputs are set after it
+            self.runner.ensure(enc_key, encode, in_ladder=ok_p and ok_l)
+            for span in spans:
+                s.t.zero_()  # a capture's warm-up runs the step: its index must lie inside the span
+                self.runner.ensure(key(span), steps_of[span], in_ladder=ok_p and ok_l)  # inputs are set after it
             ids_b = torch.full((pb, lb), pad_id, dtype=torch.long)
             mask_b = torch.zeros((pb, lb), dtype=torch.long)
             ids_b[:p, :length], mask_b[:p, :length] = input_ids, mask
             ids_b[p:], mask_b[p:] = ids_b[0], mask_b[0]  # the bucket's extra prompts: copies of the first
-            self.decoder.encode(s, ids_b.to(dev), mask_b.to(dev))
+            s.enc_ids.copy_(ids_b.pin_memory() if dev.type == "cuda" else ids_b, non_blocking=True)
+            s.enc_mask.copy_(mask_b.pin_memory() if dev.type == "cuda" else mask_b, non_blocking=True)
+            self.runner.run(enc_key, encode)
             real = torch.zeros(pb * n, dtype=torch.bool)
             real[:p * n] = True
             s.real.copy_(real)
@@ -202,7 +214,8 @@ class GraphGenerator(HFGenerator):
                 s.u.copy_(u.pin_memory() if dev.type == "cuda" else u, non_blocking=True)
             done = steps
             for t in range(steps):
-                self.runner.run(key, step)
+                span = min(tb, math.ceil((t + 1) / STEP_MULTIPLE) * STEP_MULTIPLE)
+                self.runner.run(key(span), steps_of[span])
                 if t == 0 and self.first_token_callback is not None:
                     if dev.type == "cuda":
                         torch.cuda.synchronize(dev)

@@ -10,8 +10,10 @@ arithmetic beyond rounding:
 * the self-attention's q / k / v projections are one matrix product, and so are a gated feed-forward's two input
   projections (``wi_0``, ``wi_1``);
 * keys and values of the self-attention live in a preallocated buffer ``[rows, 2, heads, T, d_kv]``, written at the
-  step index, which is a device tensor (one graph serves every step); the positions after it are masked with
-  ``-inf`` in the bias table (computed once per length: the relative-position buckets of every (query, key) pair);
+  step index, which is a device tensor (one graph serves many steps); a step attends to the buffer's first
+  ``span`` positions (a multiple of 16 that holds the step: one graph per span, so early steps read less of the
+  cache), the positions after the step masked with ``-inf`` in the bias table (computed once per length: the
+  relative-position buckets of every (query, key) pair);
 * the cross-attention's keys and values are computed once per *prompt* (all layers in one product) and the rows of
   a prompt's K samples attend to them together: the queries are viewed as ``[prompts, heads, K, d_kv]``. Exact, as
   T5's cross-attention has no position bias -- the same numbers as K copies of them;
@@ -24,7 +26,9 @@ arithmetic beyond rounding:
   the project's per-prompt uniform numbers, so a token equals the torch engine's wherever the two distributions
   agree.
 
-The encoder runs as transformers' own module (once per call, outside the graphs).
+The encoder is transformers' T5 encoder written the same way (fused q / k / v, the bidirectional relative-position
+bias table computed once per length, padding as ``-inf``), followed by every decoder layer's cross-attention
+projections in one product: one more graph per bucket, run once per call.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ class DecodeState:
     self_kv: torch.Tensor  # (layers, rows, 2, heads, steps, d_kv)
     cross: torch.Tensor  # (layers, 2, prompts, heads, enc_len, d_kv)
     enc_bias: torch.Tensor  # (prompts, 1, 1, enc_len): 0 or -inf (padding of the prompt)
+    enc_ids: torch.Tensor  # (prompts, enc_len) long: the prompts' tokens
+    enc_mask: torch.Tensor  # (prompts, enc_len) long: 1 for a token, 0 for padding
 
     @property
     def rows(self) -> int:
@@ -109,7 +115,6 @@ class T5GraphDecoder:
         cfg = model.config
         self.device = torch.device(device)
         self.dtype = dtype
-        self.encoder = model.get_encoder()
         dec = model.decoder
         self.layers = len(dec.block)
         self.heads, self.d_kv, self.d_model = int(cfg.num_heads), int(cfg.d_kv), int(cfg.d_model)
@@ -150,6 +155,20 @@ class T5GraphDecoder:
                 self.w_in.append(w(ff.wi.weight))
             self.w_out.append(w(ff.wo.weight))
         self.d_ff = int(self.w_out[0].shape[1])
+        enc = model.get_encoder()
+        self.enc_ln_att, self.enc_ln_ff, self.enc_qkv, self.enc_o, self.enc_in, self.enc_out = [], [], [], [], [], []
+        for blk in enc.block:
+            sa, ff = blk.layer[0].SelfAttention, blk.layer[-1].DenseReluDense
+            self.enc_ln_att.append(w(blk.layer[0].layer_norm.weight))
+            self.enc_ln_ff.append(w(blk.layer[-1].layer_norm.weight))
+            self.enc_qkv.append(w(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
+            self.enc_o.append(w(sa.o.weight))
+            self.enc_in.append(w(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)) if self.gated else w(ff.wi.weight))
+            self.enc_out.append(w(ff.wo.weight))
+        self.enc_ln_final = w(enc.final_layer_norm.weight)
+        self.enc_embed = w(enc.embed_tokens.weight)
+        self.enc_rel_bias = enc.block[0].layer[0].SelfAttention.relative_attention_bias.weight.detach().to(
+            self.device, torch.float32)
         self.w_kv_cross = w(torch.cat(kv_cross, 0))  # (layers x 2 x inner, d_model): every layer's k and v
         self.ln_final = w(dec.final_layer_norm.weight)
         self.embed = w(dec.embed_tokens.weight)
@@ -167,6 +186,7 @@ class T5GraphDecoder:
                 self.logits_via = "fp32 copy of the output layer"
                 self.lm_head_f32 = self.lm_head.float()
         self._bias_tables: dict[int, torch.Tensor] = {}
+        self._enc_tables: dict[int, torch.Tensor] = {}
 
     # -- per-call parts, outside the graphs ------------------------------------------------------------------------
     def self_bias(self, steps: int) -> torch.Tensor:
@@ -193,17 +213,39 @@ class T5GraphDecoder:
             bad=torch.zeros(steps, dtype=torch.long, **zeros),
             self_kv=torch.zeros((self.layers, rows, 2, self.heads, steps, self.d_kv), dtype=self.dtype, **zeros),
             cross=torch.zeros((self.layers, 2, prompts, self.heads, enc_len, self.d_kv), dtype=self.dtype, **zeros),
-            enc_bias=torch.zeros((prompts, 1, 1, enc_len), dtype=self.dtype, **zeros))
+            enc_bias=torch.zeros((prompts, 1, 1, enc_len), dtype=self.dtype, **zeros),
+            enc_ids=torch.zeros((prompts, enc_len), dtype=torch.long, **zeros),
+            enc_mask=torch.ones((prompts, enc_len), dtype=torch.long, **zeros))
 
-    def encode(self, state: DecodeState, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-        """The encoder on the bucket's prompts (``(prompts, enc_len)`` on the device), and every decoder layer's
-        cross-attention keys and values of its output, written into ``state``."""
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0].to(self.dtype)
-        p, length = state.prompts, state.enc_len
+    def enc_bias(self, length: int) -> torch.Tensor:
+        """``(heads, length, length)`` at the compute dtype: the encoder's (bidirectional) relative-position bias."""
+        if length not in self._enc_tables:
+            pos = torch.arange(length, device=self.device)
+            bucket = relative_position_bucket(pos[None, :] - pos[:, None], True, self.num_buckets, self.max_distance)
+            self._enc_tables[length] = self.enc_rel_bias[bucket].permute(2, 0, 1).to(self.dtype).contiguous()
+        return self._enc_tables[length]
+
+    def encode(self, s: DecodeState) -> None:
+        """The encoder on the bucket's prompts (``s.enc_ids`` / ``s.enc_mask``) and every decoder layer's
+        cross-attention keys and values of its output, written into ``s`` (capturable, as :meth:`step`)."""
+        p, length, h, d = s.prompts, s.enc_len, self.heads, self.d_kv
+        pad = torch.zeros((), dtype=self.dtype, device=self.device).expand(p, 1, 1, length).masked_fill(
+            s.enc_mask[:, None, None, :] == 0, float("-inf"))
+        bias = self.enc_bias(length).unsqueeze(0) + pad  # (prompts, heads, length, length)
+        x = F.embedding(s.enc_ids, self.enc_embed)
+        for i in range(len(self.enc_qkv)):
+            y = self._norm(x, self.enc_ln_att[i])
+            qkv = F.linear(y, self.enc_qkv[i]).view(p, length, 3, h, d).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=bias, scale=1.0)
+            x = x + F.linear(a.transpose(1, 2).reshape(p, length, self.inner), self.enc_o[i])
+            y = self._norm(x, self.enc_ln_ff[i])
+            g = F.linear(y, self.enc_in[i])
+            g = self.act(g[..., :self.d_ff]) * g[..., self.d_ff:] if self.gated else self.act(g)
+            x = x + F.linear(g, self.enc_out[i])
+        hidden = self._norm(x, self.enc_ln_final)
         kv = F.linear(hidden, self.w_kv_cross).view(p, length, self.layers, 2, self.heads, self.d_kv)
-        state.cross.copy_(kv.permute(2, 3, 0, 4, 1, 5))
-        state.enc_bias.copy_(torch.zeros((), dtype=self.dtype, device=self.device).expand(p, 1, 1, length)
-                             .masked_fill(~attention_mask.bool()[:, None, None, :], float("-inf")))
+        s.cross.copy_(kv.permute(2, 3, 0, 4, 1, 5))
+        s.enc_bias.copy_(pad)
 
     # -- the step --------------------------------------------------------------------------------------------------
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -220,18 +262,21 @@ class T5GraphDecoder:
             return F.linear(x.float(), self.lm_head_f32)
         return torch.mm(x, self.lm_head.t(), out_dtype=torch.float32)
 
-    def hidden(self, s: DecodeState) -> torch.Tensor:
+    def hidden(self, s: DecodeState, span: int | None = None) -> torch.Tensor:
         """The decoder's output of the step ``s.t`` for every row's last token (before the final layer norm), its
-        keys and values written into the self-attention cache."""
+        keys and values written into the self-attention cache. ``span``: the cache positions attended (the first
+        ``span``, which must hold ``s.t``; default all): a step early in the sequence reads less of the cache."""
         rows, h, d = s.rows, self.heads, self.d_kv
+        span = s.steps if span is None else int(span)
         x = F.embedding(s.last, self.embed)
-        bias = self.self_bias(s.steps).index_select(1, s.t).unsqueeze(0)  # (1, heads, 1, steps)
+        bias = self.self_bias(s.steps)[:, :, :span].index_select(1, s.t).unsqueeze(0)  # (1, heads, 1, span)
         for i in range(self.layers):
             y = self._norm(x, self.ln_self[i])
             qkv = F.linear(y, self.w_qkv[i]).view(rows, 3, h, d)
             kv = s.self_kv[i]
             kv.index_copy_(3, s.t, qkv[:, 1:].unsqueeze(3))
-            a = F.scaled_dot_product_attention(qkv[:, 0].unsqueeze(2), kv[:, 0], kv[:, 1], attn_mask=bias, scale=1.0)
+            a = F.scaled_dot_product_attention(qkv[:, 0].unsqueeze(2), kv[:, 0, :, :span], kv[:, 1, :, :span],
+                                               attn_mask=bias, scale=1.0)
             x = x + F.linear(a.reshape(rows, self.inner), self.w_o[i])
             y = self._norm(x, self.ln_cross[i])
             q = F.linear(y, self.w_q_cross[i]).view(s.prompts, s.k, h, d).transpose(1, 2)
@@ -243,10 +288,12 @@ class T5GraphDecoder:
             x = x + F.linear(g, self.w_out[i])
         return x
 
-    def step(self, s: DecodeState, decoding: Decoding, greedy: bool, eos_id: int, pad_id: int) -> None:
+    def step(self, s: DecodeState, decoding: Decoding, greedy: bool, eos_id: int, pad_id: int,
+             span: int | None = None) -> None:
         """One step of every row: logits, the draw (or the most likely token), the bookkeeping of finished rows;
-        all on the device, all in ``s`` (capturable: no host synchronisation, no shape that depends on data)."""
-        logits = self.logits(self.hidden(s))
+        all on the device, all in ``s`` (capturable: no host synchronisation, no shape that depends on data).
+        ``span``: as :meth:`hidden`'s."""
+        logits = self.logits(self.hidden(s, span))
         if decoding.min_new_tokens:  # no eos before min_new_tokens (the sampler's own rule)
             col = logits[:, eos_id]
             logits[:, eos_id] = torch.where(s.t < decoding.min_new_tokens, float("-inf"), col)

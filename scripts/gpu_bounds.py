@@ -1,0 +1,315 @@
+"""How close the cudagraph engine's two hot paths run to the GPU's bounds (the GPU check's step ``bounds``).
+
+    python scripts/gpu_bounds.py --out bounds.json [--device cuda] [--shapes base,large] [--reps 20]
+
+Per shape pair (``base``: flan-t5-base + roberta-base, ``large``: flan-t5-large + roberta-large; random weights
+built from the configs, as the benches build them, on the device):
+
+* **classifier**: the largest bucket (512 pairs x 128 tokens, 65,536 tokens) replayed as one CUDA graph, at bf16
+  and fp32; its FLOPs counted from the shape (the products of every layer and the attention) over its median time:
+  TFLOP/s and % of the GPU's dense peak at that precision; transformers' eager fp32 forward of the same batch
+  beside it;
+* **decoder step**: one step of 160 rows (8 prompts x K = 20, 64 encoder tokens, a 48-position cache) replayed as
+  one CUDA graph, at bf16 and fp32, against its bandwidth floor: the bytes every step must read (the decoder's and
+  output layer's weights, the self-attention cache, the prompts' cross-attention keys and values) over the GPU's
+  memory bandwidth; the torch engine's eager step of the same rows beside it.
+
+Times are CUDA events around each replay, the median of ``--reps`` after 3 warm-up replays. The peaks are the
+datasheet figures of the GPU found (:data:`DATASHEET`, dense, no sparsity); a plain bf16 product of 8192^3 and a
+device copy of 2 GiB are measured too, as the peaks this GPU reaches here. ``--device cpu`` is the dry run
+(``--shapes mini``: the shipped mini models, perf_counter times, no peaks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# name fragment -> (bf16 dense TFLOP/s, fp32 TFLOP/s without TF32, HBM TB/s); NVIDIA's datasheets, dense figures
+DATASHEET = (
+    ("H100 PCIe", (756.0, 51.0, 2.0)), ("H100 NVL", (835.0, 60.0, 3.9)), ("H200 NVL", (835.0, 60.0, 4.8)),
+    ("H200", (989.4, 66.9, 4.8)), ("H100", (989.4, 66.9, 3.35)),
+)
+SHAPES = {"base": ("flan-t5-base", "roberta-base"), "large": ("flan-t5-large", "roberta-large"),
+          "mini": ("mini-t5", "mini-nli")}
+CLF_BUCKET = (512, 128)
+DEC_ROWS = (8, 20, 64, 48)  # prompts, K, encoder tokens, cache positions
+
+
+def datasheet(name: str | None) -> dict[str, Any] | None:
+    for frag, (bf16, fp32, bw) in DATASHEET:
+        if name and frag.lower() in name.lower():
+            return {"gpu": name, "matched": frag, "bf16_tflops": bf16, "fp32_tflops": fp32, "hbm_tb_s": bw,
+                    "source": "NVIDIA datasheet, dense (no sparsity)"}
+    return None
+
+
+def timer(device: str) -> Callable[[Callable[[], None], int], list[float]]:
+    import torch
+
+    def cuda_time(fn: Callable[[], None], reps: int) -> list[float]:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        out = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b) / 1000.0)
+        return out
+
+    def cpu_time(fn: Callable[[], None], reps: int) -> list[float]:
+        fn()
+        out = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+        return out
+
+    return cuda_time if device.startswith("cuda") else cpu_time
+
+
+def measured_peaks(device: str, reps: int) -> dict[str, Any]:
+    import torch
+
+    if not device.startswith("cuda"):
+        return {}
+    t = timer(device)
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    mm = statistics.median(t(lambda: torch.mm(a, a), reps))
+    x = torch.empty(2**30 // 2, dtype=torch.float32, device=device)  # 2 GiB
+    y = torch.empty_like(x)
+    cp = statistics.median(t(lambda: y.copy_(x), reps))
+    del a, x, y
+    torch.cuda.empty_cache()
+    return {"bf16_mm_8192_tflops": 2 * n**3 / mm / 1e12, "copy_2gib_tb_s": 2 * 2**31 / cp / 1e12}
+
+
+def encoder_flops(cfg: Any, batch: int, length: int) -> float:
+    d, ff, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    tokens = batch * length
+    per_layer = 2 * tokens * d * (3 * d + d + 2 * ff) + 2 * 2 * batch * length * length * d
+    return float(layers * per_layer)
+
+
+def classifier_bound(model: str, device: str, precision: str, reps: int, peaks: dict[str, Any] | None,
+                     bucket: tuple[int, int]) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    from breaknli_fast.engines import registry
+
+    clf = registry.load_classifier("cudagraph", model, precision=precision, device=device)
+    b, length = bucket
+    length = min(length, clf.max_length)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, min(int(clf.net.word.shape[0]), 4000), size=(b, length)).astype(np.int64)
+    ids[:, 0] = int(clf.tokenizer.cls_token_id or 0)
+    feeds = {"ids": ids, "mask": np.ones((b, length), dtype=np.int64), "types": np.zeros((b, length), dtype=np.int64),
+             "n": b, "key": (b, length), "ok": True}
+    clf._run(feeds)  # captures the bucket's graph
+    buf = clf.buffers[(b, length)]
+    key = (b, length)
+
+    def replay() -> None:
+        clf.runner.run(key, lambda: buf["logits"].copy_(clf.net.forward(buf["ids"], buf["mask"], buf["types"])))
+
+    secs = timer(device)(replay, reps)
+    med = statistics.median(secs)
+    flops = encoder_flops(load_config(model), b, length)
+    out = {"bucket": [b, length], "precision": precision, "median_ms": med * 1000, "min_ms": min(secs) * 1000,
+           "reps": len(secs), "tflop": flops / 1e12, "tflops": flops / med / 1e12,
+           "graph": clf.info.details["graphs"]["captured"] > 0, "pairs_per_s": b / med}
+    if peaks:
+        peak = peaks["bf16_tflops"] if precision in ("bf16", "fp16") else peaks["fp32_tflops"]
+        out["pct_of_peak"] = 100.0 * out["tflops"] / peak
+    del clf, buf
+    torch.cuda.empty_cache() if device.startswith("cuda") else None
+    return out
+
+
+def classifier_eager(model: str, device: str, reps: int, bucket: tuple[int, int]) -> dict[str, Any]:
+    import torch
+
+    from breaknli_fast.engines import registry
+
+    ref = registry.load_classifier("torch", model, device=device)
+    b, length = bucket
+    length = min(length, ref.max_length)
+    ids = torch.randint(5, 4000, (b, length), device=device)
+    mask = torch.ones_like(ids)
+
+    def fwd() -> None:
+        with torch.inference_mode():
+            ref.model(input_ids=ids, attention_mask=mask)
+
+    secs = timer(device)(fwd, max(5, reps // 2))
+    med = statistics.median(secs)
+    flops = encoder_flops(load_config(model), b, length)
+    del ref
+    return {"bucket": [b, length], "precision": "fp32", "median_ms": med * 1000, "tflops": flops / med / 1e12,
+            "pairs_per_s": b / med}
+
+
+def load_config(model: str) -> Any:
+    from breaknli_fast.engines.model_info import load_config as lc
+
+    return lc(model)
+
+
+def decoder_bytes(dec: Any, state: Any, at: int) -> dict[str, float]:
+    """Bytes one decoder step at position ``at`` must read: weights (decoder layers, final norm, output layer), the
+    self-attention cache up to that position, the prompts' cross-attention keys and values."""
+    weights = sum(t.numel() * t.element_size() for group in (dec.w_qkv, dec.w_o, dec.w_q_cross, dec.w_o_cross,
+                                                             dec.w_in, dec.w_out, dec.ln_self, dec.ln_cross, dec.ln_ff)
+                  for t in group)
+    weights += dec.lm_head.numel() * dec.lm_head.element_size() + dec.ln_final.numel() * dec.ln_final.element_size()
+    # the cache positions a step at position ``at`` needs (the step reads its span's, the later ones masked)
+    cache = state.self_kv.numel() * state.self_kv.element_size() * (at + 1) / state.steps
+    cross = state.cross.numel() * state.cross.element_size()
+    return {"weights": float(weights), "self_cache_needed": float(cache), "cross_kv": float(cross),
+            "total": float(weights + cache + cross)}
+
+
+def decoder_bound(model: str, device: str, precision: str, reps: int, peaks: dict[str, Any] | None) -> dict[str, Any]:
+    import torch
+
+    from breaknli_fast.engines import registry
+    from breaknli_fast.engines.base import Decoding
+
+    gen = registry.load_generator("cudagraph", model, precision=precision, device=device)
+    p, k, enc_len, steps = DEC_ROWS
+    d = Decoding(max_new_tokens=steps, min_new_tokens=steps)
+    ids = torch.randint(5, 4000, (p, enc_len))
+    cfg = gen.config
+    # the bucket's graph captured and its state filled by one whole call of these rows
+    gen._decode(ids, torch.ones_like(ids), k, d, list(range(p)), False, int(cfg.decoder_start_token_id or 0),
+                int(cfg.eos_token_id), int(gen.tokenizer.pad_token_id))
+    state = gen._state(p, k, enc_len, steps)
+    at = steps // 2  # a step half-way: it attends to the cache's first `span` positions
+    span = -(-(at + 1) // 16) * 16
+    key = next((kk for kk in gen.runner.graphs if kk[:5] == (p, k, enc_len, span, steps)), None)
+
+    def step() -> None:
+        state.t.fill_(at)
+        if key is not None:
+            gen.runner.graphs[key].replay()
+        else:
+            gen.decoder.step(state, d, False, int(cfg.eos_token_id), int(gen.tokenizer.pad_token_id), span)
+
+    with torch.inference_mode():
+        secs = timer(device)(step, reps)
+    med = statistics.median(secs)
+    nbytes = decoder_bytes(gen.decoder, state, at)
+    out = {"rows": p * k, "prompts": p, "k": k, "encoder_tokens": enc_len, "cache_positions": steps, "position": at,
+           "span": span,
+           "precision": precision, "median_ms": med * 1000, "min_ms": min(secs) * 1000, "reps": len(secs),
+           "bytes": nbytes, "graph": key is not None, "kernels_note": "one replay = the whole step (decoder, output "
+           "layer, top-k, warping, draw, bookkeeping)"}
+    if peaks:
+        floor = nbytes["total"] / (peaks["hbm_tb_s"] * 1e12)
+        out.update(floor_ms=floor * 1000, times_floor=med / floor)
+    del gen, state
+    torch.cuda.empty_cache() if device.startswith("cuda") else None
+    return out
+
+
+def decoder_eager(model: str, device: str, reps: int) -> dict[str, Any]:
+    import torch
+
+    from breaknli_fast.engines import registry
+    from breaknli_fast.engines.sampling import TorchStepper
+
+    gen = registry.load_generator("torch", model, device=device)
+    p, k, enc_len, steps = DEC_ROWS
+    st = TorchStepper(gen.model)
+    ids = torch.randint(5, 4000, (p, enc_len))
+    st.start(ids, torch.ones_like(ids), k)
+    tok = torch.full((p * k,), 5, dtype=torch.long)
+    for _ in range(steps // 2):
+        st.step(tok)
+    past = st.past
+
+    def step() -> None:
+        st.past = past
+        st.past.crop(steps // 2) if hasattr(st.past, "crop") else None
+        st.step(tok)
+
+    try:
+        secs = timer(device)(step, max(5, reps // 2))
+    except Exception as e:  # noqa: BLE001 - a cache without crop: the steps go on growing it
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+    med = statistics.median(secs)
+    return {"rows": p * k, "precision": "fp32", "median_ms": med * 1000, "reps": len(secs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shapes", default=None, help="base, large and/or mini, comma-separated (default base,large on "
+                    "CUDA, mini on the CPU)")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    import torch
+
+    from breaknli_fast.bench.shapes import build_random_model
+    from breaknli_fast.engines.cuda import prepare
+
+    dev = args.device
+    shapes = [s.strip() for s in (args.shapes or ("base,large" if dev.startswith("cuda") else "mini")).split(",")]
+    bad = [s for s in shapes if s not in SHAPES]
+    if bad:
+        print(f"error: unknown shape {', '.join(bad)}; use {', '.join(SHAPES)}", file=sys.stderr)
+        return 2
+    prepare(dev)
+    name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else None
+    peaks = datasheet(name)
+    result: dict[str, Any] = {"device": dev, "gpu": name, "datasheet": peaks, "reps": args.reps,
+                              "classifier_bucket": list(CLF_BUCKET), "decoder_rows": list(DEC_ROWS), "shapes": {}}
+    result["measured_peaks"] = measured_peaks(dev, args.reps)
+    print(json.dumps({"gpu": name, "datasheet": peaks, "measured": result["measured_peaks"]}), flush=True)
+    reps = args.reps if dev.startswith("cuda") else 2
+    bucket = CLF_BUCKET if dev.startswith("cuda") else (8, 32)
+    for shape in shapes:
+        gen_name, clf_name = SHAPES[shape]
+        if shape != "mini":
+            gen_name = str(build_random_model(gen_name, args.cache_dir, seed=args.seed))
+            clf_name = str(build_random_model(clf_name, args.cache_dir, seed=args.seed))
+        part: dict[str, Any] = {"generator": SHAPES[shape][0], "classifier": SHAPES[shape][1]}
+        result["shapes"][shape] = part
+        for what, fn in (("classifier_bf16", lambda: classifier_bound(clf_name, dev, "bf16", reps, peaks, bucket)),
+                         ("classifier_fp32", lambda: classifier_bound(clf_name, dev, "fp32", reps, peaks, bucket)),
+                         ("classifier_torch_fp32", lambda: classifier_eager(clf_name, dev, reps, bucket)),
+                         ("decoder_bf16", lambda: decoder_bound(gen_name, dev, "bf16", reps, peaks)),
+                         ("decoder_fp32", lambda: decoder_bound(gen_name, dev, "fp32", reps, peaks)),
+                         ("decoder_torch_fp32", lambda: decoder_eager(gen_name, dev, reps))):
+            t0 = time.perf_counter()
+            try:
+                part[what] = fn()
+            except Exception as e:  # noqa: BLE001 - recorded; the next measurement still runs
+                part[what] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"}
+            part[what]["seconds"] = round(time.perf_counter() - t0, 2)
+            print(json.dumps({"shape": shape, what: part[what]}), flush=True)
+            args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
