@@ -129,11 +129,13 @@ def run(
                                       help="merge: the masked LMs that suggest replacements, comma-separated (mini-mlm, a "
                                            "folder or a hub id such as bert-base-cased). Default: mini-mlm."),
     engine: str = typer.Option("auto", "--engine", "-e", rich_help_panel=opts.MODELS,
-                               help="auto, torch, ort, tensorrt or ct2 (CTranslate2 generator, classifier on ort/torch; "
-                                    "the ct2 extra). auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
-                                    "installed (exactly torch's fp32 results, faster), else torch."),
+                               help="auto, torch, ort, tensorrt, ct2 (CTranslate2 generator, classifier on ort/torch; "
+                                    "the ct2 extra) or cudagraph (one GPU: own decode loop and classifier as CUDA "
+                                    "graphs; fp32 / bf16). auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
+                                    "installed (exactly torch's fp32 results, faster), else torch. ort on --device "
+                                    "cuda and tensorrt: not verified on a GPU."),
     precision: str = typer.Option("fp32", "--precision", "-p", rich_help_panel=opts.MODELS,
-                                  help="fp32, fp16, bf16 (torch) or int8 (ort/tensorrt)."),
+                                  help="fp32, fp16, bf16 (torch, cudagraph) or int8 (ort/tensorrt)."),
     classifier_precision: Optional[str] = typer.Option(
         None, "--classifier-precision", rich_help_panel=opts.MODELS,
         help="The classifier at another precision than --precision (e.g. --precision fp32 --classifier-precision int8: "
@@ -216,7 +218,7 @@ app.command("run")(opts.ProbeOptions(run))
 @app.command()
 def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """Print versions, hardware and CUDA / TensorRT availability (paste it into bug reports)."""
-    from breaknli_fast.envinfo import environment
+    from breaknli_fast.envinfo import NOT_VERIFIED, environment
 
     info = environment()
     if as_json:
@@ -231,9 +233,13 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
         t.add_row(name, literal(ver) if ver else "[dim]not installed[/]")
     acc = info["accelerators"]
     t.add_row("CUDA", literal(", ".join(acc.get("gpus", []))) if acc["cuda_available"] else "[dim]no CUDA GPU visible[/]")
-    t.add_row("ORT providers", literal(", ".join(acc["onnxruntime_providers"] or [])) or "[dim]onnxruntime not installed[/]")
+    gpu_eps = {"CUDAExecutionProvider", "TensorrtExecutionProvider"} & set(acc["onnxruntime_providers"] or [])
+    t.add_row("ORT providers", (literal(", ".join(acc["onnxruntime_providers"] or []))
+                                + (f" [dim]({', '.join(sorted(gpu_eps))}: {NOT_VERIFIED})[/]" if gpu_eps else ""))
+              or "[dim]onnxruntime not installed[/]")
     hint = literal(install_hint("tensorrt"))
-    t.add_row("TensorRT", literal(acc["tensorrt"]) if acc["tensorrt"] else f"[dim]not installed ({hint}, needs a CUDA GPU)[/]")
+    t.add_row("TensorRT", (literal(acc["tensorrt"]) + f" [dim]({NOT_VERIFIED})[/]") if acc["tensorrt"]
+              else f"[dim]not installed ({hint}, needs a CUDA GPU; {NOT_VERIFIED})[/]")
     console.print(t)
 
 

@@ -13,6 +13,11 @@ from typing import Any, Sequence
 PACKAGES = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "onnxscript",
             "tensorrt", "datasets", "huggingface_hub", "numpy", "typer", "rich")
 
+# ONNX Runtime's CUDA / TensorRT providers and TensorRT itself: the project's GPU machines cannot install them
+# (onnxruntime-gpu's wheel is 256 MB, TensorRT's libraries come from NVIDIA's own index), so no run of them on a GPU
+# has been made here; every place that offers them says so
+NOT_VERIFIED = "not verified on a GPU"
+
 
 def package_version(name: str) -> str | None:
     try:

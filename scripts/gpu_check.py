@@ -14,9 +14,15 @@ time is left in --budget than it needs:
   cuda-tests              pytest -m cuda tests/test_cuda.py
   device-fp32             torch fp32 on --device: the reference of the precisions (TF32 off: engines/cuda.py)
   bench-mini              breaknli-fast bench --device D on the mini models: torch fp32 / bf16 / fp16 classifier
-                          (generator fp32: T5 overflows in fp16), parity verdicts against torch fp32 on the device;
-                          its --limit is what the device-fp32 run's rate fits into the step's cap
-  bench-real              the same on random-weight real shapes (--real-shapes; speed only)
+                          (generator fp32: T5 overflows in fp16) and the cudagraph engine at fp32 / bf16, parity
+                          verdicts against torch fp32 on the device; its --limit is what the device-fp32 run's rate
+                          fits into the step's cap (--limit as given where that run did not run)
+  bench-real              random-weight real shapes (--real-shapes, default flan-t5-base + roberta-base; speed only):
+                          torch fp32 eager against the cudagraph engine at fp32 and bf16 (--real-engines), the
+                          end-to-end loop repeated (--real-repeats) and its median taken
+  bench-large             the same on flan-t5-large + roberta-large (--large-shapes, --large-engines)
+  bounds                  scripts/gpu_bounds.py: the cudagraph engine's largest classifier bucket against the GPU's
+                          peak FLOP/s and its decoder step against its memory-bandwidth floor, base and large shapes
   device-bf16             torch bf16 on --device
   device-fp16-classifier  the classifier at fp16, the generator at fp32, on --device
   parity                  scripts/compare_runs.py: device fp32 against the CPU reference (fp32 tolerances), bf16 and
@@ -55,19 +61,25 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-STEPS = ("env", "cpu-reference", "cuda-tests", "device-fp32", "bench-mini", "bench-real", "device-bf16",
-         "device-fp16-classifier", "parity")
+STEPS = ("env", "cpu-reference", "cuda-tests", "device-fp32", "bench-mini", "bench-real", "bench-large", "bounds",
+         "device-bf16", "device-fp16-classifier", "parity")
 # seconds: (cap, the least worth starting with). On an H200 (gpu-check-h200*.json): env 7, cuda-tests 26-30,
 # device-fp32 67 (all 2,724 examples), the CPU reference 165 in the background, bench-mini 128 at --limit 738,
 # bench-real 64-68, parity 2; the bf16 and fp16-classifier runs do the fp32 run's work, so they get 80
 CAPS = {"env": (45, 10), "cpu-reference": (210, 30), "cuda-tests": (100, 30), "device-fp32": (100, 30),
-        "bench-mini": (150, 60), "bench-real": (90, 45), "device-bf16": (80, 25), "device-fp16-classifier": (80, 25),
-        "parity": (30, 10)}
+        "bench-mini": (150, 60), "bench-real": (150, 45), "bench-large": (180, 60), "bounds": (120, 40),
+        "device-bf16": (80, 25), "device-fp16-classifier": (80, 25), "parity": (30, 10)}
 RESERVE_S = 25  # kept at the end of --budget for the result file and the tarballs
 DEFAULT_BUDGET = 480  # fits `timeout 540` on the lent machine, start-up and transfers aside
 DEFAULT_REAL_SHAPES = "flan-t5-base,roberta-base"
-# the bench's engines: torch fp32 (its reference), bf16, and fp16 for the classifier only
-BENCH_ENGINES = "torch:fp32,torch:bf16,torch:fp16:gen.precision=fp32"
+DEFAULT_LARGE_SHAPES = "flan-t5-large,roberta-large"
+# bench-mini's engines: torch fp32 (its reference), bf16, fp16 for the classifier only, the cudagraph engine
+BENCH_ENGINES = "torch:fp32,torch:bf16,torch:fp16:gen.precision=fp32,cudagraph:fp32,cudagraph:bf16"
+REAL_ENGINES = "torch:fp32,cudagraph:fp32,cudagraph:bf16"  # bench-real's
+LARGE_ENGINES = "torch:fp32,cudagraph:bf16"  # bench-large's
+# the real-shape benches' timing: the end-to-end loop 3 times (its median; a CUDA graph's capture for a new shape
+# falls in one run), the fixed-workload stages at least twice, batch invariance on 200 pairs
+REAL_BENCH_ARGS = ["--min-iterations", "2", "--min-seconds", "0.5", "--invariance-pairs", "200"]
 # the bench-mini --limit estimate: its start-up, and per engine the work besides the loop (warm-up, stages, the
 # greedy and batch-invariance checks), and the share the fixed triples' re-classification adds to the loop
 BENCH_START_S, BENCH_ENGINE_EXTRA_S, BENCH_LOOP_EXTRA = 20.0, 15.0, 0.3
@@ -344,8 +356,8 @@ def bench_limit(c: Check, run: Path, seconds: float | None) -> tuple[str, str]:
     return str(max(32, min(fit, rows) if rows else fit)), why
 
 
-def bench_cmd(c: Check, name: str, limit: str, extra: list[str]) -> list[str]:
-    return [c.py, "-m", "breaknli_fast.cli", "bench", "--device", c.args.device, "--engines", BENCH_ENGINES,
+def bench_cmd(c: Check, name: str, limit: str, extra: list[str], engines: str = BENCH_ENGINES) -> list[str]:
+    return [c.py, "-m", "breaknli_fast.cli", "bench", "--device", c.args.device, "--engines", engines,
             "--no-component-split", "--no-plot", "--limit", limit, *c.args.run_args, *extra,
             *shlex.split(c.args.bench_args), "--out", str(c.work / name)]
 
@@ -380,13 +392,21 @@ def plan(c: Check) -> list[tuple[str, bool, Callable[[], None]]]:
         c.say(f"bench-mini: --limit {limit} ({why})")
         c.run("bench-mini", [bench_cmd(c, "bench-mini", limit, [])], detail=f"--limit {limit}")
 
-    def bench_real() -> None:
-        if a.real_shapes.lower() in ("", "none"):
-            c.skip("bench-real", "--real-shapes none" + (" (the default with --device cpu: real shapes on the CPU "
-                                                         "are scripts/bench_real_shapes.py's)" if tag == "cpu" else ""))
-            return
-        c.run("bench-real", [bench_cmd(c, "bench-real", str(a.real_limit), ["--random-weights", a.real_shapes])],
-              detail=f"--random-weights {a.real_shapes} --limit {a.real_limit}")
+    def bench_shapes(step: str, shapes: str, engines: str, flag: str) -> Callable[[], None]:
+        def go() -> None:
+            if shapes.lower() in ("", "none"):
+                c.skip(step, f"{flag} none" + (" (the default with --device cpu: real shapes on the CPU are "
+                                               "scripts/bench_real_shapes.py's)" if tag == "cpu" else ""))
+                return
+            extra = ["--random-weights", shapes, "--repeats", str(a.real_repeats), *REAL_BENCH_ARGS]
+            c.run(step, [bench_cmd(c, step, str(a.real_limit), extra, engines)],
+                  detail=f"--random-weights {shapes} --limit {a.real_limit} --engines {engines}")
+        return go
+
+    def bounds() -> None:
+        shapes = a.bound_shapes or ("base,large" if tag == "cuda" else "mini")
+        c.run("bounds", [[c.py, str(ROOT / "scripts" / "gpu_bounds.py"), "--out", str(c.work / "bounds.json"),
+                          "--device", dev, "--shapes", shapes]], detail=f"--shapes {shapes}")
 
     def parity() -> None:
         ref = runs / "reference-cpu-torch-fp32"
@@ -407,13 +427,17 @@ def plan(c: Check) -> list[tuple[str, bool, Callable[[], None]]]:
         rec = c.run("parity", [cmd + ["--exit-zero"] for cmd in cmds], detail="; ".join(what))
         rec.detail = "; ".join(what) if rec.status == "ok" else rec.detail
 
+    # the measurements of the GPU engine first (a check stopped early keeps them), then the tests and the runs; a
+    # timed step waits while the CPU reference runs in the background (the untimed ones go first then)
     steps: list[tuple[str, bool, Callable[[], None]]] = [
+        ("bench-real", True, bench_shapes("bench-real", a.real_shapes, a.real_engines, "--real-shapes")),
+        ("bench-large", True, bench_shapes("bench-large", a.large_shapes, a.large_engines, "--large-shapes")),
+        ("bounds", True, bounds),
         ("cuda-tests", False, lambda: c.run("cuda-tests", [[c.py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
                                                              "cuda", "-rs", "tests/test_cuda.py", "--junitxml",
                                                              str(c.work / "pytest-cuda.xml")]])),
         ("device-fp32", False, device_run("device-fp32", fp32.name, "fp32")),
         ("bench-mini", True, bench_mini),
-        ("bench-real", True, bench_real),
         ("device-bf16", False, device_run("device-bf16", f"device-{tag}-torch-bf16", "bf16")),
         ("device-fp16-classifier", False, device_run("device-fp16-classifier", f"device-{tag}-torch-fp16-classifier",
                                                      "fp32", ["--classifier-precision", "fp16"])),
@@ -445,7 +469,8 @@ def execute(c: Check) -> None:
             c.say(f"env: {rec.detail}")
         if dev_tag(a.device) == "cuda" and env and not cuda.get("available"):
             c.record(Record("device", "failed", f"--device {a.device} but torch {cuda.get('torch')} sees no CUDA GPU"))
-            for s in ("cuda-tests", "device-fp32", "bench-mini", "bench-real", "device-bf16", "device-fp16-classifier"):
+            for s in ("cuda-tests", "device-fp32", "bench-mini", "bench-real", "bench-large", "bounds", "device-bf16",
+                      "device-fp16-classifier"):
                 wanted.discard(s)
                 c.skip(s, "torch sees no CUDA GPU")
     ref_cmd = run_cmd(c, "reference-cpu-torch-fp32", "fp32", "cpu")
@@ -534,7 +559,8 @@ def payload(c: Check) -> dict[str, Any]:
         "device": c.args.device, "gpu": ", ".join(d["name"] for d in cuda.get("devices") or []) or None,
         "gpus": cuda.get("devices"), "torch": cuda.get("torch"), "torch_cuda_build": cuda.get("torch_cuda_build"),
         "limit": c.args.limit, "budget_s": c.args.budget, "took_s": round(c.elapsed(), 1),
-        "steps_asked": c.args.steps, "real_shapes": c.args.real_shapes, "run_args": c.args.run_args,
+        "steps_asked": c.args.steps, "real_shapes": c.args.real_shapes, "large_shapes": c.args.large_shapes,
+        "run_args": c.args.run_args,
         "bench_args": c.args.bench_args,
         "commit_source": (COMMIT_ENV if os.environ.get(COMMIT_ENV, "").strip() else
                           "git" if (ROOT / ".git").exists() else None),
@@ -548,7 +574,9 @@ def payload(c: Check) -> dict[str, Any]:
         "runs": runs,
         "parity": {"kernels": load_json(c.work / "parity-cpu.json"), "precisions": load_json(c.work / "parity-device.json")},
         "benches": {"mini": {"limit": c.notes.get("bench_mini_limit"), "bench": bench_summary(c.work / "bench-mini")},
-                    "real": {"limit": c.args.real_limit, "bench": bench_summary(c.work / "bench-real")}},
+                    "real": {"limit": c.args.real_limit, "bench": bench_summary(c.work / "bench-real")},
+                    "large": {"limit": c.args.real_limit, "bench": bench_summary(c.work / "bench-large")}},
+        "bounds": load_json(c.work / "bounds.json"),
         "work": str(c.work),
     }
 
@@ -557,7 +585,7 @@ BUNDLES = {  # tarball -> paths under the work folder
     "runs-reference.tar.gz": ["runs/reference-cpu-torch-fp32", "runs/device-*-torch-fp32"],
     "runs-precisions.tar.gz": ["runs/device-*-torch-bf16", "runs/device-*-torch-fp16-classifier"],
     "check.tar.gz": ["env.json", "nvidia-smi.txt", "pytest-cuda.xml", "parity-*.json", "logs", "bench-mini",
-                     "bench-real", "summary.md"],
+                     "bench-real", "bench-large", "bounds.json", "summary.md"],
 }
 
 
@@ -664,7 +692,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--steps", default=",".join(STEPS), help="the steps to run, comma-separated (default: all)")
     ap.add_argument("--real-shapes", default=None, help=f"bench-real's --random-weights (default {DEFAULT_REAL_SHAPES} "
                     "on CUDA, none on the CPU)")
-    ap.add_argument("--real-limit", type=int, default=64, help="bench-real's --limit (default 64)")
+    ap.add_argument("--real-limit", type=int, default=64, help="bench-real's and bench-large's --limit (default 64)")
+    ap.add_argument("--real-engines", default=REAL_ENGINES, help=f"bench-real's --engines (default {REAL_ENGINES})")
+    ap.add_argument("--real-repeats", type=int, default=3, help="the real-shape benches' end-to-end --repeats "
+                    "(default 3)")
+    ap.add_argument("--large-shapes", default=None, help=f"bench-large's --random-weights (default "
+                    f"{DEFAULT_LARGE_SHAPES} on CUDA, none on the CPU)")
+    ap.add_argument("--large-engines", default=LARGE_ENGINES, help=f"bench-large's --engines (default {LARGE_ENGINES})")
+    ap.add_argument("--bound-shapes", default=None, help="the bounds step's shapes: base, large, mini (default "
+                    "base,large on CUDA, mini on the CPU)")
     ap.add_argument("--bench-args", default="", help="more options for both benches, e.g. \"--warmup 0\"")
     ap.add_argument("--cap-scale", type=float, default=1.0, help="multiply every step's cap by this (a slow or "
                     "busy machine's dry run; default 1)")
@@ -694,6 +730,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         ap.exit(EXIT_BAD_OPTION, f"error: --bench-args: {e}\n")
     if args.real_shapes is None:
         args.real_shapes = "none" if args.device == "cpu" else DEFAULT_REAL_SHAPES
+    if args.large_shapes is None:
+        args.large_shapes = "none" if args.device == "cpu" else DEFAULT_LARGE_SHAPES
+    if args.real_repeats < 1:
+        ap.exit(EXIT_BAD_OPTION, "error: --real-repeats must be >= 1\n")
     return args
 
 

@@ -959,7 +959,7 @@ def _gpu_bench(name: str, entry: dict[str, Any] | None, steps: dict[str, dict[st
     rows = []
     for e in data.get("engines", []):
         if e.get("status") != "ok":
-            rows.append([e.get("label")] + ["–"] * 5 + [f"did not run ({e.get('status')}: {e.get('reason')})"])
+            rows.append([e.get("label")] + ["–"] * 6 + [f"did not run ({e.get('status')}: {e.get('reason')})"])
             continue
         sp, sm = get(e, "speed", "speedup") or {}, get(e, "speed", "summary") or {}
         v = get(e, "parity", "verdicts") or {}
@@ -970,16 +970,22 @@ def _gpu_bench(name: str, entry: dict[str, Any] | None, steps: dict[str, dict[st
         else:
             verdicts = [f"{v.get('equivalent', 0)} / {v.get('different', 0)} ({_confirmed(e)}) / "
                         f"{v.get('inconclusive', 0)} ({v.get('too_small', 0)})", shown_to_match(e)]
+        rec = get(e, "parity", "headline", "records") or {}
+        same = "reference" if e.get("reference") else f(rec.get("identical_pct"), ".1f", " %")
         rows.append([e["label"], f(sp.get("end_to_end"), ".2f", "×"), f(sm.get("classifier_pairs_per_s"), ".1f"),
-                     f(sm.get("generated_tokens_per_s"), ".1f"), f(sm.get("examples_per_s"), ".2f"), *verdicts])
+                     f(sm.get("generated_tokens_per_s"), ".1f"), f(sm.get("examples_per_s"), ".2f"), same, *verdicts])
     head = bench_workload(data)
     if get(data, "models", "random_weights"):
         head = f"Random weights: {random_title({'payload': data})}. " + head
     why = get(entry, "limit", "why")
     if why:
         head += f" Its --limit: {why}."
+    reps = {get(e, "speed", "end_to_end", "repeats") for e in data.get("engines", []) if e.get("status") == "ok"}
+    if reps - {None, 1}:
+        head += (f" End to end: the median of {', '.join(map(str, sorted(r for r in reps if r)))} runs per engine "
+                 "(its stage figures from the median run).")
     out = [head, "", table(["engine", f"loop speed-up vs torch:fp32 eager on {dev} (end to end)", "classifier pairs/s",
-                            "generator tokens/s", "examples/s (e2e)",
+                            "generator tokens/s", "examples/s (e2e)", "records identical to torch:fp32",
                             "cells equivalent / different (still different judged together) / inconclusive (too few "
                             "to judge)", f"shown to match torch:fp32 on {dev}?"], rows)]
     if data.get("notes"):
@@ -1033,9 +1039,97 @@ def gpu_check_body(p: dict[str, Any]) -> str:
     out += ["", f"**The loop on the mini models** (`bench --device {p.get('device')}`):", "",
             _gpu_bench("mini", get(p, "benches", "mini"), steps, dev),
             "", "**Real shapes with random weights** (speed only):", "",
-            _gpu_bench("real", get(p, "benches", "real"), steps, dev),
-            "", "**The runs** (`breaknli-fast run`, same examples and seeds) and their parity:", "", _gpu_runs(p, dev)]
+            _gpu_bench("real", get(p, "benches", "real"), steps, dev)]
+    if get(p, "benches", "large", "bench") or "bench-large" in steps:
+        out += ["", "**Large shapes with random weights** (speed only):", "",
+                _gpu_bench("large", get(p, "benches", "large"), steps, dev)]
+    if p.get("bounds") or "bounds" in steps:
+        out += ["", "**Against the GPU's bounds** (`scripts/gpu_bounds.py`: the cudagraph engine's hot paths, one "
+                "graph replay each, CUDA events):", "", gpu_bounds_text(p.get("bounds"), steps.get("bounds"))]
+    targets = gpu_targets(p)
+    if targets:
+        out += ["", f"**Issue 53's targets on {dev}** (every ratio from this one check):", "", targets]
+    out += ["", "**The runs** (`breaknli-fast run`, same examples and seeds) and their parity:", "", _gpu_runs(p, dev)]
     return "\n".join(out)
+
+
+def gpu_bounds_text(b: dict[str, Any] | None, step: dict[str, Any] | None) -> str:
+    """The bounds step's table: per shape, the classifier's largest bucket (TFLOP/s, % of the datasheet's dense
+    peak) and the decoder step (ms, bandwidth floor, times the floor), the eager torch engine beside them."""
+    if not b:
+        step = step or {}
+        return f"Not measured: step `bounds` {step.get('status', 'did not run')}" + (
+            f" ({step['detail']})" if step.get("detail") else "") + "."
+    ds, mp = b.get("datasheet") or {}, b.get("measured_peaks") or {}
+    head = (f"{b.get('gpu')}: datasheet {f(ds.get('bf16_tflops'), '.0f')} TFLOP/s bf16 dense, "
+            f"{f(ds.get('fp32_tflops'), '.0f')} TFLOP/s fp32, {f(ds.get('hbm_tb_s'), '.2f')} TB/s ({ds.get('source')}); "
+            f"measured here: a bf16 product of 8192³ at {f(mp.get('bf16_mm_8192_tflops'), '.0f')} TFLOP/s, a 2 GiB "
+            f"device copy at {f(mp.get('copy_2gib_tb_s'), '.2f')} TB/s. Median of {b.get('reps')} timed replays after "
+            "3 warm-up ones.") if ds else f"Device `{b.get('device')}` (no datasheet peaks: a dry run)."
+    rows = []
+    for shape, part in (b.get("shapes") or {}).items():
+        for key, label in (("classifier_bf16", "cudagraph bf16"), ("classifier_fp32", "cudagraph fp32"),
+                           ("classifier_torch_fp32", "torch fp32 eager")):
+            m = part.get(key) or {}
+            what = f"classifier {part.get('classifier')}, {'×'.join(map(str, m.get('bucket') or []))} pairs × tokens"
+            rows.append([shape, what, label, m.get("error") or f(m.get("median_ms"), ".2f", " ms"),
+                         f(m.get("tflops"), ".1f", " TFLOP/s"), f(m.get("pct_of_peak"), ".0f", " % of peak")])
+        for key, label in (("decoder_bf16", "cudagraph bf16"), ("decoder_fp32", "cudagraph fp32"),
+                           ("decoder_torch_fp32", "torch fp32 eager")):
+            m = part.get(key) or {}
+            what = f"decoder step {part.get('generator')}, {m.get('rows', '–')} rows"
+            floor = (f"floor {f(m.get('floor_ms'), '.3f')} ms ({f(get(m, 'bytes', 'total') and get(m, 'bytes', 'total') / 1e6, '.0f')} MB)"
+                     if m.get("floor_ms") is not None else "–")
+            rows.append([shape, what, label, m.get("error") or f(m.get("median_ms"), ".3f", " ms"), floor,
+                         f(m.get("times_floor"), ".1f", "× the floor")])
+    return "\n".join([head, "", table(["shapes", "what", "engine", "time", "rate / bound", "% of bound"], rows)])
+
+
+def _engine_row(bench: dict[str, Any] | None, label: str) -> dict[str, Any] | None:
+    return next((e for e in get(bench, "bench", "engines") or [] if e.get("label") == label and e.get("status") == "ok"),
+                None)
+
+
+def gpu_targets(p: dict[str, Any]) -> str:
+    """Issue 53's done-when, each from this check's own figures: the loop speed-ups of the cudagraph engine over
+    torch fp32 eager (base and large shapes), its fp32 records against eager fp32's, the classifier's largest bucket
+    against the bf16 peak, the decoder step against its bandwidth floor, the mini models' engines against torch."""
+    benches, rows = p.get("benches") or {}, []
+
+    def speed(key: str, label: str) -> float | None:
+        return get(_engine_row(benches.get(key), label), "speed", "speedup", "end_to_end")
+
+    def line(what: str, value: Any, ok: bool | None) -> None:
+        rows.append([what, value, "–" if ok is None else ("met" if ok else "**not met**")])
+
+    for key in ("real", "large"):
+        if not get(benches, key, "bench"):
+            continue
+        rw = get(benches, key, "bench", "config", "random_weights") or {}
+        shapes = " + ".join(str(v) for v in (rw.get("generator"), rw.get("classifier")) if v) or key
+        bf = speed(key, "cudagraph:bf16")
+        line(f"{shapes}: cudagraph bf16 loop ≥ 5× torch fp32 eager", f(bf, ".2f", "×"), None if bf is None else bf >= 5)
+        fp = speed(key, "cudagraph:fp32")
+        if fp is not None or key == "real":
+            same = get(_engine_row(benches.get(key), "cudagraph:fp32"), "parity", "headline", "records", "identical_pct")
+            line(f"{shapes}: cudagraph fp32 loop ≥ 2×, records equal to eager fp32's",
+                 f"{f(fp, '.2f', '×')}, {f(same, '.1f', ' %')} of records identical",
+                 None if fp is None else fp >= 2)
+    large = get(p, "bounds", "shapes", "large") or {}
+    if large:
+        pct = get(large, "classifier_bf16", "pct_of_peak")
+        line(f"{large.get('classifier')}: the classifier's largest bucket ≥ 30 % of bf16 peak", f(pct, ".0f", " %"),
+             None if pct is None else pct >= 30)
+        x = get(large, "decoder_bf16", "times_floor")
+        line(f"{large.get('generator')}: the bf16 decoder step within 3× its bandwidth floor", f(x, ".1f", "×"),
+             None if x is None else x <= 3)
+    mini = [e for e in get(benches, "mini", "bench", "engines") or [] if e.get("status") == "ok" and not e.get("reference")]
+    if mini:
+        slow = [e["label"] for e in mini if (get(e, "speed", "speedup", "end_to_end") or 0) < 1]
+        line("mini models: no engine slower than torch fp32 eager end to end",
+             ", ".join(f"{e['label']} {f(get(e, 'speed', 'speedup', 'end_to_end'), '.2f', '×')}" for e in mini),
+             not slow)
+    return table(["target", "measured", ""], rows) if rows else ""
 
 
 def gpu_check(doc: Result) -> str:
@@ -1392,7 +1486,8 @@ SECTIONS: list[tuple[str, str, list[Subsection]]] = [
     ]),
     ("6. On a GPU", "`scripts/gpu_check.sh` on a lent GPU: the loop's speed-up over torch fp32 (eager) on the GPU, "
      "classifier pairs/s at fp32 / bf16 / fp16 (the classifier only: T5 overflows in fp16), generator tokens/s, and "
-     "the parity verdicts against torch fp32 on the GPU.", [
+     "the parity verdicts against torch fp32 on the GPU; the cudagraph engine on real and large shapes, and its hot "
+     "paths against the GPU's peak FLOP/s and memory bandwidth.", [
         ("`scripts/gpu_check.sh`", "a GPU check", "scripts/gpu_check.sh", gpu_files, gpu_check, gpu_title),
     ]),
 ]

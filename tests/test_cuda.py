@@ -191,6 +191,49 @@ def check_cross_attention(device, prompts):
             tokens = tokens[keep]
 
 
+def check_graph_engine(device, pairs, prompts):
+    """The cudagraph engine against the torch engine on ``device`` (fp32, TF32 off on both): classifier logits
+    within 1e-4 and no clear label flip; sampled and greedy tokens equal for all but at most one prompt on CUDA (a
+    uniform number within rounding of a boundary of the distribution), all on the CPU. On CUDA its steps run as
+    captured graphs (none failed to capture); on the CPU through the graphs' stand-in."""
+    graphs = "auto" if device.startswith("cuda") else "standin"
+    ref_c = registry.load_classifier("torch", "mini-nli", device=device).classify(pairs)
+    clf = registry.load_classifier("cudagraph", "mini-nli", device=device, graphs=graphs)
+    got_c = clf.classify(pairs)
+    assert float(np.abs(ref_c.logits - got_c.logits).max()) <= 1e-4
+    assert clear_label_flips(ref_c, got_c) == []
+    ref_g = registry.load_generator("torch", "mini-t5", device=device)
+    gen = registry.load_generator("cudagraph", "mini-t5", device=device, graphs=graphs)
+    seeds = list(range(len(prompts)))
+    allowed = 1 if device.startswith("cuda") else 0
+    for d, n in ((Decoding(), 20), (Decoding(strategy="greedy", max_new_tokens=24), 1)):
+        a, b = ref_g.generate_ids(prompts, n, d, seeds), gen.generate_ids(prompts, n, d, seeds)
+        assert sum(x != y for x, y in zip(a, b)) <= allowed, d.strategy
+    for stats in (clf.info.details["graphs"], gen.info.details["graphs"]):
+        assert stats["captured"] > 0 and stats["replays"] > 0 and not stats["capture_failures"], stats
+        assert stats["eager_runs"] == 0
+    return clf, gen
+
+
+def check_graph_batches(device, pairs, precision="fp32"):
+    """A pair's logits with the cudagraph classifier on ``device``: in one call and in reversed order (the same
+    buckets: the same numbers), alone and in chunks of 5 (other batch sizes: within 1e-4 at fp32, the same labels
+    but for near ties). Returns the largest difference alone against the call."""
+    clf = registry.load_classifier("cudagraph", "mini-nli", device=device, precision=precision,
+                                   graphs="auto" if device.startswith("cuda") else "standin")
+    clf.set_reuse(False)
+    whole = clf.classify(pairs)
+    rev = clf.classify(pairs[::-1]).logits[::-1]
+    assert np.array_equal(rev, whole.logits)
+    worst = 0.0
+    for other in (np.concatenate([clf.classify(pairs[i:i + 5]).logits for i in range(0, len(pairs), 5)]),
+                  np.concatenate([clf.classify([p]).logits for p in pairs])):
+        worst = max(worst, float(np.abs(other - whole.logits).max()))
+        assert clear_label_flips(whole, Predictions(other)) == []
+    assert worst <= (1e-4 if precision == "fp32" else 5e-2)
+    return worst
+
+
 def test_near_ties_may_flip_and_clear_labels_may_not():
     ref = Predictions(np.array([[0.0, 0.0004, -6.0], [2.0, 0.0, -1.0]], dtype=np.float32))
     tie_flipped = Predictions(np.array([[0.0004, 0.0, -6.0], [2.0, 0.0, -1.0]], dtype=np.float32))
@@ -205,6 +248,9 @@ def test_the_cuda_checks_hold_on_the_cpu_at_small_sizes(monkeypatch, sample):
     check_sampler_cadence(monkeypatch, "cpu", prompts[:4])
     check_cross_attention("cpu", prompts[:3])
     check_row_split("cpu", prompts[:4])
+    pairs, _ = sample
+    check_graph_engine("cpu", pairs[:24], prompts[:3])
+    check_graph_batches("cpu", pairs[:24])
 
 
 @pytest.mark.cuda
@@ -389,6 +435,53 @@ def test_t5_export_validates_on_cuda(tiny_t5, tmp_path):
 
 
 # -- without a GPU: the CUDA code paths that run on the CPU -----------------------------------------------------
+
+@pytest.mark.cuda
+@needs_cuda
+def test_the_cudagraph_engine_on_cuda_keeps_the_torch_answers(sample):
+    pairs, prompts = sample
+    clf, gen = check_graph_engine("cuda", pairs, prompts)
+    assert clf.info.details["graph_mode"] == "cuda" and gen.info.details["graph_mode"] == "cuda"
+    assert gen.info.details["tf32"]["matmul_allow_tf32"] is False
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cudagraph_replays_equal_its_eager_steps_on_cuda(sample):
+    """A captured graph runs the kernels the eager step runs: the same tokens and logits, bit for bit."""
+    pairs, prompts = sample
+    out = {}
+    for mode in ("cuda", "eager"):
+        clf = registry.load_classifier("cudagraph", "mini-nli", device="cuda", graphs=mode)
+        gen = registry.load_generator("cudagraph", "mini-t5", device="cuda", graphs=mode)
+        out[mode] = (clf.classify(pairs).logits, gen.generate_ids(prompts, 8, Decoding(), list(range(len(prompts)))))
+    assert np.array_equal(out["cuda"][0], out["eager"][0]) and out["cuda"][1] == out["eager"][1]
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_a_pairs_answer_does_not_depend_on_its_batch_on_cuda(sample, precision):
+    pairs, _ = sample
+    worst = check_graph_batches("cuda", pairs, precision)
+    print(f"cudagraph {precision} on cuda: largest |logit difference| alone / in chunks against one call: {worst:.3g}")
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_cudagraph_bf16_on_cuda_agrees_with_fp32_and_keeps_fp32_logits(sample):
+    pairs, prompts = sample
+    ref = registry.load_classifier("torch", "mini-nli", device="cuda").classify(pairs)
+    bf = registry.load_classifier("cudagraph", "mini-nli", precision="bf16", device="cuda")
+    got = bf.classify(pairs)
+    assert got.logits.dtype == np.float32 and np.isfinite(got.logits).all()
+    assert np.mean(np.array(ref.labels) == np.array(got.labels)) >= 0.9
+    gen = registry.load_generator("cudagraph", "mini-t5", precision="bf16", device="cuda")
+    rows = gen.generate(prompts[:4], 4, Decoding(), [0, 1, 2, 3])
+    assert all(len(r) == 4 for r in rows) and any(t for r in rows for t in r)
+    assert gen.info.details["compute"]["logits"] in ("mm out_dtype=fp32", "fp32 copy of the output layer")
+    assert not gen.info.details["graphs"]["capture_failures"]
+
 
 def test_cuda_provider_options_switch_tf32_off(monkeypatch):
     ort = pytest.importorskip("onnxruntime")

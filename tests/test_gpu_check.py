@@ -145,7 +145,9 @@ def test_gpu_check_dry_run_on_the_lent_machines_stack_needs_nothing_installed(tm
 
 def _bare_check(tmp_path: Path, budget: int = 300) -> gpu_check.Check:
     args = SimpleNamespace(budget=budget, device="cpu", limit=2, run_args=[], bench_args="", real_limit=64,
-                           real_shapes="none", steps=list(gpu_check.STEPS), cap_scale=1.0)
+                           real_shapes="none", large_shapes="none", real_engines=gpu_check.REAL_ENGINES,
+                           large_engines=gpu_check.LARGE_ENGINES, real_repeats=3, bound_shapes=None,
+                           steps=list(gpu_check.STEPS), cap_scale=1.0)
     (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
     return gpu_check.Check(args, tmp_path / "out", tmp_path, sys.executable)
 
@@ -185,7 +187,9 @@ def test_the_bench_limit_is_what_the_device_runs_rate_fits(tmp_path, monkeypatch
     # unfinished (no report.json): the rate is the step's seconds less a run's start-up
     limit, why = gpu_check.bench_limit(c, run, 15 + 30.0)  # 300 examples in 30 s: 10/s
     avail = gpu_check.CAPS["bench-mini"][0] * 0.8
-    want = int(10 * ((avail - gpu_check.BENCH_START_S) / 3 - gpu_check.BENCH_ENGINE_EXTRA_S) / (1 + gpu_check.BENCH_LOOP_EXTRA))
+    engines = len(gpu_check.BENCH_ENGINES.split(","))
+    want = int(10 * ((avail - gpu_check.BENCH_START_S) / engines - gpu_check.BENCH_ENGINE_EXTRA_S)
+               / (1 + gpu_check.BENCH_LOOP_EXTRA))
     assert limit == str(want) and "10.0/s" in why
     (run / "report.json").write_text(json.dumps({"throughput": {"wall_seconds": 0.5}}))  # finished, and fast
     assert gpu_check.bench_limit(c, run, 20.0)[0] == "0"  # all of the run's examples fit: --limit as given

@@ -106,7 +106,9 @@ def bench(
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured warm-up iterations of every stage (and end-to-end runs on 4 examples)."),
     min_iterations: int = typer.Option(3, "--min-iterations", min=1, help="Measured iterations of each stage, at least."),
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Measured seconds of each stage, at least."),
-    gen_prompts: int = typer.Option(8, "--gen-prompts", min=0, help="Prompts of the generate-stage workload (half per mode)."),
+    gen_prompts: Optional[int] = typer.Option(None, "--gen-prompts", min=0, help="Prompts of the generate-stage "
+                                              "workload (half per mode; default: the generator's prompts per batch "
+                                              "on the device, 8 on the CPU, 64 on CUDA)."),
     greedy_prompts: int = typer.Option(16, "--greedy-prompts", min=0, help="Prompts of the greedy token-agreement check."),
     invariance_pairs: int = typer.Option(1000, "--invariance-pairs", min=0, help="Pairs classified one at a time and in "
                                          "the engine's batches: how many labels depend on batch neighbours."),

@@ -37,6 +37,8 @@ from breaknli_fast.bench.state import Context, EngineRun, fail
 from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData
 from breaknli_fast.data.slicing import describe as describe_slice, load_slice, show_counts
 from breaknli_fast.study.loading import EngineConfig, load_models
+from breaknli_fast.engines.generation import default_gen_batch
+from breaknli_fast.envinfo import NOT_VERIFIED
 from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.errors import first_line
 from breaknli_fast.probes import get_probe, probe_class
@@ -72,7 +74,9 @@ class BenchConfig:
     min_iterations: int = 3
     min_seconds: float = 1.0
     repeats: int = 1  # end-to-end repeats
-    gen_prompts: int = 8  # prompts of the generate-stage workload (BreakNLI)
+    # prompts of the generate-stage workload (BreakNLI); None: the generator's default prompts per batch on the
+    # bench's device (default_gen_batch: 8 on the CPU, 64 on CUDA), so a GPU's stage runs the loop's GPU batches
+    gen_prompts: int | None = None
     greedy_prompts: int = 16  # prompts of the greedy token-agreement check (BreakNLI)
     invariance_pairs: int = 1000  # pairs of the batch-invariance check
     tolerance: float = 1.0  # percentage points
@@ -383,6 +387,12 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
                               "mlm": ([m.strip() for m in (cfg.mlm or DEFAULT_MLM).split(",") if m.strip()]
                                       if "mlm" in roles else [])}
     notes: list[str] = [f"data slice: {w}" for w in data_slice["warnings"]]
+    if cfg.engine.device.startswith("cuda"):
+        unverified = sorted({sp.label for sp in specs if sp.engine in ("ort", "tensorrt")})
+        if unverified:
+            notes.append(f"{', '.join(unverified)} on {cfg.engine.device}: {NOT_VERIFIED} by this project (ONNX "
+                         "Runtime's CUDA / TensorRT providers and TensorRT cannot be installed on its GPU machines); "
+                         "each session records the providers it ran on")
     random_info = prepare_models(cfg, probe, data, models, notes, log)
     meaningful = not cfg.random_weights
     used = sorted({models["classifier"], *([models["generator"]] if "generator" in roles else []), *models["mlm"]}
@@ -390,7 +400,11 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
     fingerprints = {m: _fingerprint(m) for m in used}
     workload: dict[str, Any] = {"classify_ph": [(ex.premise, ex.hypothesis) for ex in data.examples], "generate": []}
     if probe.name == "breaknli":
-        workload["generate"] = stages.workload_prompts(data.examples, probe.cfg, cfg.gen_prompts)
+        n_gen = cfg.gen_prompts if cfg.gen_prompts is not None else default_gen_batch(cfg.engine.device)
+        if cfg.gen_prompts is None and cfg.engine.device != "cpu":
+            notes.append(f"the generate stage's workload: {n_gen} prompts, the generator's default prompts per batch "
+                         f"on {cfg.engine.device} (--gen-batch; --gen-prompts sets another)")
+        workload["generate"] = stages.workload_prompts(data.examples, probe.cfg, n_gen)
     engines: list[dict[str, Any]] = []
     ctx = Context(cfg, probe, data, workload, {}, hook, log, meaningful, extra={"by": by})
 

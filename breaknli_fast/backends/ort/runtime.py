@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from breaknli_fast.envinfo import NOT_VERIFIED
 from breaknli_fast.engines import cpu_features
 from breaknli_fast.engines.cpu_features import physical_cores
 from breaknli_fast.engines.base import MASK_FILLER, EngineInfo
@@ -137,7 +138,9 @@ def make_session(path: str | Path, device: str = "cpu", provider: str | None = N
         raise EngineUnavailable(
             f"onnxruntime could not start {names[0]} (no usable CUDA GPU or CUDA/cuDNN libraries?); active: {', '.join(active)}"
         )
-    details["providers"] = active
+    details["providers"] = active  # what the session runs on (ONNX Runtime falls back to the CPU silently)
+    if names[0] != "CPUExecutionProvider":
+        details["gpu_path"] = f"{names[0]}: {NOT_VERIFIED}"
     return sess, details
 
 

@@ -263,7 +263,8 @@ def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,
     loop = probe.cfg if isinstance(getattr(probe, "cfg", None), BreakNLIConfig) else BreakNLIConfig()
     examples = data.examples[: s.samples] if s.samples else data.examples
     pairs, gold = [(ex.premise, ex.hypothesis) for ex in examples], [ex.label for ex in examples]
-    samples = (gen_samples(data.examples, workload_prompts(data.examples, loop, cfg.gen_prompts))
+    n_gen = cfg.gen_prompts if cfg.gen_prompts is not None else 8  # the generator role's sample library
+    samples = (gen_samples(data.examples, workload_prompts(data.examples, loop, n_gen))
                if set(s.roles) - {"classifier"} else [])
     if set(s.roles) - {"classifier"} and not samples:
         raise BenchError("no example of the data is selected by the loop's modes: the generator and the study unit "
