@@ -388,3 +388,43 @@ def test_benchmarks_gpu_section_says_whether_attention_used_cudnn_and_the_commit
     assert "cuDNN attention off in the torch engines" in section
     assert "allow_tf32: matmul False, cuDNN False" in section
     assert "commit `feedbeef` (the tree sent was commit 0123abc)" in section
+
+
+def test_benchmarks_gpu_section_judges_the_cudagraph_targets_from_the_check_alone(tmp_path):
+    """The targets table of issue 53 reads each figure from the same check: a speed-up under its bar, a bound
+    missed and an engine slower than torch on the mini models are each 'not met'."""
+    _synthetic_gpu_check(tmp_path)
+    path = tmp_path / "gpu-check-cuda.json"
+    doc = json.loads(path.read_text())
+    p = doc["payload"]
+
+    def shapes_bench(gen: str, clf: str, speeds: dict[str, float]) -> dict:
+        engines = [_bench_engine("torch:fp32", True, 1.0, 1.0, 1.0, {})]
+        for label, x in speeds.items():
+            e = _bench_engine(label, False, x, 1.0, 1.0, {})
+            e["parity"]["headline"] = {"records": {"identical_pct": 98.5}}
+            engines.append(e)
+        return {"bench": {"data": {"name": "sample", "examples": 64}, "reference": "torch:fp32", "workload": {},
+                          "parity_meaningful": False, "engines": engines,
+                          "config": {"random_weights": {"generator": gen, "classifier": clf}}}}
+
+    p["benches"]["real"] = shapes_bench("flan-t5-base", "roberta-base", {"cudagraph:fp32": 2.5, "cudagraph:bf16": 6.1})
+    p["benches"]["large"] = shapes_bench("flan-t5-large", "roberta-large", {"cudagraph:bf16": 4.2})
+    p["bounds"] = {"gpu": "Synthetic GPU 80GB", "reps": 20, "datasheet": {"bf16_tflops": 989.4, "fp32_tflops": 66.9,
+                                                                         "hbm_tb_s": 3.35, "source": "test"},
+                   "measured_peaks": {}, "shapes": {"large": {
+                       "generator": "flan-t5-large", "classifier": "roberta-large",
+                       "classifier_bf16": {"bucket": [512, 128], "median_ms": 90.0, "tflops": 440.0, "pct_of_peak": 44.5},
+                       "decoder_bf16": {"rows": 160, "median_ms": 1.4, "floor_ms": 0.36, "times_floor": 3.9,
+                                        "bytes": {"total": 1.2e9}}}}}
+    path.write_text(json.dumps(doc))
+    results, _ = provenance.load_results(tmp_path)
+    section = _gpu_section(make_benchmarks.render(results, "benchmarks/results"))
+    assert "| flan-t5-base + roberta-base: cudagraph bf16 loop ≥ 5× torch fp32 eager | 6.10× | met |" in section
+    assert ("| flan-t5-base + roberta-base: cudagraph fp32 loop ≥ 2×, records equal to eager fp32's | 2.50×, 98.5 % "
+            "of records identical | met |") in section
+    assert "| flan-t5-large + roberta-large: cudagraph bf16 loop ≥ 5× torch fp32 eager | 4.20× | **not met** |" in section
+    assert "| roberta-large: the classifier's largest bucket ≥ 30 % of bf16 peak | 44 % | met |" in section
+    assert "| flan-t5-large: the bf16 decoder step within 3× its bandwidth floor | 3.9× | **not met** |" in section
+    assert "mini models: no engine slower than torch fp32 eager end to end" in section and "| met |" in section
+    assert "| large | decoder step flan-t5-large, 160 rows | cudagraph bf16 | 1.400 ms |" in section
