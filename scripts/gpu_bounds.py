@@ -12,7 +12,9 @@ built from the configs, as the benches build them, on the device):
 * **decoder step**: one step of 160 rows (8 prompts x K = 20, 64 encoder tokens, a 48-position cache) replayed as
   one CUDA graph, at bf16 and fp32, against its bandwidth floor: the bytes every step must read (the decoder's and
   output layer's weights, the self-attention cache, the prompts' cross-attention keys and values) over the GPU's
-  memory bandwidth; the torch engine's eager step of the same rows beside it.
+  memory bandwidth; the torch engine's eager step of the same rows beside it;
+* the kernels of each (torch's profiler on the same step launched eagerly: how many, their summed GPU time, the
+  ten that take the most), which tell a graph's time spent in kernels from the gaps between them.
 
 Times are CUDA events around each replay, the median of ``--reps`` after 3 warm-up replays. The peaks are the
 datasheet figures of the GPU found (:data:`DATASHEET`, dense, no sparsity); a plain bf16 product of 8192^3 and a
@@ -23,6 +25,7 @@ device copy of 2 GiB are measured too, as the peaks this GPU reaches here. ``--d
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -130,7 +133,12 @@ def classifier_bound(model: str, device: str, precision: str, reps: int, peaks: 
     secs = timer(device)(replay, reps)
     med = statistics.median(secs)
     flops = encoder_flops(load_config(model), b, length)
-    out = {"bucket": [b, length], "precision": precision, "median_ms": med * 1000, "min_ms": min(secs) * 1000,
+    try:
+        with torch.inference_mode():
+            profiled = kernel_profile(lambda: clf.net.forward(buf["ids"], buf["mask"], buf["types"]), device, reps=1)
+    except Exception as e:  # noqa: BLE001 - informative only
+        profiled = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+    out = {"kernels": profiled, "bucket": [b, length], "precision": precision, "median_ms": med * 1000, "min_ms": min(secs) * 1000,
            "reps": len(secs), "tflop": flops / 1e12, "tflops": flops / med / 1e12,
            "graph": clf.info.details["graphs"]["captured"] > 0, "pairs_per_s": b / med}
     if peaks:
@@ -168,6 +176,32 @@ def load_config(model: str) -> Any:
     from breaknli_fast.engines.model_info import load_config as lc
 
     return lc(model)
+
+
+def kernel_profile(fn: Callable[[], None], device: str, reps: int = 3) -> dict[str, Any] | None:
+    """The GPU kernels one call of ``fn`` runs (torch's profiler, CUDA activity): how many, their summed time, and
+    the ten that take the most; None off CUDA or where the profiler records no kernel."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    if not kernels:
+        return None
+    by: dict[str, list[float]] = {}
+    for e in kernels:
+        by.setdefault(e.name[:80], []).append(e.time_range.elapsed_us())
+    top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:10]
+    return {"kernels_per_call": len(kernels) / reps, "kernel_us_per_call": sum(sum(v) for v in by.values()) / reps,
+            "top": [{"name": k, "calls": len(v) / reps, "us_per_call": sum(v) / reps} for k, v in top]}
 
 
 def decoder_bytes(dec: Any, state: Any, at: int) -> dict[str, float]:
@@ -212,13 +246,23 @@ def decoder_bound(model: str, device: str, precision: str, reps: int, peaks: dic
 
     with torch.inference_mode():
         secs = timer(device)(step, reps)
+        eos, pad = int(cfg.eos_token_id), int(gen.tokenizer.pad_token_id)
+
+        def eager() -> None:
+            state.t.fill_(at)
+            gen.decoder.step(state, d, False, eos, pad, span)
+
+        try:  # the same step's kernels, launched one by one (a graph's replay runs the same kernels)
+            profiled = kernel_profile(eager, device)
+        except Exception as e:  # noqa: BLE001 - informative only
+            profiled = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     med = statistics.median(secs)
     nbytes = decoder_bytes(gen.decoder, state, at)
     out = {"rows": p * k, "prompts": p, "k": k, "encoder_tokens": enc_len, "cache_positions": steps, "position": at,
            "span": span,
            "precision": precision, "median_ms": med * 1000, "min_ms": min(secs) * 1000, "reps": len(secs),
            "bytes": nbytes, "graph": key is not None, "kernels_note": "one replay = the whole step (decoder, output "
-           "layer, top-k, warping, draw, bookkeeping)"}
+           "layer, top-k, warping, draw, bookkeeping)", "kernels": profiled}
     if peaks:
         floor = nbytes["total"] / (peaks["hbm_tb_s"] * 1e12)
         out.update(floor_ms=floor * 1000, times_floor=med / floor)
@@ -302,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
                          ("decoder_fp32", lambda: decoder_bound(gen_name, dev, "fp32", reps, peaks)),
                          ("decoder_torch_fp32", lambda: decoder_eager(gen_name, dev, reps))):
             t0 = time.perf_counter()
+            gc.collect()
+            if dev.startswith("cuda"):
+                torch.cuda.empty_cache()
             try:
                 part[what] = fn()
             except Exception as e:  # noqa: BLE001 - recorded; the next measurement still runs

@@ -80,6 +80,10 @@ LARGE_ENGINES = "torch:fp32,cudagraph:bf16"  # bench-large's
 # the real-shape benches' timing: the end-to-end loop 3 times (its median; a CUDA graph's capture for a new shape
 # falls in one run), the fixed-workload stages at least twice, batch invariance on 200 pairs
 REAL_BENCH_ARGS = ["--min-iterations", "2", "--min-seconds", "0.5", "--invariance-pairs", "200"]
+# bench-mini's end to end: 3 runs per engine in rounds (A B C A B C ...), the median taken: on the mini models the
+# torch engines run within a few per cent of each other, which one run cannot tell from the GPU's noise
+MINI_REPEATS = 3
+MINI_BENCH_ARGS = ["--repeats", str(MINI_REPEATS), "--interleave"]
 # the bench-mini --limit estimate: its start-up, and per engine the work besides the loop (warm-up, stages, the
 # greedy and batch-invariance checks), and the share the fixed triples' re-classification adds to the loop
 BENCH_START_S, BENCH_ENGINE_EXTRA_S, BENCH_LOOP_EXTRA = 20.0, 15.0, 0.3
@@ -348,7 +352,7 @@ def bench_limit(c: Check, run: Path, seconds: float | None) -> tuple[str, str]:
     rate = rows / loop_s
     avail = min(c.cap("bench-mini")[0], c.left()) * 0.8  # a fifth kept against a wrong estimate
     engines = len(BENCH_ENGINES.split(","))
-    fit = int(rate * ((avail - BENCH_START_S) / engines - BENCH_ENGINE_EXTRA_S) / (1 + BENCH_LOOP_EXTRA))
+    fit = int(rate * ((avail - BENCH_START_S) / engines - BENCH_ENGINE_EXTRA_S) / (MINI_REPEATS + BENCH_LOOP_EXTRA))
     why = (f"the device fp32 run did {rows} examples in {loop_s:.1f}s of loop ({rate:.1f}/s): "
            f"{max(fit, 0)} fit {engines} engines into {avail:.0f}s")
     if done and fit >= rows:
@@ -390,7 +394,7 @@ def plan(c: Check) -> list[tuple[str, bool, Callable[[], None]]]:
         limit, why = bench_limit(c, fp32, (c.notes.get("run_seconds") or {}).get(fp32.name))
         c.notes["bench_mini_limit"] = {"limit": limit, "why": why}
         c.say(f"bench-mini: --limit {limit} ({why})")
-        c.run("bench-mini", [bench_cmd(c, "bench-mini", limit, [])], detail=f"--limit {limit}")
+        c.run("bench-mini", [bench_cmd(c, "bench-mini", limit, MINI_BENCH_ARGS)], detail=f"--limit {limit}")
 
     def bench_shapes(step: str, shapes: str, engines: str, flag: str) -> Callable[[], None]:
         def go() -> None:

@@ -185,12 +185,12 @@ def test_the_bench_limit_is_what_the_device_runs_rate_fits(tmp_path, monkeypatch
     (run / "samples.jsonl").write_text("".join(json.dumps({"id": f"e{i}", "mode": m}) + "\n"
                                                for i in range(300) for m in ("contradictive", "entailed")))
     # unfinished (no report.json): the rate is the step's seconds less a run's start-up
-    limit, why = gpu_check.bench_limit(c, run, 15 + 30.0)  # 300 examples in 30 s: 10/s
+    limit, why = gpu_check.bench_limit(c, run, 15 + 3.0)  # 300 examples in 3 s: 100/s
     avail = gpu_check.CAPS["bench-mini"][0] * 0.8
     engines = len(gpu_check.BENCH_ENGINES.split(","))
-    want = int(10 * ((avail - gpu_check.BENCH_START_S) / engines - gpu_check.BENCH_ENGINE_EXTRA_S)
-               / (1 + gpu_check.BENCH_LOOP_EXTRA))
-    assert limit == str(want) and "10.0/s" in why
+    want = int(100 * ((avail - gpu_check.BENCH_START_S) / engines - gpu_check.BENCH_ENGINE_EXTRA_S)
+               / (gpu_check.MINI_REPEATS + gpu_check.BENCH_LOOP_EXTRA))
+    assert limit == str(want) and "100.0/s" in why
     (run / "report.json").write_text(json.dumps({"throughput": {"wall_seconds": 0.5}}))  # finished, and fast
     assert gpu_check.bench_limit(c, run, 20.0)[0] == "0"  # all of the run's examples fit: --limit as given
 

@@ -261,6 +261,10 @@ def _run_phases(engs: list[EngineRun], ctx: Context) -> None:
 def _finish_engine(eng: EngineRun, run_mem: dict[str, Any]) -> None:
     if eng.res["status"] != "ok":
         return
+    # the engines' details as they stand after the runs (counters kept while running: the cudagraph engine's graphs)
+    eng.res["info"] = {"classifier": eng.clf.info.to_dict(),
+                       **({"generator": eng.gen.info.to_dict()} if eng.gen is not None else {}),
+                       **({"mlm": {k: m.info.to_dict() for k, m in eng.models.mlm.items()}} if eng.models.mlm else {})}
     lm = eng.load_mem
     eng.res["memory"] = {**run_mem, "rss_before_load_mib": lm.get("rss_before_load_mib"),
                          "rss_after_load_mib": lm.get("rss_now_mib"), "peak_rss_load_mib": lm.get("peak_rss_mib"),

@@ -44,7 +44,7 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 PROMPT_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # prompts per generator bucket (capped at gen_batch)
 ENCODER_LADDER = (16, 32, 64, 128, 256, 512)  # prompt tokens per generator bucket
 PAIR_LADDER = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # tokens of a classifier pair's bucket
-BATCH_LADDER = (8, 32, 128, 512)  # pairs per classifier bucket
+BATCH_LADDER = (8, 16, 32, 64, 128, 256, 512)  # pairs per classifier bucket
 STEP_MULTIPLE = 16  # the self-attention cache's length: max_new_tokens rounded up to this (aligned attention masks)
 GPU_BATCH_TOKENS = 65536  # padded tokens of a classifier batch on CUDA (512 pairs of 128 tokens)
 GRAPH_MODES = ("auto", "cuda", "eager", "standin")
@@ -124,6 +124,10 @@ class GraphGenerator(HFGenerator):
                         "softmax": "fp32", "logits": self.decoder.logits_via, "sampling": "fp32",
                         "activation": self.decoder.act_name},
             "own_loop": {"sampling (fast sampler)": 0, "greedy": 0}, "transformers_fallback": self.fallbacks})
+
+    def runtime_details(self) -> dict[str, Any]:
+        """The graph counters as they stand (a study's report.json keeps them: captures happen while it runs)."""
+        return {"graphs": self.runner.stats.to_dict()}
 
     def _own(self, decoding: Decoding) -> str | None:
         if decoding.strategy == "greedy":
@@ -297,6 +301,10 @@ class GraphClassifier(BatchedClassifier):
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
+
+    def runtime_details(self) -> dict[str, Any]:
+        """The graph counters as they stand (a study's report.json keeps them: captures happen while it runs)."""
+        return {"graphs": self.runner.stats.to_dict()}
 
     def _tokenize(self, pairs: Sequence[tuple[str, str]]) -> Any:
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True,

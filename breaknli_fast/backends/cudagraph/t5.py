@@ -8,7 +8,8 @@ layer scaled by ``d_model ** -0.5`` where the embeddings are tied), with these c
 arithmetic beyond rounding:
 
 * the self-attention's q / k / v projections are one matrix product, and so are a gated feed-forward's two input
-  projections (``wi_0``, ``wi_1``);
+  projections (``wi_0``, ``wi_1``); the output projections add into the residual stream in place (``addmm_``: one
+  kernel for the product and the residual);
 * keys and values of the self-attention live in a preallocated buffer ``[rows, 2, heads, T, d_kv]``, written at the
   step index, which is a device tensor (one graph serves many steps); a step attends to the buffer's first
   ``span`` positions (a multiple of 16 that holds the step: one graph per span, so early steps read less of the
@@ -233,15 +234,16 @@ class T5GraphDecoder:
             s.enc_mask[:, None, None, :] == 0, float("-inf"))
         bias = self.enc_bias(length).unsqueeze(0) + pad  # (prompts, heads, length, length)
         x = F.embedding(s.enc_ids, self.enc_embed)
+        flat = x.view(p * length, self.d_model)  # the residual stream, added to by the products in place
         for i in range(len(self.enc_qkv)):
             y = self._norm(x, self.enc_ln_att[i])
             qkv = F.linear(y, self.enc_qkv[i]).view(p, length, 3, h, d).permute(2, 0, 3, 1, 4)
             a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=bias, scale=1.0)
-            x = x + F.linear(a.transpose(1, 2).reshape(p, length, self.inner), self.enc_o[i])
+            flat.addmm_(a.transpose(1, 2).reshape(p * length, self.inner), self.enc_o[i].t())
             y = self._norm(x, self.enc_ln_ff[i])
             g = F.linear(y, self.enc_in[i])
             g = self.act(g[..., :self.d_ff]) * g[..., self.d_ff:] if self.gated else self.act(g)
-            x = x + F.linear(g, self.enc_out[i])
+            flat.addmm_(g.view(p * length, -1), self.enc_out[i].t())
         hidden = self._norm(x, self.enc_ln_final)
         kv = F.linear(hidden, self.w_kv_cross).view(p, length, self.layers, 2, self.heads, self.d_kv)
         s.cross.copy_(kv.permute(2, 3, 0, 4, 1, 5))
@@ -277,15 +279,15 @@ class T5GraphDecoder:
             kv.index_copy_(3, s.t, qkv[:, 1:].unsqueeze(3))
             a = F.scaled_dot_product_attention(qkv[:, 0].unsqueeze(2), kv[:, 0, :, :span], kv[:, 1, :, :span],
                                                attn_mask=bias, scale=1.0)
-            x = x + F.linear(a.reshape(rows, self.inner), self.w_o[i])
+            x.addmm_(a.reshape(rows, self.inner), self.w_o[i].t())  # the residual added by the product itself
             y = self._norm(x, self.ln_cross[i])
             q = F.linear(y, self.w_q_cross[i]).view(s.prompts, s.k, h, d).transpose(1, 2)
             a = F.scaled_dot_product_attention(q, s.cross[i, 0], s.cross[i, 1], attn_mask=s.enc_bias, scale=1.0)
-            x = x + F.linear(a.transpose(1, 2).reshape(rows, self.inner), self.w_o_cross[i])
+            x.addmm_(a.transpose(1, 2).reshape(rows, self.inner), self.w_o_cross[i].t())
             y = self._norm(x, self.ln_ff[i])
             g = F.linear(y, self.w_in[i])
             g = self.act(g[:, :self.d_ff]) * g[:, self.d_ff:] if self.gated else self.act(g)
-            x = x + F.linear(g, self.w_out[i])
+            x.addmm_(g, self.w_out[i].t())
         return x
 
     def step(self, s: DecodeState, decoding: Decoding, greedy: bool, eos_id: int, pad_id: int,
