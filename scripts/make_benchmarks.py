@@ -1067,13 +1067,23 @@ def gpu_bounds_text(b: dict[str, Any] | None, step: dict[str, Any] | None) -> st
             f"device copy at {f(mp.get('copy_2gib_tb_s'), '.2f')} TB/s. Median of {b.get('reps')} timed replays after "
             "3 warm-up ones.") if ds else f"Device `{b.get('device')}` (no datasheet peaks: a dry run)."
     rows = []
+
+    def kernels(m: dict[str, Any]) -> str:
+        k = m.get("kernels") or {}
+        if not k.get("top"):
+            return k.get("error") or "–"
+        top = k["top"][0]
+        return (f"{f(k.get('kernels_per_call'), '.0f')} kernels, {f(k.get('kernel_us_per_call', 0) / 1000, '.3f')} ms in "
+                f"them; most: {top['name'][:40]} ({f(top.get('calls'), '.0f')}×, {f(top['us_per_call'] / 1000, '.3f')} ms)")
+
     for shape, part in (b.get("shapes") or {}).items():
         for key, label in (("classifier_bf16", "cudagraph bf16"), ("classifier_fp32", "cudagraph fp32"),
                            ("classifier_torch_fp32", "torch fp32 eager")):
             m = part.get(key) or {}
             what = f"classifier {part.get('classifier')}, {'×'.join(map(str, m.get('bucket') or []))} pairs × tokens"
             rows.append([shape, what, label, m.get("error") or f(m.get("median_ms"), ".2f", " ms"),
-                         f(m.get("tflops"), ".1f", " TFLOP/s"), f(m.get("pct_of_peak"), ".0f", " % of peak")])
+                         f(m.get("tflops"), ".1f", " TFLOP/s"), f(m.get("pct_of_peak"), ".0f", " % of peak"),
+                         kernels(m)])
         for key, label in (("decoder_bf16", "cudagraph bf16"), ("decoder_fp32", "cudagraph fp32"),
                            ("decoder_torch_fp32", "torch fp32 eager")):
             m = part.get(key) or {}
@@ -1081,8 +1091,10 @@ def gpu_bounds_text(b: dict[str, Any] | None, step: dict[str, Any] | None) -> st
             floor = (f"floor {f(m.get('floor_ms'), '.3f')} ms ({f(get(m, 'bytes', 'total') and get(m, 'bytes', 'total') / 1e6, '.0f')} MB)"
                      if m.get("floor_ms") is not None else "–")
             rows.append([shape, what, label, m.get("error") or f(m.get("median_ms"), ".3f", " ms"), floor,
-                         f(m.get("times_floor"), ".1f", "× the floor")])
-    return "\n".join([head, "", table(["shapes", "what", "engine", "time", "rate / bound", "% of bound"], rows)])
+                         f(m.get("times_floor"), ".1f", "× the floor"), kernels(m)])
+    return "\n".join([head + " Kernels: torch's profiler on the same step launched one kernel at a time (a replay runs "
+                      "the same kernels).", "",
+                      table(["shapes", "what", "engine", "time", "rate / bound", "% of bound", "kernels"], rows)])
 
 
 def _engine_row(bench: dict[str, Any] | None, label: str) -> dict[str, Any] | None:
