@@ -96,8 +96,6 @@ def measured_peaks(device: str, reps: int) -> dict[str, Any]:
     x = torch.empty(2**30 // 2, dtype=torch.float32, device=device)  # 2 GiB
     y = torch.empty_like(x)
     cp = statistics.median(t(lambda: y.copy_(x), reps))
-    del a, x, y
-    torch.cuda.empty_cache()
     return {"bf16_mm_8192_tflops": 2 * n**3 / mm / 1e12, "copy_2gib_tb_s": 2 * 2**31 / cp / 1e12}
 
 
@@ -138,14 +136,12 @@ def classifier_bound(model: str, device: str, precision: str, reps: int, peaks: 
             profiled = kernel_profile(lambda: clf.net.forward(buf["ids"], buf["mask"], buf["types"]), device, reps=1)
     except Exception as e:  # noqa: BLE001 - informative only
         profiled = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-    out = {"kernels": profiled, "bucket": [b, length], "precision": precision, "median_ms": med * 1000, "min_ms": min(secs) * 1000,
-           "reps": len(secs), "tflop": flops / 1e12, "tflops": flops / med / 1e12,
+    out = {"kernels": profiled, "bucket": [b, length], "precision": precision, "median_ms": med * 1000,
+           "min_ms": min(secs) * 1000, "reps": len(secs), "tflop": flops / 1e12, "tflops": flops / med / 1e12,
            "graph": clf.info.details["graphs"]["captured"] > 0, "pairs_per_s": b / med}
     if peaks:
         peak = peaks["bf16_tflops"] if precision in ("bf16", "fp16") else peaks["fp32_tflops"]
         out["pct_of_peak"] = 100.0 * out["tflops"] / peak
-    del clf, buf
-    torch.cuda.empty_cache() if device.startswith("cuda") else None
     return out
 
 
@@ -167,7 +163,6 @@ def classifier_eager(model: str, device: str, reps: int, bucket: tuple[int, int]
     secs = timer(device)(fwd, reps)
     med = statistics.median(secs)
     flops = encoder_flops(load_config(model), b, length)
-    del ref
     return {"bucket": [b, length], "precision": "fp32", "median_ms": med * 1000, "tflops": flops / med / 1e12,
             "pairs_per_s": b / med}
 
@@ -266,8 +261,6 @@ def decoder_bound(model: str, device: str, precision: str, reps: int, peaks: dic
     if peaks:
         floor = nbytes["total"] / (peaks["hbm_tb_s"] * 1e12)
         out.update(floor_ms=floor * 1000, times_floor=med / floor)
-    del gen, state
-    torch.cuda.empty_cache() if device.startswith("cuda") else None
     return out
 
 

@@ -771,10 +771,15 @@ def on_evaluation_slice(r: Result) -> bool:
 
 
 def parity_files(results: list[Result]) -> list[Result]:
-    """The files of the parity table per probe x engine, measured on the evaluation slice: probe-<probe>.json, and
-    for breaknli also bench-parity-all.json (all 2,724 pairs); per probe the file of the most examples first."""
+    """The files of the parity table per probe x engine, measured on the evaluation slice: probe-<probe>.json (and
+    probe-<probe>-<engine>.json: one engine's own file, such as the cudagraph engine's), and for breaknli also
+    bench-parity-all.json (all 2,724 pairs); per probe the file of the most examples first."""
+    from breaknli_fast.engines import registry
+
+    own = {f"probe-{{}}-{e}" for e in registry.names()}
     chosen = [r for r in results if r.get("kind") == "bench" and on_evaluation_slice(r)
-              and (stem(r) == "bench-parity-all" or stem(r) == f"probe-{probe_of(r)}")]
+              and (stem(r) in ("bench-parity-all", f"probe-{probe_of(r)}")
+                   or stem(r) in {o.format(probe_of(r)) for o in own})]
     return sorted(chosen, key=lambda r: (PROBE_ORDER.index(probe_of(r)) if probe_of(r) in PROBE_ORDER else 99,
                                          -(get(r, "payload", "data", "examples") or 0), stem(r)))
 

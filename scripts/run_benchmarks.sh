@@ -176,6 +176,10 @@ step probe-breaknli $PY scripts/bench_save.py --result "$R/probe-breaknli.json" 
     --min-iterations 1 --min-seconds 0
 step probe-accuracy $PY scripts/bench_save.py --result "$R/probe-accuracy.json" -- --probe accuracy \
     --engines "$PARITY_ENGINES,ort:int8:quantization=static" --limit "$PARITY_LIMIT" --warmup 0
+# the cudagraph engine's classifier on the CPU (the same steps its CUDA graphs run): fp32 against the reference and
+# bf16 by the 99.9 % accuracy tier (on a GPU: scripts/gpu_check.sh)
+step probe-accuracy-cudagraph $PY scripts/bench_save.py --result "$R/probe-accuracy-cudagraph.json" -- --probe accuracy \
+    --engines torch:fp32,cudagraph:fp32,cudagraph:bf16 --limit "$PARITY_LIMIT" --warmup 0
 step probe-permutation $PY scripts/bench_save.py --result "$R/probe-permutation.json" -- --probe permutation \
     --engines "$PARITY_ENGINES,ort:int8:quantization=static" --limit "$PERM_LIMIT" --warmup 0
 # MERGE needs spaCy and its pipeline (the merge extra: pip install -e ".[merge]")

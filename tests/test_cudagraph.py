@@ -27,7 +27,8 @@ from breaknli_fast.prompts import CONTRADICT_PROMPT, GEN_PROMPTS
 def data():
     ex = load_examples("sample", limit=48).examples
     pairs = [(e.premise, e.hypothesis) for e in ex]
-    prompts = [CONTRADICT_PROMPT.format(h=e.hypothesis) for e in ex[:5]] + [GEN_PROMPTS["entailed"].format(h=ex[5].hypothesis)]
+    prompts = [CONTRADICT_PROMPT.format(h=e.hypothesis) for e in ex[:5]]
+    prompts.append(GEN_PROMPTS["entailed"].format(h=ex[5].hypothesis))
     return pairs, prompts
 
 
@@ -142,7 +143,8 @@ def test_own_encoder_equals_transformers_encoder(graph_gen, torch_gen, data):
     for e in range(p):
         real = int(mask[e].sum())
         got = s.cross[:, :, e, :, :real]
-        assert torch.allclose(got, ref[:, :, e, :, :real], rtol=0, atol=1e-5), float((got - ref[:, :, e, :, :real]).abs().max())
+        want = ref[:, :, e, :, :real]
+        assert torch.allclose(got, want, rtol=0, atol=1e-5), float((got - want).abs().max())
     assert torch.equal(s.enc_bias[:p, 0, 0] == 0, mask[:p].bool())
 
 
