@@ -365,7 +365,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             if times.examples:
                 rd.append_invocation(times.to_dict())
         report = _report(probe, records, data, times, rd.load_invocations(), meta, columns_by, pool)
-        runtime = {role: e.runtime_details() for role, e in models.engines.items() if hasattr(e, "runtime_details")}
+        engines = models.engines if models is not None else {}  # (--ray: the engines live in the actors)
+        runtime = {role: e.runtime_details() for role, e in engines.items() if hasattr(e, "runtime_details")}
         if runtime:  # what engines measured of themselves while they ran (the cudagraph engine's graph counters)
             report["engine_runtime"] = runtime
         rd.write_report(report, markdown(probe, report))
