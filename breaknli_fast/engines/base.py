@@ -344,6 +344,25 @@ class GeneratorBase:
         the engine has no token ids."""
         return None
 
+    def generate_counted(self, prompts: Sequence[str], n: int, decoding: Decoding,
+                         seeds: Sequence[int]) -> tuple[list[list[str]], list[int], str]:
+        """:meth:`generate`'s texts, each prompt's generated tokens and how they were counted: the ids the engine
+        generated (end-of-sequence tokens included, padding not) where it has them and decodes them
+        (:meth:`decode_ids`), else its texts tokenised again (:meth:`count_tokens`: no end-of-sequence token)."""
+        probe = getattr(type(self), "decode_ids", None)
+        if probe is GeneratorBase.decode_ids:  # no decoding of ids here: one generate call, its texts counted
+            texts = self.generate(prompts, n, decoding, seeds)
+            return texts, [self.count_tokens(c) for c in texts], COUNTED_TEXTS
+        ids = self.generate_ids(prompts, n, decoding, seeds)
+        if ids is None:
+            texts = self.generate(prompts, n, decoding, seeds)
+            return texts, [self.count_tokens(c) for c in texts], COUNTED_TEXTS
+        return self.decode_ids(ids), [sum(len(r) for r in rows) for rows in ids], COUNTED_IDS
+
+    def decode_ids(self, ids: list[list[list[int]]]) -> list[list[str]]:
+        """The texts of :meth:`generate_ids`' rows as :meth:`generate` gives them (engines with ids override it)."""
+        raise NotImplementedError
+
     def reset_stats(self) -> None:
         if self.stats is not None:
             self.stats.reset()
@@ -369,6 +388,19 @@ class _Completed:
 class _CompletedClassifier(_Completed, ClassifierBase):
     def classify(self, pairs: Sequence[Pair]) -> Predictions:
         return self._engine.classify(as_pairs(pairs))
+
+
+COUNTED_IDS = "the generated ids (end-of-sequence tokens included, padding excluded)"
+COUNTED_TEXTS = "count_tokens of the decoded texts (no end-of-sequence token)"
+
+
+def generate_counted(gen: Any, prompts: Sequence[str], n: int, decoding: Decoding,
+                     seeds: Sequence[int]) -> tuple[list[list[str]], list[int], str]:
+    """:meth:`GeneratorBase.generate_counted` of any generator, also one that implements the protocol only."""
+    if hasattr(gen, "generate_counted"):
+        return gen.generate_counted(prompts, n, decoding, seeds)
+    texts = gen.generate(prompts, n, decoding, seeds)
+    return texts, [gen.count_tokens(c) for c in texts], COUNTED_TEXTS
 
 
 class _CompletedGenerator(_Completed, GeneratorBase):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import queue
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -142,8 +143,8 @@ class HFGenerator(GeneratorBase):
         self.min_batches = max(1, int(min_batches))
         self.torch_threads = torch_threads  # the torch engine's intra-op threads, set before each call
         self._steppers: queue.SimpleQueue | None = None  # one stepper per worker, taken and given back per batch
-        # called once per sampling batch when every row has its first token (sampling only; a latency benchmark's
-        # time to first token: breaknli_fast.bench.loadgen)
+        # called once per call, when every row of its sampling batches has its first token (sampling only; a latency
+        # benchmark's time to first token: breaknli_fast.bench.loadgen)
         self.first_token_callback: Callable[[], None] | None = None
 
     @property
@@ -169,13 +170,31 @@ class HFGenerator(GeneratorBase):
     def _parallel(self) -> bool:
         return self.workers.n > 1 and hasattr(self._stepper(), "fork")
 
+    def _first_token_hook(self, batches: int) -> Callable[[], None] | None:
+        """``first_token_callback`` for a call of ``batches`` batches: called once, when the last of them has its
+        first token (a call's first token is its every row's first token; batches may run one after another or
+        side by side on workers)."""
+        cb = self.first_token_callback
+        if cb is None or batches <= 1:
+            return cb
+        lock, left = threading.Lock(), [int(batches)]
+
+        def one() -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                cb()
+
+        return one
+
     def _sample_on_worker(self, enc: Any, n: int, decoding: Decoding, seeds: list[int], ids: tuple[int, int, int],
-                          rows: list[int] | None) -> Any:
+                          rows: list[int] | None, on_first: Callable[[], None] | None = None) -> Any:
         st = self._steppers.get()  # the pool is filled by generate_ids before the first submit
         try:
             t0 = time.perf_counter()
             res = sample(st, enc["input_ids"], enc["attention_mask"], n, decoding, seeds, *ids,
-                         compact_share=self.compact_share, on_first_token=self.first_token_callback, rows=rows)
+                         compact_share=self.compact_share, on_first_token=on_first, rows=rows)
             return res, time.perf_counter() - t0
         finally:
             self._steppers.put(st)
@@ -239,6 +258,7 @@ class HFGenerator(GeneratorBase):
             plan = [(i, j, None, j - i) for i, j in
                     self._batches(len(prompts), per_call, self.min_batches if batched_sampling else 1)]
         out: list[list[list[int]]] = [[] for _ in prompts]
+        on_first = self._first_token_hook(len(plan))  # the sampler calls it; beam and greedy search do not
 
         def take(i: int, res: list[list[list[int]]]) -> None:
             for e, seqs in enumerate(res):
@@ -255,7 +275,7 @@ class HFGenerator(GeneratorBase):
                 enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
                                      max_length=self.max_input_length)
                 futures.append((i, done, self.workers.submit(self._sample_on_worker, enc, n, decoding,
-                                                             list(seeds[i:j]), (start, eos, pad), rows)))
+                                                             list(seeds[i:j]), (start, eos, pad), rows, on_first)))
             try:
                 for i, done, fut in futures:
                     res, dt = fut.result()
@@ -275,8 +295,7 @@ class HFGenerator(GeneratorBase):
                     groups=decoding.num_beam_groups or beams, diversity_penalty=decoding.diversity_penalty)]]
             elif batched_sampling or (decoding.strategy == "sampling" and not self.has_model):
                 res = sample(self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, part_seeds,
-                             start, eos, pad, compact_share=self.compact_share,
-                             on_first_token=self.first_token_callback, rows=rows)
+                             start, eos, pad, compact_share=self.compact_share, on_first_token=on_first, rows=rows)
             elif not self.has_model:  # greedy / beam search over the stepper (engines without a transformers model)
                 res = self._search(enc, n, decoding, start, eos, pad)
             else:
@@ -325,7 +344,9 @@ class HFGenerator(GeneratorBase):
         self.stats.call_seconds.append(dt)
 
     def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
-        ids = self.generate_ids(prompts, n, decoding, seeds)
+        return self.decode_ids(self.generate_ids(prompts, n, decoding, seeds))
+
+    def decode_ids(self, ids: list[list[list[int]]]) -> list[list[str]]:
         return [[t.strip() for t in self.tokenizer.batch_decode(rows, skip_special_tokens=True)] for rows in ids]
 
     def count_tokens(self, texts: Iterable[str]) -> int:

@@ -216,7 +216,9 @@ class Ct2Generator(GeneratorBase):
         return out
 
     def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
-        ids = self.generate_ids(prompts, n, decoding, seeds)
+        return self.decode_ids(self.generate_ids(prompts, n, decoding, seeds))
+
+    def decode_ids(self, ids: list[list[list[int]]]) -> list[list[str]]:
         return [[t.strip() for t in self.tokenizer.batch_decode(rows, skip_special_tokens=True)] for rows in ids]
 
     def count_tokens(self, texts: Iterable[str]) -> int:

@@ -7,7 +7,8 @@
   the input shapes imply).
 * **generator**: a sample is one BreakNLI prompt (the first selected examples of each mode), answered with K
   candidates under the loop's decoding settings and seed; its first token is reported to LoadGen when the engine
-  reports it (:func:`first_token_source`), and its tokens are the K candidates' tokens (the loop's count).
+  reports it (:func:`first_token_source`), once every candidate of the call has its first token, and its tokens are
+  the ids the engine generated for its K candidates, end-of-sequence tokens included (the loop's count).
 * **study unit**: a sample is one BreakNLI example in one mode, through the whole loop as a user waits for it:
   classify (p, h), generate, de-duplicate, relation filter, evaluate (:func:`~breaknli_fast.probes.breaknli.loop.process_chunk`).
 """
@@ -23,6 +24,7 @@ import numpy as np
 
 from breaknli_fast.bench.loadgen.harness import FirstToken, Output
 from breaknli_fast.data.loaders import Example
+from breaknli_fast.engines.base import generate_counted
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, classify_premise_hypothesis, new_times, process_chunk
 from breaknli_fast.progress import ProgressHook
 
@@ -142,11 +144,11 @@ class GeneratorRunner:
         for start in range(0, len(indices), self.per_call):
             part = [self.samples[i] for i in indices[start:start + self.per_call]]
             with first_token_hook(self.gen, range(start, start + len(part)), first_token):
-                cands = self.gen.generate([s.prompt for s in part], self.loop.k, self.loop.decoding,
-                                          [s.seed for s in part])
-            for cs in cands:
+                cands, counts, _ = generate_counted(self.gen, [s.prompt for s in part], self.loop.k,
+                                                    self.loop.decoding, [s.seed for s in part])
+            for cs, tokens in zip(cands, counts):  # the ids generated, end-of-sequence tokens included
                 cs = list(cs)
-                out.append(Output(cs, json.dumps(cs).encode(), self.gen.count_tokens(cs)))
+                out.append(Output(cs, json.dumps(cs).encode(), int(tokens)))
         return out
 
 

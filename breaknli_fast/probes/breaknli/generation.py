@@ -8,7 +8,7 @@ import time
 from typing import Any, Sequence
 
 from breaknli_fast.data.loaders import Example
-from breaknli_fast.engines.base import Generator, derive_seed
+from breaknli_fast.engines.base import Generator, derive_seed, generate_counted
 from breaknli_fast.probes.base import SharedCache, StageTimes
 
 
@@ -36,10 +36,11 @@ def generate_texts(mode: str, examples: Sequence[Example], generator: Generator 
             raise ValueError("the BreakNLI probe needs a generator")
         seeds = [derive_seed(cfg.seed, mode, examples[i].id, *draw) for i in todo]
         t0 = time.perf_counter()
-        texts = generator.generate([prompts[i] for i in todo], n, cfg.decoding, seeds)
+        # the tokens are the ids the engine generated (end-of-sequence tokens included) where it has them
+        texts, counts, _ = generate_counted(generator, [prompts[i] for i in todo], n, cfg.decoding, seeds)
         times.add("generate", time.perf_counter() - t0)
         times.sequences += sum(len(c) for c in texts)
-        times.new_tokens += generator.count_tokens(x for c in texts for x in c)
+        times.new_tokens += sum(counts)
         for i, cs in zip(todo, texts):
             out[i] = list(cs)
         if shared is not None:
