@@ -1375,26 +1375,31 @@ def loadgen_targets(results: list[Result], label: str) -> str:
     matched = {e for e, ok in shown_to_match_mini(results).items() if ok and e != "torch:fp32"}
     ratio_row("SingleStream p90, roberta-base classifier: an engine shown to match (99 % tier on the mini models) "
               "≤ 0.6× torch fp32", lambda e: e in matched, 0.6)
-    # the flan-t5-small runs (the default engines, and the latency configuration): our best TPOT against
-    # CTranslate2 int8's best in any of them (its figure varies between runs, so the faster one is the bar)
-    ours, bars = [], []
+    # the flan-t5-small runs (the default engines, and the latency configuration): in each file, our best TPOT
+    # against that file's CTranslate2 int8 (a latency target compares within one run: CTranslate2's own figure
+    # varies between runs); the target is met where it holds in every file, and each file's ratio is shown
+    what = "generator TPOT p90 at one prompt (SingleStream, flan-t5-small, K = 20) ≤ CTranslate2 int8's, in each run"
+    per_file = []
     for doc in _runs_of(files, "loadgen-flan-t5-small"):
+        ours, bar = [], None
         for r in get(doc, "payload", "scenarios") or []:
             t = get(r, "metrics", "tpot_p90_ms")
             if r.get("role") != "generator" or r.get("scenario") != "single-stream" or t is None:
                 continue
             if _base_label(r.get("engine")) == "ct2:int8":
-                bars.append((t, r, stem(doc)))
+                bar = t if bar is None else min(bar, t)
             elif not str(r.get("engine")).startswith("ct2"):
-                ours.append((t, r, stem(doc)))
-    what = ("generator TPOT p90 at one prompt (SingleStream, flan-t5-small, K = 20) ≤ CTranslate2 int8's (its "
-            "fastest run)")
-    if not ours or not bars:
+                ours.append((t, r))
+        if ours and bar is not None:
+            x, b = min(ours, key=lambda t: t[0])
+            per_file.append((x / bar, x, bar, _base_label(b["engine"]), stem(doc)))
+    if not per_file:
         rows.append([what, "–", "not measured", "–", "–"])
     else:
-        (x, b, n), (y, _, m) = min(ours, key=lambda t: t[0]), min(bars, key=lambda t: t[0])
-        rows.append([what, _base_label(b["engine"]), f"{x:.3f} ms (`{n}`) vs ct2:int8 {y:.3f} ms (`{m}`)",
-                     f"{x / y:.2f}×", "met" if x <= y else "**not met**"])
+        rows.append([what, ", ".join(sorted({e for _, _, _, e, _ in per_file})),
+                     "; ".join(f"{x:.3f} ms vs ct2:int8 {y:.3f} ms (`{n}`)" for _, x, y, _, n in per_file),
+                     " / ".join(f"{r:.2f}×" for r, *_ in per_file),
+                     "met" if all(r <= 1 for r, *_ in per_file) else "**not met**"])
     for name, doc in sorted(files.items()):
         rs = get(doc, "payload", "scenarios") or []
         valid = sum(get(r, "metrics", "result") == "VALID" for r in rs)

@@ -503,7 +503,8 @@ def test_loadgen_section_renders_the_targets_and_says_not_measured_without_files
     assert "ort:int8" in rows[0] and "| 0.40× | **not met** |" in rows[0]  # 40 / 100 > 0.33
     # ort:int8 missed the tier offline on the mini models: the engine shown to match is ort:fp32 (55 / 100)
     assert "| ort:fp32 |" in rows[1] and "| 0.55× | met |" in rows[1] and "99.9 %" in rows[1]
-    assert "| ort:int8 |" in rows[2] and "1.200 ms (`loadgen-flan-t5-small`) vs ct2:int8 1.500 ms (`loadgen-flan-t5-small`)" in rows[2] and "| 0.80× | met |" in rows[2]
+    assert "| ort:int8 |" in rows[2] and "1.200 ms vs ct2:int8 1.500 ms (`loadgen-flan-t5-small`)" in rows[2]
+    assert "| 0.80× | met |" in rows[2]
     assert "every result VALID: `loadgen-mini` | all | 3 of 4 VALID | – | **not met** |" in targets
     assert "every result VALID: `loadgen-roberta-base` | all | 3 of 3 VALID | – | met |" in targets
     tables = part.split("### Scenarios per engine, role and scenario")[1]
@@ -518,6 +519,16 @@ def test_loadgen_section_renders_the_targets_and_says_not_measured_without_files
     targets2 = md2.split("## 1b. Latency the way MLPerf measures it")[1].split("### The targets")[1].split("\n### ")[0]
     first = [line for line in targets2.splitlines() if line.startswith("| SingleStream p90")][0]
     assert "| ort:int8:workers=1 |" in first and "`loadgen-roberta-base-latency`" in first and "99.9 %" in first
+    # the TPOT target within each run: a second run where CTranslate2 is faster than our best there is not met,
+    # whatever CTranslate2 did in the other run (each file's ratio shown)
+    write(tmp_path, "loadgen-flan-t5-small-latency", "loadgen", "4444dddd", "python scripts/bench_save.py -- --roles generator",
+          _lg_payload([_lg_row("ort:int8:validate=false:workers=1", "generator", "single-stream", tpot_p90_ms=1.1),
+                       _lg_row("ct2:int8", "generator", "single-stream", tpot_p90_ms=1.0)],
+                      {"generator": {"shape": "flan-t5-small"}}))
+    md3 = make_benchmarks.render(provenance.load_results(tmp_path)[0], "benchmarks/results", None)
+    targets3 = md3.split("## 1b. Latency the way MLPerf measures it")[1].split("### The targets")[1].split("\n### ")[0]
+    tpot = [line for line in targets3.splitlines() if line.startswith("| generator TPOT")][0]
+    assert "| 0.80× / 1.10× | **not met** |" in tpot and "(`loadgen-flan-t5-small-latency`)" in tpot
     assert "| 0.30× | met |" in first  # 27 / 90, not 27 / 100
     assert "| ort:int8 | classifier | offline | INVALID |" in tables and "early stopping: Only processed" in tables
     assert "| tensorrt:fp16 | skipped: no GPU |" in tables

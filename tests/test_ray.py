@@ -71,8 +71,9 @@ def test_ray_equals_one_process_and_resumes(local_ray, tiny_t5, tiny_roberta, ti
     cfg = RayConfig(workers=2, threads_per_worker=1)
     sharded = run_study("breaknli", loop, **common, out=tmp_path / "ray", ray=cfg)
     assert sorted(map(_key, sharded.records)) == sorted(map(_key, single.records))
-    for key in ("funnel", "metrics"):
+    for key in ("funnel", "metrics", "truncation"):  # the input-length check too, made by an actor's classifier
         assert sharded.report[key] == single.report[key]
+    assert single.report["truncation"]["pairs"] == 24
     workers = sharded.report["throughput"]["workers"]
     assert len(workers) == 2 and sum(w["examples"] for w in workers) == len(single.records)
     conf = json.loads((tmp_path / "ray" / "config.json").read_text())

@@ -138,6 +138,11 @@ class _Worker:
         return {"max_batch": getattr(self.models.classifier, "max_batch", None), **self.models.details(),
                 "notes": self.models.notes}
 
+    def truncation(self, examples: list) -> dict[str, Any] | None:
+        from breaknli_fast.study.truncation import input_truncation
+
+        return input_truncation(self.models.classifier, examples)
+
     def prepare(self, data: LoadedData, todo: bool) -> dict[str, Any]:
         from breaknli_fast.probes.base import StudyContext
 
@@ -191,6 +196,10 @@ class RayPool:
 
     def details(self) -> dict[str, Any]:
         return self.ray.get(self.actors[0].details.remote())
+
+    def truncation(self, examples: list) -> dict[str, Any] | None:
+        """The input-length check of the study's pairs (``study.truncation``), made by one actor's classifier."""
+        return self.ray.get(self.actors[0].truncation.remote(list(examples)))
 
     def close(self) -> None:
         for a in getattr(self, "actors", []):

@@ -28,6 +28,7 @@ from breaknli_fast.study.breakdown import markdown as breakdown_markdown
 from breaknli_fast.study.breakdown import plot as plot_breakdown
 from breaknli_fast.probes.base import Probe, SharedCache, StageTimes, StudyContext, pending_chunks
 from breaknli_fast.progress import ProgressHook
+from breaknli_fast.study.truncation import input_truncation, truncation_text
 from breaknli_fast.study.throughput import throughput, throughput_markdown
 
 
@@ -135,29 +136,6 @@ def _report(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData, t
     if by:
         report["breakdown"] = breakdown(probe, records, data, by)
     return report
-
-
-def input_truncation(classifier: Any, examples: Sequence[Any]) -> dict[str, Any] | None:
-    """How many of the data's (premise, hypothesis) pairs (a text-to-text classifier: their prompts) are longer
-    than the classifier's input length, which cuts them: ``{"max_length", "pairs", "truncated"}``; None for an
-    engine that does not expose its tokenizer and length. Texts far beyond the length are clipped first
-    (:func:`~breaknli_fast.engines.batching.clip_text`), so this costs one tokenizer pass over the data."""
-    from breaknli_fast.engines.batching import clip_text
-
-    tok, length = getattr(classifier, "tokenizer", None), getattr(classifier, "max_length", None)
-    if tok is None or not isinstance(length, int) or not examples:
-        return None
-    pairs = [(clip_text(tok, ex.premise, length), clip_text(tok, ex.hypothesis, length)) for ex in examples]
-    prompts = getattr(classifier, "prompts", None)
-    enc = (tok(prompts(pairs), verbose=False) if callable(prompts)
-           else tok([p for p, _ in pairs], [h for _, h in pairs], verbose=False))
-    return {"max_length": length, "pairs": len(pairs),
-            "truncated": sum(len(ids) > length for ids in enc["input_ids"])}
-
-
-def truncation_text(cut: dict[str, Any]) -> str:
-    return (f"{cut['truncated']} of the {cut['pairs']} (premise, hypothesis) pairs are longer than the classifier's "
-            f"input length of {cut['max_length']} tokens")
 
 
 def markdown(probe: Probe, report: dict[str, Any]) -> str:
@@ -302,7 +280,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                        **models.details()}
         meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
                 "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset, "slice": data_slice}
-        cut = input_truncation(models.classifier, data.examples) if models is not None else None
+        cut = (input_truncation(models.classifier, data.examples) if models is not None
+               else pool.truncation(data.examples) if pool is not None else None)
         if cut is not None:
             meta["truncation"] = cut
             if cut["truncated"]:
