@@ -511,23 +511,24 @@ def test_loadgen_section_renders_the_targets_and_says_not_measured_without_files
     assert "| engine | role | scenario | result | p90 ms |" in tables and "tier reached" in tables
     # the latency configuration (workers=1) in a file of its own: the target takes the best ratio, each within its
     # file (27 / 90 here), and finds the engine's tier on the mini models without the workers option
-    write(tmp_path, "loadgen-roberta-base-latency", "loadgen", "3333cccc", "python scripts/bench_save.py -- --random-weights",
-          _lg_payload([_lg_row("torch:fp32", "classifier", "single-stream", p90_ms=90.0),
-                       _lg_row("ort:int8:validate=false:workers=1", "classifier", "single-stream", p90_ms=27.0)],
-                      {"classifier": {"shape": "roberta-base"}}))
-    md2 = make_benchmarks.render(provenance.load_results(tmp_path)[0], "benchmarks/results", None)
-    targets2 = md2.split("## 1b. Latency the way MLPerf measures it")[1].split("### The targets")[1].split("\n### ")[0]
-    first = [line for line in targets2.splitlines() if line.startswith("| SingleStream p90")][0]
+    def target_after(name: str, role: str, rows: list, row_start: str) -> str:
+        """The targets' row that starts with ``row_start`` once the file ``name`` of ``rows`` is there too."""
+        write(tmp_path, name, "loadgen", "3333cccc", "python scripts/bench_save.py -- --random-weights",
+              _lg_payload(rows, {role: {"shape": "roberta-base" if role == "classifier" else "flan-t5-small"}}))
+        md2 = make_benchmarks.render(provenance.load_results(tmp_path)[0], "benchmarks/results", None)
+        targets2 = md2.split("## 1b. Latency the way MLPerf measures it")[1].split("### The targets")[1].split("\n### ")[0]
+        return [line for line in targets2.splitlines() if line.startswith(row_start)][0]
+
+    first = target_after("loadgen-roberta-base-latency", "classifier",
+                         [_lg_row("torch:fp32", "classifier", "single-stream", p90_ms=90.0),
+                          _lg_row("ort:int8:validate=false:workers=1", "classifier", "single-stream", p90_ms=27.0)],
+                         "| SingleStream p90")
     assert "| ort:int8:workers=1 |" in first and "`loadgen-roberta-base-latency`" in first and "99.9 %" in first
     # the TPOT target within each run: a second run where CTranslate2 is faster than our best there is not met,
     # whatever CTranslate2 did in the other run (each file's ratio shown)
-    write(tmp_path, "loadgen-flan-t5-small-latency", "loadgen", "4444dddd", "python scripts/bench_save.py -- --roles generator",
-          _lg_payload([_lg_row("ort:int8:validate=false:workers=1", "generator", "single-stream", tpot_p90_ms=1.1),
-                       _lg_row("ct2:int8", "generator", "single-stream", tpot_p90_ms=1.0)],
-                      {"generator": {"shape": "flan-t5-small"}}))
-    md3 = make_benchmarks.render(provenance.load_results(tmp_path)[0], "benchmarks/results", None)
-    targets3 = md3.split("## 1b. Latency the way MLPerf measures it")[1].split("### The targets")[1].split("\n### ")[0]
-    tpot = [line for line in targets3.splitlines() if line.startswith("| generator TPOT")][0]
+    tpot = target_after("loadgen-flan-t5-small-latency", "generator",
+                        [_lg_row("ort:int8:validate=false:workers=1", "generator", "single-stream", tpot_p90_ms=1.1),
+                         _lg_row("ct2:int8", "generator", "single-stream", tpot_p90_ms=1.0)], "| generator TPOT")
     assert "| 0.80× / 1.10× | **not met** |" in tpot and "(`loadgen-flan-t5-small-latency`)" in tpot
     assert "| 0.30× | met |" in first  # 27 / 90, not 27 / 100
     assert "| ort:int8 | classifier | offline | INVALID |" in tables and "early stopping: Only processed" in tables
