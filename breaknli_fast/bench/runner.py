@@ -258,13 +258,18 @@ def _run_phases(engs: list[EngineRun], ctx: Context) -> None:
                                           else sp["end_to_end"]["classifier_batch_latency"])
 
 
+def _engine_info(models: Any) -> dict[str, Any]:
+    """What each loaded engine reports about itself (``EngineInfo``), by role."""
+    return {"classifier": models.classifier.info.to_dict(),
+            **({"generator": models.generator.info.to_dict()} if models.generator is not None else {}),
+            **({"mlm": {k: m.info.to_dict() for k, m in models.mlm.items()}} if models.mlm else {})}
+
+
 def _finish_engine(eng: EngineRun, run_mem: dict[str, Any]) -> None:
     if eng.res["status"] != "ok":
         return
     # the engines' details as they stand after the runs (counters kept while running: the cudagraph engine's graphs)
-    eng.res["info"] = {"classifier": eng.clf.info.to_dict(),
-                       **({"generator": eng.gen.info.to_dict()} if eng.gen is not None else {}),
-                       **({"mlm": {k: m.info.to_dict() for k, m in eng.models.mlm.items()}} if eng.models.mlm else {})}
+    eng.res["info"] = _engine_info(eng.models)
     lm = eng.load_mem
     eng.res["memory"] = {**run_mem, "rss_before_load_mib": lm.get("rss_before_load_mib"),
                          "rss_after_load_mib": lm.get("rss_now_mib"), "peak_rss_load_mib": lm.get("peak_rss_mib"),
@@ -312,9 +317,7 @@ def _load(i: int, spec: BenchEngine, cfg: BenchConfig, models: dict[str, Any], r
         log(f"[{spec.label}] skipped: {res['reason']}")
         return None
     res["load_s"] = time.perf_counter() - t0
-    res["info"] = {"classifier": loaded.classifier.info.to_dict(),
-                   **({"generator": loaded.generator.info.to_dict()} if loaded.generator is not None else {}),
-                   **({"mlm": {k: m.info.to_dict() for k, m in loaded.mlm.items()}} if loaded.mlm else {})}
+    res["info"] = _engine_info(loaded)
     eng = EngineRun(res, spec, loaded, is_ref)
     eng.load_mem = mem.read()
     return eng

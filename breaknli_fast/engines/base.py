@@ -349,15 +349,11 @@ class GeneratorBase:
         """:meth:`generate`'s texts, each prompt's generated tokens and how they were counted: the ids the engine
         generated (end-of-sequence tokens included, padding not) where it has them and decodes them
         (:meth:`decode_ids`), else its texts tokenised again (:meth:`count_tokens`: no end-of-sequence token)."""
-        probe = getattr(type(self), "decode_ids", None)
-        if probe is GeneratorBase.decode_ids:  # no decoding of ids here: one generate call, its texts counted
-            texts = self.generate(prompts, n, decoding, seeds)
-            return texts, [self.count_tokens(c) for c in texts], COUNTED_TEXTS
-        ids = self.generate_ids(prompts, n, decoding, seeds)
-        if ids is None:
-            texts = self.generate(prompts, n, decoding, seeds)
-            return texts, [self.count_tokens(c) for c in texts], COUNTED_TEXTS
-        return self.decode_ids(ids), [sum(len(r) for r in rows) for rows in ids], COUNTED_IDS
+        if type(self).decode_ids is not GeneratorBase.decode_ids:  # an engine that decodes its own ids
+            ids = self.generate_ids(prompts, n, decoding, seeds)
+            if ids is not None:
+                return self.decode_ids(ids), [sum(len(r) for r in rows) for rows in ids], COUNTED_IDS
+        return _texts_counted(self, prompts, n, decoding, seeds)
 
     def decode_ids(self, ids: list[list[list[int]]]) -> list[list[str]]:
         """The texts of :meth:`generate_ids`' rows as :meth:`generate` gives them (engines with ids override it)."""
@@ -399,6 +395,12 @@ def generate_counted(gen: Any, prompts: Sequence[str], n: int, decoding: Decodin
     """:meth:`GeneratorBase.generate_counted` of any generator, also one that implements the protocol only."""
     if hasattr(gen, "generate_counted"):
         return gen.generate_counted(prompts, n, decoding, seeds)
+    return _texts_counted(gen, prompts, n, decoding, seeds)
+
+
+def _texts_counted(gen: Any, prompts: Sequence[str], n: int, decoding: Decoding,
+                   seeds: Sequence[int]) -> tuple[list[list[str]], list[int], str]:
+    """One ``generate`` call, each prompt's texts tokenised again (``count_tokens``)."""
     texts = gen.generate(prompts, n, decoding, seeds)
     return texts, [gen.count_tokens(c) for c in texts], COUNTED_TEXTS
 
