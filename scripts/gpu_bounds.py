@@ -216,6 +216,7 @@ def decoder_bytes(dec: Any, state: Any, at: int) -> dict[str, float]:
 def decoder_bound(model: str, device: str, precision: str, reps: int, peaks: dict[str, Any] | None) -> dict[str, Any]:
     import torch
 
+    from breaknli_fast.backends.cudagraph.engine import span_of
     from breaknli_fast.engines import registry
     from breaknli_fast.engines.base import Decoding
 
@@ -229,7 +230,7 @@ def decoder_bound(model: str, device: str, precision: str, reps: int, peaks: dic
                 int(cfg.eos_token_id), int(gen.tokenizer.pad_token_id))
     state = gen._state(p, k, enc_len, steps)
     at = steps // 2  # a step half-way: it attends to the cache's first `span` positions
-    span = -(-(at + 1) // 16) * 16
+    span = span_of(at, steps)
     key = next((kk for kk in gen.runner.graphs if kk[:5] == (p, k, enc_len, span, steps)), None)
 
     def step() -> None:

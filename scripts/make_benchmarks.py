@@ -776,10 +776,11 @@ def parity_files(results: list[Result]) -> list[Result]:
     bench-parity-all.json (all 2,724 pairs); per probe the file of the most examples first."""
     from breaknli_fast.engines import registry
 
-    own = {f"probe-{{}}-{e}" for e in registry.names()}
-    chosen = [r for r in results if r.get("kind") == "bench" and on_evaluation_slice(r)
-              and (stem(r) in ("bench-parity-all", f"probe-{probe_of(r)}")
-                   or stem(r) in {o.format(probe_of(r)) for o in own})]
+    def named(r: Result) -> bool:
+        probe = f"probe-{probe_of(r)}"
+        return stem(r) in ("bench-parity-all", probe, *(f"{probe}-{e}" for e in registry.names()))
+
+    chosen = [r for r in results if r.get("kind") == "bench" and on_evaluation_slice(r) and named(r)]
     return sorted(chosen, key=lambda r: (PROBE_ORDER.index(probe_of(r)) if probe_of(r) in PROBE_ORDER else 99,
                                          -(get(r, "payload", "data", "examples") or 0), stem(r)))
 

@@ -97,11 +97,31 @@ def bucket(n: int, ladder: Sequence[int]) -> tuple[int, bool]:
     return int(n), False
 
 
+def _copy_in(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """A host tensor into a static buffer: through pinned memory without a wait on CUDA, plainly on the CPU."""
+    dst.copy_(src.pin_memory() if dst.device.type == "cuda" else src, non_blocking=True)
+
+
+def span_of(step: int, cache: int) -> int:
+    """The cache positions the step at index ``step`` attends to: a multiple of 16 that holds it, at most ``cache``."""
+    return min(cache, math.ceil((step + 1) / STEP_MULTIPLE) * STEP_MULTIPLE)
+
+
+class _GraphCounters:
+    """Both roles' counters of their graph runner."""
+
+    runner: GraphRunner
+
+    def runtime_details(self) -> dict[str, Any]:
+        """The graph counters as they stand (a study's report.json keeps them: captures happen while it runs)."""
+        return {"graphs": self.runner.stats.to_dict()}
+
+
 def _cuda_details(device: str) -> dict[str, Any]:
     return {"tf32": tf32_state(), "sdpa": sdpa_state()} if device.startswith("cuda") else {}
 
 
-class GraphGenerator(HFGenerator):
+class GraphGenerator(_GraphCounters, HFGenerator):
     """The shared :class:`~breaknli_fast.engines.generation.HFGenerator` whose sampling (``fast`` sampler) and
     greedy decoding run the engine's own decode loop (module notes); beam search, diverse beam and the
     ``transformers`` sampler run transformers' code on the same model, eagerly (``details["own_loop"]`` says
@@ -124,10 +144,6 @@ class GraphGenerator(HFGenerator):
                         "softmax": "fp32", "logits": self.decoder.logits_via, "sampling": "fp32",
                         "activation": self.decoder.act_name},
             "own_loop": {"sampling (fast sampler)": 0, "greedy": 0}, "transformers_fallback": self.fallbacks})
-
-    def runtime_details(self) -> dict[str, Any]:
-        """The graph counters as they stand (a study's report.json keeps them: captures happen while it runs)."""
-        return {"graphs": self.runner.stats.to_dict()}
 
     def _own(self, decoding: Decoding) -> str | None:
         if decoding.strategy == "greedy":
@@ -184,7 +200,7 @@ class GraphGenerator(HFGenerator):
         tb = math.ceil(steps / STEP_MULTIPLE) * STEP_MULTIPLE
         s = self._state(pb, n, lb, tb)
         sig = (greedy, decoding.top_k, decoding.top_p, decoding.temperature, decoding.min_new_tokens)
-        spans = sorted({min(tb, math.ceil((t + 1) / STEP_MULTIPLE) * STEP_MULTIPLE) for t in range(steps)})
+        spans = sorted({span_of(t, tb) for t in range(steps)})
         steps_of = {span: (lambda span=span: self.decoder.step(s, decoding, greedy, eos_id, pad_id, span))
                     for span in spans}
 
@@ -206,8 +222,8 @@ class GraphGenerator(HFGenerator):
             mask_b = torch.zeros((pb, lb), dtype=torch.long)
             ids_b[:p, :length], mask_b[:p, :length] = input_ids, mask
             ids_b[p:], mask_b[p:] = ids_b[0], mask_b[0]  # the bucket's extra prompts: copies of the first
-            s.enc_ids.copy_(ids_b.pin_memory() if dev.type == "cuda" else ids_b, non_blocking=True)
-            s.enc_mask.copy_(mask_b.pin_memory() if dev.type == "cuda" else mask_b, non_blocking=True)
+            _copy_in(s.enc_ids, ids_b)
+            _copy_in(s.enc_mask, mask_b)
             self.runner.run(enc_key, encode)
             real = torch.zeros(pb * n, dtype=torch.bool)
             real[:p * n] = True
@@ -220,10 +236,10 @@ class GraphGenerator(HFGenerator):
             if not greedy:
                 u = torch.full((tb, pb * n), 0.5, dtype=torch.float32)
                 u[:steps, :p * n] = torch.from_numpy(uniforms(seeds, steps, n)).to(torch.float32)
-                s.u.copy_(u.pin_memory() if dev.type == "cuda" else u, non_blocking=True)
+                _copy_in(s.u, u)
             done = steps
             for t in range(steps):
-                span = min(tb, math.ceil((t + 1) / STEP_MULTIPLE) * STEP_MULTIPLE)
+                span = span_of(t, tb)
                 self.runner.run(key(span), steps_of[span])
                 if t == 0 and on_first is not None:
                     if dev.type == "cuda":
@@ -261,7 +277,7 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     return GraphGenerator(m, tok, info, device, o, mode)
 
 
-class GraphClassifier(BatchedClassifier):
+class GraphClassifier(_GraphCounters, BatchedClassifier):
     """A BERT / RoBERTa-family sequence classifier on the engine's own forward pass, batched in buckets (module
     notes); ``id2label`` maps its outputs to the canonical label columns."""
 
@@ -306,10 +322,6 @@ class GraphClassifier(BatchedClassifier):
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
-
-    def runtime_details(self) -> dict[str, Any]:
-        """The graph counters as they stand (a study's report.json keeps them: captures happen while it runs)."""
-        return {"graphs": self.runner.stats.to_dict()}
 
     def _tokenize(self, pairs: Sequence[tuple[str, str]]) -> Any:
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True,
@@ -365,8 +377,7 @@ class GraphClassifier(BatchedClassifier):
         with torch.inference_mode():
             self.runner.ensure(key, step, feeds["ok"])  # a capture runs the step: the inputs come after
             for name in ("ids", "mask", "types"):
-                src = torch.from_numpy(feeds[name])
-                buf[name].copy_(src.pin_memory() if dev.type == "cuda" else src, non_blocking=True)
+                _copy_in(buf[name], torch.from_numpy(feeds[name]))
             self.runner.run(key, step)
             out = buf["logits"][:feeds["n"]].cpu().numpy()
         self.info.details["graphs"] = self.runner.stats.to_dict()
