@@ -16,7 +16,7 @@ from breaknli_fast.probes.accuracy import AccuracyProbe
 from breaknli_fast.probes.breaknli import BreakNLIProbe
 from breaknli_fast.probes.merge import MergeConfig, MergeProbe
 from breaknli_fast.probes.permutation import PermutationConfig, PermutationProbe
-from test_merge import FakeTagger, tiny_mlm  # noqa: F401 - a fixture, used by name
+from test_merge import FakeTagger
 
 runner = CliRunner()
 FAST = dict(warmup=0, min_iterations=1, min_seconds=0.0, invariance_pairs=12)

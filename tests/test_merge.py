@@ -83,23 +83,6 @@ class FakeTagger:
         return out
 
 
-@pytest.fixture(scope="session")
-def tiny_mlm(tiny_dir) -> str:
-    """A random-weight RoBERTa masked LM with a BPE tokenizer trained on the template corpus."""
-    import torch
-    from transformers import RobertaConfig, RobertaForMaskedLM
-
-    out = tiny_dir / "mlm"
-    tok = testing.train_bpe_tokenizer(out)
-    cfg = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=130, pad_token_id=tok.pad_token_id,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, initializer_range=0.5)
-    cfg.architectures = ["RobertaForMaskedLM"]
-    torch.manual_seed(0)
-    RobertaForMaskedLM(cfg).save_pretrained(out, safe_serialization=True)
-    return str(out)
-
-
 # -- candidates, filters, replacement --------------------------------------------------------------
 
 def test_candidate_words_are_open_class_words_shared_at_the_lemma_level():

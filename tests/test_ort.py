@@ -82,15 +82,19 @@ def test_ort_fp32_classifier_matches_torch(ort_models, tiny_dir, family):
     assert clf.info.engine == "ort" and d["providers"] == ["CPUExecutionProvider"]
     assert d["graph_optimization"] == "all" and d["intra_op_threads"] >= 1
     assert d["validation"]["passed"] and d["export_dir"]
-    # each call is tokenized once; every batch is padded from those tokens exactly as the tokenizer pads
+    # each call is tokenized once; every batch is padded from those tokens exactly as the tokenizer pads to the
+    # width its longest pair's length decides (a multiple of 8)
     from breaknli_fast.backends.ort.runtime import classifier_feeds
 
     batch = PAIRS[3:11]
-    want = classifier_feeds(clf.tokenizer, batch, clf.inputs, 128)
+    longest = max(len(x) for x in clf._tokenize(batch)["input_ids"])
+    width = clf._width(longest)
+    assert width % 8 == 0 and longest <= width < longest + 8
+    want = classifier_feeds(clf.tokenizer, batch, clf.inputs, width, padding="max_length")
     got = clf._feeds(clf._tokenize(PAIRS), range(3, 11))
     assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
-    want_pt = ref.tokenizer([p for p, _ in batch], [h for _, h in batch], padding=True, truncation=True,
-                            max_length=128, return_tensors="pt")
+    want_pt = ref.tokenizer([p for p, _ in batch], [h for _, h in batch], padding="max_length", truncation=True,
+                            max_length=width, return_tensors="pt")
     got_pt = ref._feeds(ref._tokenize(PAIRS), range(3, 11))
     assert sorted(got_pt) == sorted(want_pt) and all((got_pt[k] == want_pt[k]).all() for k in want_pt)
 

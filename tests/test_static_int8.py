@@ -1,5 +1,6 @@
-"""int8 with labels that do not depend on batch neighbours: the CPU's static quantization (``quantization=static``),
-against dynamic int8, whose activation scales come from the whole batch."""
+"""int8 with labels that do not depend on batch neighbours: the CPU's static quantization (``quantization=static``)
+and dynamic int8 per row (the default), against ONNX Runtime's per-tensor dynamic int8 (``dynamic-batch``), whose
+activation scales come from the whole batch."""
 
 from __future__ import annotations
 
@@ -40,8 +41,13 @@ def test_static_int8_labels_do_not_depend_on_the_batch(roberta, tmp_path, monkey
     assert inv["pairs"] == 40 and inv["labels_changed"] == 0 and inv["max_abs_logit_diff"] == 0.0
     dynamic = _load(roberta, tmp_path)
     assert dynamic.info.details["variant"] == "int8-dynamic"
-    # per-batch activation scales: the same pair's logits move with the pairs batched with it
-    assert batch_invariance(dynamic, PAIRS)["max_abs_logit_diff"] > 0.0
+    # the default dynamic int8: each row's own activation scale, to the bit as well
+    inv = batch_invariance(dynamic, PAIRS)
+    assert inv["labels_changed"] == 0 and inv["max_abs_logit_diff"] == 0.0
+    per_batch = _load(roberta, tmp_path, quantization="dynamic-batch")
+    assert per_batch.info.details["variant"] == "int8-dynamic-batch"
+    # ONNX Runtime's per-tensor activation scales: the same pair's logits move with the pairs batched with it
+    assert batch_invariance(per_batch, PAIRS)["max_abs_logit_diff"] > 0.0
 
 
 def test_static_int8_keeps_the_layers_after_activations_in_fp32(roberta, tmp_path, monkeypatch):
@@ -68,7 +74,7 @@ def test_static_int8_is_for_classifiers_on_the_cpu(tmp_path, tiny_dir, monkeypat
     assert _variant("seq-cls", "int8", "cuda", quantization="static") == "int8-qdq"
     for args, q, match in ((("seq2seq", "int8", "cpu"), "static", "clf.quantization=static"),
                            (("seq-cls", "fp32", "cpu"), "static", "int8 setting"),
-                           (("seq-cls", "int8", "cpu"), "fixed", "dynamic or static"),
+                           (("seq-cls", "int8", "cpu"), "fixed", "dynamic, static or dynamic-batch"),
                            (("seq-cls", "int8", "cuda"), "dynamic", "for the CPU")):
         with pytest.raises(UnsupportedModelError, match=match):
             _variant(*args, quantization=q)

@@ -23,6 +23,12 @@ from breaknli_fast.engines.base import (ClassifierBase, ClassifierStats, EngineI
 
 
 DEFAULT_MAX_BATCH = 64  # pairs per classifier batch unless the engine or the user says otherwise
+# A batch is padded to a width decided by each input's own length (rounded up to a multiple of this; at most the
+# engine's max_length where that is longer than the input), and holds inputs of one width only: padded to the
+# longest in its batch, a pair's logits moved with its neighbours (the attention's reductions run over the padded
+# width: torch fp32 by up to 1e-4 on a tiny model, bf16 0.14, ONNX Runtime fp16 0.009), so its answer depended on
+# the batch, the order and the chunking. tests/test_batch_independence.py holds every engine to the bit.
+LENGTH_STEP = 8
 CLIP_CHARS_PER_TOKEN = 16  # a text longer than max_length x this many characters is cut before tokenising
 
 
@@ -40,15 +46,23 @@ def clip_text(tokenizer: Any, text: str, max_length: int) -> str:
     return cut if n >= 2 * int(max_length) else text
 
 
-def _pack(lengths: Sequence[int], cap: int, max_batch: int) -> list[list[int]]:
+def padded_width(n: int, step: int = LENGTH_STEP, cap: int | None = None) -> int:
+    """The width an input of ``n`` tokens is padded to: ``n`` rounded up to a multiple of ``step``, but not past
+    ``cap`` (the engine's max_length) unless ``n`` itself is longer. A function of ``n`` alone."""
+    n = max(1, int(n))
+    w = -(-n // max(1, int(step))) * max(1, int(step))
+    return min(w, max(int(cap), n)) if cap else w
+
+
+def _pack(lengths: Sequence[int], cap: int, max_batch: int, one_width: bool = False) -> list[list[int]]:
     """Positions ``0..n-1`` of ``lengths`` (sorted longest first) in consecutive groups, each as long as
     ``max_batch`` items and ``len(group) * its first (longest) length <= cap`` allow (an item longer than
-    ``cap`` still forms its own group)."""
+    ``cap`` still forms its own group); ``one_width``: a group also ends where the length changes."""
     groups: list[list[int]] = []
     cur: list[int] = []
     first = 0
     for pos, length in enumerate(lengths):
-        if cur and (len(cur) + 1 > max_batch or (len(cur) + 1) * first > cap):
+        if cur and (len(cur) + 1 > max_batch or (len(cur) + 1) * first > cap or (one_width and length != first)):
             groups.append(cur)
             cur = []
         if not cur:
@@ -59,7 +73,8 @@ def _pack(lengths: Sequence[int], cap: int, max_batch: int) -> list[list[int]]:
     return groups
 
 
-def plan_batches(lengths: Sequence[int], token_budget: int, max_batch: int, multiple: int = 1) -> list[list[int]]:
+def plan_batches(lengths: Sequence[int], token_budget: int, max_batch: int, multiple: int = 1,
+                 one_width: bool = False) -> list[list[int]]:
     """Group item indices into batches: sorted by length (longest first, so memory peaks early),
     each batch bounded by ``max_batch`` items and ``len(batch) * longest <= token_budget``
     (a single over-long item still forms its own batch). Deterministic for equal inputs.
@@ -69,20 +84,22 @@ def plan_batches(lengths: Sequence[int], token_budget: int, max_batch: int, mult
     are spread over them so that the largest batch's padded size (items x longest) is as small as it can be
     (a bounded bisection over the padded size): 50 pairs at 16 per batch give 13 + 13 + 13 + 11, not 16 + 16 +
     16 + 2, and 20 give 10 + 10, not 16 + 4, so two workers finish together. It is a constant of the engine,
-    not the worker count, so the batches (hence int8's numbers) do not depend on ``--workers``."""
+    not the worker count.
+
+    ``one_width``: ``lengths`` are padded widths (:func:`padded_width`) and a batch holds one width only."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     sorted_lengths = [max(1, int(lengths[i])) for i in order]
-    groups = _pack(sorted_lengths, int(token_budget), int(max_batch))
+    groups = _pack(sorted_lengths, int(token_budget), int(max_batch), one_width)
     if multiple > 1 and sorted_lengths and sorted_lengths[0] <= token_budget:
         n = min(len(sorted_lengths), -(-len(groups) // int(multiple)) * int(multiple))
         lo, hi = sorted_lengths[0], int(token_budget)  # the plain grouping fits in n groups at the budget
         while lo < hi:  # the smallest padded size per batch that still fits the items in n batches
             mid = (lo + hi) // 2
-            if len(_pack(sorted_lengths, mid, int(max_batch))) <= n:
+            if len(_pack(sorted_lengths, mid, int(max_batch), one_width)) <= n:
                 hi = mid
             else:
                 lo = mid + 1
-        groups = _pack(sorted_lengths, lo, int(max_batch))
+        groups = _pack(sorted_lengths, lo, int(max_batch), one_width)
     return [[order[pos] for pos in g] for g in groups]
 
 
@@ -184,11 +201,13 @@ def pad_values(tokenizer: Any) -> dict[str, int]:
 
 
 def pad_tokens(tokens: Mapping[str, Sequence[Sequence[int]]], rows: Iterable[int], values: Mapping[str, int],
-               side: str = "right") -> dict[str, np.ndarray]:
-    """Rows of an unpadded tokenizer output (lists of ids per pair), padded to their longest as the
-    tokenizer's own ``padding=True`` pads them: int64 arrays, one per output, padding on ``side``."""
+               side: str = "right", width: int | None = None) -> dict[str, np.ndarray]:
+    """Rows of an unpadded tokenizer output (lists of ids per pair), padded to ``width`` (default: their
+    longest, as the tokenizer's own ``padding=True`` pads them): int64 arrays, one per output, padding on
+    ``side``."""
     rows = list(rows)
-    width = max((len(tokens["input_ids"][r]) for r in rows), default=0)
+    longest = max((len(tokens["input_ids"][r]) for r in rows), default=0)
+    width = longest if width is None else max(int(width), longest)
     out: dict[str, np.ndarray] = {}
     for key, seqs in tokens.items():
         if key not in values:
@@ -205,7 +224,25 @@ def pad_tokens(tokens: Mapping[str, Sequence[Sequence[int]]], rows: Iterable[int
     return out
 
 
-class BatchedClassifier(ClassifierBase):
+class PaddedWidths:
+    """The padded width of an input, decided by its own length (:func:`padded_width`): the classifier and the mask
+    filler pad each batch to it and batch inputs of one width together."""
+
+    length_step: int = LENGTH_STEP  # padded widths: multiples of this
+
+    def _width(self, length: int) -> int:
+        """The padded width of a pair of ``length`` tokens (:func:`padded_width`; its own length decides it)."""
+        return padded_width(length, self.length_step, getattr(self, "max_length", None))
+
+    def _padded(self, tokens: Mapping[str, Sequence[Sequence[int]]], rows: Sequence[int], values: Mapping[str, int],
+                side: str = "right") -> dict[str, np.ndarray]:
+        """One batch of the call's tokens, padded to its width (:meth:`_width` of its longest pair)."""
+        rows = list(rows)
+        longest = max((len(tokens["input_ids"][r]) for r in rows), default=0)
+        return pad_tokens(tokens, rows, values, side, width=self._width(longest) if rows else None)
+
+
+class BatchedClassifier(PaddedWidths, ClassifierBase):
     """Shared machinery of every classifier engine: de-duplication and token-budget batching.
 
     Subclasses implement either ``_token_lengths(pairs)`` (token count of each encoded pair, as
@@ -269,9 +306,10 @@ class BatchedClassifier(ClassifierBase):
         """Wait for queued device work (GPU engines override); called before a timer stops."""
 
     def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
-        """The batches of one call's pairs of these token lengths (:func:`plan_batches`; an engine with shapes of
-        its own, such as the cudagraph engine's buckets, overrides it)."""
-        return plan_batches(lengths, self.token_budget, self.max_batch, self.batch_multiple)
+        """The batches of one call's pairs of these token lengths: one padded width per batch (:func:`plan_batches`;
+        an engine with shapes of its own, such as the cudagraph engine's buckets, overrides it)."""
+        return plan_batches([self._width(n) for n in lengths], self.token_budget, self.max_batch,
+                            self.batch_multiple, one_width=True)
 
     @property
     def parallel_capable(self) -> bool:
@@ -361,7 +399,7 @@ def top_k_desc(values: np.ndarray, k: int) -> np.ndarray:
     return idx[order][:k].astype(np.int64)
 
 
-class BatchedMaskFiller(MaskFillerBase):
+class BatchedMaskFiller(PaddedWidths, MaskFillerBase):
     """Shared machinery of every mask-filler engine: de-duplication, a cache, token-budget batching with length
     buckets, the mean over an item's mask positions and the top-k among whole-word tokens.
 
@@ -489,7 +527,8 @@ class BatchedMaskFiller(MaskFillerBase):
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
 
-        run_batches(plan_batches(lengths, self.token_budget, self.max_batch, self.batch_multiple), prepare, self._run,
+        run_batches(plan_batches([self._width(n) for n in lengths], self.token_budget, self.max_batch,
+                                 self.batch_multiple, one_width=True), prepare, self._run,
                     collect, self.workers, self._synchronize)
         self.stats.items_computed += len(items)
         return results  # type: ignore[return-value]

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from breaknli_fast.engines.base import MASK, MaskedItem
-from breaknli_fast.engines.batching import pad_tokens, pad_values
+from breaknli_fast.engines.batching import pad_values
 from breaknli_fast.engines.model_info import ModelLoadError
 
 SCHEMES = ("byte-bpe", "sentencepiece", "wordpiece")
@@ -130,4 +130,4 @@ class HFMaskFillerMixin:
         return tokenize_masked(self.tokenizer, items, self.max_length)
 
     def _pad(self, tokens: Mapping[str, Sequence[Sequence[int]]], rows: Sequence[int]) -> dict[str, np.ndarray]:
-        return pad_tokens(tokens, rows, self._pad_values, self.tokenizer.padding_side)
+        return self._padded(tokens, rows, self._pad_values, self.tokenizer.padding_side)

@@ -76,8 +76,9 @@ class Seq2SeqNLIMixin:
         return [len(x) for x in enc["input_ids"]]
 
     def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        enc = self.tokenizer(self.prompts(pairs), padding=True, truncation=True, max_length=self.max_length,
-                             return_tensors="pt")
+        enc = self.tokenizer(self.prompts(pairs), truncation=True, max_length=self.max_length)
+        longest = max(len(x) for x in enc["input_ids"])  # padded to the width its own length decides (batching)
+        enc = self.tokenizer.pad(enc, padding="max_length", max_length=self._width(longest), return_tensors="pt")
         enc = {k: v.to(self.input_device) for k, v in enc.items()}
         return seq2seq_nli_logits(self.model, self.tokenizer, enc, self.method, self.start_id, self.answer_ids,
                                   self.input_device)

@@ -7,8 +7,9 @@ torch engine at fp32, cached), then open the export on the runtime (:mod:`.runti
 classes here also open an export folder directly (``from_folder``), which is how the exporter validates an export
 through the engine contract.
 
-* device ``cpu``: the CPU provider; ``int8`` is dynamic quantization (static with ``quantization=static`` for a
-  sequence classifier);
+* device ``cpu``: the CPU provider; ``int8`` is dynamic quantization with each row's own activation scale, so a
+  sample's answer does not depend on its batch (``quantization=static`` for a sequence classifier: scales fixed at
+  export; ``quantization=dynamic-batch``: ONNX Runtime's per-tensor scales, batch-dependent, for comparison);
 * device ``cuda[:N]``: the CUDA provider (onnxruntime-gpu); ``int8`` is a static symmetric QDQ graph;
   ``provider="tensorrt"`` puts the TensorRT execution provider in front.
 
@@ -33,7 +34,7 @@ from transformers import AutoConfig, AutoTokenizer
 from breaknli_fast.backends.ort.runtime import SessionMaskFiller, graph_feeds, make_session, physical_cores
 from breaknli_fast.backends.ort.t5_runtime import OrtSeq2SeqStepper
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
-from breaknli_fast.engines.batching import BatchedClassifier, pad_tokens, pad_values, split_threads
+from breaknli_fast.engines.batching import BatchedClassifier, pad_values, split_threads
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator, generation_config_for
 from breaknli_fast.engines.hf import Seq2SeqNLIMixin
 from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
@@ -144,7 +145,7 @@ class OrtClassifier(BatchedClassifier):
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
 
     def _feeds(self, tokens: Any, rows: Sequence[int]) -> dict[str, np.ndarray]:
-        return graph_feeds(pad_tokens(tokens, rows, self._pad_values, self.tokenizer.padding_side), self.inputs)
+        return graph_feeds(self._padded(tokens, rows, self._pad_values, self.tokenizer.padding_side), self.inputs)
 
     def raw_logits(self, pairs: Sequence[Pair]) -> np.ndarray:
         """Logits in the model's own output order."""

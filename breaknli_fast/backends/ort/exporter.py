@@ -24,16 +24,17 @@ from breaknli_fast.export.errors import UnsupportedModelError
 FORMAT = "onnx"
 PRECISIONS = ("fp32", "fp16", "int8")
 LIBRARIES = ("torch", "transformers", "onnxruntime", "onnx")
-QUANTIZATIONS = ("dynamic", "static")
+QUANTIZATIONS = ("dynamic", "static", "dynamic-batch")
 STATIC = ("int8-qdq", "int8-static")  # the variants calibrated on pairs
 Pair = tuple[str, str]
 
 
 def variant(kind: str, precision: str, device: str, fuse: bool = False, quantization: str | None = None) -> str:
-    """The recipe of an export: ``fp32``, ``fp16``, ``int8-dynamic`` / ``int8-static`` (CPU), ``int8-qdq``
+    """The recipe of an export: ``fp32``, ``fp16``, ``int8-dynamic`` (activations per row) / ``int8-static`` /
+    ``int8-dynamic-batch`` (activations per batch tensor: answers depend on the batch) on the CPU, ``int8-qdq``
     (CUDA), with ``-fused`` for a classifier through ONNX Runtime's transformer optimizer."""
     if quantization is not None and quantization not in QUANTIZATIONS:
-        raise UnsupportedModelError(f"quantization={quantization!r}: use dynamic or static")
+        raise UnsupportedModelError(f"quantization={quantization!r}: use dynamic, static or dynamic-batch")
     if fuse and kind == "seq-cls" and device == "cpu":
         if quantization == "static" and precision == "int8":
             raise UnsupportedModelError("fuse=true with quantization=static is not supported: use one of them")
@@ -44,14 +45,14 @@ def variant(kind: str, precision: str, device: str, fuse: bool = False, quantiza
         return precision
     if device == "cpu":
         if quantization != "static":
-            return "int8-dynamic"
+            return "int8-dynamic-batch" if quantization == "dynamic-batch" else "int8-dynamic"
         if kind != "seq-cls":
             raise UnsupportedModelError(
                 f"static int8 on the CPU is for sequence classifiers, not {kind} models (give it to the classifier "
                 "alone: clf.quantization=static)")
         return "int8-static"
-    if quantization == "dynamic":
-        raise UnsupportedModelError("int8 on the GPU is static (QDQ): quantization=dynamic is for the CPU")
+    if quantization in ("dynamic", "dynamic-batch"):
+        raise UnsupportedModelError(f"int8 on the GPU is static (QDQ): quantization={quantization} is for the CPU")
     if kind == "mlm":
         raise UnsupportedModelError("int8 masked LMs on the GPU are not supported (no static calibration of the "
                                     "mask positions): use fp16 on cuda, or int8 on the CPU")
@@ -77,6 +78,8 @@ def cache_key(kind: str, precision: str, variant_name: str, family: str, device:
         key["t5_graphs"] = t5.STEP_GRAPHS_VERSION
     elif kind == "seq-cls":
         key["classifier_graph"] = ox.CLASSIFIER_GRAPH_VERSION
+    if variant_name.startswith("int8-dynamic") and not variant_name.startswith("int8-dynamic-batch"):
+        key["int8_rows"] = qz.ROW_SCHEME
     return key
 
 
@@ -146,8 +149,11 @@ def convert(info: dict[str, Any], kind: str, precision: str, variant_name: str, 
         info["fp16"] = {"converter": "onnxruntime.transformers.float16 (keep_io_types=True)",
                         "kept_fp32": "T5 wo / residual adds / RMS norms" if recipe else "none", "graphs": stats}
     elif variant_name.startswith("int8-dynamic"):
-        stats = {g: qz.int8_dynamic(fp32_dir / g, stage / g, fused=fuse and kind == "seq-cls") for g in graphs}
-        info["quantization"] = {"scheme": "dynamic", "graphs": stats}
+        per_row = not variant_name.startswith("int8-dynamic-batch")
+        stats = {g: qz.int8_dynamic(fp32_dir / g, stage / g, fused=fuse and kind == "seq-cls", per_row=per_row)
+                 for g in graphs}
+        info["quantization"] = {"scheme": "dynamic" if per_row else "dynamic-batch",
+                                "activations": "per row" if per_row else "per batch tensor", "graphs": stats}
     elif variant_name == "int8-static":
         feeds = _calibration_feeds(fp32_dir, graphs[0], calib, max_length)
         stats = {g: qz.int8_static_cpu(fp32_dir / g, stage / g, feeds) for g in graphs}

@@ -10,7 +10,10 @@
   nodes, and it emits identical duplicate casts when one fp16 value feeds two blocked nodes (an
   invalid model); :func:`fuse_cast_pairs` removes both problems.
 * INT8 dynamic: ``quantize_dynamic(weight_type=QInt8)`` of the MatMul/Gemm weights, activations
-  quantized at run time. Runs on the CPU provider only.
+  quantized at run time **per row** (:func:`rows_apart`): ONNX Runtime's ``DynamicQuantizeLinear`` takes one scale
+  for the whole activation tensor, i.e. for the batch, so a pair's logits (and sometimes its label) moved with the
+  pairs batched with it; each token's own scale makes every row's result its own. The per-tensor form stays
+  available as ``quantization=dynamic-batch`` (for comparison; MLPerf's TEST01 fails it). CPU provider only.
 * INT8 static QDQ: ``quantize_static`` in QDQ format, symmetric activations and weights
   (per-channel), calibrated (MinMax) on real premise/hypothesis pairs. This is what TensorRT
   consumes (explicit quantization); the CUDA provider runs it too.
@@ -227,24 +230,127 @@ def _quantize(src: Path, dst: Path, what: str, run: Any) -> str:
     return status
 
 
-def int8_dynamic(src: Path, dst: Path, fused: bool = False) -> dict[str, Any]:
-    """Dynamic int8 of the MatMul / Gemm weights; of a graph fused by ONNX Runtime's transformer optimizer
-    (``fused``) the fused ``Attention`` nodes too (``QAttention``), without the pre-processing (its shape
-    inference does not know the fused operators)."""
+ROW_SCHEME = "per-row-symmetric-v1"  # part of the int8-dynamic exports' cache key: a new scheme, a new export
+
+
+def int8_dynamic(src: Path, dst: Path, fused: bool = False, per_row: bool = True) -> dict[str, Any]:
+    """Dynamic int8 of the MatMul / Gemm weights (QInt8 per tensor), activations quantized at run time: per row
+    (``per_row``, :func:`rows_apart`: each token's own scale, so a pair's answer does not depend on its batch) or, as
+    ONNX Runtime does, per batch tensor (``per_row=False``, the ``dynamic-batch`` variant; with ``fused``, the fused
+    ``Attention`` nodes too, as ``QAttention``, whose input scale is per tensor). A fused graph is quantized without
+    the pre-processing (its shape inference does not know the fused operators)."""
+    import onnx
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    ops = QUANTIZED_OPS + (["Attention"] if fused else [])
+    ops = QUANTIZED_OPS + (["Attention"] if fused and not per_row else [])
     extra = {"DefaultTensorType": TensorProto.FLOAT} if fused else {}
+    rewritten: dict[str, int] = {}
 
     def run(pre: str, out: str, big: bool) -> None:
         quantize_dynamic(src_path if fused else pre, out, weight_type=QuantType.QInt8, op_types_to_quantize=ops,
                          per_channel=False, reduce_range=False, use_external_data_format=big, extra_options=extra)
+        if per_row:
+            model = onnx.load(out)
+            rewritten["activations_rewritten"] = rows_apart(model)
+            save_onnx(model, Path(out))
 
     src_path = str(Path(src).resolve())
     status = _quantize(src, dst, "int8 dynamic quantization", run)
-    return {"scheme": "dynamic", "weight_type": "QInt8", "activations": "QUInt8 (dynamic, per batch)",
-            "ops": ops, "pre_process": "skipped: fused graph" if fused else status}
+    acts = ("QUInt8 per row (dynamic: each token's max |x| / 127, zero point 128)" if per_row
+            else "QUInt8 per batch tensor (dynamic; a pair's answer depends on its batch)")
+    return {"scheme": "dynamic" if per_row else "dynamic-batch", "weight_type": "QInt8", "activations": acts,
+            "row_scheme": ROW_SCHEME if per_row else None, "ops": ops, **rewritten,
+            "pre_process": "skipped: fused graph" if fused else status}
+
+
+def rows_apart(model: Any) -> int:
+    """Replace every ``DynamicQuantizeLinear`` (one scale and zero point for the whole tensor, i.e. for the batch) by
+    the same asymmetric uint8 quantization per row, in place: over the last axis, ``lo = min(x, 0)``, ``hi = max(x,
+    0)``, ``s = (hi - lo) / 255``, ``z = round(-lo / s)``, ``q = clip(round(x / s) + z, 0, 255)``. ``MatMulInteger``
+    takes a zero point per tensor only, so it multiplies ``q`` with zero point 0 and the row's zero point comes off
+    its int32 output exactly: ``sum_k (q - z) w = sum_k q w - z * sum_k w`` (the weights' column sums, computed
+    here; weights symmetric, zero point 0). The scale keeps its name and now has shape ``[..., 1]``; it broadcasts
+    in the ``Mul`` nodes that rescale the output. Each row's result depends on that row alone. Returns how many
+    were replaced."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    inits = {i.name: i for i in g.initializer}
+    consumers: dict[str, list[Any]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    consts = {"rows.255": np.array(255.0, np.float32), "rows.tiny": np.array(1e-30, np.float32),
+              "rows.0": np.array(0.0, np.float32), "rows.zp0": np.array(0, np.uint8),
+              "rows.axes": np.array([-1], np.int64)}
+    new_inits: list[Any] = []
+
+    def reduce(op: str, x: str, y: str) -> Any:
+        if opset >= 18:
+            return helper.make_node(op, [x, "rows.axes"], [y], keepdims=1)
+        return helper.make_node(op, [x], [y], axes=[-1], keepdims=1)
+
+    nodes, count = [], 0
+    rows_zp: dict[str, tuple[str, str]] = {}
+    for n in g.node:
+        if n.op_type == "MatMulInteger" and n.input[0] in rows_zp:
+            nodes += _row_corrected(n, rows_zp[n.input[0]], inits, new_inits)
+            continue
+        if n.op_type != "DynamicQuantizeLinear":
+            nodes.append(n)
+            continue
+        users = {c.op_type for o in n.output for c in consumers.get(o, [])}
+        if not users <= {"Mul", "MatMulInteger"}:
+            raise ExportError(f"per-row int8: {n.name} feeds {sorted(users)}, not only MatMulInteger / Mul")
+        x, (q, scale, zp), p = n.input[0], n.output, n.name + "/rows"
+        nodes += [reduce("ReduceMin", x, p + "/min"), reduce("ReduceMax", x, p + "/max"),
+                  helper.make_node("Min", [p + "/min", "rows.0"], [p + "/lo"]),
+                  helper.make_node("Max", [p + "/max", "rows.0"], [p + "/hi"]),
+                  helper.make_node("Sub", [p + "/hi", p + "/lo"], [p + "/span"]),
+                  helper.make_node("Max", [p + "/span", "rows.tiny"], [p + "/span1"]),
+                  helper.make_node("Div", [p + "/span1", "rows.255"], [scale]),
+                  helper.make_node("Div", [p + "/lo", scale], [p + "/los"]),
+                  helper.make_node("Neg", [p + "/los"], [p + "/nlos"]),
+                  helper.make_node("Round", [p + "/nlos"], [p + "/zf"]),
+                  helper.make_node("Clip", [p + "/zf", "rows.0", "rows.255"], [p + "/zc"]),
+                  helper.make_node("Cast", [p + "/zc"], [p + "/z32"], to=TensorProto.INT32),
+                  helper.make_node("Div", [x, scale], [p + "/xs"]),
+                  helper.make_node("Round", [p + "/xs"], [p + "/xr"]),
+                  helper.make_node("Add", [p + "/xr", p + "/zc"], [p + "/xz"]),
+                  helper.make_node("Clip", [p + "/xz", "rows.0", "rows.255"], [p + "/xc"]),
+                  helper.make_node("Cast", [p + "/xc"], [q], to=TensorProto.UINT8)]
+        rows_zp[q] = (zp, p + "/z32")
+        count += 1
+    if count:
+        g.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items() if k not in inits)
+        g.initializer.extend(new_inits)
+        del g.node[:]
+        g.node.extend(nodes)
+    return count
+
+
+def _row_corrected(n: Any, zps: tuple[str, str], inits: dict[str, Any], new_inits: list[Any]) -> list[Any]:
+    """``MatMulInteger`` of a per-row quantized input: zero point 0 in the product, then ``- z_row * colsum(w)``
+    in int32 under the original output name."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    z32 = zps[1]
+    w = inits.get(n.input[1])
+    wz = inits.get(n.input[3]) if len(n.input) > 3 and n.input[3] else None
+    if w is None or (wz is not None and np.any(numpy_helper.to_array(wz) != 0)):
+        raise ExportError(f"per-row int8: {n.name} needs constant weights with zero point 0")
+    colsum = numpy_helper.to_array(w).astype(np.int32).sum(axis=-2)
+    cs = n.name + "/rows.colsum"
+    new_inits.append(numpy_helper.from_array(colsum.astype(np.int32), cs))
+    out, raw = n.output[0], n.output[0] + "/rows.raw"
+    inputs = list(n.input)
+    inputs[2] = "rows.zp0"
+    mm = helper.make_node("MatMulInteger", inputs, [raw], name=n.name)
+    return [mm, helper.make_node("Mul", [z32, cs], [raw + "/zw"]), helper.make_node("Sub", [raw, raw + "/zw"], [out])]
 
 
 class _Reader:

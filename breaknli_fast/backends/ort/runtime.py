@@ -144,11 +144,12 @@ def make_session(path: str | Path, device: str = "cpu", provider: str | None = N
     return sess, details
 
 
-def classifier_feeds(tokenizer: Any, pairs: Any, inputs: Any, max_length: int) -> dict[str, Any]:
+def classifier_feeds(tokenizer: Any, pairs: Any, inputs: Any, max_length: int,
+                     padding: bool | str = True) -> dict[str, Any]:
     """Numpy feeds for a classifier graph: the tokenizer's encoding of the pairs (padded to the
-    longest), restricted to the graph's inputs; a ``token_type_ids`` input the tokenizer does not
-    produce is fed zeros."""
-    enc = tokenizer([p for p, _ in pairs], [h for _, h in pairs], padding=True, truncation=True,
+    longest; ``padding="max_length"``: to ``max_length``), restricted to the graph's inputs; a ``token_type_ids``
+    input the tokenizer does not produce is fed zeros."""
+    enc = tokenizer([p for p, _ in pairs], [h for _, h in pairs], padding=padding, truncation=True,
                     max_length=max_length, return_tensors="np")
     return graph_feeds(enc, inputs)
 

@@ -3,15 +3,17 @@ The loaders' options are :class:`TorchOptions`."""
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
-from breaknli_fast.engines.batching import BatchedClassifier, BatchedMaskFiller, pad_tokens, pad_values, split_threads
+from breaknli_fast.engines.batching import BatchedClassifier, BatchedMaskFiller, pad_values, split_threads
 from breaknli_fast.engines.compat import load_seq2seq
 from breaknli_fast.engines.cuda import prepare as prepare_cuda
 from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
@@ -83,6 +85,7 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         self._pad_values = pad_values(self.tokenizer)
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=_dtype(precision))
         self.model.to(self.device).eval()
+        pad_linear_rows(self.model)
         # never more tokens than the model's position table holds (longer inputs crash or index out of range)
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
         self.info = EngineInfo("torch", "classifier", model, precision, device,
@@ -106,7 +109,7 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         return self.encode(pairs)
 
     def _feeds(self, tokens: Any, rows: Sequence[int]) -> dict[str, torch.Tensor]:
-        padded = pad_tokens(tokens, rows, self._pad_values, self.tokenizer.padding_side)
+        padded = self._padded(tokens, rows, self._pad_values, self.tokenizer.padding_side)
         return {k: torch.from_numpy(v).to(self.device) for k, v in padded.items()}
 
     def _raw_run(self, enc: dict[str, torch.Tensor]) -> np.ndarray:
@@ -137,6 +140,7 @@ class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifi
         self.tokenizer = load_tokenizer(path)
         self.model = load_seq2seq(path, _dtype(precision))
         self.model.to(self.device).eval()
+        pad_linear_rows(self.model)
         self.template = NLI_PROMPTS[prompt]
         self.method = method
         self.max_length, limits = effective_max_length(o.max_length, self.model.config, self.tokenizer)
@@ -162,6 +166,33 @@ def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **
     if model_kind(load_config(model)) == "seq-cls":
         return TorchClassifier(model, precision, device, o)
     return TorchSeq2SeqClassifier(model, precision, device, o)
+
+
+LINEAR_ROWS = 8
+
+
+def _row_padded_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    rows = x.numel() // max(1, x.shape[-1])
+    extra = -rows % LINEAR_ROWS
+    if extra == 0 or rows == 0:
+        return F.linear(x, self.weight, self.bias)
+    flat = x.reshape(rows, x.shape[-1])
+    flat = torch.cat([flat, flat.new_zeros(extra, flat.shape[1])])
+    return F.linear(flat, self.weight, self.bias)[:rows].reshape(*x.shape[:-1], -1)
+
+
+def pad_linear_rows(model: torch.nn.Module) -> int:
+    """Every ``nn.Linear`` of ``model`` multiplies a number of rows that is a multiple of :data:`LINEAR_ROWS`
+    (zero rows added and dropped). The CPU's BLAS takes other code paths for a few rows (MKL here: 1-3, 5-7, 9-11
+    rows give other fp32 sums than the same rows among more), so a classifier head, whose rows are the batch's
+    pairs, gave a pair alone other logits (by ~1e-6) than in a batch; the encoder's products have batch x width
+    rows, a multiple of the padded width's step (8). Returns how many layers it changed."""
+    n = 0
+    for mod in model.modules():
+        if type(mod) is torch.nn.Linear:
+            mod.forward = types.MethodType(_row_padded_linear, mod)
+            n += 1
+    return n
 
 
 def torch_workers(device: str, threads: int | None, workers: int | str | None) -> tuple[int, int]:
@@ -212,6 +243,7 @@ class TorchMaskFiller(HFMaskFillerMixin, BatchedMaskFiller):
         path = resolve_model(model)
         tok = load_tokenizer(path)
         m = AutoModelForMaskedLM.from_pretrained(path, dtype=_dtype(precision)).to(self.device).eval()
+        pad_linear_rows(m)
         self.input_names = masked_lm_inputs(m, tok)
         self.net = MaskedLogProbs(m, self.input_names).eval()
         max_length, limits = effective_max_length(o.max_length, config, tok)

@@ -80,7 +80,8 @@ class TrtClassifier(BatchedClassifier):
         return [len(x) for x in enc["input_ids"]]
 
     def _logits(self, pairs: Sequence[Pair]) -> np.ndarray:
-        feeds = classifier_feeds(self.tokenizer, pairs, self.inputs, self.max_length)
+        width = self._width(max(self._token_lengths(pairs)))  # the width the pairs' own lengths decide (batching)
+        feeds = classifier_feeds(self.tokenizer, pairs, self.inputs, width, padding="max_length")
         return self.runner.run(feeds)["logits"][:, self.perm]
 
 
