@@ -115,7 +115,7 @@ step real-generate-base $PY scripts/bench_real_shapes.py --job generate --genera
     --result "$R/real-generate-flan-t5-base.json"
 step real-classify-base $PY scripts/bench_real_shapes.py --job classify --classifier roberta-base --min-iterations 2 \
     $REAL_CLF_ARGS \
-    --contenders torch:fp32,torch:bf16,ort:fp32,ort:int8:validate=false,ort:int8:validate=false:fuse=true:label=ort-int8-fused,peer:transformers,peer:optimum \
+    --contenders torch:fp32,torch:bf16,ort:fp32,ort:int8:validate=false,ort:int8:validate=false:quantization=dynamic-batch:label=ort-int8-batch,ort:int8:validate=false:quantization=static:label=ort-int8-static,ort:int8:validate=false:fuse=true:label=ort-int8-fused,peer:transformers,peer:optimum \
     --result "$R/real-classify-roberta-base.json"
 step real-classify-large $PY scripts/bench_real_shapes.py --job classify --classifier roberta-large --warmup 0 \
     --min-iterations 2 $REAL_CLF_ARGS --contenders torch:fp32,ort:fp32,ort:int8:validate=false,peer:optimum \
@@ -165,17 +165,19 @@ step baselines $PY scripts/bench_baselines.py --engines torch:fp32,ort:fp32,ort:
 # parity per probe x engine on the evaluation slice (`breaknli-fast bench --probe P`, saved with provenance):
 # BreakNLI on all 2,724 pairs with the per-component split of int8; accuracy on all of them; permutation and MERGE
 # on their first pairs (q = 100 permutations, and MERGE's draws, multiply the pairs); each with static int8
-# (labels that do not depend on batch neighbours) beside dynamic int8. BENCHMARKS.md section 2b and the README's
+# beside dynamic int8 (per row; accuracy and BreakNLI also per batch tensor, whose labels depend on the batch). BENCHMARKS.md section 2b and the README's
 # parity table (make-benchmarks --readme) are read from these files.
 step bench-parity-all $PY scripts/bench_save.py --result "$R/bench-parity-all.json" -- --probe breaknli \
     --engines "$PARITY_ENGINES,ort:int8:clf.quantization=static" --limit "$PARITY_LIMIT" --warmup 0 \
     --min-iterations 1 --min-seconds 0
 # the same on the first 400 pairs (a few minutes): the file docs/stack.md and the README's parity table cite
 step probe-breaknli $PY scripts/bench_save.py --result "$R/probe-breaknli.json" -- --probe breaknli \
-    --engines "$PARITY_ENGINES,ort:int8:clf.quantization=static" --limit "$PARITY_SHORT_LIMIT" --warmup 0 \
+    --engines "$PARITY_ENGINES,ort:int8:quantization=dynamic-batch,ort:int8:clf.quantization=static" \
+    --limit "$PARITY_SHORT_LIMIT" --warmup 0 \
     --min-iterations 1 --min-seconds 0
 step probe-accuracy $PY scripts/bench_save.py --result "$R/probe-accuracy.json" -- --probe accuracy \
-    --engines "$PARITY_ENGINES,ort:int8:quantization=static" --limit "$PARITY_LIMIT" --warmup 0
+    --engines "$PARITY_ENGINES,ort:int8:quantization=dynamic-batch,ort:int8:quantization=static" --limit "$PARITY_LIMIT" \
+    --warmup 0
 # the cudagraph engine's classifier on the CPU (the same steps its CUDA graphs run): fp32 against the reference and
 # bf16 by the 99.9 % accuracy tier (on a GPU: scripts/gpu_check.sh)
 step probe-accuracy-cudagraph $PY scripts/bench_save.py --result "$R/probe-accuracy-cudagraph.json" -- --probe accuracy \
