@@ -297,3 +297,61 @@ def test_server_runs_at_the_target_rate_and_is_judged_against_the_latency_bound(
     assert r["settings"]["target_latency_ns"] == 1_000_000
     # every sample takes 5 ms, far over the 1 ms bound: INVALID, with LoadGen's reason
     assert r["validity"] == "INVALID" and any("latency bound not met" in x or "early stopping" in x for x in r["reasons"])
+
+
+@needs_loadgen
+def test_compliance_test01_fails_an_engine_whose_answer_depends_on_its_batch(tmp_path):
+    """MLPerf's TEST01 through LoadGen's audit.config: Offline batches a query's samples, so an engine whose logits
+    move with the batch answers otherwise in performance mode than in the accuracy run; TEST04 / TEST05 run too."""
+    code, output, d = _bench(tmp_path, "--scenario", "offline", "--engines",
+                             "sleep:fp32:sleep_ms=2,sleep:fp32:sleep_ms=2:batch_noise=true:label=noisy",
+                             "--min-duration", "0.3", "--compliance")
+    rows = {r["engine"]: r for r in d["scenarios"]}
+    ok, noisy = rows["sleep:fp32:sleep_ms=2"]["compliance"], rows["noisy"]["compliance"]
+    assert set(ok) == set(noisy) == {"TEST01", "TEST04", "TEST05"}
+    assert all(c["audit_config_read"] for c in list(ok.values()) + list(noisy.values()))
+    # TEST05 ran on the other seeds (LoadGen logged its switch); its PASS / FAIL is the performance band's
+    assert not any("test05 seeds" in w for w in ok["TEST05"]["why"] + noisy["TEST05"]["why"])
+    # the batch-independent engine: every response LoadGen logged in performance mode is the accuracy run's
+    assert ok["TEST01"]["outputs"]["compared"] > 0 and ok["TEST01"]["outputs"]["passed"]
+    o = noisy["TEST01"]["outputs"]
+    assert o["compared"] > 0 and o["equal"] < o["compared"] and noisy["TEST01"]["result"] == "FAIL"
+    assert any("noisy classifier offline: compliance TEST01 FAIL" in f and "differ from the accuracy run" in f
+               for f in d["failures"])
+    assert d["config"]["scenarios"]["compliance"] == ["TEST01", "TEST04", "TEST05"]
+    bench = tmp_path / "bench"
+    for c in list(ok.values()) + list(noisy.values()):  # logs kept beside the others, with their audit.config
+        assert (bench / c["log"] / "audit.config").exists() and (bench / c["log"] / "mlperf_log_detail.txt").exists()
+    md = (bench / "bench.md").read_text()
+    assert "MLPerf compliance tests" in md and "TEST01" in md and "FAIL" in md
+    assert "MLPerf compliance" in output and d["passed"] is False and code == 0
+
+
+@needs_loadgen
+def test_a_normal_run_ignores_an_audit_config_in_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "audit.config").write_text("*.*.mode = 2\n*.*.performance_issue_same = 1\n")
+    monkeypatch.chdir(tmp_path)
+    run = run_test(lg, SleepRunner(0.0), loadgen_settings(lg, "offline", "performance", _settings(),
+                                                           Hints(0.001, 1000.0), False), tmp_path / "logs", None)
+    assert "audit config" not in (tmp_path / "logs" / "mlperf_log_detail.txt").read_text().lower()
+    assert run.result["validity"] in ("VALID", "INVALID")
+
+
+@needs_loadgen
+def test_compliance_and_numbers_are_checked_before_loading():
+    from breaknli_fast.bench.loadgen.compliance import parse_compliance
+
+    assert parse_compliance("all") == ("TEST01", "TEST04", "TEST05") and parse_compliance("test01, TEST01") == ("TEST01",)
+    with pytest.raises(UserError, match="TEST02"):
+        parse_compliance("TEST02")
+    for kw, flag in ((dict(scenarios=("server",), target_qps=float("inf"), target_latency_ms=10.0), "--target-qps"),
+                     (dict(scenarios=("server",), target_qps=float("nan"), target_latency_ms=10.0), "--target-qps"),
+                     (dict(min_duration_s=float("nan")), "--min-duration"),
+                     (dict(min_duration_s=float("inf")), "--min-duration"),
+                     (dict(cv_threshold_pct=float("nan")), "--cv-threshold")):
+        with pytest.raises(UserError, match=f"{flag} must be a finite number"):
+            ScenarioSettings(**kw).check()
+    with pytest.raises(UserError, match="must be above 0"):
+        ScenarioSettings(scenarios=("server",), target_qps=0.0, target_latency_ms=10.0).check()
+    with pytest.raises(UserError, match="add server to --scenario"):
+        ScenarioSettings(scenarios=("offline",), target_qps=5.0).check()

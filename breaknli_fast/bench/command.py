@@ -58,9 +58,11 @@ def _command_line(ctx: typer.Context | None = None) -> str:
 
 def _scenario_settings(ctx: typer.Context, scenario: str, roles: str, min_duration: float, min_queries: int | None,
                        target_qps: float | None, target_latency_ms: float | None, mlperf_rules: bool,
-                       accuracy_tier: float, cv_threshold: float) -> Any:
+                       accuracy_tier: float, cv_threshold: float, compliance: bool = False,
+                       compliance_tests: str = "all") -> Any:
     """``--scenario``'s settings, checked (and LoadGen found) before any model loads."""
     from breaknli_fast.bench.loadgen import import_loadgen
+    from breaknli_fast.bench.loadgen.compliance import parse_compliance
     from breaknli_fast.bench.loadgen.settings import ScenarioSettings, parse_roles, parse_scenarios
 
     import_loadgen()
@@ -70,7 +72,8 @@ def _scenario_settings(ctx: typer.Context, scenario: str, roles: str, min_durati
         if given:
             raise UserError(f"--{given[0].replace('_', '-')} and --mlperf-rules: the official rules set it")
     s = ScenarioSettings(parse_scenarios(scenario), parse_roles(roles), min_duration, min_queries, target_qps,
-                         target_latency_ms, mlperf_rules, accuracy_tier, cv_threshold)
+                         target_latency_ms, mlperf_rules, accuracy_tier, cv_threshold,
+                         compliance=parse_compliance(compliance_tests) if compliance else ())
     s.check()
     return s
 
@@ -156,6 +159,12 @@ def bench(
                                         "99 or 99.9 (% of the torch fp32 reference's score)."),
     cv_threshold: float = typer.Option(1.0, "--cv-threshold", help="With --scenario: warn when the service time's "
                                        "coefficient of variation exceeds this, percent (trtexec warns at 1 %)."),
+    compliance: bool = typer.Option(False, "--compliance", help="With --scenario: MLPerf's compliance tests after "
+                                    "each run (LoadGen's audit.config): TEST01 (performance-mode outputs = the "
+                                    "accuracy run's, performance within 10 %), TEST04 (no caching), TEST05 (other "
+                                    "seeds); PASS / FAIL per engine and test, logs kept. One more run per test."),
+    compliance_tests: str = typer.Option("all", "--compliance-tests", help="With --compliance: which tests, "
+                                         "comma-separated (TEST01, TEST04, TEST05) or all."),
 ) -> None:
     """Speed and parity of engines / precisions against torch:fp32 on identical inputs, in one process."""
     from breaknli_fast.bench.compare import compare as compare_results
@@ -188,7 +197,10 @@ def bench(
         settings = None
         if scenario is not None:
             settings = _scenario_settings(ctx, scenario, roles, min_duration, min_queries, target_qps,
-                                          target_latency_ms, mlperf_rules, accuracy_tier, cv_threshold)
+                                          target_latency_ms, mlperf_rules, accuracy_tier, cv_threshold,
+                                          compliance, compliance_tests)
+        elif compliance:
+            raise UserError("--compliance runs with --scenario (LoadGen's audit tests)")
         probe_cls = probe_class(probe)  # an unknown --probe is a one-line error
         if probe != "breaknli":
             # compared by name: typer may hand back its own copy of click's enum
@@ -261,5 +273,6 @@ opts.set_help_panels(bench, {
     opts.SPEED: ("threads",),
     opts.OUTPUT: ("out", "no_plot", "compare"),
     "MLPerf LoadGen scenarios (--scenario)": ("scenario", "roles", "min_duration", "min_queries", "target_qps",
-                                              "target_latency_ms", "mlperf_rules", "accuracy_tier", "cv_threshold"),
+                                              "target_latency_ms", "mlperf_rules", "accuracy_tier", "cv_threshold",
+                                              "compliance", "compliance_tests"),
 })

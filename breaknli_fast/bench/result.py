@@ -70,9 +70,12 @@ class BenchResult:
     def table(self) -> Any:
         """The terminal table (rich)."""
         if self.is_scenarios:
-            from breaknli_fast.bench.loadgen.report import scenario_rich_table
+            from rich.console import Group
 
-            return scenario_rich_table(self.data)
+            from breaknli_fast.bench.loadgen.report import compliance_rich_table, scenario_rich_table
+
+            audits = compliance_rich_table(self.data)
+            return scenario_rich_table(self.data) if audits is None else Group(scenario_rich_table(self.data), audits)
         from breaknli_fast.bench.report import rich_table
 
         return rich_table(self.data)

@@ -56,12 +56,17 @@ def _buffer(data: bytes) -> array.array:
 
 
 def run_test(lg: Any, runner: SampleRunner, ts: Any, folder: str | Path, percentile: float | None,
-             tokens: bool = False, coalesce: int = 1) -> TestRun:
+             tokens: bool = False, coalesce: int = 1, audit: str | None = None) -> TestRun:
     """Run one LoadGen test (``ts``: its TestSettings) with ``runner`` as the system under test; logs go to
     ``folder``. ``coalesce``: queries waiting together are served as one batch of up to this many samples
-    (Server; the other scenarios never have two queries waiting)."""
+    (Server; the other scenarios never have two queries waiting). ``audit``: the text of an ``audit.config``
+    (compliance tests), written into ``folder`` and given to LoadGen; without it LoadGen is given a file name that
+    does not exist, since it would otherwise apply an ``audit.config`` it finds in the working directory."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    audit_path = folder / ("audit.config" if audit is not None else "no-audit.config")
+    if audit is not None:
+        audit_path.write_text(audit)
     waiting: queue.SimpleQueue = queue.SimpleQueue()
     run = TestRun(folder, {})
 
@@ -78,7 +83,7 @@ def run_test(lg: Any, runner: SampleRunner, ts: Any, folder: str | Path, percent
 
     def drive() -> None:
         try:
-            lg.StartTestWithLogSettings(sut, qsl, ts, log)
+            lg.StartTestWithLogSettings(sut, qsl, ts, log, str(audit_path))
         except BaseException as e:  # noqa: BLE001 - reported on the main thread
             failure.append(e)
         finally:

@@ -55,6 +55,34 @@ def scenario_tables(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def compliance_cell(c: dict[str, Any]) -> str:
+    """One compliance test of one row: PASS / FAIL, the speed against the performance run, TEST01's outputs."""
+    parts = [f"{(c['speed_ratio'] - 1) * 100:+.1f} %"] if c.get("speed_ratio") else []
+    o = c.get("outputs")
+    if o:
+        parts.append(f"{o['equal']}/{o['compared']} equal")
+    return c["result"] + (f" ({', '.join(parts)})" if parts else "")
+
+
+def compliance_rows(data: dict[str, Any]) -> tuple[list[str], list[tuple[list[str], list[str]]]]:
+    """(tests, [(the row's short names, a cell per test)]) of the rows that ran compliance tests."""
+    rows = [r for r in data.get("scenarios") or [] if r.get("compliance")]
+    tests = sorted({t for r in rows for t in r["compliance"]})
+    return tests, [(_short_ident(r), [compliance_cell(r["compliance"][t]) if t in r["compliance"] else "–"
+                                      for t in tests]) for r in rows]
+
+
+def compliance_tables(data: dict[str, Any]) -> list[str]:
+    tests, rows = compliance_rows(data)
+    if not rows:
+        return []
+    return (["### MLPerf compliance tests (LoadGen's audit.config)", "",
+             "TEST01: the responses LoadGen logged in performance mode equal the accuracy run's, performance within "
+             "±10 %; TEST04: the same sample repeated is not more than 10 % faster; TEST05: other seeds, "
+             "performance within ±10 %. In brackets: speed against the row's performance run.", ""]
+            + _md(["engine", "role", "scenario"] + tests, [ident + cells for ident, cells in rows]) + [""])
+
+
 def _header(data: dict[str, Any]) -> list[str]:
     env, lg, wl = data.get("environment", {}), data.get("loadgen", {}), data.get("workload", {})
     pk = env.get("packages", {})
@@ -88,7 +116,7 @@ def scenario_markdown(data: dict[str, Any]) -> str:
         lines += ["```", data["command"], "```", ""]
     lines += _header(data)
     lines += [f"> **Note:** {n}" for n in data.get("notes", [])] + ([""] if data.get("notes") else [])
-    lines += ["## Scenarios", ""] + scenario_tables(data)
+    lines += ["## Scenarios", ""] + scenario_tables(data) + compliance_tables(data)
     bad = [r for r in data.get("scenarios") or [] if r.get("reasons")]
     if bad:
         lines += ["### Why LoadGen judged a run INVALID", ""]
@@ -99,12 +127,14 @@ def scenario_markdown(data: dict[str, Any]) -> str:
     lines += ["### Logs", "", "LoadGen's own logs (mlperf_log_summary.txt, mlperf_log_detail.txt, "
               "mlperf_log_accuracy.json) of each run, relative to this folder:", ""]
     lines += [f"- {' '.join(_ident(r))}: `{r['logs']['performance']}`, `{r['logs']['accuracy']}`"
+              + "".join(f", `{c['log']}`" for c in (r.get("compliance") or {}).values())
               for r in data.get("scenarios") or [] if r.get("logs")] + [""]
     skipped = [e for e in data.get("engines", []) if e.get("status") != "ok"]
     if skipped:
         lines += ["## Skipped or failed engines", ""]
         lines += [f"- `{e['label']}`: {e['status']}: {e['reason']}" for e in skipped] + [""]
-    lines += ["## Verdict", "", "PASS: every run VALID and every engine at the required tier" if data.get("passed")
+    lines += ["## Verdict", "", "PASS: every run VALID, every engine at the required tier and every compliance test passed"
+              if data.get("passed")
               else "FAIL:"]
     lines += [f"- {f}" for f in data.get("failures", [])]
     lines += ["", "## What the columns mean", ""]
@@ -136,6 +166,22 @@ def scenario_rich_table(data: dict[str, Any]) -> Any:
     for e in data.get("engines", []):
         if e.get("status") != "ok":
             t.add_row(e["label"], "–", "–", *([f"[yellow]{e['status']}[/]"] + ["–"] * (len(ms) - 1)))
+    return t
+
+
+def compliance_rich_table(data: dict[str, Any]) -> Any:
+    """The compliance tests in the terminal (None when none ran)."""
+    from rich.table import Table
+
+    tests, rows = compliance_rows(data)
+    if not rows:
+        return None
+    t = Table(title="MLPerf compliance (audit.config)")
+    for name in ["engine", "role", "scen."] + tests:
+        t.add_column(name, overflow="fold")
+    for ident, cells in rows:
+        t.add_row(*ident, *[c.replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
+                            for c in cells])
     return t
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from breaknli_fast.bench.loadgen import accuracy as acc
+from breaknli_fast.bench.loadgen import compliance
 from breaknli_fast.bench.loadgen import import_loadgen, loadgen_version
 from breaknli_fast.bench.loadgen.coldstart import load_timed, size_on_disk
 from breaknli_fast.bench.loadgen.harness import SampleRunner, TestRun, run_test
@@ -164,6 +165,7 @@ def _role_rows(lg: Any, eng: _Engine, role: str, runner: SampleRunner, ctx: dict
                             SCENARIOS[scenario].percentile, tokens)
         acc_out[(label, role, scenario)] = accuracy.outputs
         res = run.result
+        audits = _compliance(lg, runner, scenario, s, hints, tokens, base, res, retry, ctx)
         cv = _cv(run.service_s)
         warnings = [f"service-time CV {cv:.1f} % is above {s.cv_threshold_pct:g} %: the latencies vary (load average "
                     f"{_loadavg()})"] if cv is not None and cv > s.cv_threshold_pct else []
@@ -191,7 +193,29 @@ def _role_rows(lg: Any, eng: _Engine, role: str, runner: SampleRunner, ctx: dict
             "logs": {"performance": str(base.relative_to(ctx["out"]) / "performance"),
                      "accuracy": str(base.relative_to(ctx["out"]) / "accuracy")},
             "calibration": {"latency_ms": hints.latency_s * 1e3, "batch_samples_per_s": hints.batch_qps},
+            "compliance": audits,
         })
+
+
+def _compliance(lg: Any, runner: SampleRunner, scenario: str, s: ScenarioSettings, hints: Hints, tokens: bool,
+                base: Path, perf: dict[str, Any], retry: dict[str, Any] | None,
+                ctx: dict[str, Any]) -> dict[str, Any] | None:
+    """MLPerf's compliance tests of one row (:mod:`.compliance`): one performance run each, under the performance
+    run's settings and its audit.config, judged against the performance run and the accuracy run's log."""
+    if not s.compliance:
+        return None
+    sc = SCENARIOS[scenario]
+    coalesce = getattr(runner, "per_call", 64) if scenario == "server" else 1
+    out: dict[str, Any] = {}
+    for test in s.compliance:
+        folder = base / "compliance" / test
+        ctx["log"](f"  compliance {test} ({scenario})")
+        ts = compliance.apply(test, loadgen_settings(lg, scenario, "performance", s, hints, tokens,
+                                                     offline_qps=retry.get("expected_qps") if retry else None))
+        run = run_test(lg, runner, ts, folder, sc.percentile, tokens, coalesce, audit=compliance.audit_config(test))
+        out[test] = {**compliance.judge(test, run.result, perf, scenario, folder, base / "accuracy"),
+                     "log": str(folder.relative_to(ctx["out"]))}
+    return out
 
 
 def _score(rows: list[dict[str, Any]], acc_out: dict, ctx: dict[str, Any], reference_classifier: Callable[[], Any]) -> None:
@@ -234,6 +258,9 @@ def _checks(rows: list[dict[str, Any]], engines: list[dict[str, Any]], s: Scenar
         where = f"{r['engine']} {r['role']} {r['scenario']}"
         if r["metrics"]["result"] != "VALID":
             fails.append(f"{where}: {r['metrics']['result'] or 'no result'}: " + "; ".join(r["reasons"]))
+        for test, c in (r.get("compliance") or {}).items():
+            if not c["passed"]:
+                fails.append(f"{where}: compliance {test} FAIL: " + "; ".join(c["why"]))
         if meaningful and r["metrics"][tier] is False:
             fails.append(f"{where}: accuracy {r['metrics']['of_reference_pct']:.2f} % of the fp32 reference, below "
                          f"the {s.accuracy_tier:g} % tier")

@@ -9,6 +9,7 @@ estimate is INVALID, with LoadGen's reasons.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -83,10 +84,23 @@ class ScenarioSettings:
     accuracy_tier: float = 99.0  # the tier --strict requires (99 or 99.9)
     cv_threshold_pct: float = 1.0  # warn above this coefficient of variation of the service times (trtexec: 1 %)
     samples: int | None = None  # samples of the classifier's library (None: the data's examples)
+    compliance: tuple[str, ...] = ()  # MLPerf's compliance tests to run after each row (TEST01, TEST04, TEST05)
 
     def check(self) -> None:
-        """One line for what cannot run, before any model loads."""
-        if "server" in self.scenarios and not (self.target_qps and self.target_latency_ms):
+        """One line for what cannot run, before any model loads. Every number finite: ``inf`` / ``nan`` would make
+        LoadGen prepare queries without end (``--target-qps inf``) or switch a check off (``nan`` compares false)."""
+        for flag, v in (("--target-qps", self.target_qps), ("--target-latency-ms", self.target_latency_ms),
+                        ("--min-duration", self.min_duration_s), ("--accuracy-tier", self.accuracy_tier),
+                        ("--cv-threshold", self.cv_threshold_pct)):
+            if v is not None and not math.isfinite(float(v)):
+                raise UserError(f"{flag} must be a finite number, not {v}")
+        if self.target_qps is not None and "server" not in self.scenarios:
+            raise UserError("--target-qps and --target-latency-ms set the Server scenario's load: add server to "
+                            "--scenario or leave them out")
+        if self.target_latency_ms is not None and "server" not in self.scenarios:
+            raise UserError("--target-latency-ms is the Server scenario's latency bound: add server to --scenario or "
+                            "leave it out")
+        if "server" in self.scenarios and (self.target_qps is None or self.target_latency_ms is None):
             raise UserError("--scenario server needs --target-qps and --target-latency-ms (the arrival rate and the "
                             "latency bound LoadGen judges the run by)")
         if self.target_qps is not None and self.target_qps <= 0:
@@ -104,7 +118,7 @@ class ScenarioSettings:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["scenarios"], d["roles"] = list(self.scenarios), list(self.roles)
+        d["scenarios"], d["roles"], d["compliance"] = list(self.scenarios), list(self.roles), list(self.compliance)
         return d
 
 
