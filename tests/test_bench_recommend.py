@@ -47,3 +47,20 @@ def test_no_pick_when_every_engine_differs_and_no_judgement_on_random_weights():
     assert len(random) == 1 and random[0].startswith("Fastest: `ort:int8`: 3.50x")
     assert "no engine is recommended" in random[0] and "may change" not in random[0]
     assert recommendation({"engines": [_bench()["engines"][0]]}) is None
+
+
+def test_an_engine_that_fails_a_check_is_never_the_pick():
+    """``bench -e torch:fp32,ort:fp32,ort:int8`` once picked ort:int8 ("no cell different") and then printed "FAIL
+    ort:int8: classifier label agreement 97.97 % < 98.00 %": a pick passes every check shown."""
+    data = _bench()
+    ref = [1] * 600 + [0] * 400
+    failing = _engine("ort:int8:quantization=static", 4.8, list(ref), ref)
+    failing["checks"] = {"applied": True, "passed": False,
+                         "failures": ["classifier label agreement 97.97 % < 98.00 %"]}
+    data["engines"].insert(1, failing)
+    rec = recommendation(data)
+    assert rec["pick"]["label"] == "ort:fp32:clf.precision=int8"
+    assert rec["fastest"]["label"] == "ort:int8:quantization=static"
+    lines = recommendation_lines(data)
+    assert lines[0].startswith("Pick: `ort:fp32:clf.precision=int8`")
+    assert "fails: classifier label agreement 97.97 % < 98.00 %" in lines[1]

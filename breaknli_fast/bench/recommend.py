@@ -3,7 +3,9 @@ recommendation that ends every bench -- the fastest configuration not shown to d
 fastest overall and what it may change.
 
 "Not shown to differ" is the multiplicity-aware rule of :func:`~breaknli_fast.bench.parity.confirmed_differences`:
-no cell of the engine stays different from the reference with all its cells judged together. An engine whose sampled
+no cell of the engine stays different from the reference with all its cells judged together. An engine that fails a
+check the bench prints (label agreement below ``--min-agreement``, labels that change with the batch, an engine that
+did not run) is never the pick, whatever its cells say. An engine whose sampled
 candidates are all the reference's (the ort engine's fp32 generator: token for token) is said so. With random
 weights parity means nothing, so only the speed is ranked and the note says to judge on a trained-model bench.
 """
@@ -77,6 +79,11 @@ def shown_to_match(e: dict[str, Any]) -> str:
     return f"yes: all {n} cells equivalent within the tolerance"
 
 
+def checks_pass(e: dict[str, Any]) -> bool:
+    """Whether the engine passed every check of the bench (``checks.passed``; not judged counts as passed)."""
+    return _get(e, "checks", "passed") is not False
+
+
 def recommendation(data: dict[str, Any]) -> dict[str, Any] | None:
     """``{"meaningful", "pick", "fastest"}`` over the engines that ran (the reference excluded); ``pick`` is the
     fastest not shown to differ (None where parity means nothing or every engine differs), each with its label,
@@ -92,9 +99,11 @@ def recommendation(data: dict[str, Any]) -> dict[str, Any] | None:
         return {"label": e["label"], "speedup": speedup(e),
                 "confirmed": confirmed_differences(e.get("parity") or {}) if meaningful else [],
                 "different_at_95": differing_cells(e) if meaningful else [],
-                "identical_candidates": identical_candidates(e)}
+                "identical_candidates": identical_candidates(e),
+                "failed_checks": list(_get(e, "checks", "failures") or [])}
 
-    pick = next((e for e in ran if not confirmed_differences(e.get("parity") or {})), None) if meaningful else None
+    pick = next((e for e in ran if not confirmed_differences(e.get("parity") or {}) and checks_pass(e)),
+                None) if meaningful else None
     return {"meaningful": meaningful, "reference": data.get("reference"),
             "pick": view(pick) if pick is not None else None, "fastest": view(ran[0])}
 
@@ -111,6 +120,8 @@ def _describe(v: dict[str, Any]) -> str:
         parts.append("no cell different")
     if v["different_at_95"]:
         parts.append("may change: " + "; ".join(v["different_at_95"][:3]) + " (at 95 % each)")
+    if v.get("failed_checks"):
+        parts.append("fails: " + "; ".join(v["failed_checks"][:2]))
     return ", ".join(parts)
 
 
@@ -127,8 +138,8 @@ def recommendation_lines(data: dict[str, Any]) -> list[str]:
     if rec["pick"] is not None:
         lines.append(f"Pick: {_describe(rec['pick'])}.")
     else:
-        lines.append("Pick: none of the engines is free of a confirmed difference from the reference; "
-                     f"use `{rec['reference']}` where the answer must not change.")
+        lines.append("Pick: none of the engines is free of a confirmed difference from the reference and passes "
+                     f"every check; use `{rec['reference']}` where the answer must not change.")
     if rec["pick"] is None or rec["fastest"]["label"] != rec["pick"]["label"]:
         lines.append(f"Fastest: {_describe(rec['fastest'])}.")
     return lines
