@@ -93,3 +93,19 @@ def test_wilson_interval_holds_the_point_and_is_honest_at_the_boundary():
     lo, hi = wilson_ci(40, 40)
     assert hi == 100.0 and lo == pytest.approx(91.24, abs=0.01)  # not [100, 100]
     assert wilson_ci(0, 40) == [0.0, pytest.approx(8.76, abs=0.01)]
+
+
+def test_one_example_s_intervals_are_the_ones_report_md_describes():
+    """report.md says what the per-candidate interval of one example is; the Python API gives the same figures."""
+    import inspect
+
+    from breaknli_fast.probes.breaknli import report as breaknli_report
+
+    one = rates([{"inequality": True, "relaxed": True, "n_candidates": 1, "n_inequality": 1, "n_relaxed": 1}])
+    assert [round(x, 2) for x in one["cand_inequality_ci"]] == [20.65, 100.0]
+    assert [round(x, 2) for x in one["inequality_ci"]] == [20.65, 100.0]  # Wilson, 1 of 1
+    three_of_five = rates([{"inequality": True, "relaxed": True, "n_candidates": 5, "n_inequality": 3,
+                            "n_relaxed": 3}])
+    assert three_of_five["cand_inequality_ci"] == [0.0, 100.0]
+    text = inspect.getsource(breaknli_report)
+    assert "100 % gives [20.65, 100]" in text and "60 % gives [0, 100]" in text

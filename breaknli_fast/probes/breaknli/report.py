@@ -68,8 +68,9 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += ["", CONTRADICTIVE_C_NOTE]
     lines += ["", "## Per candidate, with 95 % CIs", "",
               "Per example: Wilson score intervals; per candidate (non-compliant candidates / evaluated candidates, "
-              "the candidates of one example counted together): a Student-t interval over examples, never narrower "
-              "than z²/(n + z²) of n examples (one example gives [0, 100]).", "",
+              "the candidates of one example counted together): a Student-t interval over examples whose half-width is "
+              "never below z²/(n + z²) of n examples, clipped to [0, 100] (one example: 79.35 points each side, so "
+              "60 % gives [0, 100] and 100 % gives [20.65, 100]).", "",
               "| mode | ŷ | n | inequality % [CI] | relaxed % [CI] | per-candidate inequality % [CI] | per-candidate relaxed % [CI] |",
               "|---|---|---|---|---|---|---|"]
     for mode, table in report["metrics"].items():
