@@ -31,7 +31,7 @@ SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 TINY = ["--", "--k", "4", "--u", "2", "--s", "1", "--max-new-tokens", "6"]
 TINY_BENCH = ["--bench-args", "--warmup 0 --min-iterations 1 --min-seconds 0 --invariance-pairs 8 --gen-prompts 2 "
                               "--greedy-prompts 2"]
-COMPAT = Path("/work/main/.venv-compat")  # the second tested stack (make test-compat builds .venv-compat)
+COMPAT = Path(__file__).resolve().parents[1] / ".venv-compat"  # this checkout's second stack (make test-compat builds it)
 needs_shell = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 
