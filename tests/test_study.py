@@ -100,3 +100,31 @@ def test_a_probe_from_the_tests_runs_through_the_entry_point_with_resume(tiny_ro
 def test_unknown_probe_is_a_user_error():
     with pytest.raises(UserError, match="unknown probe 'nope'"):
         run_study("nope")
+
+
+def test_resuming_records_of_other_code_warns_and_config_lists_every_writer(tiny_roberta, tiny_tsv, tmp_path):
+    """A run directory resumed by another version or commit: a warning, and config.json's written_by keeps which
+    code wrote the earlier records (config.json itself is rewritten by each invocation)."""
+    probes.register("toy-accuracy", "tests.test_study:AccuracyProbe")
+    msgs: list[str] = []
+
+    class Hook(StopAfter):
+        def message(self, text: str) -> None:
+            msgs.append(text)
+
+    try:
+        common = dict(dataset=str(tiny_tsv), classifier=tiny_roberta, engine="torch")
+        with pytest.raises(KeyboardInterrupt):
+            run_study("toy-accuracy", **common, out=tmp_path / "cut", hook=StopAfter(2))
+        cfg_path = tmp_path / "cut" / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        assert [w["git"] for w in cfg["written_by"]] == [cfg["environment"]["git"]]
+        cfg["written_by"] = [{"breaknli_fast": "0.0.9", "git": "0123abc", "started": cfg["started"]}]
+        cfg_path.write_text(json.dumps(cfg))
+        run_study("toy-accuracy", **common, out=tmp_path / "cut", hook=Hook(10**6))
+    finally:
+        probes._PROBES.pop("toy-accuracy", None)
+    warned = [m for m in msgs if m.startswith("warning:") and "0.0.9 (0123abc)" in m]
+    assert len(warned) == 1 and "records of both are in one run" in warned[0]
+    after = json.loads(cfg_path.read_text())["written_by"]
+    assert [w["breaknli_fast"] for w in after][0] == "0.0.9" and len(after) == 2

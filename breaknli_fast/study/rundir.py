@@ -191,9 +191,18 @@ class RunDir:
         (the directory holds this run's samples.jsonl). Starting afresh removes the earlier run's files."""
         self.create()
         same, old = self.check(identity, overwrite)
+        self.other_code = None
         if same and old is not None:
-            config = dict(config, first_started=old.get("first_started", old.get("started")))
+            earlier = writers(old)
+            now = _writer(config)
+            config = dict(config, first_started=old.get("first_started", old.get("started")),
+                          written_by=earlier + [now])
+            if earlier and {k: earlier[-1].get(k) for k in ("breaknli_fast", "git")} != \
+                    {k: now.get(k) for k in ("breaknli_fast", "git")}:
+                self.other_code = earlier[-1]
         else:
+            config = dict(config, written_by=[_writer(config)])
+        if not (same and old is not None):
             for name in (*self.OUTPUTS, *(p.name for p in self.path.glob("stage_*.json"))):
                 try:
                     (self.path / name).unlink(missing_ok=True)
@@ -201,6 +210,17 @@ class RunDir:
                     raise RunDirError(f"cannot replace {self.path / name}: {_reason(e)}") from None
         self._write_json(self.path / self.CONFIG, dict(config, identity=identity))
         return same and (self.path / self.SAMPLES).exists()
+
+    def resume_warning(self) -> str | None:
+        """After :meth:`prepare` resumed a run: a line when its earlier records came from another version or commit
+        of breaknli-fast (config.json's ``written_by`` lists every invocation's)."""
+        if not getattr(self, "other_code", None):
+            return None
+        o = self.other_code
+        return (f"the earlier records of {self.path} were written by breaknli-fast {o.get('breaknli_fast')} "
+                f"({o.get('git') or 'commit unknown'}), not this {_writer({}).get('breaknli_fast')} "
+                f"({_writer({}).get('git') or 'commit unknown'}): records of both are in one run (config.json's "
+                "written_by lists each invocation's)")
 
     def has_samples(self) -> bool:
         p = self.path / self.SAMPLES
@@ -399,3 +419,24 @@ class SharedStore:
                 os.close(fd)
         except OSError as e:
             raise RunDirError(f"cannot write {self.path}: {_reason(e)}") from None
+
+
+def _writer(config: dict[str, Any]) -> dict[str, Any]:
+    """Which code writes this invocation: breaknli-fast's version and git commit, and when it started."""
+    from breaknli_fast import __version__
+    from breaknli_fast.envinfo import git_hash
+
+    env = config.get("environment") or {}
+    return {"breaknli_fast": env.get("breaknli_fast", __version__), "git": env.get("git", git_hash()),
+            "started": config.get("started")}
+
+
+def writers(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The invocations that wrote a run directory's records, oldest first (from an older config.json: its one)."""
+    got = config.get("written_by")
+    if isinstance(got, list) and got:
+        return [w for w in got if isinstance(w, dict)]
+    env = config.get("environment") or {}
+    if not env:
+        return []
+    return [{"breaknli_fast": env.get("breaknli_fast"), "git": env.get("git"), "started": config.get("started")}]

@@ -325,6 +325,8 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
             if rd.repaired_bytes:
                 msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
             hook.message(msg)
+            if rd.resume_warning():
+                hook.message(f"warning: {rd.resume_warning()}")
         times = probe.new_times()
         store = None
         if shared_dir is not None and pool is None and probe.shared_identity() is not None:
