@@ -170,7 +170,8 @@ def run(
     ray_threads: int = typer.Option(1, "--ray-threads", min=1, rich_help_panel=opts.RAY, help="CPU threads per Ray actor."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, metavar="DIR",
                                        rich_help_panel=opts.OUTPUT, help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-"
-                                            "<precision>-s<seed> (the probe's name first, other than breaknli's)."),
+                                            "<precision>-s<seed>[-p<hash of the probe's settings where they are not its defaults>] (the probe's "
+                                            "name first, other than breaknli's)."),
     overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=opts.OUTPUT,
                                    help="Replace a run directory that holds different settings."),
 ) -> None:

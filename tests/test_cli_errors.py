@@ -491,8 +491,15 @@ def test_run_then_run_with_limit_0_are_two_run_directories(tmp_path, tiny_t5, ti
     assert runner.invoke(app, [*common, "--limit", "4"]).exit_code == 0
     r = runner.invoke(app, [*common, "--limit", "0"])
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny.tsv-all-roberta-torch-fp32-s0",
-                                                                     "tiny.tsv-n4-roberta-torch-fp32-s0"]
+    names = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    # --k 4 is not the default: the directories carry the tag of the loop's settings, the same for both
+    assert [n.rsplit("-p", 1)[0] for n in names] == ["tiny.tsv-all-roberta-torch-fp32-s0",
+                                                     "tiny.tsv-n4-roberta-torch-fp32-s0"]
+    assert len({n.rsplit("-p", 1)[1] for n in names}) == 1
+    # another loop setting (--top-up), the same command otherwise: a directory of its own, not a refusal
+    r = runner.invoke(app, [*common, "--limit", "4", "--top-up", "3"])
+    assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "runs").iterdir())) == 3
 
 
 def test_an_address_where_nothing_listens_fails_at_once():
@@ -534,7 +541,7 @@ def test_auto_falling_back_to_torch_writes_the_torch_directory_only(tmp_path, ti
                             "--u", "2", "--s", "1", "--max-new-tokens", "6"], env={"BREAKNLI_FAST_CACHE": str(afile / "c")})
     assert r.exit_code == 0, r.output
     assert "running on torch" in " ".join(r.output.split()) and "cannot write the export cache" in " ".join(r.output.split())
-    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny.tsv-n3-roberta-torch-fp32-s0"]
+    assert [p.name.rsplit("-p", 1)[0] for p in (tmp_path / "runs").iterdir()] == ["tiny.tsv-n3-roberta-torch-fp32-s0"]
 
 
 def _read_only_dirs(tmp: Path) -> list[Path]:

@@ -112,8 +112,23 @@ def default_run_path(root: Path, probe: Probe, dataset: str, classifier: str, en
     ``n<N>-drawn<seed>`` for a drawn slice ``sample``; a probe other than BreakNLI first): runs that differ in their
     settings' usual suspects get directories of their own."""
     size = f"n{sample['n']}-drawn{sample['seed']}" if sample else f"n{limit}" if limit else "all"
-    stem = f"{slug(dataset)}-{size}-{slug(classifier)}-{engine}-{precision}-s{probe.seed}"
+    stem = f"{slug(dataset)}-{size}-{slug(classifier)}-{engine}-{precision}-s{probe.seed}{settings_tag(probe)}"
     return root / (stem if probe.name == "breaknli" else f"{probe.name}-{stem}")
+
+
+def settings_tag(probe: Probe) -> str:
+    """``-p<6 hex>`` of the probe's settings where they are not its defaults (K, --top-up, --mode, the seed, ...),
+    else empty: the README's commands, run one after another, get directories of their own instead of one refused
+    for holding "different settings"."""
+    import hashlib
+    import json
+
+    mine = json.dumps(probe.identity(), sort_keys=True, default=str)
+    try:
+        default = json.dumps(type(probe)().identity(), sort_keys=True, default=str)
+    except Exception:  # noqa: BLE001 - a probe that cannot be made without settings: always tagged
+        default = None
+    return "" if mine == default else "-p" + hashlib.sha1(mine.encode()).hexdigest()[:6]
 
 
 def canonical_order(probe: Probe, records: Sequence[dict[str, Any]], data: LoadedData) -> list[dict[str, Any]]:
