@@ -30,9 +30,9 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 try:  # typer 0.2x carries its own copy of click; older typer runs on click itself
-    from typer._click.exceptions import ClickException, UsageError
+    from typer._click.exceptions import BadParameter, ClickException, UsageError
 except ImportError:  # pragma: no cover - depends on the typer version
-    from click.exceptions import ClickException, UsageError
+    from click.exceptions import BadParameter, ClickException, UsageError
 
 from breaknli_fast.console import print_error
 
@@ -181,7 +181,18 @@ class _OneLineErrors:
 
 
 class HelpCommand(_OneLineErrors, TyperCommand):
-    """A command with this module's help (the package's look) and one-line usage errors."""
+    """A command with this module's help (the package's look) and one-line usage errors; a number option given
+    ``nan`` or ``inf`` is a usage error before the command runs (click's ranges let both through: ``nan`` compares
+    false with every bound, so "≤ nan" checks passed and ``--target-qps inf`` made LoadGen queue without end)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        import math
+
+        for param in self.params:
+            v = ctx.params.get(param.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise BadParameter(f"must be a finite number, not {v}", ctx=ctx, param=param)
+        return super().invoke(ctx)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         formatter.write(render_help(ctx, self))

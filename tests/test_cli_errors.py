@@ -658,3 +658,42 @@ def test_renamed_ids_and_truncated_pairs_are_counted_and_reported(tmp_path, tiny
     r = runner.invoke(app, [*common, "--out", str(tmp_path / "whole")])
     assert r.exit_code == 0 and "longer than the classifier's input length" not in r.output
     assert json.loads((tmp_path / "whole" / "report.json").read_text())["truncation"]["truncated"] == 0
+
+
+@pytest.mark.parametrize("args, said", [
+    (["bench", "--scenario", "server", "--target-qps", "inf", "--target-latency-ms", "5"],
+     "Invalid value for '--target-qps': must be a finite number, not inf"),
+    (["bench", "--scenario", "server", "--target-qps", "nan", "--target-latency-ms", "5"],
+     "Invalid value for '--target-qps': must be a finite number, not nan"),
+    (["bench", "--scenario", "offline", "--min-duration", "nan"], "'--min-duration': must be a finite number"),
+    (["bench", "--scenario", "offline", "--cv-threshold", "nan"], "'--cv-threshold': must be a finite number"),
+    (["bench", "--tolerance", "nan"], "'--tolerance'"),
+    (["run", "--top-p", "nan"], "'--top-p': must be a finite number, not nan"),
+    (["export", "-m", "mini-nli", "--max-abs-logit", "nan"], "'--max-abs-logit': must be a finite number"),
+    (["export", "-m", "mini-nli", "--min-agreement", "150"], "min_agreement is a percentage: between 0 and 100"),
+    (["export", "-m", "mini-nli", "--max-length", "0"], "max_length must be a whole number of tokens, at least 1"),
+    (["bench", "-e", ""], "--engines is empty"),
+    (["bench", "--scenario", "offline", "--probe", "accuracy"], "--probe accuracy with --scenario"),
+    (["bench", "--scenario", "offline", "--target-qps", "5"], "add server to --scenario"),
+    (["bench", "--scenario", "server", "--target-qps", "0", "--target-latency-ms", "5"], "must be above 0, not 0"),
+    (["bench", "--gen-prompts", "0"], "--gen-prompts 0: the generate stage needs at least one prompt"),
+    (["bench", "--compliance"], "--compliance runs with --scenario"),
+    (["bench", "--scenario", "offline", "--compliance", "--compliance-tests", "TEST02"], "--compliance TEST02"),
+])
+def test_new_user_mistakes_get_one_line_before_any_model_loads(args, said, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, args)
+    text = " ".join(r.output.split())
+    assert r.exit_code != 0 and said in text, text
+    assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
+
+
+def test_bench_on_a_device_this_machine_lacks_stops_before_loading(tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    monkeypatch.chdir(tmp_path)
+    for extra in ([], ["--scenario", "offline"]):
+        r = runner.invoke(app, ["bench", "--device", "cuda", *extra])
+        assert r.exit_code != 0 and "no CUDA GPU is visible" in " ".join(r.output.split())

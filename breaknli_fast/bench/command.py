@@ -202,6 +202,15 @@ def bench(
         elif compliance:
             raise UserError("--compliance runs with --scenario (LoadGen's audit tests)")
         probe_cls = probe_class(probe)  # an unknown --probe is a one-line error
+        if not [x for x in engines.split(",") if x.strip()]:
+            raise BenchSpecError("--engines is empty: name the engines to measure against torch:fp32, e.g. "
+                                 "-e torch:fp32,ort:int8")
+        if settings is not None and probe != "breaknli":
+            raise BenchSpecError(f"--probe {probe} with --scenario: LoadGen's scenarios measure the engines' roles "
+                                 "(--roles) on the data's pairs, not a probe; leave --probe out")
+        if gen_prompts == 0:
+            raise BenchSpecError("--gen-prompts 0: the generate stage needs at least one prompt (leave it out for the "
+                                 "default)")
         if probe != "breaknli":
             # compared by name: typer may hand back its own copy of click's enum
             given = [name for name in BREAKNLI_ONLY
@@ -215,6 +224,7 @@ def bench(
         base = EngineConfig(device=device, threads=threads, label_map=parse_label_map(label_map), max_length=max_length,
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method,
                             gen_batch=gen_batch)
+        base.check()  # an unknown precision, a device this machine lacks: one line before any model loads
         cfg = BenchConfig(
             engines=parse_engines(engines, base, split=component_split and settings is None, roles=probe_cls.roles),
             probe=probe, component_split=component_split and settings is None,

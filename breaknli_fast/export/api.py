@@ -217,6 +217,9 @@ def build_export(
         raise UnsupportedModelError(f"unknown export task {task!r}; choose one of {', '.join(TASKS)}")
     ex = exporter(format)
     _check_sizes(calibration_size, validation_size)
+    val.check_tolerance_values(tolerances)  # before any work: a tolerance that would judge nothing is refused
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ExportError(f"max_length must be a whole number of tokens, at least 1, not {max_length!r}")
     try:
         dev = registry.device_kind(device)
     except registry.PrecisionError as e:

@@ -25,6 +25,7 @@ import numpy as np
 
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.base import MASK, Decoding, derive_seed
+from breaknli_fast.export.errors import ExportError
 from breaknli_fast.prompts import CONTRADICT_PROMPT
 
 Pair = tuple[str, str]
@@ -49,6 +50,24 @@ MLM_TOP_K = 10
 GEN_PROMPTS_MAX = 8
 GEN_MAX_NEW_TOKENS = 20
 BATCH = 16
+
+
+def check_tolerance_values(overrides: Mapping[str, Any] | None) -> None:
+    """One line for a tolerance that would judge nothing: not a number, ``nan`` / ``inf`` (``nan`` compares false,
+    so "≤ nan" would pass every export), a negative max |Δ logit| or an agreement outside 0-100 %."""
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise ExportError(f"tolerance {k} must be a number, not {v!r}") from None
+        if not math.isfinite(x):
+            raise ExportError(f"tolerance {k} must be a finite number, not {v}")
+        if k == "max_abs_logit" and x < 0:
+            raise ExportError(f"tolerance {k} must be at least 0, not {x:g}")
+        if k != "max_abs_logit" and not 0 <= x <= 100:
+            raise ExportError(f"tolerance {k} is a percentage: between 0 and 100, not {x:g}")
 
 
 def tolerances_for(kind: str, precision: str, overrides: Mapping[str, Any] | None = None,
