@@ -4,8 +4,10 @@
 For each generator (aenli, kinship), with the pair balance (the default) and without it (the pairs of generator
 version 2): the label counts, the pair-level baselines on the first 4,000 pairs
 (``shortcut.pair_baselines``: each surface feature of the pair alone, logistic regression and gradient-boosted
-trees on all of them), each feature's accuracy alone, and the hypothesis-only and premise-only baselines on the
-first 10,000 pairs. Seeded: the same figures on every machine.
+trees on all of them), each feature's accuracy alone, the hypothesis-only and premise-only baselines on the
+first 10,000 pairs, and the elimination baseline (a test pair's label guessed as one its group's training pairs
+lack) with the group split every check uses and, to show the leak it closes, with a row split. Seeded: the same
+figures on every machine.
 
     python scripts/synthetic_baselines.py [--n 10000] [--seed 0] [--out results.json]
 
@@ -27,7 +29,8 @@ def measure(name: str, pair_balance: bool, n: int, seed: int) -> dict:
     pairs = shortcut.pair_baselines(rows[:shortcut.PAIR_ROWS])
     return {"generator": name, "pair_balance": pair_balance, "n": n, "seed": seed,
             "labels": dict(Counter(r["label"] for r in rows)), "pair_level": pairs,
-            "hypothesis_only": shortcut.hypothesis_only(rows), "premise_only": shortcut.hypothesis_only(rows, field="premise")}
+            "hypothesis_only": shortcut.hypothesis_only(rows), "premise_only": shortcut.hypothesis_only(rows, field="premise"),
+            "elimination": shortcut.elimination(rows), "elimination_row_split": shortcut.elimination(rows, by_group=False)}
 
 
 def main() -> None:
@@ -49,6 +52,9 @@ def main() -> None:
             print("  single features: " + ", ".join(f"{k} {v:.1f} %" for k, v in top))
             print(shortcut.describe(res["hypothesis_only"]))
             print(shortcut.describe(res["premise_only"]))
+            for key in ("elimination", "elimination_row_split"):
+                e = res[key]
+                print(f"elimination, split {e['split']}: {e['accuracy']:.1f} % (majority {e['majority']:.1f} %)")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=1)

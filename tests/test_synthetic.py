@@ -182,7 +182,7 @@ def test_logic_labels_are_balanced_within_every_connective_and_quantifier_patter
 def test_hypothesis_only_baseline_stays_near_the_majority_class(name):
     gen = {"aenli": aenli.generate, "kinship": kinship.generate}[name]
     res = shortcut.hypothesis_only(gen(2000, seed=5))
-    assert res["rows"] == 2000 and res["test"] == 1000
+    assert res["rows"] == 2000 and res["train"] + res["test"] == 2000 and abs(res["test"] - 1000) <= 3  # by group
     assert res["within"] and res["gap_pp"] <= shortcut.LIMIT_PP, res
 
 
@@ -439,3 +439,21 @@ def test_run_on_a_generated_dataset_breaks_down_by_a_feature(tmp_path):
     assert all(c["n"] == g["examples"] and c["ci"] is not None for c, g in zip(acc, groups) if c["n"])
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["dataset"]["source"]["type"] == "generated"
+
+
+@pytest.mark.parametrize("name", ["aenli", "kinship"])
+def test_pairs_of_one_group_never_straddle_a_split_and_elimination_leaks_only_across_one(name):
+    """A generated corpus's pairs of one group share their surface, one per label: a row split lets "the label
+    the training twins lack" beat the majority class by ~25 points; the group split every check uses leaves no
+    group on both sides, and the elimination baseline falls to the majority class."""
+    from breaknli_fast.data.synthetic import aenli, kinship, shortcut
+
+    rows = list({"aenli": aenli.generate, "kinship": kinship.generate}[name](900, seed=3))
+    groups = [r["group"] for r in rows]
+    assert all(g.startswith(f"{name}-3-g") for g in groups) and len(set(groups)) == 300
+    tr, te = shortcut.split_halves(groups, seed=1)
+    assert not {groups[i] for i in tr} & {groups[i] for i in te} and len(tr) + len(te) == len(rows)
+    leak = shortcut.elimination(rows, by_group=False)
+    assert leak["gap_pp"] > 15 and leak["within"] is False  # the check can fail: it does across a row split
+    fair = shortcut.elimination(rows)
+    assert fair["split"] == "by group" and fair["within"] is True and abs(fair["gap_pp"]) < 1e-9

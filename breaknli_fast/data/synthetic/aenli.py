@@ -439,9 +439,10 @@ def phenomenon(d: Draw) -> str:
     return "+".join(diffs)
 
 
-def row(i: int, seed: int, d: Draw, lab: str, vocab: Vocabulary) -> dict[str, Any]:
+def row(i: int, seed: int, d: Draw, lab: str, vocab: Vocabulary, group: int | None = None) -> dict[str, Any]:
     premise, hypothesis = texts(d, vocab)
     r: dict[str, Any] = {"id": f"{NAME}-{seed}-{i}", "premise": premise, "hypothesis": hypothesis, "label": lab,
+                         **({"group": f"{NAME}-{seed}-g{group}"} if group is not None else {}),
                          "connective": d.h_connective, "p_connective": d.p_connective, "phenomenon": phenomenon(d)}
     aligned = [part for part in d.parts if part[3] is not None]
     p2 = d.parts[1] if len(d.parts) > 1 else None
@@ -486,9 +487,9 @@ def generate(n: int, seed: int = 0, config: AenliConfig | None = None) -> Iterat
     skeleton_rng = random.Random(f"{NAME}-{seed}-skeleton")
     schedule = label_schedule(rng)
     if not cfg.pair_balance:  # generator version 2
-        for i, target, sk in shared_skeletons(schedule, n, LABELS, lambda: skeleton(skeleton_rng, vocab, cfg)):
-            yield row(i, seed, complete(rng, vocab, cfg, sk, target), target, vocab)
+        for i, target, sk, k in shared_skeletons(schedule, n, LABELS, lambda: skeleton(skeleton_rng, vocab, cfg)):
+            yield row(i, seed, complete(rng, vocab, cfg, sk, target), target, vocab, k)
         return
 
-    for i, target, drawn in shared_skeletons(schedule, n, LABELS, lambda: matched(skeleton_rng, vocab, cfg)):
-        yield row(i, seed, drawn[target], target, vocab)
+    for i, target, drawn, k in shared_skeletons(schedule, n, LABELS, lambda: matched(skeleton_rng, vocab, cfg)):
+        yield row(i, seed, drawn[target], target, vocab, k)

@@ -47,6 +47,12 @@ def _write(name: str, rows: Iterator[dict[str, Any]], n: int, out: Path, progres
     console.print(style + literal(lines[0]))
     for line in lines[1:]:
         console.print(literal(line))
+    elim = shortcut.elimination(tee.kept)
+    if elim.get("accuracy") is not None:
+        style = "" if elim["within"] is not False else "[bold yellow]warning:[/] "
+        console.print(style + literal(f"elimination baseline (split {elim['split']}: a test pair's label guessed as "
+                                      f"one its group's training pairs lack): {elim['accuracy']:.1f} % against "
+                                      f"the majority class's {elim['majority']:.1f} %"))
 
 
 def _check_n(n: int) -> None:

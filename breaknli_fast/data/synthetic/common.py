@@ -94,9 +94,11 @@ def write_jsonl(rows: Iterable[dict[str, Any]], out: str | Path,
 
 def shared_skeletons(schedule: Iterator[str], n: int, labels: Iterable[str],
                      draw: Callable[[], Any]) -> Iterator[tuple[int, str, Any]]:
-    """(i, target label, skeleton) for ``n`` pairs whose labels come from ``schedule``: the k-th pair of every
+    """(i, target label, skeleton, k) for ``n`` pairs whose labels come from ``schedule``: the k-th pair of every
     label shares the k-th skeleton ``draw()`` makes, so no skeleton tells the label. A skeleton is drawn when a
-    label first reaches its rank and forgotten once every label has used it."""
+    label first reaches its rank and forgotten once every label has used it. ``k`` is the pairs' group: pairs of
+    one group share their surface, so a split that puts some of a group on each side lets the label of a test pair
+    be guessed by elimination (the label its training twins lack); every split keeps a group on one side."""
     labels = tuple(labels)
     skeletons: dict[int, list[Any]] = {}  # rank -> [skeleton, labels still to use it]
     drawn = 0
@@ -112,7 +114,7 @@ def shared_skeletons(schedule: Iterator[str], n: int, labels: Iterable[str],
         entry[1] -= 1
         if not entry[1]:
             del skeletons[k]
-        yield i, target, entry[0]
+        yield i, target, entry[0], k
 
 
 MATCH_ROUNDS = 60  # candidates built per label before a rank's three pairs are left unmatched

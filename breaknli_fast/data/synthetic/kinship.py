@@ -345,7 +345,7 @@ def examples(n: int, seed: int = 0, config: KinshipConfig | None = None) -> Iter
         options = {lab: kinds(rel, sk, lab) for lab in KINDS}
         return matched_triple(lambda lab: story_for(sk, lab, options[lab]), signature, KINDS, rng)[0]
 
-    for i, target, drawn in shared_skeletons(schedule, n, KINDS, draw):
+    for i, target, drawn, group in shared_skeletons(schedule, n, KINDS, draw):
         made = story_for(drawn, target) if isinstance(drawn, Skeleton) else drawn[target]
         story, hyp, phen = made
         lab = label_of(rel, story.facts, hyp.holder, hyp.word, hyp.of)
@@ -358,6 +358,7 @@ def examples(n: int, seed: int = 0, config: KinshipConfig | None = None) -> Iter
             "premise": " ".join(fact_text(f, story.names) for f in story.facts),
             "hypothesis": fact_text(hyp, story.names),
             "label": lab,
+            "group": f"{NAME}-{seed}-g{group}",
             "k": k,
             "relation": story.target,
             "hypothesis_relation": hyp.rel,

@@ -5,6 +5,10 @@ the pairs and scored on the other half. If it beats the majority class by more t
 cue of the hypothesis predicts the label and a model can score without reasoning (Gururangan et al. 2018,
 Poliak et al. 2018). ``breaknli-fast generate`` prints the result for each corpus it writes, and
 tests/test_synthetic.py requires both generators to stay within :data:`LIMIT_PP` of the majority class.
+
+Every baseline here splits by the rows' ``group`` (:func:`split_halves`): the generators' pairs of one group share
+their surface, one per label, so a split that put some of a group on each side would let a test pair's label be
+guessed by elimination (:func:`elimination` with ``by_group=False`` measures that leak).
 """
 
 from __future__ import annotations
@@ -87,23 +91,73 @@ def fit_logistic(x: Bag | OneHot, y: np.ndarray, classes: int, l2: float = 1.0, 
     return w
 
 
+def split_halves(groups: Sequence[Any], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (train, test) of a seeded random half: half of the *groups* train and the rest score, rows
+    without a group (None) each a group of their own. A generated corpus's pairs of one group share their surface
+    (one premise skeleton, one hypothesis per label), so a row split would let a test pair's label be guessed by
+    elimination from its training twins; a group split leaves no group on both sides."""
+    keys = [g if g is not None else ("row", i) for i, g in enumerate(groups)]
+    uniq = list(dict.fromkeys(keys))
+    order = np.random.default_rng(seed).permutation(len(uniq))
+    train = {uniq[j] for j in order[: len(uniq) // 2]}
+    tr = np.array([i for i, k in enumerate(keys) if k in train], dtype=np.int64)
+    te = np.array([i for i, k in enumerate(keys) if k not in train], dtype=np.int64)
+    return tr, te
+
+
+def elimination(rows: Iterable[dict[str, Any]], seed: int = 0, max_rows: int = MAX_ROWS,
+                by_group: bool = True) -> dict[str, Any]:
+    """The elimination baseline: a test pair's label guessed as a label its group's training pairs lack (the one
+    they lack where they have all but one; else the training half's majority among those left). With the group
+    split (``by_group``) no test pair has training twins and it is the majority class; with a row split
+    (``by_group=False``, what the check must not do) it shows how much a matched corpus leaks."""
+    data = []
+    for r in rows:
+        data.append((r.get("group"), r["label"]))
+        if len(data) >= max_rows:
+            break
+    if len(data) < 4:
+        return {"rows": len(data), "accuracy": None, "within": None, "limit_pp": LIMIT_PP}
+    groups = [g for g, _ in data] if by_group else [None] * len(data)
+    tr, te = split_halves(groups, seed)
+    labels = sorted({lab for _, lab in data})
+    counts = {lab: 0 for lab in labels}
+    twins: dict[Any, set[str]] = {}
+    for i in tr:
+        g, lab = data[i]
+        counts[lab] += 1
+        if g is not None:
+            twins.setdefault(g, set()).add(lab)
+    majority = max(labels, key=lambda lab: (counts[lab], lab))
+    hits = maj_hits = 0
+    for i in te:
+        g, lab = data[i]
+        left = [x for x in labels if x not in twins.get(g, set())] or labels
+        guess = max(left, key=lambda x: (counts[x], x))
+        hits += guess == lab
+        maj_hits += majority == lab
+    acc, maj = 100.0 * hits / len(te), 100.0 * maj_hits / len(te)
+    return {"rows": len(data), "split": "by group" if by_group else "by row", "accuracy": acc, "majority": maj,
+            "gap_pp": acc - maj, "within": acc - maj <= LIMIT_PP, "limit_pp": LIMIT_PP}
+
+
 def hypothesis_only(rows: Iterable[dict[str, Any]], seed: int = 0, max_rows: int = MAX_ROWS,
                     field: str = "hypothesis") -> dict[str, Any]:
-    """The baseline on (at most ``max_rows`` of) ``rows``: a random half (seeded) trains, the other half scores.
+    """The baseline on (at most ``max_rows`` of) ``rows``: a random half of the groups (seeded, :func:`split_halves`) trains, the rest scores.
     Returns accuracy and the majority-class accuracy on the scored half (percent), their gap in points, and
     whether the gap is within :data:`LIMIT_PP`. ``field`` picks the text (``premise`` gives the premise-only
     baseline)."""
-    data = []
+    data, groups = [], []
     for r in rows:
         data.append((r[field], r["label"]))
+        groups.append(r.get("group"))
         if len(data) >= max_rows:
             break
     if len(data) < 4:
         return {"rows": len(data), "accuracy": None, "majority": None, "gap_pp": None, "within": None,
                 "limit_pp": LIMIT_PP, "field": field}
-    order = np.random.default_rng(seed).permutation(len(data))
-    half = len(data) // 2
-    train, test = [data[i] for i in order[:half]], [data[i] for i in order[half:]]
+    tr, te = split_halves(groups, seed)
+    train, test = [data[i] for i in tr], [data[i] for i in te]
     labels = sorted({lab for _, lab in data})
     index = {lab: i for i, lab in enumerate(labels)}
     x_tr = Bag([t for t, _ in train])
@@ -273,24 +327,24 @@ def fit_boosted(x: np.ndarray, y: np.ndarray, classes: int, rounds: int = 60, de
 
 
 def pair_baselines(rows: Iterable[dict[str, Any]], seed: int = 0, max_rows: int = PAIR_ROWS) -> dict[str, Any]:
-    """Pair-level baselines on (at most ``max_rows`` of) ``rows``, a random half (seeded) training and the other
+    """Pair-level baselines on (at most ``max_rows`` of) ``rows``, a random half of the groups (seeded, :func:`split_halves`) training and the rest
     half scored: each feature of :func:`pair_features` alone as a decision rule (the training half's majority
     label for each of its values), a logistic regression on all of them (one-hot values: a linear model of
     every value's effect) and gradient-boosted trees on them. Accuracies in percent against the majority
     class's on the scored half; ``within``: every one at most :data:`LIMIT_PP` above it."""
-    data = []
+    data, groups = [], []
     for r in rows:
         data.append((pair_features(r["premise"], r["hypothesis"]), r["label"]))
+        groups.append(r.get("group"))
         if len(data) >= max_rows:
             break
     if len(data) < 4:
         return {"rows": len(data), "within": None, "limit_pp": LIMIT_PP}
-    order = np.random.default_rng(seed).permutation(len(data))
-    half = len(data) // 2
     labels = sorted({lab for _, lab in data})
     x = np.array([f for f, _ in data], dtype=np.int64)
     y = np.array([labels.index(lab) for _, lab in data])
-    tr, te = order[:half], order[half:]
+    tr, te = split_halves(groups, seed)
+    half = len(tr)
     k = len(labels)
     majority = int(np.bincount(y[tr], minlength=k).argmax())
     maj = float(100 * (y[te] == majority).mean())
