@@ -355,3 +355,27 @@ def test_compliance_and_numbers_are_checked_before_loading():
         ScenarioSettings(scenarios=("server",), target_qps=0.0, target_latency_ms=10.0).check()
     with pytest.raises(UserError, match="add server to --scenario"):
         ScenarioSettings(scenarios=("offline",), target_qps=5.0).check()
+
+
+@needs_loadgen
+def test_repeats_run_rounds_with_the_engines_in_turn_and_report_the_median_round(tmp_path):
+    """A latency figure from one run is one draw: --repeats N runs every engine's performance runs in N rounds (A B
+    A B), takes the median round's figures and shows the spread; each round's LoadGen logs are kept."""
+    code, output, d = _bench(tmp_path, "--scenario", "single-stream", "--engines",
+                             "sleep:fp32:sleep_ms=2,sleep:fp32:sleep_ms=4:label=slow", "--min-duration", "0.2",
+                             "--min-queries", "70", "--repeats", "3")
+    rows = {r["engine"]: r for r in d["scenarios"]}
+    assert set(rows) == {"torch:fp32", "sleep:fp32:sleep_ms=2", "slow"}
+    for r in rows.values():
+        m = r["metrics"]
+        assert m["rounds"] == 3 and len(r["rounds"]) == 3 and m["spread_pct"] is not None and m["spread_pct"] >= 0
+        p90s = sorted(x["p90_ms"] for x in r["rounds"])
+        assert m["p90_ms"] in p90s and r["median_round"] in (1, 2, 3)
+        for x in r["rounds"]:
+            assert (tmp_path / "bench" / x["log"] / "mlperf_log_summary.txt").exists()
+    # the known service times, in every round: 2 ms and 4 ms a sample
+    assert rows["slow"]["metrics"]["p50_ms"] > rows["sleep:fp32:sleep_ms=2"]["metrics"]["p50_ms"] + 1.0
+    said = [line for line in output.splitlines() if ", round " in line]
+    rounds_said = [int(line.rsplit("round ", 1)[1].split()[0]) for line in said]
+    assert rounds_said == sorted(rounds_said) and rounds_said.count(2) == rounds_said.count(3) == 3  # A B C A B C
+    assert "spread across rounds" in (tmp_path / "bench" / "bench.md").read_text()

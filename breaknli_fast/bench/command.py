@@ -105,7 +105,9 @@ def bench(
                                              f"({SCENARIO_SAMPLE_LIMIT} with --scenario)."),
     sample: Optional[int] = opts.SAMPLE,
     sample_seed: Optional[int] = opts.SAMPLE_SEED,
-    repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported)."),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="End-to-end loop runs per engine (median wall reported); "
+                                "with --scenario: rounds of LoadGen performance runs, the engines in turn (A B C A B "
+                                "C), the median round's figures with the spread across rounds."),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Unmeasured warm-up iterations of every stage (and end-to-end runs on 4 examples)."),
     min_iterations: int = typer.Option(3, "--min-iterations", min=1, help="Measured iterations of each stage, at least."),
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Measured seconds of each stage, at least."),

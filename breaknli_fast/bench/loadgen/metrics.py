@@ -58,6 +58,11 @@ _DEFINED: tuple[Metric, ...] = (
     Metric("tpot_p90_ms", "TPOT p90 ms", "TPOT p90", ".3f", "lower", terminal=True, doc=TPOT),
     Metric("tokens_per_s", "tokens/s", "tokens/s", ".0f", "higher", doc="LoadGen's completed tokens per second"),
     Metric("queries", "queries", "queries", "d", doc="queries LoadGen counted in the result"),
+    Metric("rounds", "rounds", "rounds", "d", doc="performance runs of the row (--repeats; engines in turn, A B C A B "
+                                                   "C): the latency figures are the median round's"),
+    Metric("spread_pct", "spread across rounds %", "spread %", ".1f", "lower",
+           doc="(largest - smallest) / median of the scenario's headline figure across the rounds (SingleStream / "
+               "MultiStream: the early-stopping estimate, else the percentile; Offline / Server: samples/s)"),
     Metric("cv_pct", "service-time CV %", "CV %", ".1f", "lower",
            doc="coefficient of variation of the engine's time per query (LoadGen has no dispersion figure); "
                "a warning above --cv-threshold (trtexec warns at 1 %)"),

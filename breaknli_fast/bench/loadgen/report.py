@@ -127,6 +127,7 @@ def scenario_markdown(data: dict[str, Any]) -> str:
     lines += ["### Logs", "", "LoadGen's own logs (mlperf_log_summary.txt, mlperf_log_detail.txt, "
               "mlperf_log_accuracy.json) of each run, relative to this folder:", ""]
     lines += [f"- {' '.join(_ident(r))}: `{r['logs']['performance']}`, `{r['logs']['accuracy']}`"
+              + "".join(f", `{x['log']}`" for x in (r.get("rounds") or [])[1:])
               + "".join(f", `{c['log']}`" for c in (r.get("compliance") or {}).values())
               for r in data.get("scenarios") or [] if r.get("logs")] + [""]
     skipped = [e for e in data.get("engines", []) if e.get("status") != "ok"]

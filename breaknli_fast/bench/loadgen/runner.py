@@ -146,6 +146,63 @@ def _perf(lg: Any, runner: SampleRunner, scenario: str, s: ScenarioSettings, hin
     raise AssertionError("unreachable")
 
 
+ROUND_KEYS = ("result", "p50_ms", "p90_ms", "p99_ms", "early_stop_ms", "samples_per_s", "ttft_p50_ms", "ttft_p90_ms",
+              "tpot_p50_ms", "tpot_p90_ms", "tokens_per_s", "queries", "cv_pct")
+
+
+def _round(run: TestRun, tokens: bool, folder: Path, out: Path) -> dict[str, Any]:
+    """One performance run's figures (a row's round)."""
+    res = run.result
+    return {"result": res["validity"], "p50_ms": res["p50_ms"], "p90_ms": res["p90_ms"], "p99_ms": res["p99_ms"],
+            "early_stop_ms": res["early_stop_ms"] if not tokens else None, "samples_per_s": res["samples_per_s"],
+            "ttft_p50_ms": res["ttft_p50_ms"], "ttft_p90_ms": res["ttft_p90_ms"], "tpot_p50_ms": res["tpot_p50_ms"],
+            "tpot_p90_ms": res["tpot_p90_ms"], "tokens_per_s": res["tokens_per_s"], "queries": res["queries"],
+            "cv_pct": _cv(run.service_s), "reasons": res["reasons"], "log": str(folder.relative_to(out))}
+
+
+def _next_round(lg: Any, eng: _Engine, role: str, runner: SampleRunner, ctx: dict[str, Any], rnd: int) -> None:
+    """Round ``rnd`` (0-based, > 0) of every scenario of an engine's role: one more performance run each, added to
+    the row that round 0 made."""
+    s: ScenarioSettings = ctx["settings"]
+    label = eng.spec.label
+    hints = calibrate(runner)
+    source = first_token_source(eng.loaded.get("generator")) if role == "generator" else None
+    for scenario in s.scenarios:
+        row = ctx["row_of"].get((label, role, scenario))
+        if row is None:
+            continue
+        tokens = bool(source) and scenario != "server"
+        folder = ctx["out"] / "loadgen" / slug(label) / role / scenario / f"performance-{rnd + 1}"
+        ctx["log"](f"[{label}] {role}: {scenario}, round {rnd + 1}")
+        run, _, _ = _perf(lg, runner, scenario, s, hints, tokens, folder, eng.spec.config.device)
+        row["rounds"].append(_round(run, tokens, folder, ctx["out"]))
+
+
+def finish_rounds(row: dict[str, Any]) -> None:
+    """A row of several rounds: its latency figures become the median round's (by the scenario's headline figure,
+    the lower middle of an even count), with the rounds, the spread, and VALID only where every round is."""
+    rounds = row.get("rounds") or []
+    m = row["metrics"]
+    m["rounds"] = len(rounds)
+    if len(rounds) < 2:
+        return
+    figs = [compliance.headline(r, row["scenario"]) for r in rounds]
+    known = [(f, i) for i, (f, _) in enumerate(figs) if f]
+    if known:
+        ordered = sorted(known)
+        mid = ordered[(len(ordered) - 1) // 2]
+        values = [f for f, _ in ordered]
+        m["spread_pct"] = 100.0 * (values[-1] - values[0]) / mid[0]
+        m.update({k: rounds[mid[1]][k] for k in ROUND_KEYS if k in m})
+        row["median_round"] = mid[1] + 1
+    bad = [i + 1 for i, r in enumerate(rounds) if r["result"] != "VALID"]
+    if bad:
+        m["result"] = "INVALID"
+        row["reasons"] = row.get("reasons") or []
+        row["reasons"] += [f"round {i}: {'; '.join(rounds[i - 1]['reasons']) or rounds[i - 1]['result']}"
+                           for i in bad if i > 1]
+
+
 def _role_rows(lg: Any, eng: _Engine, role: str, runner: SampleRunner, ctx: dict[str, Any],
                acc_out: dict[tuple[str, str, str], dict[int, Any]], rows: list[dict[str, Any]]) -> None:
     s: ScenarioSettings = ctx["settings"]
@@ -194,7 +251,9 @@ def _role_rows(lg: Any, eng: _Engine, role: str, runner: SampleRunner, ctx: dict
                      "accuracy": str(base.relative_to(ctx["out"]) / "accuracy")},
             "calibration": {"latency_ms": hints.latency_s * 1e3, "batch_samples_per_s": hints.batch_qps},
             "compliance": audits,
+            "rounds": [_round(run, tokens, base / "performance", ctx["out"])],
         })
+        ctx["row_of"][(label, role, scenario)] = rows[-1]
 
 
 def _compliance(lg: Any, runner: SampleRunner, scenario: str, s: ScenarioSettings, hints: Hints, tokens: bool,
@@ -267,6 +326,55 @@ def _checks(rows: list[dict[str, Any]], engines: list[dict[str, Any]], s: Scenar
     return fails
 
 
+def _unload(eng: _Engine) -> None:
+    for m in eng.loaded.values():
+        reuse_on(m)
+    eng.loaded.clear()
+    gc.collect()
+
+
+def _first_round(lg: Any, i: int, spec: BenchEngine, models: dict[str, Any], ctx: dict[str, Any],
+                 acc_out: dict[tuple[str, str, str], dict[int, Any]], rows: list[dict[str, Any]], pairs: list,
+                 samples: list, loop: BreakNLIConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    """An engine's first round: load, calibrate, and per role and scenario the performance run, the accuracy pass
+    and the compliance tests (its rows); the engine's entry of bench.json."""
+    e: dict[str, Any] = {"label": spec.label, "engine": spec.engine, "precision": spec.precision,
+                         "reference": i == 0, "spec": spec.to_dict(), "status": "ok", "reason": None,
+                         "load_average_start": _loadavg()}
+    eng = _Engine(spec, models)
+    role = None
+    try:
+        for role in ctx["settings"].roles:
+            log(f"[{spec.label}] {role}: loading and calibrating")
+            runner = _runner(eng, role, pairs, samples, loop)
+            _role_rows(lg, eng, role, runner, ctx, acc_out, rows)
+    except Exception as ex:  # noqa: BLE001 - an engine that fails is reported; the reference must run
+        if i == 0:
+            raise BenchError(f"the reference {spec.label} failed ({role}): {first_line(ex)}") from ex
+        e.update(status="skipped" if isinstance(ex, _LoadFailed) else "failed", reason=f"{role}: {first_line(ex)}")
+        log(f"[{spec.label}] {e['status']}: {e['reason']}")
+    e["cold_start"] = eng.cold
+    e["info"] = {r: m.info.to_dict() for r, m in eng.loaded.items() if getattr(m, "info", None) is not None}
+    e["load_average_end"] = _loadavg()
+    _unload(eng)
+    return e
+
+
+def _later_round(lg: Any, e: dict[str, Any], spec: BenchEngine, models: dict[str, Any], ctx: dict[str, Any],
+                 pairs: list, samples: list, loop: BreakNLIConfig, log: Callable[[str], None], rnd: int) -> None:
+    """Round ``rnd`` of an engine: loaded again (its exports cached), one more performance run per role and
+    scenario. A failure is the engine's (its rows keep the rounds they have)."""
+    eng = _Engine(spec, models)
+    role = None
+    try:
+        for role in ctx["settings"].roles:
+            _next_round(lg, eng, role, _runner(eng, role, pairs, samples, loop), ctx, rnd)
+    except Exception as ex:  # noqa: BLE001 - reported as the engine's failure
+        e.update(status="failed", reason=f"{role}, round {rnd + 1}: {first_line(ex)}")
+        log(f"[{spec.label}] failed: {e['reason']}")
+    _unload(eng)
+
+
 def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,
                   log: Callable[[str], None] | None = None) -> BenchResult:
     """Run the scenarios of ``s`` for every engine of ``cfg`` and role; logs under ``out_dir``."""
@@ -298,34 +406,19 @@ def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,
                          "have no sample")
     out = Path(out_dir)
     ctx = {"settings": s, "out": out, "log": log, "ref": specs[0], "tolerance": cfg.tolerance, "loop": loop,
-           "samples": samples, "gold": gold, "probe": probe, "meaningful": not cfg.random_weights}
+           "samples": samples, "gold": gold, "probe": probe, "meaningful": not cfg.random_weights, "row_of": {}}
     rows: list[dict[str, Any]] = []
     engines: list[dict[str, Any]] = []
     acc_out: dict[tuple[str, str, str], dict[int, Any]] = {}
-    for i, spec in enumerate(specs):
-        e: dict[str, Any] = {"label": spec.label, "engine": spec.engine, "precision": spec.precision,
-                             "reference": i == 0, "spec": spec.to_dict(), "status": "ok", "reason": None,
-                             "load_average_start": _loadavg()}
-        engines.append(e)
-        eng = _Engine(spec, models)
-        role = None
-        try:
-            for role in s.roles:
-                log(f"[{spec.label}] {role}: loading and calibrating")
-                runner = _runner(eng, role, pairs, samples, loop)
-                _role_rows(lg, eng, role, runner, ctx, acc_out, rows)
-        except Exception as ex:  # noqa: BLE001 - an engine that fails is reported; the reference must run
-            if i == 0:
-                raise BenchError(f"the reference {spec.label} failed ({role}): {first_line(ex)}") from ex
-            e.update(status="skipped" if isinstance(ex, _LoadFailed) else "failed", reason=f"{role}: {first_line(ex)}")
-            log(f"[{spec.label}] {e['status']}: {e['reason']}")
-        e["cold_start"] = eng.cold
-        e["info"] = {r: m.info.to_dict() for r, m in eng.loaded.items() if getattr(m, "info", None) is not None}
-        e["load_average_end"] = _loadavg()
-        for m in eng.loaded.values():
-            reuse_on(m)
-        eng.loaded.clear()
-        gc.collect()
+    rounds = max(1, int(cfg.repeats or 1))
+    for rnd in range(rounds):  # engines in turn, every round (A B C A B C): drift reaches them alike
+        for i, spec in enumerate(specs):
+            if rnd == 0:
+                engines.append(_first_round(lg, i, spec, models, ctx, acc_out, rows, pairs, samples, loop, log))
+            elif engines[i]["status"] == "ok":
+                _later_round(lg, engines[i], spec, models, ctx, pairs, samples, loop, log, rnd)
+    for row in rows:
+        finish_rounds(row)
     ref_clf: list[Any] = []
 
     def reference_classifier() -> Any:
