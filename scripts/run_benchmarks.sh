@@ -34,7 +34,7 @@ if [ "$SMOKE" = 1 ]; then
     REAL_GEN_ARGS="--prompts 2 --k 2 --max-new-tokens 4 --warmup 0 --min-iterations 1"; REAL_CLF_ARGS="--pairs 16 --warmup 0 --min-iterations 1"
     REAL_LOOP_ARGS="--limit 4 --k 4 --u 2 --s 1 --max-new-tokens 8 --gen-prompts 2 --greedy-prompts 2 --min-iterations 1 --min-seconds 0 --warmup 0"
     RAY_LIMIT=10; MERGE_LIMIT=20; MERGE_PARITY_LIMIT=20; STUDY_LIMIT=60; DEFAULT_LIMIT=10; PARITY_LIMIT=20; PARITY_SHORT_LIMIT=10; PERM_LIMIT=10; PERM_RW_LIMIT=4; FILTER_LIMIT=20; TAXI_LIMIT=100
-    LG_ARGS="--min-duration 0 --min-queries 2"; LG_LIMIT=16; LG_RW_LIMIT=8; LG_PROMPTS=2
+    LG_ARGS="--min-duration 0 --min-queries 2"; LG_LIMIT=16; LG_RW_LIMIT=8; LG_PROMPTS=2; LG_ROUNDS=1
     LG_LOOP_ARGS="--k 4 --u 2 --s 1 --max-new-tokens 8"; LG_GEN_ARGS="--k 2 --u 2 --s 1 --max-new-tokens 4"
     LG_GEN_SHAPE="--k 2 --u 2 --s 1 --max-new-tokens 4"; LG_GEN_LATENCY_QUERIES=2
 else
@@ -45,7 +45,7 @@ else
     REAL_GEN_ARGS="--prompts 32 --k 20 --max-new-tokens 40"; REAL_CLF_ARGS="--pairs 1000"
     REAL_LOOP_ARGS="--limit 50 --k 20 --min-iterations 2 --min-seconds 0"
     RAY_LIMIT=200; MERGE_LIMIT=100; MERGE_PARITY_LIMIT=300; STUDY_LIMIT=3000; DEFAULT_LIMIT=1000; PARITY_LIMIT=0; PARITY_SHORT_LIMIT=400; PERM_LIMIT=300; PERM_RW_LIMIT=6; FILTER_LIMIT=500; TAXI_LIMIT=0
-    LG_ARGS=""; LG_LIMIT=1000; LG_RW_LIMIT=256; LG_PROMPTS=16; LG_LOOP_ARGS=""
+    LG_ARGS=""; LG_LIMIT=1000; LG_RW_LIMIT=256; LG_PROMPTS=16; LG_LOOP_ARGS=""; LG_ROUNDS=3
     # flan-t5-small at K = 20: about 4.5 s a SingleStream query (one prompt, 20 x 40 tokens) for torch fp32 on 2
     # cores, so LoadGen's official 1,024 queries would take 77 min for that engine alone; 128 (recorded in the
     # file's settings: enough for LoadGen's 90th-percentile early-stopping estimate, not its 99th)
@@ -148,11 +148,12 @@ step loadgen-flan-t5-small $PY scripts/bench_save.py --result "$R/loadgen-flan-t
     --scenario "$LG_LOOP_SCENARIOS" --roles generator --gen-prompts "$LG_PROMPTS" \
     --engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false,ct2:int8 $LG_GEN_ARGS $LG_ARGS
 # the generator's latency configuration: one prompt is one batch, so workers=1 gives it both threads (SingleStream
-# only, LG_GEN_LATENCY_QUERIES queries: 64 is the fewest with LoadGen's 90th-percentile early-stopping estimate)
+# only, LG_GEN_LATENCY_QUERIES queries: 64 is the fewest with LoadGen's 90th-percentile early-stopping estimate),
+# in LG_ROUNDS rounds with the engines in turn: section 1b's TPOT target compares engines within this one bench
 step loadgen-flan-t5-small-latency $PY scripts/bench_save.py --result "$R/loadgen-flan-t5-small-latency.json" -- \
     --random-weights flan-t5-small --scenario single-stream --roles generator --gen-prompts "$LG_PROMPTS" \
     --engines torch:fp32,ort:fp32:validate=false:workers=1,ort:int8:validate=false:workers=1,ct2:int8 \
-    $LG_GEN_SHAPE --min-queries "$LG_GEN_LATENCY_QUERIES" $LG_ARGS
+    $LG_GEN_SHAPE --min-queries "$LG_GEN_LATENCY_QUERIES" --repeats "$LG_ROUNDS" $LG_ARGS
 step classifier-shapes $PY scripts/bench_classifier_shapes.py $SHAPES_ARGS --result "$R/classifier-shapes.json"
 step generation $PY scripts/bench_generation.py --engines torch:fp32,ort:fp32,ort:int8 $GEN_ARGS \
     --result "$R/generation.json"

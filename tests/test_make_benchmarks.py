@@ -535,3 +535,11 @@ def test_loadgen_section_renders_the_targets_and_says_not_measured_without_files
     assert "| tensorrt:fp16 | skipped: no GPU |" in tables
     assert "roberta-base classifier (random weights: speed only)" in tables
     assert "commit `2222bbbb`" in tables  # each table's provenance
+
+
+def test_a_figure_measured_in_rounds_says_so_and_one_run_says_nothing():
+    one = {"metrics": {"tpot_p90_ms": 1.2, "rounds": 1}}
+    ours = {"metrics": {"tpot_p90_ms": 1.2, "rounds": 3, "spread_pct": 4.06}}
+    ct2 = {"metrics": {"tpot_p90_ms": 2.0, "rounds": 3, "spread_pct": 12.5}}
+    assert make_benchmarks._rounds_note(one, one) == ""
+    assert make_benchmarks._rounds_note(ours, ct2) == "; median of 3 rounds, engines in turn, spread 4.1 % / 12.5 %"
