@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import provenance  # noqa: E402 - scripts/ is on the path (run as a script)
 from provenance import load_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +83,7 @@ def provenance(doc: Result, label: str) -> str:
                + f"; load average (1 min) {load_pair(m, 'load_average_before')} before, "
                  f"{load_pair(m, 'load_average_after')} after")
     lines = [
-        f"- command: `{doc.get('command')}`",
+        f"- command: `{provenance.portable_command(str(doc.get('command')))}`",
         f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), commit `{doc.get('commit')}`"
         + (f" ({doc['commit_note']})" if doc.get("commit_note") else "") + f", file `{label}/{Path(doc['file']).name}`",
         f"- machine: {machine}",
@@ -326,7 +327,8 @@ def busy(doc: Result) -> str:
     header = ["engine", "environment", "alone: wall / loop / CPU s", "contended, process 1: wall / loop / CPU s",
               "contended, process 2", "slowdown (wall)", "slowdown (loop)", "contended metrics identical to alone",
               "load avg before (alone / contended)"]
-    cmds = "\n".join(f"- {v.get('label')}: `{v.get('command')}`" for v in p.get("variants", []))
+    cmds = "\n".join(f"- {v.get('label')}: `{provenance.portable_command(str(v.get('command')))}`"
+                     for v in p.get("variants", []))
     return "\n".join([f"The default `breaknli-fast run` (mini models, embedded evaluation slice, --limit {p.get('limit')}) per "
                       "engine, as a subprocess into a fresh `--out`: alone, then two identical processes started at "
                       "the same moment. Wall = process start to exit (loading included); loop = the run's "
@@ -1294,7 +1296,7 @@ def loadgen_table(doc: Result) -> str:
         f"{wl['classifier_samples']} classifier samples" if wl.get("classifier_samples") else "",
         f"{wl['generator_samples']} generator / study-unit samples, K = {wl.get('k')}" if wl.get("generator_samples")
         else "") if x)
-    out = [f"{get(p, 'loadgen', 'rules')} (mlcommons-loadgen {get(p, 'loadgen', 'version')}); {library}; "
+    out = [f"{_rules_text(p)} (mlcommons-loadgen {get(p, 'loadgen', 'version')}); {library}; "
            f"accuracy: % of `{p.get('reference')}`'s score on the same samples.", "",
            table(["engine", "role", "scenario"] + [defs[k]["title"] for k in keys], body)]
     invalid = [r for r in rows if r.get("reasons")]
@@ -1337,6 +1339,16 @@ def _numerics_label(label: Any) -> str:
 def _runs_of(files: dict[str, Result], name: str) -> list[Result]:
     """The files of one measurement and its variants (``name`` and ``name-<variant>``, e.g. ``-latency``)."""
     return [files[n] for n in sorted(files) if n == name or n.startswith(name + "-")]
+
+
+def _rules_text(p: dict[str, Any]) -> str:
+    """The rules a scenario bench ran under, with a minimum query count other than LoadGen's where one was given
+    (files written before the runner said so themselves)."""
+    rules = str(get(p, "loadgen", "rules") or "")
+    q = get(p, "config", "scenarios", "min_queries")
+    if q and "quer" not in rules:
+        rules += f" and a minimum of {q} queries per run (not LoadGen's official count)"
+    return rules
 
 
 def _rounds_note(*rows: dict[str, Any] | None) -> str:
@@ -1536,7 +1548,7 @@ def reproduce(results: list[Result], label: str) -> str:
     if not results:
         lines.append(f"- (no result file in `{label}`)")
     for r in results:
-        lines.append(f"- `{label}/{Path(r['file']).name}`: `{r.get('command')}`")
+        lines.append(f"- `{label}/{Path(r['file']).name}`: `{provenance.portable_command(str(r.get('command')))}`")
     lines += ["", "This document: `python scripts/make_benchmarks.py --results benchmarks/results --out BENCHMARKS.md`."]
     return "\n".join(lines)
 
@@ -1584,7 +1596,8 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
     rest = unrendered(results)
     if rest:
         out += ["## Other result files", "", "No table of this document reads these (kind: file, command):", ""]
-        out += [f"- {r.get('kind')}: `{label}/{Path(r['file']).name}`, `{r.get('command')}`" for r in rest]
+        out += [f"- {r.get('kind')}: `{label}/{Path(r['file']).name}`, "
+                f"`{provenance.portable_command(str(r.get('command')))}`" for r in rest]
     return "\n".join(out).rstrip() + "\n"
 
 

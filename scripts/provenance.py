@@ -68,12 +68,38 @@ def env_settings() -> dict[str, str]:
     return dict(_ENV_AT_START)
 
 
+def portable(arg: str) -> str:
+    """An argument as it runs from any fresh clone: a path inside the checkout relative to it, another absolute
+    path (a scratch folder of one machine) as ``$WORK/<its name>``, and the lent GPU's output folder as ``$OUT``."""
+    if not arg.startswith("/"):
+        return arg
+    root = Path(__file__).resolve().parent.parent
+    p = Path(arg)
+    try:
+        return str(p.resolve().relative_to(root))
+    except ValueError:
+        pass
+    if arg.rstrip("/") == "/root/out":
+        return "$OUT"
+    return f"$WORK/{p.name}"
+
+
+def portable_command(command: str) -> str:
+    """:func:`portable` applied to every word of a recorded command line."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    return " ".join(w if w.startswith("$") else shlex.quote(w) for w in (portable(x) for x in words))
+
+
 def script_command(script: str, argv: list[str] | None = None) -> str:
-    """``python scripts/<script> ARGS`` as typed (``argv`` = the arguments; default ``sys.argv[1:]``),
-    preceded by the measurement-relevant environment variables that are set."""
-    args = sys.argv[1:] if argv is None else list(argv)
+    """``python scripts/<script> ARGS`` as typed (``argv`` = the arguments; default ``sys.argv[1:]``), every path
+    portable (:func:`portable`), preceded by the measurement-relevant environment variables that are set."""
+    args = [portable(a) for a in (sys.argv[1:] if argv is None else list(argv))]
     env = [f"{k}={v}" for k, v in env_settings().items()]
-    return " ".join(env + [shlex.join(["python", f"scripts/{Path(script).name}", *args])])
+    return " ".join(env + [" ".join(a if a.startswith("$") else shlex.quote(a)
+                                    for a in ["python", f"scripts/{Path(script).name}", *args])])
 
 
 # what the measurements themselves write: a change there does not make the measured code differ from the commit

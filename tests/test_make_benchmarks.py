@@ -543,3 +543,17 @@ def test_a_figure_measured_in_rounds_says_so_and_one_run_says_nothing():
     ct2 = {"metrics": {"tpot_p90_ms": 2.0, "rounds": 3, "spread_pct": 12.5}}
     assert make_benchmarks._rounds_note(one, one) == ""
     assert make_benchmarks._rounds_note(ours, ct2) == "; median of 3 rounds, engines in turn, spread 4.1 % / 12.5 %"
+
+
+def test_listed_commands_run_from_any_fresh_clone():
+    """No listed command holds a path of one machine: a scratch folder becomes $WORK/<name>, the lent GPU's output
+    folder $OUT, a path inside the checkout is relative to it."""
+    root = Path(make_benchmarks.__file__).resolve().parent.parent
+    cmd = ("python scripts/bench_busy.py --engines ort,torch --work /tmp/bwork/busy --result "
+           f"{root}/benchmarks/results/busy.json")
+    assert provenance.portable_command(cmd) == ("python scripts/bench_busy.py --engines ort,torch --work $WORK/busy "
+                                                "--result benchmarks/results/busy.json")
+    assert provenance.portable_command("scripts/gpu_check.sh --out /root/out --limit 400") == \
+        "scripts/gpu_check.sh --out $OUT --limit 400"
+    text = (root / "BENCHMARKS.md").read_text()
+    assert "/tmp/" not in text and "/root/" not in text and "/work/" not in text

@@ -438,7 +438,10 @@ def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,
                                         "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
         "loadgen": {"version": loadgen_version(), "mlperf_rules": s.mlperf_rules,
                     "rules": "LoadGen's official settings (mlperf.conf)" if s.mlperf_rules else
-                             f"LoadGen's official settings with a {s.min_duration_s:g} s minimum duration"},
+                             f"LoadGen's official settings with a {s.min_duration_s:g} s minimum duration"
+                             + (f" and a minimum of {s.min_queries} queries per run (not LoadGen's official count)"
+                                if s.min_queries is not None else "")
+                             + (f", {cfg.repeats} rounds with the engines in turn" if cfg.repeats > 1 else "")},
         "seeds": {"loadgen": rows[0]["seeds"] if rows else None, "probe": probe.seed,
                   "per_sample": "derive_seed(seed, mode, example id)"},
         "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
