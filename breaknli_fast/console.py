@@ -200,3 +200,28 @@ def tables_that_fit(make: Callable[[Sequence[T]], Table], items: Sequence[T], wi
     for t in tables:
         min_table_width(t)  # the no_wrap columns of the returned tables keep their whole width too
     return tables
+
+
+NAME_WIDTH = 24  # a name column never narrower than its longest name up to this many characters
+
+
+def name_width(names: Any) -> int:
+    """The ``min_width`` of a table column of names (engines, metrics): its longest name, at most
+    :data:`NAME_WIDTH`, so that at 80 columns the numbers wrap before a name is cut mid-word (``torch:fp3`` /
+    ``2``)."""
+    return min(NAME_WIDTH, max((len(str(n)) for n in names), default=0))
+
+
+def name_cell(name: str, width: int = NAME_WIDTH) -> str:
+    """A name longer than ``width`` broken onto lines after its ``:`` separators (``ort:int8:`` /
+    ``quantization=static``) rather than cut mid-word; a part longer than ``width`` is left to the table."""
+    name = str(name)
+    if len(name) <= width or ":" not in name:
+        return name
+    lines, cur = [], ""
+    for part in [p + ":" for p in name.split(":")[:-1]] + [name.split(":")[-1]]:
+        if cur and len(cur) + len(part) > width:
+            lines.append(cur)
+            cur = ""
+        cur += part
+    return "\n".join(lines + [cur])

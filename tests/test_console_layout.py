@@ -4,6 +4,7 @@ several models, the --by breakdown) show every cell whole, in several tables whe
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
@@ -241,3 +242,36 @@ def test_the_breakdown_shows_every_rate_whole_at_80_columns():
         row = " ".join(ln for ln in lines if g["group"] in ln)
         cells = re.findall(r"\d+\.\d\*?", " ".join(ln for ln in lines if ln.lstrip("│ ").startswith(g["group"])))
         assert len(cells) == len(keys), (g["group"], row, cells)
+
+
+def _render_at(table, width: int = 80) -> str:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(table)
+    return console.export_text()
+
+
+def test_bench_tables_keep_engine_names_whole_at_80_columns():
+    """At 80 columns the numbers wrap, not the names (``torch:fp3`` / ``2``, ``classif`` / ``ier`` were cut)."""
+    from breaknli_fast.bench.compare import compare_table
+    from breaknli_fast.bench.loadgen.report import compliance_rich_table, scenario_rich_table
+    from breaknli_fast.bench.report import rich_table
+
+    labels = ["torch:fp32", "ort:int8:quantization=static", "ort:fp32:clf.precision=int8", "cudagraph:bf16"]
+    engines = [{"label": lab, "status": "ok", "reference": i == 0, "speed": {"speedup": {"end_to_end": 1.5},
+                                                                           "summary": {"classifier_pairs_per_s": 1234}},
+                "memory": {"peak_rss_mib": 2048}, "parity": {}} for i, lab in enumerate(labels)]
+    bench = _render_at(rich_table({"probe": "accuracy", "reference": "torch:fp32", "engines": engines}, width=80))
+    rows = [{"engine": lab, "role": role, "scenario": "single-stream", "metrics": {"result": "VALID", "p90_ms": 12.345,
+             "samples_per_s": 81.0, "of_reference_pct": 99.95, "tier": "99.9 %", "ttft_p90_ms": 3.2,
+             "tpot_p90_ms": 1.234}, "compliance": {"TEST01": {"result": "PASS", "speed_ratio": 1.02,
+                                                           "outputs": {"equal": 64, "compared": 64}}}}
+            for lab in labels for role in ("classifier", "study")]
+    data = {"reference": "torch:fp32", "scenarios": rows, "engines": []}
+    scen = _render_at(scenario_rich_table(data)) + _render_at(compliance_rich_table(data))
+    for text in (bench, scen):
+        cells = " ".join(line.split("│")[1].strip() for line in text.splitlines() if line.count("│") > 2)
+        for lab in labels:  # whole, or broken after a ':' only
+            assert lab in cells.replace(": ", ":"), text
+        assert "torch:fp3 " not in cells and "classif " not in cells
+    cmp = {"kind": "scenarios", "rows": []}
+    assert _render_at(compare_table(cmp)) is not None

@@ -161,12 +161,9 @@ def bench(
                                         "99 or 99.9 (% of the torch fp32 reference's score)."),
     cv_threshold: float = typer.Option(1.0, "--cv-threshold", help="With --scenario: warn when the service time's "
                                        "coefficient of variation exceeds this, percent (trtexec warns at 1 %)."),
-    compliance: bool = typer.Option(False, "--compliance", help="With --scenario: MLPerf's compliance tests after "
-                                    "each run (LoadGen's audit.config): TEST01 (performance-mode outputs = the "
-                                    "accuracy run's, performance within 10 %), TEST04 (no caching), TEST05 (other "
-                                    "seeds); PASS / FAIL per engine and test, logs kept. One more run per test."),
-    compliance_tests: str = typer.Option("all", "--compliance-tests", help="With --compliance: which tests, "
-                                         "comma-separated (TEST01, TEST04, TEST05) or all."),
+    compliance: bool = typer.Option(False, "--compliance", help="With --scenario: MLPerf's compliance tests "
+                                    "through LoadGen's audit.config, PASS / FAIL per row (docs/latency.md)."),
+    compliance_tests: str = typer.Option("all", "--compliance-tests", help="TEST01,TEST04,TEST05 or all."),
 ) -> None:
     """Speed and parity of engines / precisions against torch:fp32 on identical inputs, in one process."""
     from breaknli_fast.bench.compare import compare as compare_results

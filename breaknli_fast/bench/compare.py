@@ -88,10 +88,14 @@ def compare_rows(cmp: dict[str, Any]) -> list[list[str]]:
 def compare_table(cmp: dict[str, Any], name_a: str = "A", name_b: str = "B") -> Any:
     from rich.table import Table
 
+    from breaknli_fast.console import name_width
+
     t = Table(title=f"bench comparison: A = {name_a}, B = {name_b}")
+    rows = compare_rows(cmp)
+    widths = {"engine": name_width(r[0] for r in rows), "metric": name_width(r[1] for r in rows)}
     for name, just in (("engine", "left"), ("metric", "left"), ("A", "right"), ("B", "right"), ("B / A", "right")):
-        t.add_column(name, justify=just, overflow="fold")
-    for row in compare_rows(cmp):
+        t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
+    for row in rows:
         if row[1] == "status" and cmp.get("kind") != "scenarios":
             row = [row[0], row[1], row[2].split(":")[0], row[3].split(":")[0], ""]
         t.add_row(*row, end_section=False)

@@ -400,32 +400,50 @@ def _verdict_counts(e: dict[str, Any]) -> str:
             + (f" ({v['too_small']} too small)" if v.get("too_small") else ""))
 
 
-def rich_table(data: dict[str, Any]) -> Any:
-    """A compact summary for the terminal (bench.md has every column)."""
+NARROW = 110  # below this many columns the terminal table keeps its headline columns (bench.md has every one)
+
+
+def rich_table(data: dict[str, Any], width: int | None = None) -> Any:
+    """A compact summary for the terminal (bench.md has every column); on a console narrower than :data:`NARROW`
+    (``width``, default the console's) the memory and batching columns go and the headers are one word each, so
+    that at 80 columns no engine name or header is cut mid-word."""
     from rich.table import Table
 
+    from breaknli_fast.console import console, name_cell, name_width
+
+    narrow = (width if width is not None else console.width) < NARROW
     title = f"breaknli-fast bench --probe {data.get('probe', 'breaknli')} vs " + str(data.get("reference"))
     if not data.get("parity_meaningful", True):
         title += " (random weights: parity not meaningful)"
     t = Table(title=title)
     cols = [("engine", "left"), ("speed-up e2e", "right"), ("pairs/s", "right"), ("RSS MiB", "right"),
             ("records identical %", "right"), ("batching changes", "right"), ("verdicts", "left"), ("result", "left")]
+    if narrow:
+        cols = [("engine", "left"), ("speed", "right"), ("pairs/s", "right"), ("same %", "right"),
+                ("verdicts", "left"), ("result", "left")]
+    widths = {"engine": name_width(e["label"] for e in data["engines"]), "result": len("skipped"), "speed": 6,
+              "pairs/s": 7, "same %": 6}
     for name, just in cols:
-        t.add_column(name, justify=just, overflow="fold")
+        t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
+    keep = [c for c, _ in cols]
     for e in data["engines"]:
         st = short_status(e)
         st = {"FAIL": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "skipped": "[yellow]skipped[/]",
               "failed": "[bold red]failed[/]"}.get(st, st)
         if e["status"] != "ok":
-            t.add_row(e["label"], "–", "–", "–", "–", "–", "–", st)
+            t.add_row(name_cell(e["label"]), *["–"] * (len(cols) - 2), st)
             continue
         sp, sm = e["speed"].get("speedup", {}), e["speed"].get("summary", {})
         inv = e.get("batch_invariance") or {}
-        t.add_row(e["label"], _f(sp.get("end_to_end"), ".2f", "×"), _f(sm.get("classifier_pairs_per_s"), ".0f"),
-                  _f(_get(e, "memory", "peak_rss_mib"), ".0f"),
-                  _f(_get(e, "parity", "headline", "records", "identical_pct"), ".2f"),
-                  f"{inv.get('labels_changed')} / {inv.get('pairs')}" if inv.get("pairs") else "–",
-                  "reference" if e.get("reference") else _verdict_counts(e), st)
+        cells = {"engine": name_cell(e["label"]), "speed-up e2e": _f(sp.get("end_to_end"), ".2f", "×"),
+                 "speed": _f(sp.get("end_to_end"), ".2f", "×"),
+                 "pairs/s": _f(sm.get("classifier_pairs_per_s"), ".0f"),
+                 "RSS MiB": _f(_get(e, "memory", "peak_rss_mib"), ".0f"),
+                 "records identical %": _f(_get(e, "parity", "headline", "records", "identical_pct"), ".2f"),
+                 "same %": _f(_get(e, "parity", "headline", "records", "identical_pct"), ".2f"),
+                 "batching changes": f"{inv.get('labels_changed')} / {inv.get('pairs')}" if inv.get("pairs") else "–",
+                 "verdicts": "reference" if e.get("reference") else _verdict_counts(e), "result": st}
+        t.add_row(*[cells[c] for c in keep])
     return t
 
 

@@ -157,12 +157,17 @@ def scenario_rich_table(data: dict[str, Any]) -> Any:
     ms = [m for m in ms if any(r["metrics"].get(m.key) is not None for r in rows)]
     t = Table(title=f"LoadGen scenarios vs {data.get('reference')}"
               + (" (random weights: accuracy not meaningful)" if not data.get("parity_meaningful", True) else ""))
+    from breaknli_fast.console import name_cell, name_width
+
+    widths = {"engine": name_width([r["engine"] for r in rows] + [e["label"] for e in data.get("engines", [])]),
+              "role": len("study"), "scen.": len("single")}
     for name, just in [("engine", "left"), ("role", "left"), ("scen.", "left")] + [(m.short, "right") for m in ms]:
-        t.add_column(name, justify=just, overflow="fold")
+        t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
     style = {"VALID": "[green]VALID[/]", "INVALID": "[bold red]INVALID[/]", "PASS": "[green]PASS[/]",
              "FAIL": "[bold red]FAIL[/]"}
     for r in rows:
-        t.add_row(*_short_ident(r), *[style.get(m.text(r["metrics"].get(m.key)), m.text(r["metrics"].get(m.key)))
+        ident = _short_ident(r)
+        t.add_row(name_cell(ident[0]), *ident[1:], *[style.get(m.text(r["metrics"].get(m.key)), m.text(r["metrics"].get(m.key)))
                                 for m in ms])
     for e in data.get("engines", []):
         if e.get("status") != "ok":
@@ -177,11 +182,14 @@ def compliance_rich_table(data: dict[str, Any]) -> Any:
     tests, rows = compliance_rows(data)
     if not rows:
         return None
+    from breaknli_fast.console import name_cell, name_width
+
     t = Table(title="MLPerf compliance (audit.config)")
+    widths = {"engine": name_width(ident[0] for ident, _ in rows), "role": len("study"), "scen.": len("single")}
     for name in ["engine", "role", "scen."] + tests:
-        t.add_column(name, overflow="fold")
+        t.add_column(name, overflow="fold", min_width=widths.get(name))
     for ident, cells in rows:
-        t.add_row(*ident, *[c.replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
+        t.add_row(name_cell(ident[0]), *ident[1:], *[c.replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
                             for c in cells])
     return t
 
