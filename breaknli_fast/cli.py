@@ -105,6 +105,9 @@ def print_summary(result: Any) -> None:
         console.print(f"run directory: [bold]{literal(run_dir)}[/] ({', '.join(files)})")
 
 
+ROLE_ENGINES = "Engines per role"
+
+
 def run(
     probe: str = typer.Option("breaknli", "--probe", rich_help_panel=opts.STUDY,
                               help="The study (the registered probes are listed here)."),
@@ -144,6 +147,14 @@ def run(
                                                       help="The generator at another precision than --precision."),
     mlm_precision: Optional[str] = typer.Option(None, "--mlm-precision", rich_help_panel=opts.MODELS,
                                                 help="merge: the masked LMs at another precision than --precision."),
+    classifier_engine: Optional[str] = typer.Option(
+        None, "--classifier-engine", rich_help_panel=ROLE_ENGINES,
+        help="The classifier on another engine than --engine (e.g. --engine ort --classifier-engine torch); each "
+             "role is checked against its engine's declaration before anything loads."),
+    generator_engine: Optional[str] = typer.Option(None, "--generator-engine", rich_help_panel=ROLE_ENGINES,
+                                                   help="The generator on another engine than --engine."),
+    mlm_engine: Optional[str] = typer.Option(None, "--mlm-engine", rich_help_panel=ROLE_ENGINES,
+                                             help="merge: the masked LMs on another engine than --engine."),
     device: str = opts.DEVICE,
     nli_prompt: str = opts.NLI_PROMPT,
     nli_method: str = opts.NLI_METHOD,
@@ -186,7 +197,9 @@ def run(
         ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
                             gen_batch=gen_batch,
                             classifier_precision=classifier_precision, generator_precision=generator_precision,
-                            mlm_precision=mlm_precision, label_map=parse_label_map(label_map), max_length=max_length,
+                            mlm_precision=mlm_precision, classifier_engine=classifier_engine,
+                            generator_engine=generator_engine, mlm_engine=mlm_engine,
+                            label_map=parse_label_map(label_map), max_length=max_length,
                             token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
         eff_limit = opts.effective_limit(dataset, limit, sample, DEFAULT_SAMPLE_LIMIT)
         if "," in classifier or "," in dataset:  # a study over classifiers x datasets (breaknli_fast.study.grid)

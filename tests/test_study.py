@@ -128,3 +128,37 @@ def test_resuming_records_of_other_code_warns_and_config_lists_every_writer(tiny
     assert len(warned) == 1 and "records of both are in one run" in warned[0]
     after = json.loads(cfg_path.read_text())["written_by"]
     assert [w["breaknli_fast"] for w in after][0] == "0.0.9" and len(after) == 2
+
+
+def test_each_role_on_its_own_engine_is_checked_before_loading_and_recorded(tiny_t5, tiny_roberta, tiny_tsv,
+                                                                           tmp_path, monkeypatch):
+    """--generator-engine / --classifier-engine: the generator on ort, the classifier on torch, in one run; each
+    role checked against its engine's declaration before anything loads; config.json names each role's engine
+    and its runtime's version; the records are the all-torch run's (ort fp32 gives torch's candidates)."""
+    pytest.importorskip("onnxruntime")
+    from typer.testing import CliRunner
+
+    from breaknli_fast.cli import app
+
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    common = ["run", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--limit", "4", "--k", "4", "--u", "2",
+              "--s", "1", "--max-new-tokens", "6"]
+    runner = CliRunner()
+    # a role its engine does not run: one line before any model loads or exports
+    r = runner.invoke(app, [*common, "--engine", "torch", "--generator-engine", "cudagraph", "--generator-precision",
+                            "fp16", "--out", str(tmp_path / "bad")])
+    said = " ".join(r.output.split())
+    assert r.exit_code != 0 and "generator runs fp32 or bf16 on cpu" in said and "--generator-engine" in said
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "bad" / "config.json").exists()
+    mixed = runner.invoke(app, [*common, "--engine", "torch", "--generator-engine", "ort", "--out", str(tmp_path / "m")])
+    assert mixed.exit_code == 0, mixed.output
+    ref = runner.invoke(app, [*common, "--engine", "torch", "--out", str(tmp_path / "t")])
+    assert ref.exit_code == 0, ref.output
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert cfg["engine"]["name"] == "clf-torch+gen-ort"
+    assert cfg["roles"]["generator"]["engine"] == "ort" and cfg["roles"]["classifier"]["engine"] == "torch"
+    assert cfg["roles"]["generator"]["runtime"]["onnxruntime"] and cfg["roles"]["classifier"]["runtime"]["torch"]
+    same = [json.loads(x) for x in (tmp_path / "m" / "samples.jsonl").read_text().splitlines()]
+    torch_only = [json.loads(x) for x in (tmp_path / "t" / "samples.jsonl").read_text().splitlines()]
+    assert [s.get("candidates") for s in same] == [s.get("candidates") for s in torch_only]
+    assert any(s.get("candidates") for s in same)

@@ -59,9 +59,10 @@ class Models:
     is the backend that runs them (``auto`` resolved)."""
 
     engines: dict[str, Any] = field(default_factory=dict)
-    engine: str = "torch"
+    engine: str = "torch"  # one name, or one per role where they differ (clf-openvino+gen-ort)
     requested: str = "torch"
     notes: list[str] = field(default_factory=list)
+    by_role: dict[str, str] = field(default_factory=dict)  # role -> the engine that runs it
 
     @classmethod
     def of(cls, classifier: Any, generator: Any = None, **more: Any) -> "Models":

@@ -30,6 +30,10 @@ class EngineConfig:
     classifier_precision: str | None = None
     generator_precision: str | None = None
     mlm_precision: str | None = None  # the masked LMs (mlm role) at another precision
+    # one role on another engine (--classifier-engine / --generator-engine / --mlm-engine); None: ``engine``
+    classifier_engine: str | None = None
+    generator_engine: str | None = None
+    mlm_engine: str | None = None
     device: str = "cpu"
     threads: int | None = None  # CPU threads in all (engines split them into workers)
     workers: int | str | None = None  # CPU batches side by side: a number or "auto"
@@ -94,6 +98,38 @@ class EngineConfig:
             own = {}
         return {**own, **common, **(registry.role_options(name, role, self.extra) if self.extra else {})}
 
+    def engine_of(self, role: str) -> str:
+        """The engine of ``role``'s models: its own (``<role>_engine``) or the config's, ``auto`` resolved at the
+        role's precision."""
+        return registry.resolve_engine(getattr(self, f"{role}_engine", None) or self.engine, self.precision_of(role),
+                                       self.device)
+
+    def requested_engine_of(self, role: str) -> str:
+        return getattr(self, f"{role}_engine", None) or self.engine
+
+    def per_role(self) -> bool:
+        """Whether a role has an engine of its own."""
+        return any(getattr(self, f"{r.name}_engine", None) for r in ROLES)
+
+    def engine_label(self, roles: Sequence[str] = (CLASSIFIER, GENERATOR)) -> str:
+        """The engine of ``roles`` as one name (``ort``), or one per role where they differ (``clf-openvino+gen-ort``;
+        run directory names, config.json)."""
+        if not roles:
+            return registry.resolve_engine(self.engine, self.precision, self.device)
+        return role_label({r: self.engine_of(r) for r in roles})
+
+    def check_roles(self, roles: Sequence[str]) -> None:
+        """Each role a probe needs checked against its engine's declaration (the role, its precision on the
+        device), in one line before anything loads or exports: ``run --engine openvino`` on BreakNLI, whose
+        generator OpenVINO does not run, stops here and says which option gives the role another engine."""
+        for role in roles:
+            name = self.engine_of(role)
+            flag = "--mlm-engine" if role == MASK_FILLER else f"--{role}-engine"
+            try:
+                registry.check(name, role, self.precision_of(role), self.device)
+            except (registry.EngineUnavailable, registry.PrecisionError) as e:
+                raise UserError(f"{first_line(e)} ({flag} runs the {role} on another engine)") from None
+
     def precision_of(self, role: str) -> str:
         """The precision of ``role``'s models: its own (``<role>_precision``) or the config's."""
         return getattr(self, f"{role}_precision", None) or self.precision
@@ -140,9 +176,9 @@ def check_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] |
     study over several classifiers runs."""
     from breaknli_fast.engines.model_info import check_model
 
-    if registry.resolve_engine(cfg.engine, cfg.precision, cfg.device) not in HF_BACKENDS:
-        return
     for r in ROLES:
+        if cfg.engine_of(r.name) not in HF_BACKENDS:
+            continue
         value = requests.get(r.name)
         for name in (model_names(value) if r.many else [value] if value else []):
             check_model(name, r.name, cfg.label_map if r.name == CLASSIFIER else None)
@@ -154,31 +190,64 @@ def load_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] | 
     a list; a role left out or None is not loaded) on the engine of ``cfg``. With ``engine="auto"`` a model that
     the chosen backend cannot take (no export, an export that fails validation) is loaded on torch instead, and
     ``note`` is told why."""
-    engine = registry.resolve_engine(cfg.engine, cfg.precision, cfg.device)
     for r in ROLES:
         prec = getattr(cfg, f"{r.name}_precision", None)
         if prec is not None and prec not in registry.PRECISIONS:
             raise UserError(f"--{r.name}-precision {prec!r}: use {', '.join(registry.PRECISIONS)}")
     wanted = [(r, model_names(requests.get(r.name)) if r.many else requests.get(r.name)) for r in ROLES]
     wanted = [(r, m) for r, m in wanted if m]
+    cfg.check_roles([r.name for r, _ in wanted])  # every role on its engine, before the first loads
+    by_role = {r.name: cfg.engine_of(r.name) for r, _ in wanted}
 
-    def load(name: str) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for r, m in wanted:
-            kw = dict(precision=cfg.precision_of(r.name), device=cfg.device, **cfg.options(r.name, name))
-            out[r.name] = {x: r.load(name, x, **kw) for x in m} if r.many else r.load(name, m, **kw)
-        return out
+    def load(r: Any, m: Any, name: str) -> Any:
+        kw = dict(precision=cfg.precision_of(r.name), device=cfg.device, **cfg.options(r.name, name))
+        return {x: r.load(name, x, **kw) for x in m} if r.many else r.load(name, m, **kw)
+
+    def load_all() -> dict[str, Any]:
+        return {r.name: load(r, m, by_role[r.name]) for r, m in wanted}
 
     notes: list[str] = []
     try:
-        engines = load(engine)
+        engines = load_all()
     except FALLBACK_ERRORS as e:
-        if cfg.engine != registry.AUTO or engine == "torch":
+        auto = [r for r, _ in wanted if cfg.requested_engine_of(r.name) == registry.AUTO and by_role[r.name] != "torch"]
+        if not auto:
             raise
-        msg = f"--engine auto: {engine} is not usable here ({first_line(e)}); running on torch"
+        msg = (f"--engine auto: {', '.join(sorted({by_role[r.name] for r in auto}))} is not usable here "
+               f"({first_line(e)}); running on torch")
         notes.append(msg)
         if note:
             note(msg)
-        engine = "torch"
-        engines = load(engine)
-    return Models(engines, engine=engine, requested=cfg.engine, notes=notes)
+        by_role.update({r.name: "torch" for r in auto})  # the roles auto chose for; a role named on its own stays
+        engines = load_all()
+    label = role_label(by_role) if by_role else registry.resolve_engine(cfg.engine, cfg.precision, cfg.device)
+    return Models(engines, engine=label, requested=cfg.engine, notes=notes, by_role=by_role)
+
+
+SHORT_ROLES = {CLASSIFIER: "clf", GENERATOR: "gen", MASK_FILLER: "mlm"}
+
+
+def role_label(by_role: Mapping[str, str]) -> str:
+    """The engines of the roles as one name: ``ort`` when one engine runs them all, else one per role in the
+    roles' order (``clf-openvino+gen-ort``)."""
+    if len(set(by_role.values())) == 1:
+        return next(iter(by_role.values()))
+    return "+".join(f"{SHORT_ROLES.get(r, r)}-{e}" for r, e in by_role.items())
+
+
+def role_engines(cfg: EngineConfig, roles: Sequence[str], loaded: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """config.json's ``roles``: per role the engine that ran it (``loaded``, else the config's choice), the one
+    asked for, its precision, and the versions of the libraries its backend declares."""
+    from breaknli_fast.envinfo import package_version
+
+    out: dict[str, Any] = {}
+    for r in roles:
+        name = (loaded or {}).get(r) or cfg.engine_of(r)
+        try:
+            decl = registry.backend(name)
+        except registry.EngineUnavailable:
+            decl = None
+        libs = decl.requires if decl is not None else ()
+        out[r] = {"engine": name, "requested": cfg.requested_engine_of(r), "precision": cfg.precision_of(r),
+                  "runtime": {m: package_version(m) for m in libs}}
+    return out

@@ -19,7 +19,7 @@ from breaknli_fast.data import slicing
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns, DataError, LoadedData
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.roles import ROLES, Models, role
-from breaknli_fast.study.loading import EngineConfig, check_models, load_models, mlm_names
+from breaknli_fast.study.loading import EngineConfig, check_models, load_models, mlm_names, role_engines
 from breaknli_fast.engines.model_info import model_fingerprint
 from breaknli_fast.study.rundir import RunDir, RunDirError, SharedStore
 from breaknli_fast.probes import get_probe
@@ -231,11 +231,14 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     requests = role_requests(probe, classifier, generator, mlm)
     gen_name = requests.get("generator")
     mlms = requests.get("mlm") or []
+    needed = [name for name, m in requests.items() if m]
     if models is None:
         ecfg.check()  # precisions, workers, device, engine name: wrong ones stop here, before any model loads
+        ecfg.check_roles(needed)  # each role on its engine's declaration (a missing role: one line, no export)
         check_models(ecfg, requests)  # each model's files, kind and labels, from its config
-    if ray is not None:  # "auto" is resolved here so that every actor runs the same backend
-        ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device))
+    if ray is not None:  # "auto" is resolved here so that every actor runs the same backends
+        ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device),
+                       **{f"{r}_engine": ecfg.engine_of(r) for r in needed if ecfg.per_role()})
     prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"
     roles = {name: m for name, m in requests.items() if not role(name).many}  # one model each
     fingerprints: dict[str, Any] = {}
@@ -264,7 +267,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     # the run directory is checked and locked before any model loads: a directory in use, one that cannot be
     # written and one holding another run stop here, in seconds
     rd: RunDir | None = None
-    expected = models.engine if models is not None else registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device)
+    expected = models.engine if models is not None else ecfg.engine_label(needed)
     pool = None
     try:
         if out is not None or runs_root is not None:
@@ -320,6 +323,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
         config_json = {
             "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             **roles, "models": fingerprints, **({"mlm": mlms, "mlm_models": mlm_prints} if mlms else {}),
+            "roles": role_engines(ecfg, needed, models.by_role if models is not None else {}),
             "engine": {"name": engine_name, "requested": engine.engine if isinstance(engine, EngineConfig) else engine,
                        "precision": ecfg.precision, "classifier_precision": ecfg.clf_precision,
                        "generator_precision": ecfg.gen_precision,
