@@ -169,3 +169,31 @@ def test_by_column_pairs_each_group_and_stays_out_of_the_checks(tiny_roberta, pe
     with pytest.raises(Exception, match="no column 'nope'"):
         run_bench(BenchConfig(engines="torch:fp32", probe="accuracy", classifier=tiny_roberta, dataset=str(tsv),
                               by="nope", **FAST))
+
+
+def test_an_engine_per_role_in_one_bench_entry(tiny_t5, tiny_roberta, tiny_tsv, tmp_path, monkeypatch):
+    """``gen=ort:fp32/clf=torch:fp32``: the generator on ort, the classifier on torch, measured as one engine;
+    ort fp32 gives torch's candidates, so its records are the reference's. A malformed entry is one line."""
+    pytest.importorskip("onnxruntime")
+    from test_bench import _app
+
+    from breaknli_fast.bench.specs import BenchSpecError, parse_engine
+
+    with pytest.raises(BenchSpecError, match="ROLE=ENGINE:PRECISION"):
+        parse_engine("generator=ort:fp32/clf=torch:fp32")
+    with pytest.raises(BenchSpecError, match="named twice"):
+        parse_engine("gen=ort:fp32/gen=torch:fp32")
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "mixed"
+    r = runner.invoke(_app(), ["bench", "-g", tiny_t5, "-c", tiny_roberta, "-d", str(tiny_tsv), "--limit", "6",
+                               "-e", "torch:fp32,gen=ort:fp32:validate=false/clf=torch:fp32", "--warmup", "0",
+                               "--k", "4", "--u", "2", "--s", "1", "--max-new-tokens", "6", "--greedy-prompts", "2",
+                               "--gen-prompts", "2", "--min-iterations", "1", "--no-component-split", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads((out / "bench.json").read_text())
+    mixed = d["engines"][1]
+    assert mixed["label"] == "gen=ort:fp32:validate=false/clf=torch:fp32" and mixed["status"] == "ok"
+    cfg = mixed["spec"]["config"]
+    assert cfg["generator_engine"] == "ort" and cfg["classifier_engine"] == "torch"
+    assert mixed["info"]["generator"]["engine"] == "ort" and mixed["info"]["classifier"]["engine"] == "torch"
+    assert mixed["parity"]["headline"]["records"]["identical_pct"] == 100.0

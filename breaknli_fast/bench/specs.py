@@ -9,7 +9,8 @@ engine (an exported or quantised copy, a deliberately perturbed classifier),
 ``mlm.precision`` (one role at another precision); any other key is an option of the engine's loaders (integers,
 floats and true / false are converted): ``clf.key`` for the classifier only, ``gen.key`` for the generator only,
 ``mlm.key`` for the masked LMs, a plain key for each role whose loader takes it (the backend's typed options class
-says which; a key none takes is refused with the valid ones when the engine loads).
+says which; a key none takes is refused with the valid ones when the engine loads). One engine per role:
+``gen=ort:fp32/clf=torch:bf16`` (a role not named runs on the first part's engine).
 """
 
 from __future__ import annotations
@@ -81,9 +82,43 @@ def _value(text: str) -> Any:
     return text
 
 
+ROLE_PREFIX = {"gen": "generator", "clf": "classifier", "mlm": "mlm"}
+
+
+def parse_mixed(text: str, base: EngineConfig | None = None) -> BenchEngine:
+    """``gen=ort:fp32/clf=torch:bf16``: each role on its own ``ENGINE:PRECISION[:key=value...]`` (a role not named
+    runs on the first one's); the label is the text as written (unless a part gives ``label=``)."""
+    parts = [p.strip() for p in text.strip().split("/") if p.strip()]
+    entries: list[tuple[str, BenchEngine]] = []
+    for part in parts:
+        key, eq, spec = part.partition("=")
+        role = ROLE_PREFIX.get(key.strip().lower())
+        if not eq or role is None:
+            raise BenchSpecError(f"engine {text!r}: each part of a per-role engine is ROLE=ENGINE:PRECISION with "
+                                 f"ROLE one of {', '.join(ROLE_PREFIX)} (e.g. gen=ort:fp32/clf=torch:bf16)")
+        if any(r == role for r, _ in entries):
+            raise BenchSpecError(f"engine {text!r}: the {role} is named twice")
+        entries.append((role, parse_engine(spec, base)))
+    first = entries[0][1]
+    cfg = replace(first.config, extra={})
+    label = text.strip()
+    for role, e in entries:
+        setattr(cfg, f"{role}_engine", e.engine)
+        setattr(cfg, ROLE_FIELD[role], e.precision)
+        short = next(k for k, v in ROLE_PREFIX.items() if v == role)
+        for k, v in e.config.extra.items():
+            cfg.extra[k if k.split(".", 1)[0] in ROLE_PREFIX else f"{short}.{k}"] = v
+        if e.label != f"{e.engine}:{e.precision}" and ":" not in e.label:  # a label= of its own
+            label = e.label
+    return BenchEngine(cfg, label, first.classifier, first.generator)
+
+
 def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
-    """One ``ENGINE:PRECISION[:key=value...]``; the bench-wide settings (device, threads, classifier options) come
-    from ``base``."""
+    """One ``ENGINE:PRECISION[:key=value...]``, or one engine per role (``gen=ort:fp32/clf=torch:bf16``,
+    :func:`parse_mixed`); the bench-wide settings (device, threads, classifier options) come from ``base``."""
+    head = text.strip().split(":", 1)[0]
+    if "=" in head:
+        return parse_mixed(text, base)
     parts = [p.strip() for p in text.strip().split(":")]
     if len(parts) < 2 or not parts[0] or not parts[1]:
         raise BenchSpecError(f"engine {text!r}: expected ENGINE:PRECISION (e.g. torch:fp32, ort:int8)")
@@ -130,7 +165,8 @@ def component_split(entries: Sequence[BenchEngine], roles: Sequence[str]) -> lis
     for e in entries:
         out.append(e)
         c = e.config
-        if len(roles) < 2 or c.precision == "fp32" or c.extra or any(getattr(c, ROLE_FIELD[r]) for r in roles):
+        if (len(roles) < 2 or c.precision == "fp32" or c.extra or c.per_role()
+                or any(getattr(c, ROLE_FIELD[r]) for r in roles)):
             continue
         for role in roles:
             others = {ROLE_FIELD[r]: "fp32" for r in roles if r != role}
