@@ -17,6 +17,7 @@ from breaknli_fast.console import RichHook, console, fail, literal, make_progres
 from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import Columns
 from breaknli_fast.data.slicing import show_counts
+from breaknli_fast.engines import registry
 from breaknli_fast.errors import install_hint
 from breaknli_fast.probes import probe_class
 from breaknli_fast.probes.breaknli.loop import parse_modes
@@ -132,10 +133,9 @@ def run(
                                       help="merge: the masked LMs that suggest replacements, comma-separated (mini-mlm, a "
                                            "folder or a hub id such as bert-base-cased). Default: mini-mlm."),
     engine: str = typer.Option("auto", "--engine", "-e", rich_help_panel=opts.MODELS,
-                               help="auto, torch, ort, tensorrt, ct2 (CTranslate2 generator, classifier on ort/torch; "
-                                    "the ct2 extra) or cudagraph (one GPU: own decode loop and classifier as CUDA "
-                                    "graphs; fp32 / bf16). auto: ort on the CPU at fp32/int8 when ONNX Runtime is "
-                                    "installed (exactly torch's fp32 results, faster), else torch. ort on --device "
+                               help="auto or a registered engine (" + ", ".join(registry.names()) + "; a backend "
+                                    "package joins by entry point). auto: ort on the CPU at fp32/int8 when ONNX Runtime "
+                                    "is installed (exactly torch's fp32 results, faster), else torch. ort on --device "
                                     "cuda and tensorrt: not verified on a GPU."),
     precision: str = typer.Option("fp32", "--precision", "-p", rich_help_panel=opts.MODELS,
                                   help="fp32, fp16, bf16 (torch, cudagraph) or int8 (ort/tensorrt)."),
@@ -234,7 +234,7 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
     """Print versions, hardware and CUDA / TensorRT availability (paste it into bug reports)."""
     from breaknli_fast.envinfo import NOT_VERIFIED, environment
 
-    info = environment()
+    info = environment(registry.declared_packages())
     if as_json:
         console.print_json(json.dumps(info, default=str))
         return

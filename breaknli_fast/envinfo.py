@@ -130,7 +130,7 @@ def accelerators() -> dict[str, Any]:
     return info
 
 
-def environment() -> dict[str, Any]:
+def environment(packages: Sequence[str] = ()) -> dict[str, Any]:
     import breaknli_fast
 
     try:
@@ -148,6 +148,6 @@ def environment() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": threads,
         "memory_gib": memory_gib(),
-        "packages": {p: package_version(p) for p in PACKAGES},
+        "packages": {p: package_version(p) for p in dict.fromkeys([*PACKAGES, *packages])},
         "accelerators": accelerators(),
     }

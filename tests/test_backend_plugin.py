@@ -71,3 +71,34 @@ def test_the_plugin_runs_a_study(jit, tiny_roberta, tmp_path, monkeypatch):
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert cfg["engine"]["name"] == "jit" and cfg["engine"]["classifier_details"]["engine"] == "jit"
     assert len(res.records) == 12
+
+
+def test_a_backend_and_a_probe_installed_as_packages_join_by_entry_point(tiny_roberta, tiny_tsv, tmp_path,
+                                                                        monkeypatch):
+    """A package of its own declares ``[breaknli_fast.backends]`` / ``[breaknli_fast.probes]`` entry points in its
+    metadata: the registry finds them without a line of this package's code, and the CLI runs them."""
+    from typer.testing import CliRunner
+
+    from breaknli_fast import probes
+    from breaknli_fast.cli import app
+
+    dist = tmp_path / "site" / "breaknli_fast_jitplugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: breaknli-fast-jitplugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[breaknli_fast.backends]\njitpkg = plugins.jit_backend\n\n"
+                                           "[breaknli_fast.probes]\ntoy-accuracy = tests.test_study:AccuracyProbe\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    try:
+        registry.rescan()
+        probes.rescan()
+        assert "jitpkg" in registry.names() and "toy-accuracy" in probes.probe_names()
+        assert registry.backend("jitpkg") is not None and "ort" in registry.names()  # the built-in ones stay
+        r = CliRunner().invoke(app, ["run", "--probe", "toy-accuracy", "--engine", "jitpkg", "-c", tiny_roberta, "-d",
+                                     str(tiny_tsv), "--limit", "6", "--out", str(tmp_path / "run")])
+        assert r.exit_code == 0, r.output
+        cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+        assert cfg["probe"] == "toy-accuracy" and cfg["roles"]["classifier"]["engine"] == "jitpkg"
+    finally:
+        registry._ENGINES.pop("jitpkg", None)
+        probes._PROBES.pop("toy-accuracy", None)

@@ -379,7 +379,9 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
         torch.set_num_threads(int(cfg.engine.threads))
     from breaknli_fast.envinfo import environment
 
-    env = environment()
+    from breaknli_fast.engines import registry
+
+    env = environment(registry.declared_packages())
     data = load_slice(cfg.dataset, split=cfg.split, limit=cfg.limit, seed=probe.seed, sample=cfg.sample,
                       sample_seed=cfg.sample_seed)
     if not data.examples:

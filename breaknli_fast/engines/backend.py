@@ -54,7 +54,9 @@ class Backend:
     ``"module:Class"`` of its typed loader options (an :class:`~breaknli_fast.engines.options.EngineOptions`),
     or None. ``requires``: modules that must be importable (``install`` says how to get them). ``exporter``: the
     module that builds, and judges, the backend's exports of ``formats`` (``export_model`` reaches it through the
-    registry). ``auto``: the precisions at which ``--engine auto`` picks this backend on the CPU (empty: never)."""
+    registry). ``auto``: the precisions at which ``--engine auto`` picks this backend on the CPU (empty: never).
+    ``hf_models``: its models are Hugging Face model folders / hub ids, checked from their config before anything
+    loads (``check_models``); a backend of other models says False and resolves its names itself."""
 
     name: str
     loaders: str
@@ -66,6 +68,7 @@ class Backend:
     formats: tuple[str, ...] = ()
     auto: tuple[str, ...] = ()
     missing_roles: Mapping[str, str] = field(default_factory=dict)
+    hf_models: bool = True
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -4,7 +4,9 @@ supports. Backends import lazily, so ``torch`` works without onnxruntime, Tensor
 A backend is one package: its loaders (``load_classifier(model, precision, device, **opts)``,
 ``load_generator(...)``, ``load_mask_filler(...)`` for the roles it has), returning engines of the contract of
 :mod:`breaknli_fast.engines.base`, its runtime, its exporter, and the declaration in its ``__init__``. Adding an
-engine is that package and one :func:`register` call (or one line in ``_ENGINES``). A module without a declaration
+engine is that package and its entry point (group ``breaknli_fast.backends``: ``name = "package"`` in the package's
+own metadata, so a backend installed as a package of its own joins the CLI; :func:`register` in code and tests). A
+module without a declaration
 (a plugin written as one module with loaders and optionally ``OPTIONS``) is still accepted: it runs every role it
 has a loader for, at any precision its loaders take.
 """
@@ -36,16 +38,47 @@ ROLE_PREFIXES = {"clf.": CLASSIFIER, "gen.": GENERATOR, "mlm.": MASK_FILLER}
 _LOADERS = {CLASSIFIER: "load_classifier", GENERATOR: "load_generator", MASK_FILLER: "load_mask_filler"}
 
 
+ENTRY_POINTS = "breaknli_fast.backends"  # the entry-point group a backend package joins by
+_PLUGINS_READ = False
+
+
 def register(name: str, module: str) -> None:
     """Register a backend package (with ``BACKEND``) or a loaders module under ``name``."""
     _ENGINES[name] = module
 
 
+def _read_plugins() -> None:
+    """The backends installed packages declare (entry points of group :data:`ENTRY_POINTS`, ``name = "package"``),
+    read once; the built-in ones are declared there too (pyproject.toml) and listed in ``_ENGINES`` for a checkout
+    that runs uninstalled. A name registered already keeps its module."""
+    global _PLUGINS_READ
+    if _PLUGINS_READ:
+        return
+    _PLUGINS_READ = True
+    from importlib.metadata import entry_points
+
+    try:
+        found = entry_points(group=ENTRY_POINTS)
+    except Exception:  # noqa: BLE001 - broken metadata of another package: the built-in backends still work
+        return
+    for ep in found:
+        _ENGINES.setdefault(ep.name, ep.value.split(":", 1)[0])
+
+
+def rescan() -> None:
+    """Read the entry points again (a package installed while this process runs; tests)."""
+    global _PLUGINS_READ
+    _PLUGINS_READ = False
+    _read_plugins()
+
+
 def names() -> list[str]:
+    _read_plugins()
     return list(_ENGINES)
 
 
 def _import(engine: str) -> Any:
+    _read_plugins()
     if engine not in _ENGINES:
         raise EngineUnavailable(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
     return importlib.import_module(_ENGINES[engine])
@@ -64,15 +97,28 @@ def _module(engine: str) -> Any:
 
 def backend_for_format(format: str) -> Backend | None:
     """The declared backend whose exporter writes ``format`` (``onnx``, ``tensorrt``, ``ct2``), if any."""
-    for name in _ENGINES:
+    for name in names():
         decl = backend(name)
         if decl is not None and format in decl.formats:
             return decl
     return None
 
 
+def declared_packages() -> tuple[str, ...]:
+    """The libraries every registered backend declares (``requires``): the versions config.json, bench.json and
+    ``env`` record beside the core ones, a plugin's runtime included."""
+    out: list[str] = []
+    for name in names():
+        try:
+            decl = backend(name)
+        except Exception:  # noqa: BLE001 - a plugin that does not import: its versions are not recorded
+            continue
+        out += [m for m in (decl.requires if decl is not None else ()) if m not in out]
+    return tuple(out)
+
+
 def export_formats() -> list[str]:
-    return [f for name in _ENGINES for f in ((backend(name) or Backend(name, "", {})).formats)]
+    return [f for name in names() for f in ((backend(name) or Backend(name, "", {})).formats)]
 
 
 def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") -> str:
@@ -82,7 +128,7 @@ def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") ->
     faster; BENCHMARKS.md), else the torch reference. Any other name is returned as it is."""
     if engine != AUTO:
         return engine
-    for name in _ENGINES:
+    for name in names():
         decl = backend(name)
         if decl is not None and decl.auto_picks(precision, device):
             return name

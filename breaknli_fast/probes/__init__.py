@@ -1,7 +1,8 @@
 """The registry of probes: name -> the class that implements it (imported when first asked for).
 
-To add a probe: write a :class:`~breaknli_fast.probes.base.Probe` subclass in a module of its own and add one
-line here (or call :func:`register` from your code or a test)."""
+To add a probe: write a :class:`~breaknli_fast.probes.base.Probe` subclass in a module of its own and declare it as
+an entry point of group ``breaknli_fast.probes`` (``name = "package.module:Class"``) in its package's metadata, as the
+built-in ones are in pyproject.toml (or call :func:`register` from your code or a test)."""
 
 from __future__ import annotations
 
@@ -22,17 +23,46 @@ class UnknownProbe(UserError):
     """A probe name that is not registered."""
 
 
+ENTRY_POINTS = "breaknli_fast.probes"  # the entry-point group a probe package joins by ("name = module:Class")
+_PLUGINS_READ = False
+
+
 def register(name: str, target: str) -> None:
     """Register ``"package.module:Class"`` under ``name``."""
     _PROBES[name] = target
 
 
+def _read_plugins() -> None:
+    """The probes installed packages declare (entry points of group :data:`ENTRY_POINTS`), read once."""
+    global _PLUGINS_READ
+    if _PLUGINS_READ:
+        return
+    _PLUGINS_READ = True
+    from importlib.metadata import entry_points
+
+    try:
+        found = entry_points(group=ENTRY_POINTS)
+    except Exception:  # noqa: BLE001 - broken metadata of another package: the built-in probes still work
+        return
+    for ep in found:
+        _PROBES.setdefault(ep.name, ep.value)
+
+
+def rescan() -> None:
+    """Read the entry points again (tests)."""
+    global _PLUGINS_READ
+    _PLUGINS_READ = False
+    _read_plugins()
+
+
 def probe_names() -> list[str]:
     """The registered probes, in registration order (the command line builds their options and lists them)."""
+    _read_plugins()
     return list(_PROBES)
 
 
 def probe_class(name: str) -> Any:
+    _read_plugins()
     if name not in _PROBES:
         raise UnknownProbe(f"unknown probe {name!r}; choose one of {', '.join(_PROBES)}")
     module, _, cls = _PROBES[name].partition(":")

@@ -164,9 +164,14 @@ FALLBACK_ERRORS = (ExportError, registry.EngineUnavailable)
 
 mlm_names = model_names  # the masked LMs of ``--mlm a,b``
 
-# the backends whose models are Hugging Face models, checked from their config before any loads (an engine
-# registered from elsewhere resolves its own model names)
-HF_BACKENDS = ("torch", "ort", "tensorrt", "ct2", "cudagraph")
+def hf_models(engine: str) -> bool:
+    """Whether ``engine``'s models are Hugging Face models, checked from their config before any loads (its
+    declaration says; a plugin module without one resolves its own model names)."""
+    try:
+        decl = registry.backend(engine)
+    except registry.EngineUnavailable:
+        return False
+    return decl is not None and decl.hf_models
 
 
 def check_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] | None]) -> None:
@@ -177,7 +182,7 @@ def check_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] |
     from breaknli_fast.engines.model_info import check_model
 
     for r in ROLES:
-        if cfg.engine_of(r.name) not in HF_BACKENDS:
+        if not hf_models(cfg.engine_of(r.name)):
             continue
         value = requests.get(r.name)
         for name in (model_names(value) if r.many else [value] if value else []):

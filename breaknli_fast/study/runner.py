@@ -334,7 +334,7 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
                         "columns": vars(columns or Columns()), "skips": data.skips.to_dict(), "slice": data_slice},
             **probe.identity(),
             "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
-            "seed": probe.seed, "environment": environment(),
+            "seed": probe.seed, "environment": environment(registry.declared_packages()),
             **({"ray": pool.cfg.to_dict() | {"workers_started": len(pool.actors), "worker_nodes": pool.infos}}
                if pool is not None else {}),
         }

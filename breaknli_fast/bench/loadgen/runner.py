@@ -388,7 +388,9 @@ def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,
     specs = cfg.specs()
     from breaknli_fast.envinfo import environment
 
-    env = environment()
+    from breaknli_fast.engines import registry
+
+    env = environment(registry.declared_packages())
     data = load_examples(cfg.dataset, split=cfg.split, limit=cfg.limit, seed=probe.seed)
     if not data.examples:
         raise BenchError(f"no valid example in {cfg.dataset!r}")
