@@ -104,18 +104,25 @@ def test_refusals_are_one_line(tiny_t5, ct2_cache, tiny_roberta):
             gen.generate(PROMPTS[:1], 2, dec, [0])
     with pytest.raises(ModelLoadError, match="T5 text-to-text models"):
         _load(tiny_roberta, ct2_cache)
-    with pytest.raises(ModelLoadError, match="runs the generator only"):
-        registry.load_classifier("ct2", tiny_roberta, classifier_engine="ct2")
     with pytest.raises(ModelLoadError, match="the ct2 engine's generator runs fp32 or int8 on cpu, not 'fp16'"):
         _load(tiny_t5, ct2_cache, precision="fp16")  # CPU: float32 and int8 only (the backend's declaration)
 
 
-@needs_ct2
-def test_classifier_role_runs_on_another_engine(tiny_roberta):
+def test_classifier_role_goes_where_the_declaration_hands_it(tiny_roberta):
+    """ct2 runs no classifier: named for every role, its declaration hands the classifier to auto's choice (no code
+    of its own borrows one); --classifier-engine names another."""
+    from breaknli_fast.study.loading import EngineConfig
+
     pairs = [(p, h) for p, h, _ in testing.pairs(6, seed=2)]
-    clf = registry.load_classifier("ct2", tiny_roberta, classifier_engine="torch")
-    assert clf.info.engine == "torch"
+    auto = registry.resolve_engine("auto")
+    # (random weights with large logits: the ort export is judged without the fp32 bound)
+    opts = {"tolerances": {"max_abs_logit": None, "min_agreement": None}} if auto == "ort" else {}
+    clf = registry.load_classifier("ct2", tiny_roberta, **opts)
+    assert clf.info.engine == auto and registry.role_engine("ct2", "classifier") == auto
     ref = registry.load_classifier("torch", tiny_roberta)
     assert clf.classify(pairs).labels == ref.classify(pairs).labels
-    c_opts, g_opts = registry.split_options("ct2", {"classifier_engine": "torch", "prompt_batch": 4})
-    assert c_opts == {"classifier_engine": "torch"} and g_opts == {"prompt_batch": 4}
+    assert EngineConfig(engine="ct2").engine_of("classifier") == auto
+    assert EngineConfig(engine="ct2", classifier_engine="torch").engine_of("classifier") == "torch"
+    assert EngineConfig(engine="ct2").engine_of("generator") == "ct2"
+    with pytest.raises(Exception, match="option 'classifier_engine'"):
+        registry.split_options("ct2", {"classifier_engine": "torch"})

@@ -56,7 +56,9 @@ class Backend:
     module that builds, and judges, the backend's exports of ``formats`` (``export_model`` reaches it through the
     registry). ``auto``: the precisions at which ``--engine auto`` picks this backend on the CPU (empty: never).
     ``hf_models``: its models are Hugging Face model folders / hub ids, checked from their config before anything
-    loads (``check_models``); a backend of other models says False and resolves its names itself."""
+    loads (``check_models``); a backend of other models says False and resolves its names itself. ``delegates``:
+    role -> engine (``auto`` allowed) for a role it does not run, which then goes to that engine where this one is
+    named for every role (``--engine ct2``: the classifier on ``auto``'s choice); no code of its own borrows."""
 
     name: str
     loaders: str
@@ -69,6 +71,7 @@ class Backend:
     auto: tuple[str, ...] = ()
     missing_roles: Mapping[str, str] = field(default_factory=dict)
     hf_models: bool = True
+    delegates: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -135,6 +135,19 @@ def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") ->
     return REFERENCE
 
 
+def role_engine(engine: str, role: str, precision: str = "fp32", device: str = "cpu") -> str:
+    """The engine that runs ``role`` when ``engine`` is named for every role: ``engine`` itself (``auto``
+    resolved), or the engine its declaration hands the role to (``delegates``, itself resolved)."""
+    name = resolve_engine(engine, precision, device)
+    decl = backend(name)
+    if decl is not None and role not in decl.precisions and role in decl.delegates:
+        other = resolve_engine(decl.delegates[role], precision, device)
+        if other == name or role not in ((backend(other) or Backend(other, "", {role: {}})).precisions):
+            raise EngineUnavailable(f"the {name} engine hands its {role} to {other}, which does not run it either")
+        return other
+    return name
+
+
 def check(engine: str, role: str, precision: str, device: str = "cpu") -> None:
     """Refuse in one line what ``engine``'s declaration does not run (a role, a precision on a device); nothing for
     a plugin without a declaration. Libraries are not checked here (:meth:`Backend.require`)."""
@@ -179,6 +192,7 @@ def split_options(engine: str, opts: Mapping[str, Any]) -> tuple[dict[str, Any],
 
 
 def _load(engine: str, role: str, model: str, precision: str, device: str, opts: dict[str, Any]) -> Any:
+    engine = role_engine(engine, role, precision, device)  # a role the backend hands to another engine
     check(engine, role, precision, device)
     decl = backend(engine)
     if decl is not None:

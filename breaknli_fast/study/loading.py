@@ -101,8 +101,13 @@ class EngineConfig:
     def engine_of(self, role: str) -> str:
         """The engine of ``role``'s models: its own (``<role>_engine``) or the config's, ``auto`` resolved at the
         role's precision."""
-        return registry.resolve_engine(getattr(self, f"{role}_engine", None) or self.engine, self.precision_of(role),
-                                       self.device)
+        own = getattr(self, f"{role}_engine", None)
+        if own:
+            return registry.resolve_engine(own, self.precision_of(role), self.device)
+        try:  # --engine for every role: a role its backend hands to another engine goes there (ct2's classifier)
+            return registry.role_engine(self.engine, role, self.precision_of(role), self.device)
+        except registry.EngineUnavailable:
+            return registry.resolve_engine(self.engine, self.precision_of(role), self.device)  # check_roles says why
 
     def requested_engine_of(self, role: str) -> str:
         return getattr(self, f"{role}_engine", None) or self.engine

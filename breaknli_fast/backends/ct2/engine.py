@@ -10,8 +10,9 @@ backend uses it for the generator:
   against the torch fp32 reference (:mod:`breaknli_fast.backends.ct2.exporter`, reached through
   :func:`breaknli_fast.export.api.export_model` with ``format="ct2"``), and loaded with the compute type of the precision
   (``fp32`` = float32, ``int8`` = int8 weights quantized at load time; on CUDA also ``fp16`` / ``bf16``);
-* **classifier** (and masked LMs): delegated to ``classifier_engine`` (``auto``: ort where ONNX Runtime is
-  installed, else torch), at the same precision; the classifier's :class:`EngineInfo` names that engine.
+* **classifier** (and masked LMs): not here. The backend's declaration hands them to ``auto``'s choice (ort where
+  ONNX Runtime is installed, else torch) where ``ct2`` is named for every role; ``--classifier-engine`` (bench:
+  ``gen=ct2:int8/clf=torch:fp32``) picks another. The classifier's :class:`EngineInfo` names the engine that ran it.
 
 Decoding maps onto CTranslate2's options: sampling = ``beam_size 1``, ``num_hypotheses K``,
 ``sampling_topk`` / ``sampling_topp`` / ``sampling_temperature`` (top-k 0 = the whole vocabulary, as in
@@ -37,9 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from breaknli_fast.engines import registry
 from breaknli_fast.export.api import export_model
-from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats,
+from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats,
                                         derive_seed)
 from breaknli_fast.engines.options import option
 from breaknli_fast.engines.generation import GenerationOptions, default_gen_batch, generation_config_for
@@ -73,32 +73,11 @@ class Ct2Options(GenerationOptions):
 
     engine = "ct2"
 
-    classifier_engine: str = option(registry.AUTO, roles=(CLASSIFIER,))  # the engine that runs the classifier
     cache_dir: str | None = option(None, roles=(GENERATOR,))  # where conversions are kept (default: the export cache)
     force: bool = option(False, roles=(GENERATOR,))  # convert again even when a cached conversion matches
 
 
 OPTIONS = Ct2Options  # the registry reads a backend's options class here
-
-
-def _delegate(engine: str, precision: str, device: str) -> str:
-    name = registry.resolve_engine(engine, precision, device)
-    if name == "ct2":
-        raise ModelLoadError("classifier_engine=ct2: CTranslate2 runs the generator only; choose torch or ort")
-    return name
-
-
-def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> Any:
-    """The classifier on ``classifier_engine`` (``auto``: ort where installed, else torch); the other options go
-    to that engine's loader, which checks them."""
-    engine = _delegate(str(opts.pop("classifier_engine", registry.AUTO)), precision, device)
-    return registry.load_classifier(engine, model, precision=precision, device=device, **opts)
-
-
-def load_mask_filler(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> Any:
-    """Masked LMs on the engine that ``auto`` picks (CTranslate2 runs no masked LM)."""
-    return registry.load_mask_filler(_delegate(registry.AUTO, precision, device), model, precision=precision,
-                                     device=device, **opts)
 
 
 def vocabulary(folder: Path) -> dict[str, int]:
