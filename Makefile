@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, from the local CPU wheel; a looser pin would pull several GB of CUDA wheels
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[onnx,hub,bench,test,ray,ct2,merge,loadgen]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[onnx,hub,bench,test,ray,ct2,merge,loadgen,openvino]"
 	touch $(STAMP)
 
 # the second stack: transformers 5.x and huggingface_hub 1.x (the same tests, Flan-T5's ONNX export among them)

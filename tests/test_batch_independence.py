@@ -51,7 +51,14 @@ def test_a_pair_s_logits_do_not_depend_on_its_batch(engine, precision, opts, tin
     if engine == "ort":
         extra = {"cache_dir": tmp_path / "exports", "calibration_pairs": CAL, "calibration_size": 16,
                  "validation_size": 8, "tolerances": RANDOM_WEIGHTS}
-    clf = registry.load_classifier(engine, tiny_roberta, precision=precision, **extra, **opts)
+    elif engine == "openvino":
+        extra = {"cache_dir": tmp_path / "exports", "validation_size": 8, "tolerances": RANDOM_WEIGHTS}
+    try:
+        clf = registry.load_classifier(engine, tiny_roberta, precision=precision, **extra, **opts)
+    except registry.PrecisionError as e:  # a precision this CPU does not compute (OpenVINO's bf16 without BF16)
+        if "this CPU has" not in str(e):
+            raise
+        pytest.skip(str(e))
 
     def logits(pairs):
         clf.clear_cache()

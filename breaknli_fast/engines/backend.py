@@ -72,6 +72,9 @@ class Backend:
     missing_roles: Mapping[str, str] = field(default_factory=dict)
     hf_models: bool = True
     delegates: Mapping[str, str] = field(default_factory=dict)
+    # "module:function" (precision, device) -> None, or why this machine cannot run that precision (bf16 without
+    # AVX-512 BF16 or AMX, say): asked by check() before anything loads
+    gate: str | None = None
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -105,6 +108,11 @@ class Backend:
         if precision not in per_device[kind]:
             raise PrecisionError(f"the {self.name} engine's {role} runs {_words(per_device[kind])} on {kind}, "
                                  f"not {precision!r}")
+        if self.gate:
+            module, _, fn = self.gate.partition(":")
+            why = getattr(importlib.import_module(module), fn)(precision, device)
+            if why:
+                raise PrecisionError(f"the {self.name} engine's {role} at {precision}: {why}")
 
     def auto_picks(self, precision: str, device: str) -> bool:
         return device_kind(device) == "cpu" and precision in self.auto and self.installed()

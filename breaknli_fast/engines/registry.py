@@ -27,6 +27,7 @@ _ENGINES: dict[str, str] = {
     "tensorrt": "breaknli_fast.backends.tensorrt",
     "ct2": "breaknli_fast.backends.ct2",  # CTranslate2: the generator only (the classifier on ort / torch)
     "cudagraph": "breaknli_fast.backends.cudagraph",  # torch on one GPU: own decode loop and classifier, CUDA graphs
+    "openvino": "breaknli_fast.backends.openvino",  # OpenVINO's CPU runtime: the classifier at fp32 / bf16
 }
 
 AUTO = "auto"

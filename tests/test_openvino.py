@@ -1,0 +1,85 @@
+"""The openvino engine: a classifier from the project's ONNX export on OpenVINO's CPU runtime, fp32 at torch's
+logits, bf16 where the CPU computes it (refused in one line elsewhere, before anything loads), any role mix with the
+other engines (the generator on ort, the classifier on OpenVINO). Skips without OpenVINO (the openvino extra)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install 'breaknli-fast[openvino]'")
+pytest.importorskip("onnxruntime")
+
+from typer.testing import CliRunner  # noqa: E402
+
+import tiny_models as testing  # noqa: E402
+from breaknli_fast.cli import app  # noqa: E402
+from breaknli_fast.engines import registry  # noqa: E402
+from breaknli_fast.engines.cpu_features import has_native_bf16  # noqa: E402
+
+PAIRS = [(p, h) for p, h, _ in testing.pairs(40, seed=21)]
+needs_bf16 = pytest.mark.skipif(not has_native_bf16(), reason="this CPU has neither AVX-512 BF16 nor AMX")
+
+
+def test_fp32_gives_torch_s_logits_and_the_export_is_cached_and_judged(tmp_path, monkeypatch):
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    ov = registry.load_classifier("openvino", "mini-nli", precision="fp32")
+    ref = registry.load_classifier("torch", "mini-nli")
+    a, b = ov.classify(PAIRS), ref.classify(PAIRS)
+    assert float(np.abs(a.logits - b.logits).max()) <= 1e-4 and a.labels == b.labels
+    d = ov.info.details
+    assert d["validation"]["passed"] and d["validation"]["max_abs_logit"] <= 1e-4 and d["variant"] == "ir-fp32"
+    assert "float32" in d["compiled"]["INFERENCE_PRECISION_HINT"] and d["openvino"]
+    again = registry.load_classifier("openvino", "mini-nli", precision="fp32")
+    assert again.info.details["export_reused"] is True
+
+
+@needs_bf16
+def test_bf16_keeps_the_labels_and_says_so_in_its_compile_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    ov = registry.load_classifier("openvino", "mini-nli", precision="bf16")
+    ref = registry.load_classifier("torch", "mini-nli")
+    agree = np.mean(np.array(ov.classify(PAIRS).labels) == np.array(ref.classify(PAIRS).labels))
+    assert agree >= 0.95 and "bfloat16" in ov.info.details["compiled"]["INFERENCE_PRECISION_HINT"]
+
+
+def test_what_it_does_not_run_is_one_line_before_anything_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    runner = CliRunner()
+    r = runner.invoke(app, ["run", "--engine", "openvino", "--limit", "2", "--out", str(tmp_path / "a")])
+    said = " ".join(r.output.split())
+    assert r.exit_code != 0 and "openvino engine has no generator role" in said and "--generator-engine" in said
+    monkeypatch.setenv("BREAKNLI_FAST_CPU_FLAGS", "avx2 avx512f")  # a CPU without bf16
+    r = runner.invoke(app, ["run", "--generator-engine", "ort", "--classifier-engine", "openvino",
+                            "--classifier-precision", "bf16", "--limit", "2", "--out", str(tmp_path / "b")])
+    said = " ".join(r.output.split())
+    assert r.exit_code != 0 and "this CPU has neither avx512_bf16 nor amx_bf16" in said
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "a" / "config.json").exists()
+
+
+def test_the_generator_on_ort_and_the_classifier_on_openvino(tiny_t5, tiny_tsv, tmp_path, monkeypatch):
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    precision = "bf16" if has_native_bf16() else "fp32"
+    # mini-nli (trained: its bf16 labels pass the export's judgement, a random tiny model's near-ties do not)
+    common = ["run", "-g", tiny_t5, "-c", "mini-nli", "-d", str(tiny_tsv), "--limit", "4", "--k", "4", "--u", "2",
+              "--s", "1", "--max-new-tokens", "6"]
+    runner = CliRunner()
+    r = runner.invoke(app, [*common, "--generator-engine", "ort", "--classifier-engine", "openvino",
+                            "--classifier-precision", precision, "--out", str(tmp_path / "mixed")])
+    assert r.exit_code == 0, r.output
+    ref = runner.invoke(app, [*common, "--engine", "torch", "--out", str(tmp_path / "torch")])
+    assert ref.exit_code == 0, ref.output
+    cfg = json.loads((tmp_path / "mixed" / "config.json").read_text())
+    roles = cfg["roles"]
+    assert roles["generator"]["engine"] == "ort" and roles["classifier"]["engine"] == "openvino"
+    assert roles["classifier"]["precision"] == precision and roles["classifier"]["runtime"]["openvino"]
+    assert cfg["environment"]["packages"]["openvino"]
+    mine = [json.loads(x) for x in (tmp_path / "mixed" / "samples.jsonl").read_text().splitlines()]
+    theirs = [json.loads(x) for x in (tmp_path / "torch" / "samples.jsonl").read_text().splitlines()]
+    assert any(m.get("candidates") for m in mine)
+    # the generator's candidates are the torch reference's (ort fp32): only the classifier differs
+    assert [(m["id"], m.get("candidates")) for m in mine if m.get("candidates")] == \
+        [(t["id"], t.get("candidates")) for t in theirs if t.get("candidates") and t["id"] in
+         {m["id"] for m in mine if m.get("candidates")}]
