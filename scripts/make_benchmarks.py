@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-import provenance  # noqa: E402 - scripts/ is on the path (run as a script)
-from provenance import load_results
+from provenance import load_results, portable_command
 
 ROOT = Path(__file__).resolve().parent.parent
 INTRO = ROOT / "benchmarks" / "intro.md"
@@ -83,7 +82,7 @@ def provenance(doc: Result, label: str) -> str:
                + f"; load average (1 min) {load_pair(m, 'load_average_before')} before, "
                  f"{load_pair(m, 'load_average_after')} after")
     lines = [
-        f"- command: `{provenance.portable_command(str(doc.get('command')))}`",
+        f"- command: `{portable_command(str(doc.get('command')))}`",
         f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), commit `{doc.get('commit')}`"
         + (f" ({doc['commit_note']})" if doc.get("commit_note") else "") + f", file `{label}/{Path(doc['file']).name}`",
         f"- machine: {machine}",
@@ -327,7 +326,7 @@ def busy(doc: Result) -> str:
     header = ["engine", "environment", "alone: wall / loop / CPU s", "contended, process 1: wall / loop / CPU s",
               "contended, process 2", "slowdown (wall)", "slowdown (loop)", "contended metrics identical to alone",
               "load avg before (alone / contended)"]
-    cmds = "\n".join(f"- {v.get('label')}: `{provenance.portable_command(str(v.get('command')))}`"
+    cmds = "\n".join(f"- {v.get('label')}: `{portable_command(str(v.get('command')))}`"
                      for v in p.get("variants", []))
     return "\n".join([f"The default `breaknli-fast run` (mini models, embedded evaluation slice, --limit {p.get('limit')}) per "
                       "engine, as a subprocess into a fresh `--out`: alone, then two identical processes started at "
@@ -1548,7 +1547,7 @@ def reproduce(results: list[Result], label: str) -> str:
     if not results:
         lines.append(f"- (no result file in `{label}`)")
     for r in results:
-        lines.append(f"- `{label}/{Path(r['file']).name}`: `{provenance.portable_command(str(r.get('command')))}`")
+        lines.append(f"- `{label}/{Path(r['file']).name}`: `{portable_command(str(r.get('command')))}`")
     lines += ["", "This document: `python scripts/make_benchmarks.py --results benchmarks/results --out BENCHMARKS.md`."]
     return "\n".join(lines)
 
@@ -1597,7 +1596,7 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
     if rest:
         out += ["## Other result files", "", "No table of this document reads these (kind: file, command):", ""]
         out += [f"- {r.get('kind')}: `{label}/{Path(r['file']).name}`, "
-                f"`{provenance.portable_command(str(r.get('command')))}`" for r in rest]
+                f"`{portable_command(str(r.get('command')))}`" for r in rest]
     return "\n".join(out).rstrip() + "\n"
 
 

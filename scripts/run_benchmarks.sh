@@ -10,7 +10,7 @@
 # graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md), README (whose parity table is rewritten;
 # default README.md), PYTHON (default .venv/bin/python),
 # ONLY / SKIP (space-separated step names: run only these / all but these; make-benchmarks always runs),
-# LG_LOOP_SCENARIOS (the LoadGen scenarios of the loop's roles and roberta-large; see below).
+# LG_LOOP_SCENARIOS (the LoadGen scenarios of the generator role; see below).
 # A step that fails is reported and the others still run (the exit code is then 1); a result file
 # it would have replaced stays, with its own date and commit.
 
@@ -57,6 +57,15 @@ fi
 # run SingleStream and Offline; LG_LOOP_SCENARIOS=single-stream,multi-stream,offline adds it
 LG_LOOP_SCENARIOS=${LG_LOOP_SCENARIOS:-single-stream,offline}
 PARITY_ENGINES=torch:fp32,ort:fp32,ort:int8
+# OpenVINO's classifier (the openvino extra): fp32, and bf16 where the CPU computes it (AVX-512 BF16 or AMX)
+if $PY -c "import sys; from breaknli_fast.engines.cpu_features import has_native_bf16; sys.exit(0 if has_native_bf16() else 1)" 2>/dev/null; then
+    OV_PRECISIONS="fp32 bf16"
+else
+    OV_PRECISIONS="fp32"
+fi
+OV_ENGINES=$(for p in $OV_PRECISIONS; do printf ',openvino:%s' "$p"; done)
+OV_RW_ENGINES=$(for p in $OV_PRECISIONS; do printf ',openvino:%s:validate=false' "$p"; done)
+OV_BEST="${OV_PRECISIONS##* }"  # bf16 where the CPU has it, else fp32
 RW_ARGS="--engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false --limit $RW_LIMIT --k 4 --u 2 --s 1 \
 --max-new-tokens 16 --gen-prompts 4 --greedy-prompts 4 --min-iterations 5 --min-seconds 0"
 
@@ -115,7 +124,7 @@ step real-generate-base $PY scripts/bench_real_shapes.py --job generate --genera
     --result "$R/real-generate-flan-t5-base.json"
 step real-classify-base $PY scripts/bench_real_shapes.py --job classify --classifier roberta-base --min-iterations 2 \
     $REAL_CLF_ARGS \
-    --contenders torch:fp32,torch:bf16,ort:fp32,ort:int8:validate=false,ort:int8:validate=false:quantization=dynamic-batch:label=ort-int8-batch,ort:int8:validate=false:quantization=static:label=ort-int8-static,ort:int8:validate=false:fuse=true:label=ort-int8-fused,peer:transformers,peer:optimum \
+    --contenders torch:fp32,torch:bf16,ort:fp32,ort:int8:validate=false,ort:int8:validate=false:quantization=dynamic-batch:label=ort-int8-batch,ort:int8:validate=false:quantization=static:label=ort-int8-static,ort:int8:validate=false:fuse=true:label=ort-int8-fused$OV_RW_ENGINES,peer:transformers,peer:optimum \
     --result "$R/real-classify-roberta-base.json"
 step real-classify-large $PY scripts/bench_real_shapes.py --job classify --classifier roberta-large --warmup 0 \
     --min-iterations 2 $REAL_CLF_ARGS --contenders torch:fp32,ort:fp32,ort:int8:validate=false,peer:optimum \
@@ -124,15 +133,13 @@ step real-classify-large $PY scripts/bench_real_shapes.py --job classify --class
 # generator + ort int8 classifier)
 step real-loop-small $PY scripts/bench_save.py --result "$R/bench-real-loop-small.json" -- \
     --random-weights flan-t5-small,roberta-base \
-    --engines torch:fp32,ort:fp32:validate=false,ort:fp32:clf.precision=int8:validate=false,ort:int8:validate=false,ct2:int8 \
+    --engines "torch:fp32,ort:fp32:validate=false,ort:fp32:clf.precision=int8:validate=false,ort:int8:validate=false,ct2:int8,gen=ort:fp32:validate=false/clf=openvino:$OV_BEST:validate=false" \
     --no-component-split --interleave $REAL_LOOP_ARGS
 # MLPerf LoadGen's scenarios (bench --scenario; the loadgen extra), each run VALID or INVALID by LoadGen's rules
 # (10 s minimum duration, its official query counts), beside the accuracy pass against torch fp32; BENCHMARKS.md
 # section 1b reads these files and marks the targets met / not met
 step loadgen-mini $PY scripts/bench_save.py --result "$R/loadgen-mini.json" -- --scenario single-stream,multi-stream,offline \
-    --roles classifier --engines torch:fp32,ort:fp32,ort:int8 --limit "$LG_LIMIT" $LG_ARGS
-step loadgen-mini-loop $PY scripts/bench_save.py --result "$R/loadgen-mini-loop.json" -- --scenario "$LG_LOOP_SCENARIOS" \
-    --roles generator,study --engines torch:fp32,ort:fp32,ort:int8 --gen-prompts "$LG_PROMPTS" $LG_LOOP_ARGS $LG_ARGS
+    --roles classifier --engines "torch:fp32,ort:fp32,ort:int8$OV_ENGINES" --limit "$LG_LIMIT" $LG_ARGS
 step loadgen-roberta-base $PY scripts/bench_save.py --result "$R/loadgen-roberta-base.json" -- --random-weights roberta-base \
     --scenario single-stream,multi-stream,offline --roles classifier --limit "$LG_RW_LIMIT" \
     --engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false $LG_ARGS
@@ -140,10 +147,7 @@ step loadgen-roberta-base $PY scripts/bench_save.py --result "$R/loadgen-roberta
 # default runs two batches side by side, one thread each, and leaves a core idle on a single query)
 step loadgen-roberta-base-latency $PY scripts/bench_save.py --result "$R/loadgen-roberta-base-latency.json" -- \
     --random-weights roberta-base --scenario single-stream --roles classifier --limit "$LG_RW_LIMIT" \
-    --engines torch:fp32,ort:fp32:validate=false:workers=1,ort:int8:validate=false:workers=1 $LG_ARGS
-step loadgen-roberta-large $PY scripts/bench_save.py --result "$R/loadgen-roberta-large.json" -- --random-weights roberta-large \
-    --scenario "$LG_LOOP_SCENARIOS" --roles classifier --limit "$LG_RW_LIMIT" \
-    --engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false $LG_ARGS
+    --engines "torch:fp32,ort:fp32:validate=false:workers=1,ort:int8:validate=false:workers=1$OV_RW_ENGINES" $LG_ARGS
 step loadgen-flan-t5-small $PY scripts/bench_save.py --result "$R/loadgen-flan-t5-small.json" -- --random-weights flan-t5-small \
     --scenario "$LG_LOOP_SCENARIOS" --roles generator --gen-prompts "$LG_PROMPTS" \
     --engines torch:fp32,ort:fp32:validate=false,ort:int8:validate=false,ct2:int8 $LG_GEN_ARGS $LG_ARGS
@@ -177,8 +181,8 @@ step probe-breaknli $PY scripts/bench_save.py --result "$R/probe-breaknli.json" 
     --limit "$PARITY_SHORT_LIMIT" --warmup 0 \
     --min-iterations 1 --min-seconds 0
 step probe-accuracy $PY scripts/bench_save.py --result "$R/probe-accuracy.json" -- --probe accuracy \
-    --engines "$PARITY_ENGINES,ort:int8:quantization=dynamic-batch,ort:int8:quantization=static" --limit "$PARITY_LIMIT" \
-    --warmup 0
+    --engines "$PARITY_ENGINES,ort:int8:quantization=dynamic-batch,ort:int8:quantization=static$OV_ENGINES" \
+    --limit "$PARITY_LIMIT" --warmup 0
 # the cudagraph engine's classifier on the CPU (the same steps its CUDA graphs run): fp32 against the reference and
 # bf16 by the 99.9 % accuracy tier (on a GPU: scripts/gpu_check.sh)
 step probe-accuracy-cudagraph $PY scripts/bench_save.py --result "$R/probe-accuracy-cudagraph.json" -- --probe accuracy \
