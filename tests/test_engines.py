@@ -355,3 +355,12 @@ def test_the_shared_export_code_imports_no_backend_and_the_engines_import_neithe
     assert {m for m in graph if m.startswith("breaknli_fast.backends.")} >= {
         "breaknli_fast.backends.ort.engine", "breaknli_fast.backends.ort.exporter", "breaknli_fast.backends.pytorch",
         "breaknli_fast.backends.tensorrt.exporter", "breaknli_fast.backends.ct2.exporter"}
+
+
+def test_what_no_machine_of_the_project_ran_says_so_from_its_declaration():
+    """ONNX Runtime's CUDA providers and TensorRT are offered "not verified on a GPU": the declarations say which,
+    and the bench's note is built from them (no backend named outside its folder)."""
+    from breaknli_fast.bench.runner import _unverified
+
+    assert _unverified("ort", "cuda") and _unverified("tensorrt", "cuda")
+    assert not _unverified("ort", "cpu") and not _unverified("torch", "cuda") and not _unverified("cudagraph", "cuda")

@@ -367,6 +367,17 @@ def _checks(e: dict[str, Any], cfg: BenchConfig, meaningful: bool) -> dict[str, 
     return {"applied": True, "failures": [f"engine {e['status']}: {e['reason']}"], "passed": False}
 
 
+def _unverified(engine: str, device_kind: str) -> bool:
+    """Whether ``engine``'s declaration says it is not verified on ``device_kind``."""
+    from breaknli_fast.engines import registry
+
+    try:
+        decl = registry.backend(engine)
+    except registry.EngineUnavailable:
+        return False
+    return decl is not None and device_kind in decl.unverified
+
+
 def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[[str], None] | None = None) -> BenchResult:
     """Measure every engine of ``cfg`` on identical inputs; see the module docstring."""
     log = log or (lambda msg: None)
@@ -397,7 +408,7 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
                                       if "mlm" in roles else [])}
     notes: list[str] = [f"data slice: {w}" for w in data_slice["warnings"]]
     if cfg.engine.device.startswith("cuda"):
-        unverified = sorted({sp.label for sp in specs if sp.engine in ("ort", "tensorrt")})
+        unverified = sorted({sp.label for sp in specs if _unverified(sp.engine, "cuda")})
         if unverified:
             notes.append(f"{', '.join(unverified)} on {cfg.engine.device}: {NOT_VERIFIED} by this project (ONNX "
                          "Runtime's CUDA / TensorRT providers and TensorRT cannot be installed on its GPU machines); "

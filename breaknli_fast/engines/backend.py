@@ -75,6 +75,9 @@ class Backend:
     # "module:function" (precision, device) -> None, or why this machine cannot run that precision (bf16 without
     # AVX-512 BF16 or AMX, say): asked by check() before anything loads
     gate: str | None = None
+    # device kinds it offers that no machine of this project has run it on: said "not verified on a GPU" wherever
+    # it is offered (bench notes, help), and no figure is claimed
+    unverified: tuple[str, ...] = ()
 
     @property
     def roles(self) -> tuple[str, ...]:

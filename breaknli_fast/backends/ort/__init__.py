@@ -17,4 +17,5 @@ BACKEND = Backend(
     exporter="breaknli_fast.backends.ort.exporter",
     formats=("onnx",),
     auto=("fp32", "int8"),
+    unverified=("cuda",),  # the CUDA / TensorRT providers need onnxruntime-gpu, which the lent GPUs cannot install
 )

@@ -13,6 +13,7 @@ BACKEND = Backend(
     install="pip install 'breaknli-fast[tensorrt]' on a machine with a CUDA GPU (TensorRT 10)",
     exporter="breaknli_fast.backends.tensorrt.exporter",
     formats=("tensorrt",),
+    unverified=("cuda",),  # TensorRT cannot be installed on the project's GPU machines
     missing_roles={GENERATOR: "the tensorrt engine does not support generators yet: use --engine ort --device cuda "
                               "for Flan-T5 (ONNX Runtime, optionally with its TensorRT execution provider)"},
 )
