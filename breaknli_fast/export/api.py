@@ -239,8 +239,11 @@ def build_export(
         raise UnsupportedModelError(str(e)) from None
     family = getattr(config, "model_type", "?")
     if precision not in ex.PRECISIONS:
+        ways = [f"--format {f}" for f in registry.export_formats()
+                if precision in getattr(exporter(f), "PRECISIONS", ())]
+        ways += ["the torch engine, without an export"] if precision == "bf16" else []
         raise UnsupportedModelError(f"{format} exports are {', '.join(ex.PRECISIONS)}, not {precision!r}"
-                                    + (" (bf16 runs on the torch engine)" if precision == "bf16" else ""))
+                                    + (f" ({precision}: {', or '.join(ways)})" if ways else ""))
     max_length, limits = _capped_max_length(resolved, config, max_length)
     fuse = bool(fuse) if not isinstance(fuse, str) else fuse.lower() in ("1", "true", "yes")
     variant = ex.variant(kind, precision, dev, fuse, quantization)
