@@ -1,5 +1,5 @@
 """The OpenVINO backend (engine ``openvino``, the ``openvino`` extra): sequence classifiers on OpenVINO's CPU
-runtime, from the project's own ONNX export converted to OpenVINO's IR (``openvino.convert_model``), compiled at
+runtime, from the project's own ONNX export converted to OpenVINO's IR (the runtime's ONNX frontend), compiled at
 fp32 or bf16 (the inference-precision hint ``f32`` / ``bf16``). bf16 runs where the CPU computes it (AVX-512 BF16 or
 AMX; refused in one line elsewhere, before anything loads: OpenVINO would emulate it slower than fp32). No generator
 and no masked LM: docs/stack.md says why."""

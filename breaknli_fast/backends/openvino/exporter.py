@@ -1,6 +1,7 @@
 """The openvino backend's exporter (format ``openvino``), called by :func:`breaknli_fast.export.api.export_model`:
 the project's fp32 ONNX export of a sequence classifier (``export_model(format="onnx")``, traced and cached there)
-converted to OpenVINO's IR with ``openvino.convert_model`` and saved with fp32 weights
+converted to OpenVINO's IR by the runtime's ONNX frontend (``Core.read_model``; not ``openvino.convert_model``,
+whose tool sends usage telemetry over the network by default) and saved with fp32 weights
 (``compress_to_fp16=False``); the precision is the compile-time inference hint, so the IR is the same for fp32 and
 bf16. Judged against the torch fp32 reference through the engine contract at the export's precision
 (:func:`breaknli_fast.export.validate.classifier_figures`)."""
@@ -19,7 +20,7 @@ FORMAT = "openvino"
 PRECISIONS = ("fp32", "bf16")
 LIBRARIES = ("openvino", "torch", "transformers", "onnxruntime", "onnx")
 GRAPH = "model.xml"
-IR_VERSION = "1"  # part of the cache key: a change of the conversion, a new export
+IR_VERSION = "2"  # part of the cache key: a change of the conversion, a new export
 Pair = tuple[str, str]
 
 
@@ -74,13 +75,15 @@ def build(src: str, kind: str, precision: str, variant_name: str, stage: Path, c
     onnx = export_model(src, format="onnx", precision="fp32", device="cpu", max_length=max_length, progress=False,
                         validate=False)
     graph = next(Path(onnx.path).glob("*.onnx"))
-    model = ov.convert_model(str(graph))
+    # the runtime's own ONNX frontend: openvino.convert_model (the ovc tool) sends usage telemetry over the network
+    # by default, and nothing here may reach the network
+    model = ov.Core().read_model(str(graph))
     ov.save_model(model, str(stage / GRAPH), compress_to_fp16=False)
     for f in Path(onnx.path).iterdir():  # tokenizer and config
         if f.is_file() and not f.name.endswith((".onnx", ".onnx.data", ".data")) and f.name != "manifest.json":
             shutil.copy2(f, stage / f.name)
     say(f"  OpenVINO IR ({ov.__version__}) from {graph.name}")
-    return {"exporter": f"openvino.convert_model {ov.__version__}", "onnx_export": str(onnx.path),
+    return {"exporter": f"openvino.Core.read_model (ONNX frontend) {ov.__version__}", "onnx_export": str(onnx.path),
             "inputs": [p.get_any_name() for p in model.inputs]}
 
 
