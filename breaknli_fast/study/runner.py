@@ -187,33 +187,175 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
               html: bool = True) -> StudyResult:
     """Run a probe (an instance, or a registered name with its ``config``) and return its records and report.
 
-    - data: ``dataset`` (``sample``, a hub name or a file; ``split``, ``limit`` or ``sample`` / ``sample_seed``,
-      ``columns``: :func:`~breaknli_fast.data.slicing.load_slice`), or ``data`` already loaded (its ``slice`` says
-      which examples it holds); the slice's gold-label counts go into report.json and report.md, warnings
-      about them to ``hook.message`` before any model loads;
-    - engines: ``engine`` (a name, or an :class:`EngineConfig` with every option) with ``precision`` and
-      ``device``, or ``models`` already loaded;
-    - run directory: ``out``, or ``runs_root``/<dataset>-n<limit>-<classifier>-<engine>-<precision>-s<seed>; with
-      neither the study runs in memory (no files). Re-running into the same directory resumes; one with another
-      run's finished records is refused unless ``overwrite``. It is locked and checked before any model loads;
-    - ``by``: dataset columns to break the headline metrics down by (report.json, report.md, breakdown.png);
-      default: what the dataset asks for (TaxiNLI's reasoning categories);
-    - ``ray``: a :class:`~breaknli_fast.study.distributed.RayConfig` to shard the chunks over Ray actors (same
-      records as one process; the driver alone writes the run directory);
-    - ``mlm``: the masked language models of a probe whose roles include ``"mlm"`` (``"a,b"`` or a list;
-      default ``mini-mlm``); ignored by other probes;
-    - ``shared_dir``: where the runs of a study over several classifiers keep the probe's classifier-independent
-      results (:meth:`Probe.shared_identity`: BreakNLI's candidates), one file per model, engine, settings and
-      data, so that each is computed once (not with ``ray``: the actors' processes do not share it);
-    - ``html``: also write report.html into the run directory (:mod:`breaknli_fast.study.html`).
-    """
-    from breaknli_fast.envinfo import environment
+    - data: ``dataset`` (``split``, ``limit`` or ``sample`` / ``sample_seed``, ``columns``: :func:`load_data`), or
+      ``data`` already loaded; ``by``: columns to break the headline metrics down by (default: the dataset's own);
+    - engines: ``engine`` (a name, or an :class:`EngineConfig`) with ``precision`` and ``device``, or ``models``
+      loaded; ``mlm``: a probe's masked LMs (``"a,b"``; default ``mini-mlm``); ``ray``: a
+      :class:`~breaknli_fast.study.distributed.RayConfig` sharding the chunks over Ray actors (the same records);
+    - run directory: ``out``, or one under ``runs_root`` (:func:`default_run_path`); neither: in memory. It is
+      locked and checked before any model loads; the same run resumes, another's is refused unless ``overwrite``;
+      ``shared_dir``: where a study over several classifiers keeps the classifier-independent results
+      (:meth:`Probe.shared_identity`) computed once; ``html``: report.html too.
 
+    The steps: :func:`load_data`, :func:`check_engines`, the run directory (:func:`open_run_dir`),
+    :func:`load_engines`, :func:`run_chunks`, :func:`write_outputs`.
+    """
     hook = hook or ProgressHook()
     if out is not None and not str(out).strip():  # Path("") is the working directory: never a run's by accident
         raise RunDirError("out is an empty path; name a folder for the run directory")
     probe = get_probe(probe, config) if isinstance(probe, str) else probe
     ecfg = engine if isinstance(engine, EngineConfig) else EngineConfig(engine=engine, precision=precision, device=device)
+    data, data_slice, columns_by = load_data(probe, hook, data, dataset=dataset, split=split, limit=limit,
+                                             sample=sample, sample_seed=sample_seed, columns=columns, by=by)
+    requests = role_requests(probe, classifier, generator, mlm)
+    mlms, needed = requests.get("mlm") or [], [name for name, m in requests.items() if m]
+    ecfg = check_engines(ecfg, requests, needed, loaded=models is not None, ray=ray is not None)
+    prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"
+    roles = {name: m for name, m in requests.items() if not role(name).many}  # one model each
+    fingerprints: dict[str, Any] = {}
+    mlm_prints: dict[str, Any] = {}  # (both filled once a run directory is asked for)
+
+    def identity_for(engine_name: str) -> dict[str, Any]:
+        models_id = {name: fp.get("files_sha256") or roles[name] for name, fp in fingerprints.items()}
+        return run_identity(probe, ecfg, engine_name, models_id, mlm_prints if mlms else None, data,
+                            {"split": split, "limit": limit, "columns": vars(columns or Columns())})
+
+    def path_for(engine_name: str) -> Path:
+        return Path(out) if out is not None else default_run_path(
+            Path(runs_root), probe, dataset, classifier, engine_name, prec, limit, slicing.identity(data.slice).get("sample"))
+
+    rd: RunDir | None = None
+    expected = models.engine if models is not None else ecfg.engine_label(needed)
+    pool = None
+    try:
+        if out is not None or runs_root is not None:
+            fingerprints = {name: model_fingerprint(m) for name, m in roles.items()}
+            mlm_prints = {name: model_fingerprint(name) for name in mlms}
+            rd = open_run_dir(path_for(expected), identity_for(expected), probe, overwrite)
+        models, pool, engine_name, details, notes = load_engines(probe, ecfg, requests, models, ray, hook)
+        meta = {"models": {"generator": requests.get("generator"), "classifier": classifier,
+                           **({"mlm": mlms} if mlms else {})},
+                "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset, "slice": data_slice}
+        note_truncation(models, pool, data, meta, hook)
+        if rd is None:  # in memory
+            records, times = pool.execute(data, None, hook) if pool is not None else \
+                execute(probe, models, data, None, hook)
+            report = _report(probe, records, data, times, None, meta, columns_by, pool)
+            return StudyResult(probe, records, report, times, None, models, data, notes)
+        identity = identity_for(engine_name)
+        if engine_name != expected:  # auto fell back to torch: that engine's directory, checked again
+            if out is None:
+                rd.unlock()
+                rd = RunDir(path_for(engine_name))
+                rd.lock()
+            rd.check(identity, overwrite=overwrite)
+        run_path = rd.path
+        config_json = {
+            "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **roles, "models": fingerprints, **({"mlm": mlms, "mlm_models": mlm_prints} if mlms else {}),
+            "roles": role_engines(ecfg, needed, models.by_role if models is not None else {}),
+            "engine": engine_record(ecfg, engine_name, engine, details, notes, bool(mlms)),
+            "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
+                        "columns": vars(columns or Columns()), "skips": data.skips.to_dict(), "slice": data_slice},
+            **probe.identity(), **settings_record(probe, ecfg, pool),
+        }
+        # config.json is written only once the engines have loaded: a study that fails earlier leaves none
+        if rd.prepare(config_json, identity, overwrite=overwrite):
+            say_resume(rd, hook)
+        store = None
+        if shared_dir is not None and pool is None and probe.shared_identity() is not None:
+            store = open_shared(Path(shared_dir), probe, fingerprints, ecfg, engine_name, data, hook)
+        records, times = run_chunks(probe, models, pool, data, rd, hook, store)
+        report = _report(probe, records, data, times, rd.load_invocations(), meta, columns_by, pool)
+        write_outputs(probe, report, rd, models, data, html)
+    finally:
+        if pool is not None:
+            pool.close()
+        if rd is not None:
+            rd.unlock()
+    shared_info = None if store is None else {"path": str(store.path), "reused": store.reused, "added": store.added}
+    return StudyResult(probe, records, report, times, run_path, models, data, notes, shared=shared_info)
+
+
+def open_run_dir(path: Path, identity: dict[str, Any], probe: Probe, overwrite: bool) -> RunDir:
+    """The run directory locked and checked before any model loads: one in use, one that cannot be written and one
+    holding another run stop here, in seconds; a resume's records must be the probe's."""
+    rd = RunDir(path)
+    rd.lock()
+    try:
+        if rd.check(identity, overwrite=overwrite)[0]:
+            check_records(probe, rd)
+    except BaseException:
+        rd.unlock()
+        raise
+    return rd
+
+
+def note_truncation(models: Models | None, pool: Any, data: LoadedData, meta: dict[str, Any],
+                    hook: ProgressHook) -> None:
+    """The pairs longer than the classifier reads (report.json's ``truncation``; a warning when there are any),
+    from the loaded classifier or the Ray actors'."""
+    cut = (input_truncation(models.classifier, data.examples) if models is not None
+           else pool.truncation(data.examples) if pool is not None else None)
+    if cut is not None:
+        meta["truncation"] = cut
+        if cut["truncated"]:
+            hook.message(f"warning: {truncation_text(cut)}; the classifier reads only their first tokens (--max-length)")
+
+
+def open_shared(root: Path, probe: Probe, fingerprints: dict[str, Any], ecfg: EngineConfig, engine_name: str,
+                data: LoadedData, hook: ProgressHook) -> SharedStore:
+    store = shared_store(root, probe, fingerprints, ecfg, engine_name, data)
+    if store.repaired_bytes:
+        hook.message(f"{store.path}: cut a torn last line of {store.repaired_bytes} bytes")
+    return store
+
+
+def run_identity(probe: Probe, ecfg: EngineConfig, engine_name: str, models_id: dict[str, Any],
+                 mlm_prints: dict[str, Any] | None, data: LoadedData, slice_args: dict[str, Any]) -> dict[str, Any]:
+    """The settings that define a run's records (config.json's ``identity``): a run directory holding another
+    identity is refused, the same one resumed."""
+    return {
+        "probe": probe.name, **models_id,
+        **({"mlm": {n: fp.get("files_sha256") or n for n, fp in mlm_prints.items()},
+            "mlm_precision": ecfg.mlm_prec} if mlm_prints is not None else {}),
+        "engine": engine_name, "precision": ecfg.precision, "device": ecfg.device.split(":")[0],
+        **({"classifier_precision": ecfg.clf_precision, "generator_precision": ecfg.gen_precision}
+           if ecfg.clf_precision != ecfg.gen_precision else {}),
+        "dataset": data.source, **slice_args, **slicing.identity(data.slice), **probe.identity(),
+        "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
+        "max_length": ecfg.max_length,
+    }
+
+
+def load_engines(probe: Probe, ecfg: EngineConfig, requests: dict[str, Any], models: Models | None, ray: Any,
+                 hook: ProgressHook) -> tuple[Models | None, Any, str, dict[str, Any], list[str]]:
+    """Step 3, the engines (after the run directory is locked): the Ray actors, or the models loaded here unless
+    given; (models, Ray pool, the engine's name, its details for config.json, notes)."""
+    if ray is not None:
+        from breaknli_fast.study.distributed import RayPool
+
+        with hook.status("starting Ray workers"):
+            pool = RayPool(probe, ecfg, requests, ray)
+        details = pool.details()
+        return None, pool, ecfg.engine, details, list(details.pop("notes", []))
+    if models is None:
+        if ecfg.threads:
+            import torch
+
+            torch.set_num_threads(ecfg.threads)
+        with hook.status("loading models"):
+            models = load_models(ecfg, requests, note=hook.message)
+    details = {"max_batch": getattr(models.classifier, "max_batch", ecfg.max_batch),  # the engine's default
+               **models.details()}
+    return models, None, models.engine, details, list(models.notes)
+
+
+def load_data(probe: Probe, hook: ProgressHook, data: LoadedData | None, *, dataset: str, split: str | None,
+              limit: int | None, sample: int | None, sample_seed: int | None, columns: Columns | None,
+              by: str | Sequence[str] | None) -> tuple[LoadedData, dict[str, Any], list[str]]:
+    """Step 1, the data: the slice (loaded here unless given), its description and warnings (said before any model
+    loads), and the breakdown's columns, each checked to exist. A slice without a valid example is one line."""
     if data is None:  # seed: generated data, and a drawn slice unless sample_seed says otherwise
         data = slicing.load_slice(dataset, split=split, limit=limit, cols=columns, seed=probe.seed, sample=sample,
                                   sample_seed=sample_seed)
@@ -228,162 +370,89 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
     columns_by = parse_by(by) or default_columns(data)
     for column in columns_by:
         column_groups(data, column)  # a missing column is a one-line error before any model loads
-    requests = role_requests(probe, classifier, generator, mlm)
-    gen_name = requests.get("generator")
-    mlms = requests.get("mlm") or []
-    needed = [name for name, m in requests.items() if m]
-    if models is None:
+    return data, data_slice, columns_by
+
+
+def check_engines(ecfg: EngineConfig, requests: dict[str, Any], needed: list[str], loaded: bool,
+                  ray: bool) -> EngineConfig:
+    """Step 2, the engines, before any model loads: the settings, each role against its engine's declaration, each
+    model's files and kind (unless the engines are ``loaded`` already); with Ray, ``auto`` resolved once so that
+    every actor runs the same backends."""
+    if not loaded:
         ecfg.check()  # precisions, workers, device, engine name: wrong ones stop here, before any model loads
         ecfg.check_roles(needed)  # each role on its engine's declaration (a missing role: one line, no export)
         check_models(ecfg, requests)  # each model's files, kind and labels, from its config
-    if ray is not None:  # "auto" is resolved here so that every actor runs the same backends
+    if ray:
         ecfg = replace(ecfg, engine=registry.resolve_engine(ecfg.engine, ecfg.precision, ecfg.device),
                        **{f"{r}_engine": ecfg.engine_of(r) for r in needed if ecfg.per_role()})
-    prec = ecfg.precision if ecfg.clf_precision == ecfg.gen_precision else f"c{ecfg.clf_precision}-g{ecfg.gen_precision}"
-    roles = {name: m for name, m in requests.items() if not role(name).many}  # one model each
-    fingerprints: dict[str, Any] = {}
-    mlm_prints: dict[str, Any] = {}
+    return ecfg
 
-    def identity_for(engine_name: str) -> dict[str, Any]:
-        return {
-            "probe": probe.name,
-            **{name: fp.get("files_sha256") or roles[name] for name, fp in fingerprints.items()},
-            **({"mlm": {n: fp.get("files_sha256") or n for n, fp in mlm_prints.items()},
-                "mlm_precision": ecfg.mlm_prec} if mlms else {}),
-            "engine": engine_name, "precision": ecfg.precision, "device": ecfg.device.split(":")[0],
-            **({"classifier_precision": ecfg.clf_precision, "generator_precision": ecfg.gen_precision}
-               if ecfg.clf_precision != ecfg.gen_precision else {}),
-            "dataset": data.source, "split": split, "limit": limit, "columns": vars(columns or Columns()),
-            **slicing.identity(data.slice), **probe.identity(),
-            "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
-            "max_length": ecfg.max_length,
-        }
 
-    def path_for(engine_name: str) -> Path:
-        return Path(out) if out is not None else default_run_path(Path(runs_root), probe, dataset, classifier,
-                                                                  engine_name, prec, limit,
-                                                                  slicing.identity(data.slice).get("sample"))
+def settings_record(probe: Probe, ecfg: EngineConfig, pool: Any) -> dict[str, Any]:
+    """config.json's classifier settings, seed, environment and (with Ray) the cluster's."""
+    from breaknli_fast.envinfo import environment
 
-    # the run directory is checked and locked before any model loads: a directory in use, one that cannot be
-    # written and one holding another run stop here, in seconds
-    rd: RunDir | None = None
-    expected = models.engine if models is not None else ecfg.engine_label(needed)
-    pool = None
-    try:
-        if out is not None or runs_root is not None:
-            fingerprints = {name: model_fingerprint(m) for name, m in roles.items()}
-            mlm_prints = {name: model_fingerprint(name) for name in mlms}
-            rd = RunDir(path_for(expected))
-            rd.lock()
-            if rd.check(identity_for(expected), overwrite=overwrite)[0]:
-                check_records(probe, rd)  # a resume: its records must be the probe's, before any model loads
-        if ray is not None:
-            from breaknli_fast.study.distributed import RayPool
-
-            with hook.status("starting Ray workers"):
-                pool = RayPool(probe, ecfg, requests, ray)
-            engine_name, details = ecfg.engine, pool.details()
-            notes = list(details.pop("notes", []))
-        else:
-            if models is None:
-                if ecfg.threads:
-                    import torch
-
-                    torch.set_num_threads(ecfg.threads)
-                with hook.status("loading models"):
-                    models = load_models(ecfg, requests, note=hook.message)
-            clf = models.classifier
-            engine_name, notes = models.engine, list(models.notes)
-            details = {"max_batch": getattr(clf, "max_batch", ecfg.max_batch),  # the engine's default when not given
-                       **models.details()}
-        meta = {"models": {"generator": gen_name, "classifier": classifier, **({"mlm": mlms} if mlms else {})},
-                "engine": f"{engine_name}:{ecfg.label}:{ecfg.device}", "dataset": dataset, "slice": data_slice}
-        cut = (input_truncation(models.classifier, data.examples) if models is not None
-               else pool.truncation(data.examples) if pool is not None else None)
-        if cut is not None:
-            meta["truncation"] = cut
-            if cut["truncated"]:
-                hook.message(f"warning: {truncation_text(cut)}; the classifier reads only their first tokens (--max-length)")
-        if rd is None:  # in memory
-            if pool is not None:
-                records, times = pool.execute(data, None, hook)
-            else:
-                records, times = execute(probe, models, data, None, hook)
-            report = _report(probe, records, data, times, None, meta, columns_by, pool)
-            return StudyResult(probe, records, report, times, None, models, data, notes)
-
-        identity = identity_for(engine_name)
-        if engine_name != expected:  # auto fell back to torch: that engine's directory, checked again
-            if out is None:
-                rd.unlock()
-                rd = RunDir(path_for(engine_name))
-                rd.lock()
-            rd.check(identity, overwrite=overwrite)
-        run_path = rd.path
-        config_json = {
-            "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **roles, "models": fingerprints, **({"mlm": mlms, "mlm_models": mlm_prints} if mlms else {}),
-            "roles": role_engines(ecfg, needed, models.by_role if models is not None else {}),
-            "engine": {"name": engine_name, "requested": engine.engine if isinstance(engine, EngineConfig) else engine,
-                       "precision": ecfg.precision, "classifier_precision": ecfg.clf_precision,
-                       "generator_precision": ecfg.gen_precision,
-                       **({"mlm_precision": ecfg.mlm_prec} if mlms else {}), "device": ecfg.device,
-                       "threads": ecfg.threads, "workers": ecfg.workers, "token_budget": ecfg.token_budget,
-                       "max_length": ecfg.max_length, **details, "notes": notes},
-            "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
-                        "columns": vars(columns or Columns()), "skips": data.skips.to_dict(), "slice": data_slice},
-            **probe.identity(),
-            "label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
+    return {"label_map": ecfg.label_map, "nli_prompt": ecfg.nli_prompt, "nli_method": ecfg.nli_method,
             "seed": probe.seed, "environment": environment(registry.declared_packages()),
             **({"ray": pool.cfg.to_dict() | {"workers_started": len(pool.actors), "worker_nodes": pool.infos}}
-               if pool is not None else {}),
-        }
-        # config.json is written only once the engines have loaded: a study that fails earlier leaves none
-        if rd.prepare(config_json, identity, overwrite=overwrite):
-            msg = f"resuming {run_path}: {len(rd.load_samples())} example records already done"
-            if rd.repaired_bytes:
-                msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
-            hook.message(msg)
-            if rd.resume_warning():
-                hook.message(f"warning: {rd.resume_warning()}")
-        times = probe.new_times()
-        store = None
-        if shared_dir is not None and pool is None and probe.shared_identity() is not None:
-            store = shared_store(Path(shared_dir), probe, fingerprints, ecfg, engine_name, data)
-            if store.repaired_bytes:
-                hook.message(f"{store.path}: cut a torn last line of {store.repaired_bytes} bytes")
-        start = rd.samples_end()
-        try:
-            if pool is not None:
-                records, times = pool.execute(data, rd, hook, times=times)
-            else:
-                records, times = execute(probe, models, data, rd, hook, times=times, shared=store)
-        except BaseException:  # Ctrl-C, SIGTERM, an error: the records written are what the file holds
-            times.examples = rd.records_since(start)  # (a stop during a chunk's fsync: written, not yet counted)
-            raise
-        finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
-            if times.examples:
-                rd.append_invocation(times.to_dict())
-        report = _report(probe, records, data, times, rd.load_invocations(), meta, columns_by, pool)
-        engines = models.engines if models is not None else {}  # (--ray: the engines live in the actors)
-        runtime = {role: e.runtime_details() for role, e in engines.items() if hasattr(e, "runtime_details")}
-        if runtime:  # what engines measured of themselves while they ran (the cudagraph engine's graph counters)
-            report["engine_runtime"] = runtime
-        rd.write_report(report, markdown(probe, report))
-        if report.get("breakdown"):
-            plot_breakdown(report["breakdown"], run_path / "breakdown.png")
-        probe.files(report, run_path)
-        if html:
-            from breaknli_fast.study.html import write_html
+               if pool is not None else {})}
 
-            write_html([run_path], run_path / "report.html", data={str(run_path): data})
-    finally:
+
+def engine_record(ecfg: EngineConfig, engine_name: str, requested: Any, details: dict[str, Any], notes: list[str],
+                  mlm: bool) -> dict[str, Any]:
+    """config.json's ``engine``: what ran, what was asked for, the precisions and the engine's own details."""
+    return {"name": engine_name, "requested": requested.engine if isinstance(requested, EngineConfig) else requested,
+            "precision": ecfg.precision, "classifier_precision": ecfg.clf_precision,
+            "generator_precision": ecfg.gen_precision, **({"mlm_precision": ecfg.mlm_prec} if mlm else {}),
+            "device": ecfg.device, "threads": ecfg.threads, "workers": ecfg.workers,
+            "token_budget": ecfg.token_budget, "max_length": ecfg.max_length, **details, "notes": notes}
+
+
+def say_resume(rd: RunDir, hook: ProgressHook) -> None:
+    """The resume's notice: the records already done, a torn last line cut, earlier records of other code."""
+    msg = f"resuming {rd.path}: {len(rd.load_samples())} example records already done"
+    if rd.repaired_bytes:
+        msg += f" (cut a torn last line of {rd.repaired_bytes} bytes)"
+    hook.message(msg)
+    if rd.resume_warning():
+        hook.message(f"warning: {rd.resume_warning()}")
+
+
+def run_chunks(probe: Probe, models: Models | None, pool: Any, data: LoadedData, rd: RunDir, hook: ProgressHook,
+               store: SharedStore | None) -> tuple[list[dict[str, Any]], StageTimes]:
+    """Step 4, the chunks not yet in the run directory (in this process, or on the Ray actors); the invocation's
+    timings are appended however it ends (a Ctrl-C, SIGTERM or error keeps what was written and counts it)."""
+    times = probe.new_times()
+    start = rd.samples_end()
+    try:
         if pool is not None:
-            pool.close()
-        if rd is not None:
-            rd.unlock()
-    shared_info = None if store is None else {"path": str(store.path), "reused": store.reused, "added": store.added}
-    return StudyResult(probe, records, report, times, run_path, models, data, notes, shared=shared_info)
+            return pool.execute(data, rd, hook, times=times)
+        records, times = execute(probe, models, data, rd, hook, times=times, shared=store)
+        return records, times
+    except BaseException:  # Ctrl-C, SIGTERM, an error: the records written are what the file holds
+        times.examples = rd.records_since(start)  # (a stop during a chunk's fsync: written, not yet counted)
+        raise
+    finally:  # an interrupted invocation's work counts too (a killed one loses only its timings)
+        if times.examples:
+            rd.append_invocation(times.to_dict())
+
+
+def write_outputs(probe: Probe, report: dict[str, Any], rd: RunDir, models: Models | None, data: LoadedData,
+                  html: bool) -> None:
+    """Step 5, the reports: what the engines measured of themselves, report.json / report.md, the breakdown's plot,
+    the probe's own files and report.html."""
+    engines = models.engines if models is not None else {}  # (--ray: the engines live in the actors)
+    runtime = {role: e.runtime_details() for role, e in engines.items() if hasattr(e, "runtime_details")}
+    if runtime:  # what engines measured of themselves while they ran (the cudagraph engine's graph counters)
+        report["engine_runtime"] = runtime
+    rd.write_report(report, markdown(probe, report))
+    if report.get("breakdown"):
+        plot_breakdown(report["breakdown"], rd.path / "breakdown.png")
+    probe.files(report, rd.path)
+    if html:
+        from breaknli_fast.study.html import write_html
+
+        write_html([rd.path], rd.path / "report.html", data={str(rd.path): data})
 
 
 def shared_store(root: Path, probe: Probe, fingerprints: dict[str, Any], ecfg: EngineConfig, engine_name: str,
