@@ -127,11 +127,24 @@ def ok_engines(p: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in p.get("engines", []) if e.get("status") == "ok"]
 
 
+def model_label(name: Any) -> str:
+    """A model as the reader can name it: a random-weight model built in one machine's cache by its architecture
+    (``flan-t5-base (random weights)``), another absolute path by its folder's name."""
+    text = str(name)
+    if not text.startswith("/"):
+        return text
+    folder = Path(text).name
+    if "random-weights" in text:
+        return f"{folder.rsplit('-', 1)[0]} (random weights)"
+    return folder
+
+
 def bench_workload(p: dict[str, Any]) -> str:
     wl, loop = p.get("workload") or {}, get(p, "config", "loop") or get(p, "config", "probe_config") or {}  # schema /1: loop
     dec = loop.get("decoding") or {}
     return (f"Dataset `{get(p, 'data', 'name')}` ({get(p, 'data', 'examples')} examples); generator "
-            f"`{get(p, 'models', 'generator')}`, classifier `{get(p, 'models', 'classifier')}`; fixed workload "
+            f"`{model_label(get(p, 'models', 'generator'))}`, classifier `{model_label(get(p, 'models', 'classifier'))}`; "
+            "fixed workload "
             f"{wl.get('classify_ph_pairs')} (p, h) pairs, {wl.get('generate_prompts')} prompts × K={loop.get('k')} "
             f"(max_new_tokens {dec.get('max_new_tokens')}, min_new_tokens {dec.get('min_new_tokens')}), "
             f"{wl.get('relation_pairs')} relation pairs, {wl.get('evaluate_pairs')} (p, h') pairs. "
@@ -248,7 +261,8 @@ def bench_memory(doc: Result) -> str:
         rows.append([e["label"], f(m.get("rss_before_load_mib"), ".0f"), f(m.get("peak_rss_load_mib"), ".0f"),
                      f(m.get("rss_after_load_mib"), ".0f"), f(m.get("peak_rss_mib"), ".0f"),
                      "all engines loaded together" if m.get("shared") else ""])
-    title = random_title(doc) if is_random(doc) else f"{get(p, 'models', 'generator')} + {get(p, 'models', 'classifier')}"
+    title = random_title(doc) if is_random(doc) else \
+        f"{model_label(get(p, 'models', 'generator'))} + {model_label(get(p, 'models', 'classifier'))}"
     return "\n".join([f"Models: {title}; {get(p, 'data', 'examples')} examples.", "",
                       table(["engine", "RSS before load MiB", "peak while loading MiB", "RSS after load MiB",
                              "peak while running MiB", "note"], rows)])
@@ -1228,7 +1242,8 @@ def _rate_ci(r: dict[str, Any] | None) -> str:
 
 def study_title(doc: Result) -> str:
     p = doc["payload"]
-    return f"{p.get('probe')} on {p.get('dataset')} ({p.get('examples')} examples), classifier {get(p, 'models', 'classifier')}"
+    return (f"{p.get('probe')} on {p.get('dataset')} ({p.get('examples')} examples), classifier "
+            f"{model_label(get(p, 'models', 'classifier'))}")
 
 
 def study(doc: Result) -> str:
