@@ -180,6 +180,11 @@ step probe-breaknli $PY scripts/bench_save.py --result "$R/probe-breaknli.json" 
     --engines "$PARITY_ENGINES,ort:int8:quantization=dynamic-batch,ort:int8:clf.quantization=static" \
     --limit "$PARITY_SHORT_LIMIT" --warmup 0 \
     --min-iterations 1 --min-seconds 0
+# the faithful configuration of a CPU with bf16: the generator on ort fp32 (the reference's candidates), the classifier
+# on OpenVINO bf16 (fp32 where the CPU has no bf16), beside ort int8, BreakNLI on the first 400 pairs
+step probe-breaknli-openvino $PY scripts/bench_save.py --result "$R/probe-breaknli-openvino.json" -- --probe breaknli \
+    --engines "torch:fp32,gen=ort:fp32/clf=openvino:$OV_BEST,ort:int8" --limit "$PARITY_SHORT_LIMIT" --warmup 0 \
+    --min-iterations 1 --min-seconds 0
 step probe-accuracy $PY scripts/bench_save.py --result "$R/probe-accuracy.json" -- --probe accuracy \
     --engines "$PARITY_ENGINES,ort:int8:quantization=dynamic-batch,ort:int8:quantization=static$OV_ENGINES" \
     --limit "$PARITY_LIMIT" --warmup 0
