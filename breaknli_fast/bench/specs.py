@@ -127,8 +127,10 @@ def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
         registry.options_class(engine)  # an unknown engine is refused here, before any model loads
     except registry.EngineUnavailable as e:
         raise BenchSpecError(f"engine {text!r}: {e}") from None
-    if precision not in PRECISIONS:
-        raise BenchSpecError(f"engine {text!r}: unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
+    try:
+        registry.precision_name(precision)
+    except registry.PrecisionError:
+        raise BenchSpecError(f"engine {text!r}: unknown precision {precision!r}; use {', '.join(PRECISIONS)}") from None
     cfg = replace(base or EngineConfig(), engine=engine, precision=precision, classifier_precision=None,
                   generator_precision=None, mlm_precision=None, extra={})
     # the name reports show: as written, without a label= (which replaces it)
@@ -140,8 +142,10 @@ def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
         if key == "label":
             out.label = val
         elif key in ROLE_PRECISION:
-            if val.lower() not in PRECISIONS:
-                raise BenchSpecError(f"engine {text!r}: unknown precision {val!r}; use {', '.join(PRECISIONS)}")
+            try:
+                registry.precision_name(val)
+            except registry.PrecisionError:
+                raise BenchSpecError(f"engine {text!r}: unknown precision {val!r}; use {', '.join(PRECISIONS)}") from None
             setattr(cfg, ROLE_PRECISION[key], val.lower())
         elif key in ("classifier", "generator"):
             setattr(out, key, val)

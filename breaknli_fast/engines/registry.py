@@ -34,6 +34,15 @@ AUTO = "auto"
 REFERENCE = "torch"  # the fp32 reference, and auto's fallback
 # every precision some backend runs (command-line choices); each backend's own are in its declaration
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+def precision_name(value: str, what: str = "precision") -> str:
+    """``value`` when it names a precision some backend runs (lower-cased), else one line naming the choices; which
+    precisions a backend runs for a role on a device is its declaration's (:meth:`Backend.check`)."""
+    v = str(value).strip().lower()
+    if v not in PRECISIONS:
+        raise PrecisionError(f"{what} {value!r}: use {', '.join(PRECISIONS)}")
+    return v
+
+
 # prefixes of an option meant for one role only (bench specs, EngineConfig.extra)
 ROLE_PREFIXES = {"clf.": CLASSIFIER, "gen.": GENERATOR, "mlm.": MASK_FILLER}
 _LOADERS = {CLASSIFIER: "load_classifier", GENERATOR: "load_generator", MASK_FILLER: "load_mask_filler"}

@@ -52,10 +52,7 @@ class EngineConfig:
     def check(self) -> None:
         """Refuse, in one line, what is wrong without loading a model: an unknown precision, device, ``workers``,
         NLI prompt or method, and sizes below 1 (the run stops before the minutes of loading)."""
-        for flag, prec in (("--precision", self.precision), ("--classifier-precision", self.classifier_precision),
-                           ("--generator-precision", self.generator_precision), ("--mlm-precision", self.mlm_precision)):
-            if prec is not None and prec not in registry.PRECISIONS:
-                raise UserError(f"{flag} {prec!r}: use {', '.join(registry.PRECISIONS)}")
+        self.check_precisions()
         kind, _, index = self.device.partition(":")
         if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
             raise UserError(f"unknown device {self.device!r}; use cpu or cuda[:N]")
@@ -97,6 +94,17 @@ class EngineConfig:
         else:
             own = {}
         return {**own, **common, **(registry.role_options(name, role, self.extra) if self.extra else {})}
+
+    def check_precisions(self) -> None:
+        """Every precision named here is one some backend runs (:func:`registry.precision_name`); whether a role's
+        engine runs it is :meth:`check_roles`'s."""
+        for flag, prec in (("--precision", self.precision), ("--classifier-precision", self.classifier_precision),
+                           ("--generator-precision", self.generator_precision), ("--mlm-precision", self.mlm_precision)):
+            if prec is not None:
+                try:
+                    registry.precision_name(prec, flag)
+                except registry.PrecisionError as e:
+                    raise UserError(str(e)) from None
 
     def engine_of(self, role: str) -> str:
         """The engine of ``role``'s models: its own (``<role>_engine``) or the config's, ``auto`` resolved at the
@@ -200,10 +208,7 @@ def load_models(cfg: EngineConfig, requests: Mapping[str, str | Sequence[str] | 
     a list; a role left out or None is not loaded) on the engine of ``cfg``. With ``engine="auto"`` a model that
     the chosen backend cannot take (no export, an export that fails validation) is loaded on torch instead, and
     ``note`` is told why."""
-    for r in ROLES:
-        prec = getattr(cfg, f"{r.name}_precision", None)
-        if prec is not None and prec not in registry.PRECISIONS:
-            raise UserError(f"--{r.name}-precision {prec!r}: use {', '.join(registry.PRECISIONS)}")
+    cfg.check_precisions()
     wanted = [(r, model_names(requests.get(r.name)) if r.many else requests.get(r.name)) for r in ROLES]
     wanted = [(r, m) for r, m in wanted if m]
     cfg.check_roles([r.name for r, _ in wanted])  # every role on its engine, before the first loads
