@@ -53,9 +53,10 @@ class EngineConfig:
         """Refuse, in one line, what is wrong without loading a model: an unknown precision, device, ``workers``,
         NLI prompt or method, and sizes below 1 (the run stops before the minutes of loading)."""
         self.check_precisions()
-        kind, _, index = self.device.partition(":")
-        if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or (kind == "cpu" and index):
-            raise UserError(f"unknown device {self.device!r}; use cpu or cuda[:N]")
+        try:
+            kind = registry.device_kind(self.device)  # the one parser of device strings
+        except registry.PrecisionError as e:
+            raise UserError(str(e)) from None
         if kind == "cuda":
             import torch
 
