@@ -19,6 +19,17 @@ PACKAGES = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "onnxs
 NOT_VERIFIED = "not verified on a GPU"
 
 
+def installed_entry_points(group: str) -> list[tuple[str, str]]:
+    """(name, value) of the entry points installed packages declare in ``group`` (the backends' and probes'
+    registries join by them); none where another package's metadata is broken, so the built-in ones still work."""
+    from importlib.metadata import entry_points
+
+    try:
+        return [(ep.name, ep.value) for ep in entry_points(group=group)]
+    except Exception:  # noqa: BLE001 - broken metadata of another package
+        return []
+
+
 def package_version(name: str) -> str | None:
     try:
         from importlib.metadata import version

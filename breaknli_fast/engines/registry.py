@@ -65,14 +65,10 @@ def _read_plugins() -> None:
     if _PLUGINS_READ:
         return
     _PLUGINS_READ = True
-    from importlib.metadata import entry_points
+    from breaknli_fast.envinfo import installed_entry_points
 
-    try:
-        found = entry_points(group=ENTRY_POINTS)
-    except Exception:  # noqa: BLE001 - broken metadata of another package: the built-in backends still work
-        return
-    for ep in found:
-        _ENGINES.setdefault(ep.name, ep.value.split(":", 1)[0])
+    for name, value in installed_entry_points(ENTRY_POINTS):
+        _ENGINES.setdefault(name, value.split(":", 1)[0])
 
 
 def rescan() -> None:

@@ -38,14 +38,10 @@ def _read_plugins() -> None:
     if _PLUGINS_READ:
         return
     _PLUGINS_READ = True
-    from importlib.metadata import entry_points
+    from breaknli_fast.envinfo import installed_entry_points
 
-    try:
-        found = entry_points(group=ENTRY_POINTS)
-    except Exception:  # noqa: BLE001 - broken metadata of another package: the built-in probes still work
-        return
-    for ep in found:
-        _PROBES.setdefault(ep.name, ep.value)
+    for name, value in installed_entry_points(ENTRY_POINTS):
+        _PROBES.setdefault(name, value)
 
 
 def rescan() -> None:
