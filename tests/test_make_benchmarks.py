@@ -557,3 +557,16 @@ def test_listed_commands_run_from_any_fresh_clone():
         "scripts/gpu_check.sh --out $OUT --limit 400"
     text = (root / "BENCHMARKS.md").read_text()
     assert "/tmp/" not in text and "/root/" not in text and "/work/" not in text
+
+
+def test_benchmarks_md_and_the_readme_table_regenerate_byte_for_byte(tmp_path: Path):
+    """BENCHMARKS.md and the README's parity table are what make_benchmarks writes from the saved result files,
+    to the byte: a hand edit, a renderer change or a result file changed without regenerating fails here."""
+    root = Path(make_benchmarks.__file__).resolve().parent.parent
+    readme = tmp_path / "README.md"
+    readme.write_text((root / "README.md").read_text())
+    out = tmp_path / "BENCHMARKS.md"
+    assert make_benchmarks.main(["--results", str(root / "benchmarks" / "results"), "--out", str(out),
+                                 "--readme", str(readme)]) == 0
+    assert out.read_bytes() == (root / "BENCHMARKS.md").read_bytes()
+    assert readme.read_bytes() == (root / "README.md").read_bytes()
