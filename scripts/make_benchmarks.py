@@ -4,7 +4,9 @@
 Every figure of the document comes from a result file (scripts/provenance.py describes the layout);
 under each table stand the command that measured it, its date, commit and machine. A question
 whose result file is missing is answered "not measured". The prose of "How ``breaknli-fast bench``
-measures" is ``benchmarks/intro.md``.
+measures" is ``benchmarks/intro.md``. Which subsection reads a file is its kind, and where the kind does not
+tell, what the file's entry of the benchmark suite (benchmarks/suite.toml) ``feeds``: a file no entry names
+is read by its kind alone (tests/test_suite.py fails on it).
 
     python scripts/make_benchmarks.py --results benchmarks/results --out BENCHMARKS.md
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from provenance import load_results, portable_command
+from suite import suite_module
 
 ROOT = Path(__file__).resolve().parent.parent
 INTRO = ROOT / "benchmarks" / "intro.md"
@@ -29,6 +32,37 @@ STAGES = ("classify_ph", "generate", "relation", "evaluate")
 MODE_SHORT = {"contradictive": "contr.", "entailed": "ent."}
 
 Result = dict[str, Any]
+SUITE_FILE = ROOT / "benchmarks" / "suite.toml"
+
+
+def _suite() -> Any:
+    """The benchmark suite (benchmarks/suite.toml), read once."""
+    global _SUITE
+    if _SUITE is None:
+        _SUITE = suite_module().load_suite(SUITE_FILE)
+    return _SUITE
+
+
+_SUITE: Any = None
+
+
+def entry_of(r: Result) -> Any:
+    """The suite entry that writes the result file ``r``, None if no entry names it."""
+    return _suite().entry_for_result(Path(r["file"]).name)
+
+
+def entry_name(r: Result) -> str:
+    """The name of the suite entry that writes ``r`` (the file's stem where no entry names it)."""
+    e = entry_of(r)
+    return e.name if e is not None else Path(r["file"]).stem
+
+
+def feeds(key: str) -> Callable[[Result], bool]:
+    """Whether a file's suite entry feeds the subsection ``key`` (a key of :data:`SECTIONS`)."""
+    def pred(r: Result) -> bool:
+        e = entry_of(r)
+        return e is not None and key in e.feeds
+    return pred
 
 
 # -- formatting ---------------------------------------------------------------------------------------------
@@ -117,8 +151,8 @@ def is_random(r: Result) -> bool:
 
 
 bench_mini = of_kind("bench", lambda r: not is_random(r) and (get(r, "payload", "probe") or "breaknli") == "breaknli"
-                     and not Path(r["file"]).stem.startswith("probe-"))
-bench_random = of_kind("bench", lambda r: is_random(r) and not Path(r["file"]).stem.startswith("probe-"))
+                     and feeds("1/bench-mini")(r))
+bench_random = of_kind("bench", lambda r: is_random(r) and feeds("1/random-weights")(r))
 
 
 # -- renderers: one result file -> markdown (without the provenance lines) ---------------------------------
@@ -585,13 +619,12 @@ PROJECT = "breaknli-fast "
 
 def real_loop_files(results: list[Result]) -> list[Result]:
     """``bench`` files of the loop at real shapes (``bench-real-loop-*``, random weights)."""
-    return [r for r in results if r.get("kind") == "bench" and is_random(r)
-            and Path(r["file"]).stem.startswith("bench-real-loop")]
+    return [r for r in results if r.get("kind") == "bench" and is_random(r) and feeds("1/targets")(r)]
 
 
 def real_shape_files(results: list[Result]) -> list[Result]:
     """The real-shape measurements of the targets (the per-stack generator runs have a section of their own)."""
-    return [r for r in of_kind("real_shapes")(results) if not stem(r).startswith("gen-stacks-")]
+    return [r for r in of_kind("real_shapes")(results) if not feeds("1/gen-stacks")(r)]
 
 
 def real_target_rows(results: list[Result]) -> list[dict[str, Any]]:
@@ -650,7 +683,7 @@ def real_target_rows(results: list[Result]) -> list[dict[str, Any]]:
 def stack_files(results: list[Result]) -> list[Result]:
     """Generator measurements on each transformers stack (``gen-stacks-*``: scripts/bench_real_shapes.py, one file
     per stack, prompt count, and for the comparison with an earlier commit, per commit)."""
-    return sorted([r for r in of_kind("real_shapes")(results) if stem(r).startswith("gen-stacks-")],
+    return sorted([r for r in of_kind("real_shapes")(results) if feeds("1/gen-stacks")(r)],
                   key=lambda r: (str(get(r, "machine", "packages", "transformers")), get(r, "payload", "workload", "prompts") or 0,
                                  str(r.get("date"))))
 
@@ -774,9 +807,9 @@ def stem(r: Result) -> str:
     return Path(r["file"]).stem
 
 
-def probe_bench(name: str, pred: Callable[[Result], bool] | None = None) -> Callable[[list[Result]], list[Result]]:
-    """bench result files of one probe written for the probe sections (files named probe-*.json)."""
-    return of_kind("bench", lambda r: stem(r).startswith("probe-") and probe_of(r) == name and (pred is None or pred(r)))
+def probe_bench(key: str, name: str, pred: Callable[[Result], bool] | None = None) -> Callable[[list[Result]], list[Result]]:
+    """bench result files of one probe whose suite entry feeds the probe subsection ``key``."""
+    return of_kind("bench", lambda r: feeds(key)(r) and probe_of(r) == name and (pred is None or pred(r)))
 
 
 def on_evaluation_slice(r: Result) -> bool:
@@ -786,16 +819,10 @@ def on_evaluation_slice(r: Result) -> bool:
 
 
 def parity_files(results: list[Result]) -> list[Result]:
-    """The files of the parity table per probe x engine, measured on the evaluation slice: probe-<probe>.json (and
-    probe-<probe>-<engine>.json: one engine's own file, such as the cudagraph engine's), and for breaknli also
-    bench-parity-all.json (all 2,724 pairs); per probe the file of the most examples first."""
-    from breaknli_fast.engines import registry
-
-    def named(r: Result) -> bool:
-        probe = f"probe-{probe_of(r)}"
-        return stem(r) in ("bench-parity-all", probe, *(f"{probe}-{e}" for e in registry.names()))
-
-    chosen = [r for r in results if r.get("kind") == "bench" and on_evaluation_slice(r) and named(r)]
+    """The files of the parity table per probe x engine, measured on the evaluation slice: those whose suite entry
+    feeds it (2b/parity: a probe's file, one engine's own file such as the cudagraph engine's, and BreakNLI on all
+    2,724 pairs); per probe the file of the most examples first."""
+    chosen = [r for r in results if r.get("kind") == "bench" and on_evaluation_slice(r) and feeds("2b/parity")(r)]
     return sorted(chosen, key=lambda r: (PROBE_ORDER.index(probe_of(r)) if probe_of(r) in PROBE_ORDER else 99,
                                          -(get(r, "payload", "data", "examples") or 0), stem(r)))
 
@@ -1333,8 +1360,9 @@ def _lg_row(doc: Result | None, engine: str, role: str, scenario: str) -> dict[s
 
 
 def shown_to_match_mini(results: list[Result]) -> dict[str, bool]:
-    """Engines whose classifier reached the 99 % tier in every scenario of the mini models' file (loadgen-mini)."""
-    mini = next((r for r in loadgen_files(results) if stem(r) == "loadgen-mini"), None)
+    """Engines whose classifier reached the 99 % tier in every scenario of the mini models' file (suite entry
+    loadgen-mini)."""
+    mini = next((r for r in loadgen_files(results) if entry_name(r) == "loadgen-mini"), None)
     out: dict[str, bool] = {}
     for r in get(mini, "payload", "scenarios") or []:
         if r.get("role") == "classifier":
@@ -1351,7 +1379,8 @@ def _numerics_label(label: Any) -> str:
 
 
 def _runs_of(files: dict[str, Result], name: str) -> list[Result]:
-    """The files of one measurement and its variants (``name`` and ``name-<variant>``, e.g. ``-latency``)."""
+    """The files of one measurement and its variants (suite entries ``name`` and ``name-<variant>``, e.g.
+    ``-latency``)."""
     return [files[n] for n in sorted(files) if n == name or n.startswith(name + "-")]
 
 
@@ -1377,7 +1406,7 @@ def _rounds_note(*rows: dict[str, Any] | None) -> str:
 
 
 def loadgen_targets(results: list[Result], label: str) -> str:
-    files = {stem(r): r for r in loadgen_files(results)}
+    files = {entry_name(r): r for r in loadgen_files(results)}
     rows: list[list[Any]] = []
     # the roberta-base SingleStream runs: the default engines, and the latency configuration (workers=1: all
     # threads on the one query); each ratio within its own file, against that file's torch fp32
@@ -1450,7 +1479,8 @@ def loadgen_targets(results: list[Result], label: str) -> str:
     else:
         lead = ("Each target within one bench (ratios within the same file; a bench run in rounds says so beside "
                 "its figures); files: "
-                + "; ".join(f"`{n}.json` {d.get('date')} at `{d.get('commit')}`" for n, d in sorted(files.items())) + ".")
+                + "; ".join(f"`{Path(d['file']).name}` {d.get('date')} at `{d.get('commit')}`" for _, d in sorted(files.items()))
+                + ".")
     return "\n".join([lead, "", table(["target", "engine", "measured", "ratio", ""], rows)])
 
 
@@ -1461,96 +1491,98 @@ class Summary:
         self.fn = fn
 
 
-Subsection = tuple[str, str, str, Callable[[list[Result]], list[Result]], Callable[[Result], str] | Summary | None,
+# (key, title, what it measures, script, selection, renderer, title of each file's table); the key is what a suite
+# entry's ``feeds`` names (benchmarks/suite.toml)
+Subsection = tuple[str, str, str, str, Callable[[list[Result]], list[Result]], Callable[[Result], str] | Summary | None,
                    Callable[[Result], str] | None]
 
 SECTIONS: list[tuple[str, str, list[Subsection]]] = [
     ("1. Which engine is fastest where", "", [
-        ("The targets at the sizes users run", "a real-shape measurement", "scripts/bench_real_shapes.py",
+        ("1/targets", "The targets at the sizes users run", "a real-shape measurement", "scripts/bench_real_shapes.py",
          lambda rs: real_shape_files(rs) + real_loop_files(rs), None, None),
-        ("The loop as a user runs it: `breaknli-fast run` per engine", "the run-loop timing",
+        ("1/run-loop", "The loop as a user runs it: `breaknli-fast run` per engine", "the run-loop timing",
          "scripts/bench_run_loop.py", of_kind("run_loop"), run_loop_speed, None),
-        ("The ort generator on both transformers stacks, against CTranslate2", "a generator measurement per stack",
+        ("1/gen-stacks", "The ort generator on both transformers stacks, against CTranslate2", "a generator measurement per stack",
          "scripts/bench_real_shapes.py", stack_files, Summary(gen_stacks), None),
-        ("`breaknli-fast bench` on the mini models: speed-ups per stage", "a bench of the mini models",
+        ("1/bench-mini", "`breaknli-fast bench` on the mini models: speed-ups per stage", "a bench of the mini models",
          "scripts/bench_save.py", bench_mini, bench_speed, bench_title),
-        ("Real shapes with random weights", "a bench with --random-weights", "scripts/bench_save.py", bench_random,
+        ("1/random-weights", "Real shapes with random weights", "a bench with --random-weights", "scripts/bench_save.py", bench_random,
          bench_speed, random_title),
-        ("Real shapes at the loop's defaults against CTranslate2, transformers and optimum", "a real-shape measurement",
+        ("1/real-shapes", "Real shapes at the loop's defaults against CTranslate2, transformers and optimum", "a real-shape measurement",
          "scripts/bench_real_shapes.py", real_shape_files, real_shapes, real_shapes_title),
-        ("A roberta-shaped classifier alone (random weights)", "the classifier-shape timing", "scripts/bench_classifier_shapes.py",
+        ("1/classifier-shapes", "A roberta-shaped classifier alone (random weights)", "the classifier-shape timing", "scripts/bench_classifier_shapes.py",
          of_kind("classifier_shapes"), classifier_shapes, None),
-        ("Generation alone: samplers, compaction, engines", "the generation timing", "scripts/bench_generation.py",
+        ("1/generation", "Generation alone: samplers, compaction, engines", "the generation timing", "scripts/bench_generation.py",
          of_kind("generation"), generation, None),
-        ("The generator's batches (--gen-batch) against the former sampler", "the generator-batch timing",
+        ("1/gen-batch", "The generator's batches (--gen-batch) against the former sampler", "the generator-batch timing",
          "scripts/bench_gen_batch.py", of_kind("generation_batch"), generation_batch, None),
-        ("Classifier graph variants on the CPU provider", "the classifier-variant timing",
+        ("1/classifier-variants", "Classifier graph variants on the CPU provider", "the classifier-variant timing",
          "scripts/bench_classifier_variants.py", of_kind("classifier_variants"), classifier_variants, None),
     ]),
     ("1b. Latency the way MLPerf measures it: LoadGen's scenarios", "MLCommons' LoadGen drives each engine "
      "(`breaknli-fast bench --scenario`, docs/latency.md): SingleStream, MultiStream and Offline per role, each run "
      "VALID or INVALID by LoadGen's rules, beside the accuracy pass's score as a percentage of torch fp32's.", [
-        ("The targets", "a LoadGen scenario bench", "scripts/bench_save.py", loadgen_files, Summary(loadgen_targets),
+        ("1b/targets", "The targets", "a LoadGen scenario bench", "scripts/bench_save.py", loadgen_files, Summary(loadgen_targets),
          None),
-        ("Scenarios per engine, role and scenario", "a LoadGen scenario bench", "scripts/bench_save.py",
+        ("1b/scenarios", "Scenarios per engine, role and scenario", "a LoadGen scenario bench", "scripts/bench_save.py",
          loadgen_files, loadgen_table, loadgen_title),
     ]),
     ("2. Parity with the torch reference", "", [
-        ("ONNX Runtime against torch fp32 on real pairs", "the ORT parity check", "scripts/ort_parity.py",
+        ("2/ort-parity", "ONNX Runtime against torch fp32 on real pairs", "the ORT parity check", "scripts/ort_parity.py",
          of_kind("ort_parity"), ort_parity, None),
-        ("`breaknli-fast bench` on the mini models: labels, logits, breakage", "a bench of the mini models",
+        ("2/bench-mini", "`breaknli-fast bench` on the mini models: labels, logits, breakage", "a bench of the mini models",
          "scripts/bench_save.py", bench_mini, bench_parity, bench_title),
-        ("The loop's breakage per engine", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
+        ("2/run-loop", "The loop's breakage per engine", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
          run_loop_parity, None),
     ]),
     ("2b. The probes on the engines", "Each probe through the study runner on every engine (`breaknli-fast bench "
      "--probe P`): speed, per-record prediction agreement, batch invariance and the paired parity of its headline "
      "metrics with the torch fp32 reference.", [
-        ("Parity per probe × engine on the evaluation slice", "a parity measurement of a probe on the evaluation slice",
+        ("2b/parity", "Parity per probe × engine on the evaluation slice", "a parity measurement of a probe on the evaluation slice",
          "scripts/bench_save.py", parity_files, probe_parity, probe_title),
-        ("Word-order permutation acceptance (UNLI): speed", "a permutation-probe bench", "scripts/bench_save.py",
-         probe_bench("permutation"), probe_speed, probe_title),
-        ("BreakNLI: the lazy relation filter against the full one", "a BreakNLI bench with --relation-filter",
-         "scripts/bench_save.py", probe_bench("breaknli"), probe_speed, probe_title),
-        ("Accuracy per TaxiNLI category", "an accuracy-probe bench on TaxiNLI", "scripts/bench_save.py",
-         probe_bench("accuracy", lambda r: get(r, "payload", "data", "name") == "taxinli"), probe_parity, probe_title),
-        ("MERGE (minimal word replacement): suggestions/s and variant pairs/s", "a MERGE measurement",
+        ("2b/permutation", "Word-order permutation acceptance (UNLI): speed", "a permutation-probe bench", "scripts/bench_save.py",
+         probe_bench("2b/permutation", "permutation"), probe_speed, probe_title),
+        ("2b/relation-filter", "BreakNLI: the lazy relation filter against the full one", "a BreakNLI bench with --relation-filter",
+         "scripts/bench_save.py", probe_bench("2b/relation-filter", "breaknli"), probe_speed, probe_title),
+        ("2b/taxinli", "Accuracy per TaxiNLI category", "an accuracy-probe bench on TaxiNLI", "scripts/bench_save.py",
+         probe_bench("2b/taxinli", "accuracy", lambda r: get(r, "payload", "data", "name") == "taxinli"), probe_parity, probe_title),
+        ("2b/merge-speed", "MERGE (minimal word replacement): suggestions/s and variant pairs/s", "a MERGE measurement",
          "scripts/bench_merge.py", of_kind("merge"), merge_speed, None),
-        ("MERGE: the classifiers on the same variants", "a MERGE measurement",
+        ("2b/merge-parity", "MERGE: the classifiers on the same variants", "a MERGE measurement",
          "scripts/bench_merge.py", of_kind("merge"), merge_parity, None),
     ]),
     ("2c. Past one machine: a study sharded over Ray", "One process against Ray actors on the same study.", [
-        ("1 vs 2 workers on this machine", "a Ray measurement", "scripts/bench_ray.py", of_kind("ray"), ray_runs, None),
+        ("2c/ray", "1 vs 2 workers on this machine", "a Ray measurement", "scripts/bench_ray.py", of_kind("ray"), ray_runs, None),
     ]),
     ("2d. What the studies measure: the mini models on generated data", "A probe on one engine (the torch fp32 "
      "reference) through the study entry point: headline rates and the dataset's own breakdown.", [
-        ("Synthetic corpora with computed labels (aenli, kinship)", "a study of a synthetic corpus",
+        ("2d/studies", "Synthetic corpora with computed labels (aenli, kinship)", "a study of a synthetic corpus",
          "scripts/bench_study.py", of_kind("study"), study, study_title),
     ]),
     ("3. Memory", "", [
-        ("A `breaknli-fast run` process", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
+        ("3/run-loop", "A `breaknli-fast run` process", "the run-loop timing", "scripts/bench_run_loop.py", of_kind("run_loop"),
          run_loop_memory, None),
-        ("A `breaknli-fast run` process, alone and contended", "the busy-machine timing", "scripts/bench_busy.py",
+        ("3/busy", "A `breaknli-fast run` process, alone and contended", "the busy-machine timing", "scripts/bench_busy.py",
          of_kind("busy"), busy_memory, None),
-        ("Per engine in `breaknli-fast bench`", "a bench", "scripts/bench_save.py", of_kind("bench"), bench_memory,
+        ("3/bench", "Per engine in `breaknli-fast bench`", "a bench", "scripts/bench_save.py", of_kind("bench"), bench_memory,
          lambda r: random_title(r) if is_random(r) else "mini models"),
-        ("What a user would otherwise run", "the baseline comparison", "scripts/bench_baselines.py", of_kind("baselines"),
+        ("3/baselines", "What a user would otherwise run", "the baseline comparison", "scripts/bench_baselines.py", of_kind("baselines"),
          baselines_memory, None),
     ]),
     ("4. A busy machine", "How long the default run takes when another process competes for the cores.", [
-        ("The default run alone and beside a second one", "the busy-machine timing", "scripts/bench_busy.py",
+        ("4/busy", "The default run alone and beside a second one", "the busy-machine timing", "scripts/bench_busy.py",
          of_kind("busy"), busy, busy_title),
     ]),
     ("5. Against what a user would otherwise run", "The transformers pipeline and optimum's ORTModel on the same "
      "inputs as breaknli-fast's engines, in one process.", [
-        ("Classification and generation", "the baseline comparison", "scripts/bench_baselines.py", of_kind("baselines"),
+        ("5/baselines", "Classification and generation", "the baseline comparison", "scripts/bench_baselines.py", of_kind("baselines"),
          baselines, None),
     ]),
     ("6. On a GPU", "`scripts/gpu_check.sh` on a lent GPU: the loop's speed-up over torch fp32 (eager) on the GPU, "
      "classifier pairs/s at fp32 / bf16 / fp16 (the classifier only: T5 overflows in fp16), generator tokens/s, and "
      "the parity verdicts against torch fp32 on the GPU; the cudagraph engine on real and large shapes, and its hot "
      "paths against the GPU's peak FLOP/s and memory bandwidth.", [
-        ("`scripts/gpu_check.sh`", "a GPU check", "scripts/gpu_check.sh", gpu_files, gpu_check, gpu_title),
+        ("6/gpu", "`scripts/gpu_check.sh`", "a GPU check", "scripts/gpu_check.sh", gpu_files, gpu_check, gpu_title),
     ]),
 ]
 
@@ -1569,7 +1601,7 @@ def reproduce(results: list[Result], label: str) -> str:
 
 def unrendered(results: list[Result]) -> list[Result]:
     """Result files no table of this document reads."""
-    used = {id(r) for _, _, subs in SECTIONS for sub in subs for r in sub[3](results)}
+    used = {id(r) for _, _, subs in SECTIONS for sub in subs for r in sub[4](results)}
     return [r for r in results if id(r) not in used]
 
 
@@ -1584,7 +1616,7 @@ def render(results: list[Result], label: str = "benchmarks/results", intro: str 
         out += [f"## {title}", ""]
         if lead:
             out += [lead, ""]
-        for sub_title, what, script, select, renderer, file_title in subs:
+        for _key, sub_title, what, script, select, renderer, file_title in subs:
             out += [f"### {sub_title}", ""]
             chosen = select(results)
             if isinstance(renderer, Summary):  # says itself what is not measured
