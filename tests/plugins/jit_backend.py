@@ -3,8 +3,9 @@
 Everything a backend is, here in one place: its declaration (``BACKEND``, read by the registry), its loader
 (``load_classifier``: export through :func:`breaknli_fast.export.api.export_model`, then open the folder), its
 runtime (:class:`JitClassifier`: ``torch.jit.load`` of the traced model), and its exporter (format
-``torchscript``: ``variant`` / ``calibrated`` / ``require`` / ``cache_key`` / ``build`` / ``validate``, the last
-through the engine contract with :func:`breaknli_fast.export.validate.classifier_figures`). Registered from the
+``torchscript``: :class:`JitExporter`, a subclass of :class:`breaknli_fast.export.exporter.Exporter` that overrides
+``variant`` / ``require`` / ``write_files`` / ``compare``, the last through the engine contract with
+:func:`breaknli_fast.export.validate.classifier_figures`). Registered from the
 tests with one line, ``registry.register("jit", "plugins.jit_backend")``: the proof that a new backend (OpenVINO,
 say) is one folder and one registry line, with the cache, the lock, the manifest and the judging against the torch
 reference coming from ``breaknli_fast.export``.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -23,9 +24,9 @@ from breaknli_fast.engines.base import CLASSIFIER, EngineInfo, Pair
 from breaknli_fast.engines.batching import BatchedClassifier, pad_tokens, pad_values
 from breaknli_fast.engines.model_info import effective_max_length, label_permutation
 from breaknli_fast.engines.options import EngineOptions, nested_options
-from breaknli_fast.export import manifest as mf
 from breaknli_fast.export.api import export_model
 from breaknli_fast.export.errors import UnsupportedModelError
+from breaknli_fast.export.exporter import ExportPlan, Exporter
 from breaknli_fast.export.options import ExportOptions, ExportResult
 from breaknli_fast.export.validate import classifier_figures
 
@@ -36,7 +37,7 @@ BACKEND = Backend(
     precisions={CLASSIFIER: {"cpu": ("fp32",)}},
     requires=("torch",),
     install="pip install torch",
-    exporter=__name__,
+    exporter=f"{__name__}:JitExporter",
     formats=("torchscript",),
 )
 GRAPH = "model.pt"
@@ -95,56 +96,45 @@ def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **
 
 # -- the exporter (format "torchscript") ------------------------------------------------------------------------
 
-FORMAT = "torchscript"
-PRECISIONS = ("fp32",)
-LIBRARIES = ("torch", "transformers")
+class JitExporter(Exporter):
+    FORMAT = "torchscript"
+    PRECISIONS = ("fp32",)
+    LIBRARIES = ("torch", "transformers")  # their versions join the cache key (Exporter.key_parts)
 
+    def variant(self, kind: str, precision: str, device: str, fuse: bool = False,
+                quantization: str | None = None) -> str:
+        if kind != "seq-cls":
+            raise UnsupportedModelError(f"the jit backend exports sequence classifiers, not {kind} models")
+        return precision
 
-def variant(kind: str, precision: str, device: str, fuse: bool = False, quantization: str | None = None) -> str:
-    if kind != "seq-cls":
-        raise UnsupportedModelError(f"the jit backend exports sequence classifiers, not {kind} models")
-    return precision
+    def require(self, kind: str) -> None:
+        BACKEND.require()
 
+    def write_files(self, plan: ExportPlan, stage: Path) -> dict[str, Any]:
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-def calibrated(variant_name: str) -> bool:
-    return False
+        tok = AutoTokenizer.from_pretrained(plan.src)
+        model = AutoModelForSequenceClassification.from_pretrained(plan.src, dtype=torch.float32).eval()
+        model.config.return_dict = False
+        two = plan.val_pairs[:2]
+        enc = tok([p for p, _ in two], [h for _, h in two], padding=True, return_tensors="pt")
 
+        class Logits(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.m = model
 
-def require(kind: str) -> None:
-    BACKEND.require()
+            def forward(self, ids: Any, mask: Any) -> Any:
+                return self.m(input_ids=ids, attention_mask=mask)[0]
 
+        with torch.inference_mode(False), torch.no_grad():
+            traced = torch.jit.trace(Logits().eval(), (enc["input_ids"], enc["attention_mask"]), check_trace=False)
+        traced.save(str(stage / GRAPH))
+        tok.save_pretrained(stage)
+        model.config.save_pretrained(stage)
+        return {"family": model.config.model_type, "exporter": "torch.jit.trace"}
 
-def cache_key(kind: str, precision: str, variant_name: str, family: str, device: str, max_length: int,
-              max_batch: int) -> dict[str, Any]:
-    return {"libraries": mf.library_versions(LIBRARIES)}
-
-
-def build(src: str, kind: str, precision: str, variant_name: str, stage: Path, calib: Sequence[Pair],
-          val_pairs: Sequence[Pair], device: str, max_length: int, max_batch: int, say: Any) -> dict[str, Any]:
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(src)
-    model = AutoModelForSequenceClassification.from_pretrained(src, dtype=torch.float32).eval()
-    model.config.return_dict = False
-    enc = tok([p for p, _ in val_pairs[:2]], [h for _, h in val_pairs[:2]], padding=True, return_tensors="pt")
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.m = model
-
-        def forward(self, ids: Any, mask: Any) -> Any:
-            return self.m(input_ids=ids, attention_mask=mask)[0]
-
-    with torch.inference_mode(False), torch.no_grad():
-        traced = torch.jit.trace(Logits().eval(), (enc["input_ids"], enc["attention_mask"]), check_trace=False)
-    traced.save(str(stage / GRAPH))
-    tok.save_pretrained(stage)
-    model.config.save_pretrained(stage)
-    return {"family": model.config.model_type, "exporter": "torch.jit.trace"}
-
-
-def validate(folder: Path, kind: str, src: str, pairs: Sequence[Pair], device: str, max_length: int,
-             precision: str = "fp32", label_map: Mapping[str, str] | None = None) -> dict[str, Any]:
-    clf = JitClassifier(folder, src, JitOptions(max_length=max_length, label_map=label_map))
-    return classifier_figures(clf, src, pairs, max_length, label_map)
+    def compare(self, plan: ExportPlan, folder: Path) -> dict[str, Any]:
+        clf = JitClassifier(folder, plan.src, JitOptions(max_length=plan.max_length, label_map=plan.label_map))
+        return classifier_figures(clf, plan.src, plan.val_pairs, plan.max_length, plan.label_map)

@@ -14,6 +14,6 @@ BACKEND = Backend(
     delegates={CLASSIFIER: "auto", MASK_FILLER: "auto"},
     # CTranslate2 is needed by the generator only (its loader says so in one line)
     install="pip install 'breaknli-fast[ct2]' (ctranslate2)",
-    exporter="breaknli_fast.backends.ct2.exporter",
+    exporter="breaknli_fast.backends.ct2.exporter:Ct2Exporter",
     formats=("ct2",),
 )

@@ -4,8 +4,9 @@
 A local T5-family model (Flan-T5) is converted once with CTranslate2's own converter
 (``ctranslate2.converters.TransformersConverter``, float32 weights; the engine quantizes at load time for int8),
 the tokenizer copied beside it, into ``<export cache>/<name>-ct2-float32-<hash>/`` under the exports' lock and
-atomic rename, with a manifest. Before it is kept it is checked against torch fp32 (:func:`check_conversion`);
-it is reused while the model's files and the versions of torch, CTranslate2 and transformers match.
+atomic rename, with a manifest (:class:`Ct2Exporter`). Before it is kept it is checked against torch fp32
+(:func:`check_conversion`); it is reused while the model's files and the versions of torch, CTranslate2 and
+transformers match.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import breaknli_fast.export.manifest as mf
 from breaknli_fast.backends.ct2.engine import (CHECK_MAX_ABS_LOGPROB, CHECK_NEW_TOKENS, CHECK_PROMPTS, CT2_FAMILIES,
                                                import_ct2, vocabulary)
 from breaknli_fast.backends.ort.onnx import quiet
 from breaknli_fast.engines.compat import t5_scales_output
 from breaknli_fast.export.errors import ExportError, UnsupportedModelError, first_line
+from breaknli_fast.export.exporter import ExportPlan, Exporter
 
 FORMAT = "ct2"
 PRECISIONS = ("fp32",)  # float32 weights; the engine quantizes at load time (int8, fp16, bf16)
@@ -29,34 +30,38 @@ LIBRARIES = ("torch", "transformers", "ctranslate2")
 TOLERANCES = {"max_abs_logit": CHECK_MAX_ABS_LOGPROB, "max_nonfinite": 0}
 
 
-def variant(kind: str, precision: str, device: str, fuse: bool = False, quantization: str | None = None) -> str:
-    if kind != "seq2seq":
-        raise UnsupportedModelError(f"CTranslate2 conversions here are of T5 text-to-text models (Flan-T5), not {kind} "
-                                    "models")
-    if fuse or quantization is not None:
-        raise UnsupportedModelError("fuse / quantization are ONNX export settings, not CTranslate2's")
-    return "float32"
+class Ct2Exporter(Exporter):
+    """CTranslate2's conversion of a local T5-family generator (float32), checked against torch fp32."""
+
+    FORMAT = FORMAT
+    PRECISIONS = PRECISIONS
+    LIBRARIES = LIBRARIES
+
+    def variant(self, kind: str, precision: str, device: str, fuse: bool = False,
+                quantization: str | None = None) -> str:
+        if kind != "seq2seq":
+            raise UnsupportedModelError(f"CTranslate2 conversions here are of T5 text-to-text models (Flan-T5), not "
+                                        f"{kind} models")
+        if fuse or quantization is not None:
+            raise UnsupportedModelError("fuse / quantization are ONNX export settings, not CTranslate2's")
+        return "float32"
+
+    def require(self, kind: str) -> None:
+        import_ct2()
+
+    def default_tolerances(self, kind: str, precision: str) -> dict[str, Any]:
+        return dict(TOLERANCES)
+
+    def write_files(self, plan: ExportPlan, stage: Path) -> dict[str, Any]:
+        return convert(plan.src, stage, plan.say)
+
+    def compare(self, plan: ExportPlan, folder: Path) -> dict[str, Any]:
+        figs = check_conversion(folder, plan.src)
+        figs["max_abs_logit"] = figs["max_abs_logprob"]
+        return figs
 
 
-def calibrated(variant_name: str) -> bool:
-    return False
-
-
-def require(kind: str) -> None:
-    import_ct2()
-
-
-def default_tolerances(kind: str, precision: str) -> dict[str, Any]:
-    return dict(TOLERANCES)
-
-
-def cache_key(kind: str, precision: str, variant_name: str, family: str, device: str, max_length: int,
-              max_batch: int) -> dict[str, Any]:
-    return {"libraries": mf.library_versions(LIBRARIES)}
-
-
-def build(src: str, kind: str, precision: str, variant_name: str, stage: Path, calib: Any, val_pairs: Any,
-          device: str, max_length: int, max_batch: int, say: Any) -> dict[str, Any]:
+def convert(src: str, stage: Path, say: Any) -> dict[str, Any]:
     """CTranslate2's conversion of a local T5-family folder (float32) and its tokenizer, in one flat folder."""
     from ctranslate2.converters import TransformersConverter
     from transformers import AutoConfig, AutoTokenizer
@@ -108,13 +113,6 @@ def _t5_output_scaling() -> Iterator[None]:
         yield
     finally:
         loader.get_model_spec = original
-
-
-def validate(folder: Path, kind: str, src: str, pairs: Any, device: str, max_length: int, precision: str = "fp32",
-             label_map: Any = None) -> dict[str, Any]:
-    figs = check_conversion(folder, src)
-    figs["max_abs_logit"] = figs["max_abs_logprob"]
-    return figs
 
 
 def _check_prompts(n: int) -> list[str]:

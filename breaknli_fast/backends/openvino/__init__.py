@@ -16,7 +16,7 @@ BACKEND = Backend(
                    MASK_FILLER: "the openvino engine has no mask-filler role"},
     requires=("openvino", "onnxruntime", "onnx"),
     install="pip install 'breaknli-fast[openvino]'",
-    exporter="breaknli_fast.backends.openvino.exporter",
+    exporter="breaknli_fast.backends.openvino.exporter:OpenVinoExporter",
     formats=("openvino",),
     gate="breaknli_fast.backends.openvino.exporter:precision_gate",
 )

@@ -1,8 +1,9 @@
-"""The ort backend's exporter (format ``onnx``), called by :func:`breaknli_fast.export.api.export_model`: which
-recipe (:func:`variant`), building the graphs (:func:`build`: :mod:`.onnx` for classifiers and masked LMs,
-:mod:`.t5` for Flan-T5, :mod:`.quantize` for fp16 / int8) and measuring them against the torch fp32 reference
-(:func:`validate`: through the engine contract, :mod:`breaknli_fast.export.validate`, plus :mod:`.validate` for a
-T5's logits over the whole vocabulary).
+"""The ort backend's exporter (format ``onnx``), :class:`OrtExporter`, called by
+:func:`breaknli_fast.export.api.export_model`: which recipe (:func:`variant`), building the graphs
+(:meth:`OrtExporter.write_files`: :mod:`.onnx` for classifiers and masked LMs, :mod:`.t5` for Flan-T5,
+:mod:`.quantize` for fp16 / int8) and measuring them against the torch fp32 reference (:meth:`OrtExporter.compare`:
+through the engine contract, :mod:`breaknli_fast.export.validate`, plus :mod:`.validate` for a T5's logits over the
+whole vocabulary).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from breaknli_fast.backends.ort import onnx as ox
 from breaknli_fast.backends.ort import quantize as qz
@@ -20,6 +21,7 @@ from breaknli_fast.engines.registry import EngineUnavailable
 from breaknli_fast.export import manifest as mf
 from breaknli_fast.export import validate as val
 from breaknli_fast.export.errors import UnsupportedModelError
+from breaknli_fast.export.exporter import ExportPlan, Exporter
 
 FORMAT = "onnx"
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -63,26 +65,6 @@ def variant(kind: str, precision: str, device: str, fuse: bool = False, quantiza
     return "int8-qdq"
 
 
-def calibrated(variant_name: str) -> bool:
-    return variant_name in STATIC
-
-
-def require(kind: str) -> None:
-    ox.require_export_libs()
-
-
-def cache_key(kind: str, precision: str, variant_name: str, family: str, device: str, max_length: int,
-              max_batch: int) -> dict[str, Any]:
-    key: dict[str, Any] = {"libraries": mf.library_versions(LIBRARIES)}
-    if kind == "seq2seq":
-        key["t5_graphs"] = t5.STEP_GRAPHS_VERSION
-    elif kind == "seq-cls":
-        key["classifier_graph"] = ox.CLASSIFIER_GRAPH_VERSION
-    if variant_name.startswith("int8-dynamic") and not variant_name.startswith("int8-dynamic-batch"):
-        key["int8_rows"] = qz.ROW_SCHEME
-    return key
-
-
 def _calibration_feeds(folder: Path, graph: str, pairs: Sequence[Pair], max_length: int,
                        batch: int = 16) -> list[dict[str, Any]]:
     import onnx
@@ -123,21 +105,6 @@ def fp32_graphs(src: str, kind: str, out: Path, val_pairs: Sequence[Pair], max_l
     return info, graphs
 
 
-def build(src: str, kind: str, precision: str, variant_name: str, stage: Path, calib: Sequence[Pair],
-          val_pairs: Sequence[Pair], device: str, max_length: int, max_batch: int, say: Any) -> dict[str, Any]:
-    """Write the export into ``stage``; what the manifest records of it."""
-    fuse = variant_name.endswith("-fused")
-    if precision == "fp32":
-        info, _ = fp32_graphs(src, kind, stage, val_pairs, max_length, fuse, say)
-        return info
-    with tempfile.TemporaryDirectory(dir=stage.parent, prefix=f".{stage.name}.fp32-") as tmp:
-        fp32_dir = Path(tmp)
-        info, graphs = fp32_graphs(src, kind, fp32_dir, val_pairs, max_length, fuse, say)
-        fuse = bool((info.get("fusion") or {}).get("applied"))
-        convert(info, kind, precision, variant_name, fp32_dir, stage, graphs, calib, max_length, fuse, say)
-    return info
-
-
 def convert(info: dict[str, Any], kind: str, precision: str, variant_name: str, fp32_dir: Path, stage: Path,
             graphs: list[str], calib: Sequence[Pair], max_length: int, fuse: bool, say: Any) -> None:
     """fp16 / int8 graphs of ``fp32_dir`` in ``stage`` (with the side files), recorded in ``info``."""
@@ -167,21 +134,64 @@ def convert(info: dict[str, Any], kind: str, precision: str, variant_name: str, 
     info["graphs"] = {g: ox.graph_io(stage / g) for g in graphs}
 
 
-def validate(folder: Path, kind: str, src: str, pairs: Sequence[Pair], device: str, max_length: int,
-             precision: str = "fp32", label_map: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The export's figures against the torch fp32 reference, on the target device where this machine runs it
-    (else on the CPU, recorded)."""
-    from breaknli_fast.backends.ort import engine
-    from breaknli_fast.backends.ort.validate import t5_figures
+class OrtExporter(Exporter):
+    """ONNX graphs at fp32, fp16 and int8 (dynamic or static on the CPU, static QDQ on CUDA)."""
 
-    def run(dev: str) -> dict[str, Any]:
-        opts = engine.OrtOptions(max_length=max_length, label_map=label_map, max_input_length=max_length)
-        if kind == "seq-cls":
-            clf = engine.open_classifier(folder, src, precision, dev, opts)
-            return val.classifier_figures(clf, src, pairs, max_length, label_map, device=dev)
-        if kind == "mlm":
-            return val.masked_lm_figures(engine.open_mask_filler(folder, src, precision, dev, opts), src, pairs,
-                                         max_length, device=dev)
-        return t5_figures(folder, src, pairs, dev, max_length, engine.open_generator(folder, src, precision, dev, opts))
+    FORMAT = FORMAT
+    PRECISIONS = PRECISIONS
+    LIBRARIES = LIBRARIES
 
-    return val.on_device(run, device, EngineUnavailable)
+    def variant(self, kind: str, precision: str, device: str, fuse: bool = False,
+                quantization: str | None = None) -> str:
+        return variant(kind, precision, device, fuse, quantization)
+
+    def calibrated(self, variant_name: str) -> bool:
+        return variant_name in STATIC
+
+    def require(self, kind: str) -> None:
+        ox.require_export_libs()
+
+    def key_parts(self, plan: ExportPlan) -> dict[str, Any]:
+        key: dict[str, Any] = {"libraries": mf.library_versions(LIBRARIES)}
+        if plan.kind == "seq2seq":
+            key["t5_graphs"] = t5.STEP_GRAPHS_VERSION
+        elif plan.kind == "seq-cls":
+            key["classifier_graph"] = ox.CLASSIFIER_GRAPH_VERSION
+        if plan.variant.startswith("int8-dynamic") and not plan.variant.startswith("int8-dynamic-batch"):
+            key["int8_rows"] = qz.ROW_SCHEME
+        return key
+
+    def write_files(self, plan: ExportPlan, stage: Path) -> dict[str, Any]:
+        """The fp32 graphs, converted to fp16 / int8 from a temporary fp32 folder beside ``stage``."""
+        fuse = plan.variant.endswith("-fused")
+        if plan.precision == "fp32":
+            info, _ = fp32_graphs(plan.src, plan.kind, stage, plan.val_pairs, plan.max_length, fuse, plan.say)
+            return info
+        with tempfile.TemporaryDirectory(dir=stage.parent, prefix=f".{stage.name}.fp32-") as tmp:
+            fp32_dir = Path(tmp)
+            info, graphs = fp32_graphs(plan.src, plan.kind, fp32_dir, plan.val_pairs, plan.max_length, fuse, plan.say)
+            fuse = bool((info.get("fusion") or {}).get("applied"))
+            convert(info, plan.kind, plan.precision, plan.variant, fp32_dir, stage, graphs, plan.calib,
+                    plan.max_length, fuse, plan.say)
+        return info
+
+    def compare(self, plan: ExportPlan, folder: Path) -> dict[str, Any]:
+        """The export's figures against the torch fp32 reference, on the target device where this machine runs it
+        (else on the CPU, recorded)."""
+        from breaknli_fast.backends.ort import engine
+        from breaknli_fast.backends.ort.validate import t5_figures
+
+        kind, src, pairs, max_length, label_map = plan.kind, plan.src, plan.val_pairs, plan.max_length, plan.label_map
+
+        def run(dev: str) -> dict[str, Any]:
+            opts = engine.OrtOptions(max_length=max_length, label_map=label_map, max_input_length=max_length)
+            if kind == "seq-cls":
+                clf = engine.open_classifier(folder, src, plan.precision, dev, opts)
+                return val.classifier_figures(clf, src, pairs, max_length, label_map, device=dev)
+            if kind == "mlm":
+                return val.masked_lm_figures(engine.open_mask_filler(folder, src, plan.precision, dev, opts), src,
+                                             pairs, max_length, device=dev)
+            return t5_figures(folder, src, pairs, dev, max_length,
+                              engine.open_generator(folder, src, plan.precision, dev, opts))
+
+        return val.on_device(run, plan.device, EngineUnavailable)

@@ -32,7 +32,8 @@ import numpy as np
 
 from breaknli_fast.engines.model_info import input_limit
 from breaknli_fast.backends.tensorrt.runtime import PLAN_FILE, require_tensorrt
-from breaknli_fast.export.errors import ExportError
+from breaknli_fast.export.errors import ExportError, UnsupportedModelError
+from breaknli_fast.export.exporter import ExportPlan, Exporter
 from breaknli_fast.export.manifest import cache_root, slugify
 
 WORKSPACE_GIB = 4
@@ -121,79 +122,76 @@ def build_for_export(folder: Path, graph: str, precision: str, pairs: Sequence[t
     return info
 
 
-# -- the exporter interface of export_model (format "tensorrt")
+# -- the exporter of export_model (format "tensorrt")
 
 FORMAT = "tensorrt"
 PRECISIONS = ("fp32", "fp16", "int8")
 LIBRARIES = ("torch", "transformers", "onnxruntime", "onnx", "tensorrt")
 
 
-def target_device(device: str) -> str:
-    """A TensorRT engine is built for a GPU: ``cuda`` when the caller named the CPU."""
-    return device if device.split(":")[0] == "cuda" else "cuda"
+class TensorRTExporter(Exporter):
+    """A TensorRT plan of a sequence classifier, built on the ort backend's ONNX graph at its precision."""
 
+    FORMAT = FORMAT
+    PRECISIONS = PRECISIONS
+    LIBRARIES = LIBRARIES
 
-def variant(kind: str, precision: str, device: str, fuse: bool = False, quantization: str | None = None) -> str:
-    from breaknli_fast.export.errors import UnsupportedModelError
+    def target_device(self, device: str) -> str:
+        """A TensorRT engine is built for a GPU: ``cuda`` when the caller named the CPU."""
+        return device if device.split(":")[0] == "cuda" else "cuda"
 
-    if kind == "mlm":
-        raise UnsupportedModelError("TensorRT engines of masked LMs are not supported: use --engine ort")
-    if kind == "seq2seq":
-        raise UnsupportedModelError(
-            "TensorRT engines for text-to-text models (Flan-T5) are not supported yet: use --engine ort --device cuda "
-            "(optionally with the TensorRT execution provider)")
-    if quantization == "dynamic":
-        raise UnsupportedModelError("int8 on the GPU is static (QDQ): quantization=dynamic is for the CPU")
-    return "int8-qdq" if precision == "int8" else precision
+    def variant(self, kind: str, precision: str, device: str, fuse: bool = False,
+                quantization: str | None = None) -> str:
+        if kind == "mlm":
+            raise UnsupportedModelError("TensorRT engines of masked LMs are not supported: use --engine ort")
+        if kind == "seq2seq":
+            raise UnsupportedModelError(
+                "TensorRT engines for text-to-text models (Flan-T5) are not supported yet: use --engine ort --device "
+                "cuda (optionally with the TensorRT execution provider)")
+        if quantization == "dynamic":
+            raise UnsupportedModelError("int8 on the GPU is static (QDQ): quantization=dynamic is for the CPU")
+        return "int8-qdq" if precision == "int8" else precision
 
+    def calibrated(self, variant_name: str) -> bool:
+        return variant_name == "int8-qdq"
 
-def calibrated(variant_name: str) -> bool:
-    return variant_name == "int8-qdq"
+    def require(self, kind: str) -> None:
+        from breaknli_fast.backends.ort.onnx import require_export_libs
 
+        require_tensorrt()  # fail fast, one line, before any work
+        require_export_libs()
 
-def require(kind: str) -> None:
-    from breaknli_fast.backends.ort.onnx import require_export_libs
+    def key_parts(self, plan: ExportPlan) -> dict[str, Any]:
+        """An engine is specific to the GPU model, the TensorRT version and its optimization profile."""
+        import torch
 
-    require_tensorrt()  # fail fast, one line, before any work
-    require_export_libs()
+        from breaknli_fast.export.manifest import library_versions
 
+        return {"libraries": library_versions(LIBRARIES), "max_length": plan.max_length, "max_batch": plan.max_batch,
+                "gpu": torch.cuda.get_device_name(0)}
 
-def cache_key(kind: str, precision: str, variant_name: str, family: str, device: str, max_length: int,
-              max_batch: int) -> dict[str, Any]:
-    """An engine is specific to the GPU model, the TensorRT version and its optimization profile."""
-    import torch
+    def write_files(self, plan: ExportPlan, stage: Path) -> dict[str, Any]:
+        """The ort backend's ONNX graph of the classifier at the plan's precision (fp16 conversion, or static
+        symmetric QDQ for int8), then the TensorRT plan built from it."""
+        import time
 
-    from breaknli_fast.export.manifest import library_versions
+        from breaknli_fast.backends.ort.exporter import OrtExporter
 
-    return {"libraries": library_versions(LIBRARIES), "max_length": max_length, "max_batch": max_batch,
-            "gpu": torch.cuda.get_device_name(0)}
+        info = OrtExporter().write_files(plan, stage)
+        t0 = time.perf_counter()
+        info["tensorrt"] = build_for_export(stage, "model.onnx", plan.precision, plan.calib or plan.val_pairs,
+                                            plan.max_length, plan.max_batch)
+        plan.say(f"  TensorRT engine in {time.perf_counter() - t0:.1f}s")
+        return info
 
+    def compare(self, plan: ExportPlan, folder: Path) -> dict[str, Any]:
+        """The plan's figures against the torch fp32 reference, through the classifier contract."""
+        from breaknli_fast.backends.tensorrt.engine import TensorRTOptions, TrtClassifier
+        from breaknli_fast.export.validate import classifier_figures
 
-def build(src: str, kind: str, precision: str, variant_name: str, stage: Path, calib: Sequence[tuple[str, str]],
-          val_pairs: Sequence[tuple[str, str]], device: str, max_length: int, max_batch: int, say: Any) -> dict[str, Any]:
-    """The ort backend's ONNX graph of the classifier at ``precision`` (fp16 conversion, or static symmetric QDQ
-    for int8), then the TensorRT plan built from it."""
-    import time
-
-    from breaknli_fast.backends.ort import exporter as ort_exporter
-
-    info = ort_exporter.build(src, kind, precision, variant_name, stage, calib, val_pairs, device, max_length,
-                              max_batch, say)
-    graph = "model.onnx"
-    t0 = time.perf_counter()
-    info["tensorrt"] = build_for_export(stage, graph, precision, calib or val_pairs, max_length, max_batch)
-    say(f"  TensorRT engine in {time.perf_counter() - t0:.1f}s")
-    return info
-
-
-def validate(folder: Path, kind: str, src: str, pairs: Sequence[tuple[str, str]], device: str, max_length: int,
-             precision: str = "fp32", label_map: Any = None) -> dict[str, Any]:
-    """The plan's figures against the torch fp32 reference, through the classifier contract."""
-    from breaknli_fast.backends.tensorrt.engine import TensorRTOptions, TrtClassifier
-    from breaknli_fast.export.validate import classifier_figures
-
-    clf = TrtClassifier(folder, src, precision, device, TensorRTOptions(max_length=max_length, label_map=label_map))
-    figs = classifier_figures(clf, src, pairs, min(max_length, clf.max_length), label_map, device=device,
-                              batch=max(1, min(16, clf.runner.max_batch)))
-    figs["providers"] = [f"TensorRT {clf.runner.trt.__version__}"]
-    return figs
+        clf = TrtClassifier(folder, plan.src, plan.precision, plan.device,
+                            TensorRTOptions(max_length=plan.max_length, label_map=plan.label_map))
+        figs = classifier_figures(clf, plan.src, plan.val_pairs, min(plan.max_length, clf.max_length),
+                                  plan.label_map, device=plan.device, batch=max(1, min(16, clf.runner.max_batch)))
+        figs["providers"] = [f"TensorRT {clf.runner.trt.__version__}"]
+        return figs
