@@ -1,6 +1,9 @@
 #!/usr/bin/env python
 """What a user would otherwise run, against breaknli-fast's engines, on the same inputs.
 
+A script, not a bench option: it times other runtimes (the transformers pipeline, optimum's ORTModel) that are no
+engines of bench, on the same inputs.
+
 Two jobs of the BreakNLI loop, measured in one process on identical inputs:
 
 * classify: the (p, h) pairs of the first ``--limit`` examples of the dataset;

@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """How long the default ``breaknli-fast run`` takes on a busy machine.
 
+A script, not a bench option: it times separate `breaknli-fast run` processes started side by side.
+
 For each engine (``--engines``, ``ENGINE[:PRECISION]``), the default run (shipped mini models,
 embedded sample, ``--limit`` examples) is timed as a subprocess into a fresh ``--out``:
 

@@ -1,6 +1,9 @@
 #!/usr/bin/env python
 """Speed of a roberta-base-shaped classifier (random weights) on torch fp32, ORT fp32 and ORT int8.
 
+A script, not a bench option: it times a bare classifier graph over a sweep of shapes, with no probe or loop around
+it.
+
 The shapes of a real MNLI checkpoint (hidden 768, 12 layers, 12 heads, FFN 3072, vocab 50265)
 without its weights (the hub is not reachable here). The ORT graphs are made by ``export_model``
 (so they are validated against torch first), then each engine runs the same batch

@@ -1,5 +1,8 @@
 """Graph variants of one exported classifier on the CPU provider: speed and agreement with fp32.
 
+A script, not a bench option: it builds and times graph variants of one ONNX export that are no engine spec of
+bench.
+
 Takes the fp32 ONNX export of a classifier (exported through the cache if needed) and builds, in a
 scratch folder, the variants a user might try for CPU speed:
 

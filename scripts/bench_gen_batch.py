@@ -1,5 +1,8 @@
 """The generator's batching against the sampler it replaced: tokens/s of the generate stage, before and after.
 
+A script, not a bench option: it times the sampler of an earlier commit (read from git) against today's, which no
+engine runs.
+
 "before" is the sampler and torch stepper of commit ``--before`` (default b9c61c0, the last one before
 --gen-batch: one copy of the encoder output per sample, the fast sampler's per-row Python bookkeeping), read from
 git and run over the same engine objects; "after" is this checkout's generator at ``--gen-batch`` sizes. Same

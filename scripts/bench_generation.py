@@ -1,5 +1,8 @@
 """Generation alone: tokens/s of each generator engine under the sampling variants.
 
+A script, not a bench option: it sweeps samplers and compaction per generator engine in one process; a bench runs
+one sampler.
+
 Same prompts (the contradiction prompt on the first ``--prompts`` sample hypotheses), K candidates
 each, one seed per prompt; every variant is timed ``--repeats`` times after one warm-up call, in
 rounds (all variants, then all again), median reported. Variants: the ``fast`` and

@@ -1,6 +1,9 @@
 """Speed and parity of the MERGE probe's two workloads on each engine: batched fill-mask suggestions (the masked
 LM) and classification of the variant pairs (the NLI model), torch fp32 against ort fp32 / int8.
 
+A script, not a bench option: it times MERGE's two workloads apart (fill-mask suggestions, variant pairs); bench
+--probe merge times them together.
+
     python scripts/bench_merge.py --limit 100 --out /tmp/merge_bench.json
 
 1. Data: the first ``--limit`` examples of the embedded SNLI sample, tagged with spaCy (the ``merge`` extra);

@@ -3,6 +3,9 @@
 wall time, per-worker throughput, the overhead per chunk, and whether the records are the same; then a paper
 estimate of a full study from the measured per-worker rate.
 
+A script, not a bench option: it times a study sharded over Ray actors against one process; bench drives no study
+runner.
+
     python scripts/bench_ray.py --limit 300 --out benchmarks/results/ray.json
 
 Configurations: one process with 1 and with 2 torch threads; Ray with 1 worker x 1 thread and 2 workers x 1

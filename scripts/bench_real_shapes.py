@@ -2,6 +2,9 @@
 """The real model sizes at the loop's defaults: breaknli-fast's engines against the runtimes a user would otherwise
 run, interleaved in one process, every figure a ratio within the run.
 
+A script, not a bench option: it interleaves the engines with other runtimes (CTranslate2, transformers, optimum) in
+one process.
+
 Random-weight models of the real architectures (``breaknli_fast.bench.shapes``: flan-t5-small / -base as the
 generator, roberta-base / -large as the classifier; no download), at the BreakNLI loop's defaults:
 

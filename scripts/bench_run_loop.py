@@ -1,5 +1,7 @@
 """Time the full loop as a user runs it: ``breaknli-fast run`` once per engine, in rounds.
 
+A script, not a bench option: it times whole `breaknli-fast run` processes as a user starts them.
+
 Each run is a fresh process writing a fresh run directory (exports are cached beforehand by a
 warm-up run per engine, not timed). Reported per engine: the loop's wall time from the run's
 ``report.json`` (model loading excluded) and the process wall time (included), median over the

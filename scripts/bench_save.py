@@ -2,6 +2,9 @@
 """Run ``breaknli-fast bench`` and save its ``bench.json`` as a result file (with provenance; kind ``bench``, or
 ``loadgen`` for ``bench --scenario``).
 
+A script, not a bench option: it records provenance around a bench process (commit, machine, load average before and
+after).
+
 The bench runs as a subprocess, exactly as a user runs it, into ``--work`` (default: a temporary
 folder); its ``bench.json`` becomes the result file's payload, and the command, date, commit,
 machine and the load average before and after the bench are recorded around it.

@@ -2,6 +2,9 @@
 """What a study measures about the models: one probe on one engine through the study entry point, its headline
 rates and its breakdown by dataset columns (95 % CIs), saved as a result file.
 
+A script, not a bench option: it reports what a study measures about the models (rates by dataset columns), not the
+engines.
+
     python scripts/bench_study.py --probe breaknli --dataset aenli:3000 --out benchmarks/results/study-aenli.json
     python scripts/bench_study.py --probe breaknli --dataset kinship:3000 --by k --out benchmarks/results/study-kinship.json
 

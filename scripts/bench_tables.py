@@ -2,6 +2,8 @@
 """Compact markdown tables of saved benches: a bench.json (or its folder), or a result file of
 scripts/bench_save.py (benchmarks/results/*.json).
 
+A script, not a bench option: it formats saved benches and result files; it measures nothing.
+
     python scripts/bench_tables.py runs/bench-x/bench.json benchmarks/results/bench-mini.json
 """
 

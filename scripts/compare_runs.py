@@ -2,6 +2,9 @@
 comparisons: torch fp32 on the GPU against torch fp32 on the CPU, and the GPU's bf16 / fp16 runs against torch fp32
 on the GPU).
 
+A script, not a bench option: it compares run directories already written (a step of the GPU check); it measures
+nothing.
+
     python scripts/compare_runs.py REF_RUN RUN [RUN ...] [--tolerance 1.0] [--json OUT.json]
 
 Per run, against the reference, over the (mode, example) records both hold:

@@ -1,5 +1,8 @@
 """How close the cudagraph engine's two hot paths run to the GPU's bounds (the GPU check's step ``bounds``).
 
+A script, not a bench option: it times the cudagraph engine's kernels against the GPU's peak FLOP/s and bandwidth,
+below bench's level.
+
     python scripts/gpu_bounds.py --out bounds.json [--device cuda] [--shapes base,large] [--reps 20]
 
 Per shape pair (``base``: flan-t5-base + roberta-base, ``large``: flan-t5-large + roberta-large; random weights

@@ -1,5 +1,8 @@
 """The GPU check in one call, for a lent machine with a CUDA GPU and no network (docs/stack.md, "GPU").
 
+A script, not a bench option: it runs many steps (tests, runs, benches, bounds) in one time budget on a lent GPU
+machine and collects their files.
+
     scripts/gpu_check.sh [--out DIR] [--device cuda|cuda:N|cpu] [--limit N] [--budget S] [--steps A,B,...]
                          [--real-shapes SPEC|none] [--real-limit N] [--bench-args "ARGS"] [--work DIR]
                          [--cap-scale F] [--reference-background] [-- RUN_ARGS...]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check in one call, for a lent machine with a CUDA GPU and no network (docs/stack.md, "GPU"):
+# A script, not a bench option: it runs many steps in one time budget on a lent machine (scripts/gpu_check.py).
 #
 #   BREAKNLI_FAST_COMMIT=<sha> timeout 540 bash scripts/gpu_check.sh --out "$OUT"
 #

@@ -1,6 +1,8 @@
 #!/usr/bin/env python
 """Write BENCHMARKS.md from the result files in benchmarks/results.
 
+A script, not a bench option: it renders saved result files into BENCHMARKS.md; it measures nothing.
+
 Every figure of the document comes from a result file (scripts/provenance.py describes the layout);
 under each table stand the command that measured it, its date, commit and machine. A question
 whose result file is missing is answered "not measured". The prose of "How ``breaknli-fast bench``

@@ -1,6 +1,9 @@
 #!/usr/bin/env python
 """Parity of the ``ort`` engine with the torch fp32 reference, on real pairs.
 
+A script, not a bench option: it compares the ort graphs with torch on raw tensors (logits, tokens, fp16), below the
+probes' labels.
+
 Classifier: label agreement % and max |Δ logit| of ORT fp32 / int8 (and fp16 with ``--fp16``)
 against torch fp32 on the first ``--n`` pairs of a dataset (default: the embedded SNLI sample).
 Generator: greedy and seeded sampling (``Decoding()`` defaults, ``--k`` candidates) token

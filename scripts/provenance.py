@@ -1,5 +1,8 @@
 """Result files of the benchmark scripts: one JSON file per measurement, carrying its own provenance.
 
+A script, not a bench option: the scripts' shared module (the result file layout, the recorder), imported, never
+run.
+
 Layout of a result file (``benchmarks/results/<name>.json``)::
 
     {

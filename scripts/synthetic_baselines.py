@@ -1,6 +1,9 @@
 #!/usr/bin/env python
 """The shortcut checks of the synthetic corpora, as docs/synthetic.md quotes them.
 
+A script, not a bench option: it checks the synthetic corpora's shortcut baselines (docs/synthetic.md); no engine is
+timed.
+
 For each generator (aenli, kinship), with the pair balance (the default) and without it (the pairs of generator
 version 2): the label counts, the pair-level baselines on the first 4,000 pairs
 (``shortcut.pair_baselines``: each surface feature of the pair alone, logistic regression and gradient-boosted

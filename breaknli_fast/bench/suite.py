@@ -58,6 +58,9 @@ MODULES: dict[str, tuple[str, str]] = {
     "ray": ("ray", "ray"),
     "optimum": ("optimum.onnxruntime", "optimum"),
 }
+# what importing breaknli_fast sets in its own environment (breaknli_fast/__init__.py): not passed on to the
+# entries at that value, so that a result file records only what the user set (scripts/provenance.py)
+PACKAGE_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 OTHER_REQUIREMENTS = ("cuda", "transformers5-venv", "git")
 REQUIREMENTS = tuple(MODULES) + OTHER_REQUIREMENTS
 
@@ -385,7 +388,8 @@ def run_entries(suite: Suite, names: Sequence[str] | None, *, python: str, resul
     work.mkdir(parents=True, exist_ok=True)
     python_abs = _abs_python(python)
     tf5 = _abs_python(os.environ.get("PYTHON_TF5") or DEFAULT_PYTHON_TF5)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {k: v for k, v in os.environ.items() if PACKAGE_ENV.get(k) != v}
+    env["HF_HUB_OFFLINE"] = "1"
     failed: list[str] = []
     for e in chosen:
         missing = missing_requirements(e, python=python_abs, python_tf5=tf5)
@@ -430,7 +434,8 @@ def _fill_path(e: SuiteEntry, template: str, python: str, results: Path, work: P
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m breaknli_fast.bench.suite",
                                  description="Run entries of the declared benchmark suite (benchmarks/suite.toml).")
-    ap.add_argument("--suite", type=Path, default=DEFAULT_SUITE, help="the suite file (default %(default)s)")
+    ap.add_argument("--suite", type=Path, default=Path(os.environ.get("SUITE") or DEFAULT_SUITE),
+                    help="the suite file (default: env SUITE, else benchmarks/suite.toml)")
     ap.add_argument("--only", default=os.environ.get("ONLY", ""), help="entry names to run (default: all; env ONLY)")
     ap.add_argument("--skip", default=os.environ.get("SKIP", ""), help="entry names not to run (env SKIP)")
     ap.add_argument("--smoke", action="store_true", help="the smoke sizes: checks the pipeline, figures meaningless")
