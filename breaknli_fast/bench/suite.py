@@ -454,15 +454,16 @@ def main(argv: list[str] | None = None) -> int:
                 need = f" requires {','.join(e.requires)}" if e.requires else ""
                 print(f"{e.name}\t{e.minutes if e.minutes is not None else '?'} min{need}\t{' '.join(e.results)}")
             return 0
+        if args.print_argv:
+            work = args.work or "$WORK"
+            for n in names:
+                print(f"{n}: {shlex.join(suite.entry(n).argv(python=args.python, results=args.results, work=work, smoke=args.smoke))}")
+            return 0
         work = args.work
         if work is None:
             import tempfile
 
             work = tempfile.mkdtemp(prefix="breaknli-bench-")
-        if args.print_argv:
-            for n in names:
-                print(f"{n}: {shlex.join(suite.entry(n).argv(python=args.python, results=args.results, work=work, smoke=args.smoke))}")
-            return 0
         return run_entries(suite, names, python=args.python, results=args.results, work=work, smoke=args.smoke)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
