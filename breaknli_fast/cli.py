@@ -14,20 +14,15 @@ from rich.table import Table
 from breaknli_fast import cli_options as opts
 from breaknli_fast.cli_help import install as install_help
 from breaknli_fast.console import RichHook, console, fail, literal, make_progress, out_path, user_errors
-from breaknli_fast.data.labels import parse_label_map
-from breaknli_fast.data.loaders import Columns
 from breaknli_fast.data.slicing import show_counts
 from breaknli_fast.engines import registry
 from breaknli_fast.errors import install_hint
 from breaknli_fast.probes import probe_class
 from breaknli_fast.probes.breaknli.loop import parse_modes
-from breaknli_fast.study.loading import EngineConfig
+from breaknli_fast.study.options import RunOptions
 
 app = typer.Typer(name="breaknli-fast", add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="BreakNLI logical-triangle robustness test for NLI models, on fast engines.")
-
-DEFAULT_SAMPLE_LIMIT = 1000  # examples of the embedded sample used when --limit is not given
-
 
 def breakdown_tables(bd: dict[str, Any], width: int) -> list[Table]:
     """The breakdown's accuracy and inequality rates, one row per group (report.md has every rate with its CI,
@@ -106,127 +101,25 @@ def print_summary(result: Any) -> None:
         console.print(f"run directory: [bold]{literal(run_dir)}[/] ({', '.join(files)})")
 
 
-ROLE_ENGINES = "Engines per role"
-
-
-def run(
-    probe: str = typer.Option("breaknli", "--probe", rich_help_panel=opts.STUDY,
-                              help="The study (the registered probes are listed here)."),
-    seed: int = typer.Option(0, "--seed", rich_help_panel=opts.STUDY,
-                             help="One seed for the whole run (generation, permutations, generated data)."),
-    chunk_size: Optional[int] = typer.Option(None, "--chunk-size", min=1, rich_help_panel=opts.STUDY,
-                                             help="Examples per resumable chunk (default: the probe's: 16; accuracy 256)."),
-    dataset: str = opts.DATASET,
-    split: Optional[str] = opts.SPLIT,
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", min=0, rich_help_panel=opts.DATA,
-                                        help=f"Use the first N valid examples (0 = all). Default: all; {DEFAULT_SAMPLE_LIMIT} for the embedded sample."),
-    sample: Optional[int] = opts.SAMPLE,
-    sample_seed: Optional[int] = opts.SAMPLE_SEED,
-    premise_col: Optional[str] = opts.PREMISE_COL,
-    hypothesis_col: Optional[str] = opts.HYPOTHESIS_COL,
-    label_col: Optional[str] = opts.LABEL_COL,
-    id_col: Optional[str] = opts.ID_COL,
-    by: Optional[str] = opts.BY,
-    generator: str = opts.GENERATOR,
-    classifier: str = opts.CLASSIFIER,
-    mlm: Optional[str] = typer.Option(None, "--mlm", rich_help_panel=opts.MODELS,
-                                      help="merge: the masked LMs that suggest replacements, comma-separated (mini-mlm, a "
-                                           "folder or a hub id such as bert-base-cased). Default: mini-mlm."),
-    engine: str = typer.Option("auto", "--engine", "-e", rich_help_panel=opts.MODELS,
-                               help="auto or a registered engine (" + ", ".join(registry.names()) + "; a backend "
-                                    "package joins by entry point). auto: ort on the CPU at fp32/int8 when ONNX Runtime "
-                                    "is installed (exactly torch's fp32 results, faster), else torch. ort on --device "
-                                    "cuda and tensorrt: not verified on a GPU."),
-    precision: str = typer.Option("fp32", "--precision", "-p", rich_help_panel=opts.MODELS,
-                                  help="fp32, fp16, bf16 (torch, cudagraph) or int8 (ort/tensorrt)."),
-    classifier_precision: Optional[str] = typer.Option(
-        None, "--classifier-precision", rich_help_panel=opts.MODELS,
-        help="The classifier at another precision than --precision (e.g. --precision fp32 --classifier-precision int8: "
-             "the fp32 generator's candidates, a faster classifier)."),
-    generator_precision: Optional[str] = typer.Option(None, "--generator-precision", rich_help_panel=opts.MODELS,
-                                                      help="The generator at another precision than --precision."),
-    mlm_precision: Optional[str] = typer.Option(None, "--mlm-precision", rich_help_panel=opts.MODELS,
-                                                help="merge: the masked LMs at another precision than --precision."),
-    classifier_engine: Optional[str] = typer.Option(
-        None, "--classifier-engine", rich_help_panel=ROLE_ENGINES,
-        help="The classifier on another engine than --engine (e.g. --engine ort --classifier-engine torch); each "
-             "role is checked against its engine's declaration before anything loads."),
-    generator_engine: Optional[str] = typer.Option(None, "--generator-engine", rich_help_panel=ROLE_ENGINES,
-                                                   help="The generator on another engine than --engine."),
-    mlm_engine: Optional[str] = typer.Option(None, "--mlm-engine", rich_help_panel=ROLE_ENGINES,
-                                             help="merge: the masked LMs on another engine than --engine."),
-    device: str = opts.DEVICE,
-    nli_prompt: str = opts.NLI_PROMPT,
-    nli_method: str = opts.NLI_METHOD,
-    label_map: Optional[str] = opts.LABEL_MAP,
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, rich_help_panel=opts.SPEED,
-                                          help="CPU threads in all (default: torch's choice; ort: physical cores)."),
-    workers: Optional[str] = typer.Option(None, "--workers", rich_help_panel=opts.SPEED,
-                                          help="CPU batches run side by side, each on threads/workers threads: a number or "
-                                               "'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. "
-                                               "ort's results do not change with it; torch's logits may move at the 1e-6 level."),
-    max_length: int = opts.MAX_LENGTH,
-    token_budget: int = opts.TOKEN_BUDGET,
-    max_batch: Optional[int] = opts.MAX_BATCH,
-    gen_batch: Optional[int] = opts.GEN_BATCH,
-    ray: bool = typer.Option(False, "--ray", rich_help_panel=opts.RAY,
-                             help=f"Shard the study over Ray actors ({install_hint('ray')}): a local instance, or the "
-                                  "cluster of --ray-address. Same records as one process."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", rich_help_panel=opts.RAY,
-                                              help="Join this Ray cluster (implies --ray), e.g. 10.0.0.5:6379 or auto."),
-    ray_workers: Optional[int] = typer.Option(None, "--ray-workers", min=1, rich_help_panel=opts.RAY,
-                                              help="Ray actors (default: one per GPU, else one per --ray-threads CPUs)."),
-    ray_gpus_per_worker: float = typer.Option(0.0, "--ray-gpus-per-worker", min=0.0, rich_help_panel=opts.RAY,
-                                              help="GPUs per Ray actor (1 on GPU clusters)."),
-    ray_threads: int = typer.Option(1, "--ray-threads", min=1, rich_help_panel=opts.RAY, help="CPU threads per Ray actor."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", parser=out_path, metavar="DIR",
-                                       rich_help_panel=opts.OUTPUT, help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-"
-                                            "<precision>-s<seed>[-p<hash of the probe's settings where they are not its defaults>] (the probe's "
-                                            "name first, other than breaknli's)."),
-    overwrite: bool = typer.Option(False, "--overwrite", rich_help_panel=opts.OUTPUT,
-                                   help="Replace a run directory that holds different settings."),
-) -> None:
+def run(o: RunOptions) -> None:
     """Run a study (BreakNLI by default) and write a run directory. Re-running the same command resumes."""
-    from breaknli_fast.study import run_study
-    from breaknli_fast.study.distributed import RayConfig
+    from breaknli_fast.study.options import run_with_options
 
     with user_errors(resumable=True):
-        probe_class(probe)  # an unknown --probe is a one-line error
-        cfg = opts.probe_config(probe, seed=seed, chunk_size=chunk_size)
-        opts.warn_threads(threads)
-        ecfg = EngineConfig(engine=engine, precision=precision, device=device, threads=threads, workers=workers,
-                            gen_batch=gen_batch,
-                            classifier_precision=classifier_precision, generator_precision=generator_precision,
-                            mlm_precision=mlm_precision, classifier_engine=classifier_engine,
-                            generator_engine=generator_engine, mlm_engine=mlm_engine,
-                            label_map=parse_label_map(label_map), max_length=max_length,
-                            token_budget=token_budget, max_batch=max_batch, nli_prompt=nli_prompt, nli_method=nli_method)
-        eff_limit = opts.effective_limit(dataset, limit, sample, DEFAULT_SAMPLE_LIMIT)
-        if "," in classifier or "," in dataset:  # a study over classifiers x datasets (breaknli_fast.study.grid)
+        probe_class(o.probe)  # an unknown --probe is a one-line error (before the probe's options are read)
+        o.probe_config = opts.probe_config(o.probe)
+        opts.warn_threads(o.threads)
+        if o.is_grid:  # a study over classifiers x datasets (breaknli_fast.study.grid)
             from breaknli_fast.cli_report import run_grid_command
 
-            limits = {d.strip(): opts.effective_limit(d.strip(), limit, sample, DEFAULT_SAMPLE_LIMIT)
-                      for d in dataset.split(",")}
-            return run_grid_command(probe, cfg, classifier, dataset, limits, split=split, generator=generator,
-                                    columns=Columns(premise_col, hypothesis_col, label_col, id_col), engine=ecfg,
-                                    out=out, overwrite=overwrite, by=by, mlm=mlm, sample=sample,
-                                    sample_seed=sample_seed,
-                                    ray=RayConfig(address=ray_address, workers=ray_workers,
-                                                  gpus_per_worker=ray_gpus_per_worker, threads_per_worker=ray_threads)
-                                    if ray or ray_address else None)
+            o.check()
+            return run_grid_command(o.probe, o.config(), o.classifier, o.dataset, **o.grid_kwargs())
         with make_progress() as progress:
-            result = run_study(probe, cfg, dataset=dataset, split=split, limit=eff_limit, sample=sample,
-                               sample_seed=sample_seed,
-                               columns=Columns(premise_col, hypothesis_col, label_col, id_col),
-                               generator=generator, classifier=classifier, engine=ecfg, out=out,
-                               runs_root=Path("runs"), overwrite=overwrite, hook=RichHook(progress), by=by,
-                               ray=RayConfig(address=ray_address, workers=ray_workers,
-                                             gpus_per_worker=ray_gpus_per_worker, threads_per_worker=ray_threads)
-                               if ray or ray_address else None, mlm=mlm)
+            result = run_with_options(o, hook=RichHook(progress))
     print_summary(result)
 
 
-app.command("run")(opts.ProbeOptions(run))
+app.command("run")(opts.ProbeOptions(opts.OptionsCommand(run, RunOptions)))
 
 
 @app.command()
@@ -258,13 +151,14 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
 
 
 from breaknli_fast.bench.command import bench  # noqa: E402
+from breaknli_fast.bench.options import BenchOptions  # noqa: E402
 from breaknli_fast.cli_report import report  # noqa: E402
 from breaknli_fast.export.command import export  # noqa: E402
 from breaknli_fast.mini.command import EPILOG as MINI_TRAIN_EPILOG  # noqa: E402
 from breaknli_fast.mini.command import train as mini_train  # noqa: E402
 
 app.command("export")(export)
-app.command("bench")(opts.ProbeOptions(bench))
+app.command("bench")(opts.ProbeOptions(opts.OptionsCommand(bench, BenchOptions)))
 app.command("report")(report)
 
 mini_app = typer.Typer(help="The shipped mini models (train them again from SNLI).", add_completion=False)

@@ -1,5 +1,7 @@
-"""Command-line options: those shared by ``run`` and ``bench`` (one definition each, so the two commands cannot
-drift apart), and the options every registered probe declares in its config (:class:`ProbeOptions`).
+"""Command-line options built from dataclass fields (:mod:`breaknli_fast.options`): a command whose options are
+one dataclass (:class:`OptionsCommand`: ``run`` takes :class:`~breaknli_fast.study.options.RunOptions`, ``bench``
+:class:`~breaknli_fast.bench.options.BenchOptions`), and the options every registered probe declares in its config
+(:class:`ProbeOptions`).
 
 A probe's config is a dataclass whose fields made with :func:`breaknli_fast.probes.base.option` (or
 :func:`~breaknli_fast.probes.base.options` for a nested dataclass or dict) carry their help and flag. A command
@@ -16,6 +18,7 @@ import inspect
 import os
 import types
 import typing
+from pathlib import Path
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -23,55 +26,12 @@ from typing import Any, Callable, Optional, Sequence
 import typer
 
 from breaknli_fast.console import warn
-from breaknli_fast.data.loaders import SAMPLE_NAME
 from breaknli_fast.errors import UserError
-from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
+from breaknli_fast.options import CliOption, option_fields
+from breaknli_fast.study.options import (DATA, ENGINES, MODELS, OUTPUT, PARITY, RAY, ROLE_ENGINES, SPEED,  # noqa: F401
+                                         STUDY, TIMING, effective_limit)
 
-STUDY, DATA, MODELS, RAY, SPEED, OUTPUT = "Study", "Data", "Models and engines", "Ray", "Speed and memory", "Output"
-ENGINES, TIMING, PARITY = "Engines compared", "Timing", "Parity checks"  # bench's own panels
-
-GENERATOR = typer.Option("mini-t5", "--generator", "-g", rich_help_panel=MODELS,
-                         help="Generator: hub id, local folder, or a shipped mini model.")
-CLASSIFIER = typer.Option("mini-nli", "--classifier", "-c", rich_help_panel=MODELS,
-                          help="NLI model: sequence classifier or Flan-T5-style seq2seq.")
-DATASET = typer.Option(SAMPLE_NAME, "--dataset", "-d", rich_help_panel=DATA,
-    help="'sample' (embedded SNLI evaluation slice: 2,724 held-out pairs no mini model was trained or tuned on), 'sample-tuning' (the 2,002 held-out pairs mini-nli was tuned on), 'taxinli' (embedded TaxiNLI, 10,071 MNLI pairs with 15 reasoning categories), "
-         "aenli[:N] / kinship[:N] (generated from --seed, labels computed by logic), mnli[:mismatched], snli[:test], "
-         "anli[:r1|r2|r3], or a .jsonl/.csv/.tsv file (its other columns work with --by).")
-SPLIT = typer.Option(None, "--split", rich_help_panel=DATA, help="Split of a hub dataset (mnli, snli, anli), e.g. mismatched, test, r2.")
 MODE = typer.Option("both", "--mode", help="contradictive, entailed or both.")
-DEVICE = typer.Option("cpu", "--device", rich_help_panel=MODELS, help="cpu or cuda[:N].")
-NLI_PROMPT = typer.Option(DEFAULT_NLI_PROMPT, "--nli-prompt", rich_help_panel=MODELS, help=f"Seq2seq classifier prompt: {', '.join(NLI_PROMPTS)}.")
-NLI_METHOD = typer.Option("score", "--nli-method", rich_help_panel=MODELS, help="Seq2seq classifier: score (first-step logits) or generate.")
-LABEL_MAP = typer.Option(None, "--label-map", rich_help_panel=MODELS, help="Model label names to canonical, e.g. LABEL_0=contradiction,LABEL_1=neutral,LABEL_2=entailment.")
-MAX_LENGTH = typer.Option(256, "--max-length", min=1, rich_help_panel=SPEED, help="Truncate classifier inputs to this many tokens, or to the model's own limit when lower (its position table; recorded in config.json).")
-TOKEN_BUDGET = typer.Option(8192, "--token-budget", min=1, rich_help_panel=SPEED, help="Classifier batch bound: batch size x longest sequence.")
-GEN_BATCH = typer.Option(None, "--gen-batch", min=1, rich_help_panel=SPEED, show_default=False,
-                         help="Prompts per generator batch, each with its K samples (default: 8 on the CPU, 64 on CUDA); "
-                              "sampling cuts a call into batches of equal rows, so a prompt's samples may span two. "
-                              "The candidates do not depend on it.")
-MAX_BATCH = typer.Option(None, "--max-batch", min=1, rich_help_panel=SPEED, help="Classifier batch bound: pairs per batch (default: the engine's: on the CPU 16 for ort, 32 for torch sequence classifiers; else 64).", show_default=False)
-SAMPLE = typer.Option(None, "--sample", min=1, rich_help_panel=DATA, show_default=False,
-                      help="Draw N examples stratified by gold label (each label its share of the dataset, a seeded "
-                           "shuffle within it) instead of the first N (--limit). Reported with its label counts.")
-SAMPLE_SEED = typer.Option(None, "--sample-seed", rich_help_panel=DATA, show_default=False,
-                           help="Seed of the --sample draw (default: --seed), to vary one and keep the other.")
-PREMISE_COL = typer.Option(None, "--premise-col", rich_help_panel=DATA, help="Column of the premise in a dataset file (default: premise, then sentence1).")
-HYPOTHESIS_COL = typer.Option(None, "--hypothesis-col", rich_help_panel=DATA, help="Column of the hypothesis (default: hypothesis, then sentence2).")
-LABEL_COL = typer.Option(None, "--label-col", rich_help_panel=DATA, help="Column of the gold label (default: label, then gold_label).")
-ID_COL = typer.Option(None, "--id-col", rich_help_panel=DATA, help="Column of a unique example id (default: id, pairID, uid or idx; else the line number).")
-BY = typer.Option(None, "--by", rich_help_panel=DATA, help="Break the headline metrics down by dataset columns, e.g. genre or negation_logic,quantifier_logic "
-                 "(0/1 columns: the examples where it is 1 and the rest; others: per value). Default: TaxiNLI's categories on taxinli.")
-
-
-def effective_limit(dataset: str, limit: int | None, sample: int | None, sample_default: int) -> int | None:
-    """The ``--limit`` a command runs with: none with ``--sample`` (both given: load_slice's one-line error),
-    ``sample_default`` for the embedded sample when it is not given, none for 0."""
-    if sample is not None:
-        return limit
-    if limit is None:
-        return sample_default if dataset == SAMPLE_NAME else None
-    return limit or None
 
 
 def usable_cores() -> int:
@@ -88,21 +48,6 @@ def warn_threads(threads: int | None) -> None:
     if threads and threads > cores:
         warn(f"--threads {threads} is more than the {cores} CPU cores this process may use: threads beyond the "
              "cores wait for one another and make the run slower, not faster")
-
-
-def set_help_panels(func: Callable[..., Any], panels: dict[str, Sequence[str]]) -> None:
-    """Put the options of ``func`` named in ``panels`` (panel title -> parameter names) into those panels of its
-    help: one table beside a long signature instead of ``rich_help_panel=`` on each option. A name that is not a
-    parameter, or an option that already has another panel (a shared one, such as ``--dataset``), is an error."""
-    params = inspect.signature(func).parameters
-    for title, names in panels.items():
-        for name in names:
-            info = params[name].default if name in params else None
-            if not hasattr(info, "rich_help_panel"):
-                raise RuntimeError(f"{func.__name__} has no option {name}")
-            if info.rich_help_panel not in (None, title):
-                raise RuntimeError(f"{func.__name__}'s option {name} is in the panel {info.rich_help_panel!r}")
-            info.rich_help_panel = title
 
 
 # -- the options of the registered probes ------------------------------------------------------------------
@@ -127,17 +72,20 @@ class ProbeParam:
     parse: Callable[[Any], Any] | None
 
 
+SIMPLE = (int, float, str, bool, Path)
+
+
 def _value_type(annotation: Any) -> Any:
     """``int`` of ``int | None``, ``Optional[int]`` or ``int`` (``str`` for anything else)."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return args[0] if len(args) == 1 and args[0] in (int, float, str, bool) else str
-    return annotation if annotation in (int, float, str, bool) else str
+        return args[0] if len(args) == 1 and args[0] in SIMPLE else str
+    return annotation if annotation in SIMPLE else str
 
 
 def _param(probes: tuple[str, ...], cls: type, path: tuple[str, ...], spec: Any, annotation: Any,
            default: Any) -> ProbeParam:
-    from breaknli_fast.probes.base import UNSET
+    from breaknli_fast.options import UNSET
 
     flag = spec.flag or "--" + path[-1].replace("_", "-")
     typ = spec.type or _value_type(annotation)
@@ -145,7 +93,8 @@ def _param(probes: tuple[str, ...], cls: type, path: tuple[str, ...], spec: Any,
     name = PREFIX + "__".join((probes[0].replace("-", "_"), *path))
     decls = (flag, *([spec.short] if spec.short else ()))
     bounds = {k: v for k, v in (("min", spec.min), ("max", spec.max)) if v is not None}
-    option = typer.Option(default, *decls, help=spec.help, metavar=spec.metavar, show_default=default is not None,
+    option = typer.Option(default, *decls, help=spec.help, metavar=spec.metavar, parser=spec.parser,
+                          show_default=default is not None if spec.show_default is None else spec.show_default,
                           rich_help_panel=spec.panel or f"--probe {' / '.join(probes)}", **bounds)
     flags = tuple(f for d in decls for f in d.split("/"))
     return ProbeParam(probes, cls, path, name, flags, typ if default is not None else Optional[typ], option, default,
@@ -157,7 +106,7 @@ def probe_params(probes: Sequence[str] | None = None) -> list[ProbeParam]:
     order; probes registered with the same config class share its options. Two config classes declaring the
     same flag is a programming error (RuntimeError naming both)."""
     from breaknli_fast.probes import probe_class, probe_names
-    from breaknli_fast.probes.base import CLI, CliOption
+    from breaknli_fast.options import CLI
 
     by_class: dict[type, list[str]] = {}
     for name in probes if probes is not None else probe_names():
@@ -268,3 +217,38 @@ def probe_config(probe: str, **common: Any) -> Any:
         kwargs[name] = dataclasses.replace(whole, **parts) if dataclasses.is_dataclass(whole) else {**whole, **parts}
     kwargs.update({k: v for k, v in common.items() if v is not None and k in fields})
     return cls(**kwargs)
+
+
+# -- commands whose options are a dataclass ------------------------------------------------------------------
+
+class OptionsCommand:
+    """A command function ``func(options)`` whose options are the fields of the dataclass ``cls`` (declared with
+    :func:`breaknli_fast.options.option`): Typer reads them as the command's signature; a call builds ``cls`` from
+    the values, records which options were typed (:meth:`~breaknli_fast.options.Options.mark_given`) and hands it to
+    ``func``. The Python API takes the same class, so both get the same checks."""
+
+    def __init__(self, func: Callable[..., Any], cls: type):
+        self.func, self.cls = func, cls
+        self.__name__, self.__doc__, self.__module__ = func.__name__, func.__doc__, func.__module__
+        hints = typing.get_type_hints(cls)
+        self.params = [_param(("",), cls, (f.name,), spec, hints[f.name], f.default) for f, spec in option_fields(cls)]
+        for p in self.params:
+            p.name = p.path[0]  # the field's own name: ctx.get_parameter_source finds it
+            p.option.rich_help_panel = next(s for f, s in option_fields(cls) if f.name == p.name).panel
+
+    @property
+    def __signature__(self) -> inspect.Signature:  # noqa: PLW3201 - read by inspect.signature (Typer)
+        ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+        return inspect.Signature([ctx] + [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=p.option,
+                                                            annotation=p.annotation) for p in self.params])
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # read by typing.get_type_hints (Typer)
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+    def __call__(self, ctx: typer.Context, **values: Any) -> Any:
+        parsed = {p.name: p.parse(values[p.name]) if p.parse is not None else values[p.name] for p in self.params}
+        options = self.cls(**parsed)
+        options.mark_given(n for n in parsed
+                           if getattr(ctx.get_parameter_source(n), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP"))
+        return self.func(options)

@@ -68,14 +68,13 @@ def print_files(files: list[Path], where: Path) -> None:
     console.print(f"written to [bold]{literal(where)}[/]: {', '.join(literal(p.name) for p in files)}")
 
 
-def run_grid_command(probe: str, config: Any, classifiers: str, datasets: str, limits: dict[str, Any],
-                     **kwargs: Any) -> None:
+def run_grid_command(probe: str, config: Any, classifiers: str, datasets: str, **kwargs: Any) -> None:
     """``run`` with several classifiers or datasets: the study, its table on the terminal, its files."""
     from breaknli_fast.study.grid import run_grid, split_names
 
     with make_progress() as progress:
         result = run_grid(probe, config, classifiers=split_names(classifiers),
-                          datasets=split_names(datasets, "--dataset"), limit=limits, hook=RichHook(progress),
+                          datasets=split_names(datasets, "--dataset"), hook=RichHook(progress),
                           **kwargs)
     if result.comparison is not None and result.comparison.rows:
         for table in comparison_tables(result.comparison, console.width):

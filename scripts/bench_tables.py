@@ -15,7 +15,13 @@ from pathlib import Path
 
 from breaknli_fast.bench.report import _f, _get, overall_diffs, status_text
 from breaknli_fast.bench.result import BenchResult
+from breaknli_fast.bench.types import EngineResult, from_json
 from breaknli_fast.bench.stages import STAGES
+
+
+def typed(e: dict) -> EngineResult:
+    """An engine entry of bench.json as the renderers take it."""
+    return from_json(EngineResult, e)
 
 
 def best_speedup(data: dict, e: dict) -> float | None:
@@ -28,11 +34,13 @@ def best_speedup(data: dict, e: dict) -> float | None:
 
 
 def tables(data: dict) -> str:
+    loop = data["config"].get("probe_config") or data["config"].get("loop") or {}  # the loop's settings (older: "loop")
+    dec = loop.get("decoding") or {}
     out = [f"Command: `{data['command']}`", "",
            f"Started {data['started']}; dataset `{data['data']['name']}` ({data['data']['examples']} examples); "
            f"fixed workload: {data['workload']['classify_ph_pairs']} (p, h) pairs, {data['workload']['generate_prompts']} prompts × "
-           f"K={data['config']['loop']['k']} (max_new_tokens {data['config']['loop']['decoding']['max_new_tokens']}, "
-           f"min_new_tokens {data['config']['loop']['decoding']['min_new_tokens']}), {data['workload']['relation_pairs']} relation pairs, "
+           f"K={loop.get('k')} (max_new_tokens {dec.get('max_new_tokens')}, "
+           f"min_new_tokens {dec.get('min_new_tokens')}), {data['workload']['relation_pairs']} relation pairs, "
            f"{data['workload']['evaluate_pairs']} (p, h') pairs.", ""]
     out += ["| engine | speed-up (workload, median) | speed-up (workload, best) | speed-up (e2e) | clf pairs/s | gen tokens/s | examples/s | clf batch p95 ms | "
             "gen call p95 ms | peak RSS load / run MiB | label agreement % | max abs Δ logit | greedy tokens equal % | "
@@ -40,7 +48,7 @@ def tables(data: dict) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in data["engines"]:
         if e["status"] != "ok":
-            out.append(f"| {e['label']} | " + " | ".join(["–"] * 13) + f" | {status_text(e)} | – |")
+            out.append(f"| {e['label']} | " + " | ".join(["–"] * 13) + f" | {status_text(typed(e))} | – |")
             continue
         sp, sm, m = e["speed"]["speedup"], e["speed"]["summary"], e.get("memory", {})
         la = e.get("load_average_start")
@@ -52,8 +60,8 @@ def tables(data: dict) -> str:
             f"{_f(m.get('peak_rss_load_mib'), '.0f')} / {_f(m.get('peak_rss_mib'), '.0f')} | "
             f"{_f(_get(e, 'parity', 'classifier', 'all', 'label_agreement_pct'), '.2f')} | "
             f"{_f(_get(e, 'parity', 'classifier', 'all', 'max_abs_logit_diff'), '.1e')} | "
-            f"{_f(_get(e, 'parity', 'generator', 'greedy', 'token_agreement_pct'), '.1f')} | {overall_diffs(e, 'fixed_triples')} | "
-            f"{status_text(e)} | {_f(la[0] if la else None)} |")
+            f"{_f(_get(e, 'parity', 'generator', 'greedy', 'token_agreement_pct'), '.1f')} | {overall_diffs(typed(e), 'fixed_triples')} | "
+            f"{status_text(typed(e))} | {_f(la[0] if la else None)} |")
     out += ["", "Per stage: throughput at the median iteration (speed-up over the reference: median, best).", "",
             "| engine | " + " | ".join(STAGES) + " |", "|---|" + "---|" * len(STAGES)]
     for e in data["engines"]:

@@ -260,9 +260,16 @@ def _verdict_counts(e: dict[str, Any]) -> str:
     return f"{v.get('equivalent', 0)} / {v.get('different', 0)} / {v.get('inconclusive', 0)}" if v else "–"
 
 
-def bench_parity(doc: Result) -> str:
-    from breaknli_fast.bench.report import shown_to_match
+def shown_to_match(e: dict[str, Any]) -> str:
+    """Whether the engine of a saved bench was shown to match its reference: the bench's own sentence, from the
+    engine's typed result (any bench schema)."""
+    from breaknli_fast.bench.recommend import shown_to_match as shown
+    from breaknli_fast.bench.types import EngineResult, from_json
 
+    return shown(from_json(EngineResult, e))
+
+
+def bench_parity(doc: Result) -> str:
     p = doc["payload"]
     rows = []
     for e in p.get("engines", []):
@@ -875,8 +882,6 @@ def probe_speed(doc: Result) -> str:
 
 def probe_parity(doc: Result) -> str:
     """Each headline metric per engine, its paired difference with the reference, record agreement, batching."""
-    from breaknli_fast.bench.report import shown_to_match
-
     p = doc["payload"]
     metrics = [m["name"] for m in p.get("headline_metrics") or []]
     ok = [e for e in p.get("engines", []) if e.get("status") == "ok"]
@@ -999,8 +1004,6 @@ def _sdpa_text(p: dict[str, Any]) -> str:
 
 
 def _gpu_bench(name: str, entry: dict[str, Any] | None, steps: dict[str, dict[str, Any]], dev: str) -> str:
-    from breaknli_fast.bench.report import shown_to_match
-
     data = (entry or {}).get("bench")
     step = steps.get(f"bench-{name}") or {}
     if not data:

@@ -60,9 +60,9 @@ def test_permutation_probe_with_its_config_object(tiny_roberta, tiny_tsv):
     assert d["config"]["probe_config"]["q"] == 4 and d["probe_identity"]["permutation"]["seed"] == 1
     assert [m["name"] for m in d["headline_metrics"]] == ["A", "omega_max", "omega_rand", "P_c", "P_f"]
     same = res.engine("same")
-    rec = same["parity"]["headline"]["records"]
+    rec = same.parity["headline"]["records"]
     assert rec["identical_pct"] == 100.0 and rec["labels_compared"] > rec["records"]  # (p, h) and each permutation
-    metrics = same["parity"]["headline"]["metrics"]
+    metrics = same.parity["headline"]["metrics"]
     assert metrics["P_c"]["kind"] == "mean" and metrics["A"]["kind"] == "share"
     for name, m in metrics.items():
         if m["n"]:
@@ -76,12 +76,12 @@ def test_merge_probe_pairs_its_pooled_sample_accuracy(tiny_roberta, tiny_tsv, ti
                                 mlm=tiny_mlm, dataset=str(tiny_tsv), limit=24, **FAST))
     d = res.data
     assert d["probe"] == "merge" and d["models"]["mlm"] == [tiny_mlm]
-    m = res.engine("same")["parity"]["headline"]["metrics"]
+    m = res.engine("same").parity["headline"]["metrics"]
     assert m["sample_accuracy"]["kind"] == "ratio" and m["sample_accuracy"]["n"] > 5
     assert m["sample_accuracy"]["diff"] == 0.0 and m["sample_accuracy"]["method"] == "t"
-    ref_sa = res.engine("torch:fp32")["speed"]["end_to_end"]["headline"]["sample_accuracy"]
+    ref_sa = res.engine("torch:fp32").speed.end_to_end.headline["sample_accuracy"]
     assert ref_sa["rate"] == pytest.approx(d["engines"][0]["speed"]["end_to_end"]["headline"]["sample_accuracy"]["rate"])
-    assert res.engine("same")["parity"]["headline"]["records"]["identical_pct"] == 100.0
+    assert res.engine("same").parity["headline"]["records"]["identical_pct"] == 100.0
 
 
 def test_component_split_follows_the_probes_models():
@@ -159,11 +159,11 @@ def test_by_column_pairs_each_group_and_stays_out_of_the_checks(tiny_roberta, pe
     res = run_bench(BenchConfig(engines=f"torch:fp32,torch:fp32:label=perm:classifier={permuted}", probe="accuracy",
                                 classifier=tiny_roberta, dataset=str(tsv), by="neg", **FAST))
     perm = res.engine("perm")
-    by = perm["parity"]["headline"]["by"]["neg"]
+    by = perm.parity["headline"]["by"]["neg"]
     assert by["kind"] == "category" and [g["examples"] for g in by["groups"]] == [10, 10]
     cells = [g["metrics"]["accuracy (p, h)"] for g in by["groups"]]
-    assert sum(c["n"] for c in cells) == perm["parity"]["headline"]["metrics"]["accuracy (p, h)"]["n"] == 20
-    total = perm["parity"]["verdicts"]
+    assert sum(c["n"] for c in cells) == perm.parity["headline"]["metrics"]["accuracy (p, h)"]["n"] == 20
+    total = perm.verdicts
     assert total["equivalent"] + total["different"] + total["inconclusive"] == 1  # the groups are not counted
     assert "## Paired differences per group (--by)" in res.to_markdown()
     with pytest.raises(Exception, match="no column 'nope'"):

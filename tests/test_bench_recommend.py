@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from breaknli_fast import stats
 from breaknli_fast.bench.parity import add_verdicts
-from breaknli_fast.bench.recommend import recommendation, recommendation_lines
+from breaknli_fast.bench import recommend
+from breaknli_fast.bench.types import BenchReport, from_json
+
+
+def recommendation(data: dict):
+    return recommend.recommendation(from_json(BenchReport, data))
+
+
+def recommendation_lines(data: dict) -> list[str]:
+    return recommend.recommendation_lines(from_json(BenchReport, data))
 
 
 def _engine(label: str, speed: float, engine_hits: list[int], ref_hits: list[int], identical: bool = False) -> dict:
@@ -28,9 +37,9 @@ def _bench(meaningful: bool = True) -> dict:
 
 def test_the_pick_is_the_fastest_engine_not_shown_to_differ():
     rec = recommendation(_bench())
-    assert rec["pick"]["label"] == "ort:fp32:clf.precision=int8" and rec["pick"]["identical_candidates"]
-    assert rec["fastest"]["label"] == "ort:int8" and rec["fastest"]["confirmed"] == ["headline: accuracy"]
-    assert rec["fastest"]["different_at_95"][0].startswith("headline: accuracy -15.00 pp")
+    assert rec.pick.label == "ort:fp32:clf.precision=int8" and rec.pick.identical_candidates
+    assert rec.fastest.label == "ort:int8" and rec.fastest.confirmed == ["headline: accuracy"]
+    assert rec.fastest.different_at_95[0].startswith("headline: accuracy -15.00 pp")
     pick, fastest = recommendation_lines(_bench())
     assert pick.startswith("Pick: `ort:fp32:clf.precision=int8`: 2.10x") and "token for token" in pick
     assert "no cell different" in pick
@@ -59,8 +68,8 @@ def test_an_engine_that_fails_a_check_is_never_the_pick():
                          "failures": ["classifier label agreement 97.97 % < 98.00 %"]}
     data["engines"].insert(1, failing)
     rec = recommendation(data)
-    assert rec["pick"]["label"] == "ort:fp32:clf.precision=int8"
-    assert rec["fastest"]["label"] == "ort:int8:quantization=static"
+    assert rec.pick.label == "ort:fp32:clf.precision=int8"
+    assert rec.fastest.label == "ort:int8:quantization=static"
     lines = recommendation_lines(data)
     assert lines[0].startswith("Pick: `ort:fp32:clf.precision=int8`")
     assert "fails: classifier label agreement 97.97 % < 98.00 %" in lines[1]

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from breaknli_fast.cli import app, breakdown_tables
 from breaknli_fast.cli_help import BREAK_AFTER, wrap_words
-from breaknli_fast.cli_options import set_help_panels
 from breaknli_fast.cli_report import comparison_tables
 from breaknli_fast.study.compare import Comparison
 
@@ -140,20 +139,6 @@ def test_every_option_of_bench_and_run_is_in_a_panel_of_its_group(command):
         assert {"Study", "Data", "Engines compared", "Timing", "Parity checks", "Output"} <= set(panels)
 
 
-def test_set_help_panels_refuses_a_shared_option_s_panel_and_an_unknown_name():
-    import typer
-
-    from breaknli_fast import cli_options as opts
-
-    def cmd(dataset: str = opts.DATASET, mine: int = typer.Option(1, "--mine")) -> None: ...
-
-    with pytest.raises(RuntimeError, match="in the panel 'Data'"):
-        set_help_panels(cmd, {"Other": ("dataset",)})
-    with pytest.raises(RuntimeError, match="no option nope"):
-        set_help_panels(cmd, {"Other": ("nope",)})
-    assert opts.DATASET.rich_help_panel == "Data"
-
-
 # -- result tables ------------------------------------------------------------------------------------------
 
 MODELS = ["roberta-large-mnli", "deberta-v3-large-mnli-fever-anli", "bart-large-mnli"]
@@ -252,15 +237,17 @@ def _render_at(table, width: int = 80) -> str:
 
 def test_bench_tables_keep_engine_names_whole_at_80_columns():
     """At 80 columns the numbers wrap, not the names (``torch:fp3`` / ``2``, ``classif`` / ``ier`` were cut)."""
-    from breaknli_fast.bench.compare import compare_table
+    from breaknli_fast.bench.compare import Comparison, compare_table
     from breaknli_fast.bench.loadgen.report import compliance_rich_table, scenario_rich_table
     from breaknli_fast.bench.report import rich_table
+    from breaknli_fast.bench.types import BenchReport, from_json
 
     labels = ["torch:fp32", "ort:int8:quantization=static", "ort:fp32:clf.precision=int8", "cudagraph:bf16"]
     engines = [{"label": lab, "status": "ok", "reference": i == 0, "speed": {"speedup": {"end_to_end": 1.5},
                                                                            "summary": {"classifier_pairs_per_s": 1234}},
                 "memory": {"peak_rss_mib": 2048}, "parity": {}} for i, lab in enumerate(labels)]
-    bench = _render_at(rich_table({"probe": "accuracy", "reference": "torch:fp32", "engines": engines}, width=80))
+    report = from_json(BenchReport, {"probe": "accuracy", "reference": "torch:fp32", "engines": engines})
+    bench = _render_at(rich_table(report, width=80))
     rows = [{"engine": lab, "role": role, "scenario": "single-stream", "metrics": {"result": "VALID", "p90_ms": 12.345,
              "samples_per_s": 81.0, "of_reference_pct": 99.95, "tier": "99.9 %", "ttft_p90_ms": 3.2,
              "tpot_p90_ms": 1.234}, "compliance": {"TEST01": {"result": "PASS", "speed_ratio": 1.02,
@@ -273,5 +260,5 @@ def test_bench_tables_keep_engine_names_whole_at_80_columns():
         for lab in labels:  # whole, or broken after a ':' only
             assert lab in cells.replace(": ", ":"), text
         assert "torch:fp3 " not in cells and "classif " not in cells
-    cmp = {"kind": "scenarios", "rows": []}
+    cmp = Comparison({}, {}, [], kind="scenarios")
     assert _render_at(compare_table(cmp)) is not None

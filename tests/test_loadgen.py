@@ -277,8 +277,8 @@ def test_one_metric_definition_feeds_json_markdown_terminal_and_compare(tmp_path
     console.print(BenchResult(a).table())
     text = console.export_text()
     assert "p90 ms" in text and "10.00" in text and "99 %" in text and "p50" not in text
-    cmp = compare(a, b)
-    m = cmp["rows"][0]["metrics"]
+    cmp = compare(BenchResult(a), BenchResult(b))
+    m = cmp.rows[0]["metrics"]
     assert m["p90_ms"] == {"a": 10.0, "b": 5.0, "ratio_b_over_a": 0.5}
     assert m["tier"]["ratio_b_over_a"] is None and m["tier"]["b"] == "none"
     cm = compare_markdown(cmp, "A", "B")

@@ -275,3 +275,29 @@ def test_every_script_that_stays_a_script_says_why() -> None:
         if path.suffix in (".py", ".sh"):
             assert "A script, not a bench option" in path.read_text()[:3000], \
                 f"{path.name}: its docstring does not say why it is a script"
+
+
+def test_bench_suite_runs_named_entries_into_out_and_lists_them(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``breaknli-fast bench --suite NAMES``: the same runner as the script, from the command line."""
+    from typer.testing import CliRunner
+
+    from breaknli_fast.cli import app
+
+    path = tmp_path / "suite.toml"
+    path.write_text(FAKE)
+    monkeypatch.setenv("PYTHON_TF5", str(tmp_path / "no-such-venv" / "python"))
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", "--suite", "writes", "--suite-file", str(path), "--smoke", "--out",
+                            str(tmp_path / "r")])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "r" / "writes.json").read_text())["n"] == "2"
+    r = runner.invoke(app, ["bench", "--suite", "fails,writes", "--suite-file", str(path), "--out", str(tmp_path / "r")])
+    assert r.exit_code == 1
+    assert json.loads((tmp_path / "r" / "writes.json").read_text())["n"] == "100"
+    r = runner.invoke(app, ["bench", "--suite", "list", "--suite-file", str(path)])
+    assert r.exit_code == 0 and "writes: writes its result, sized" in r.output and "needs transformers5-venv" in r.output
+    r = runner.invoke(app, ["bench", "--suite", "nope", "--suite-file", str(path)])
+    assert r.exit_code != 0 and "no suite entry 'nope'" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["bench", "--smoke"])
+    assert r.exit_code != 0 and "--smoke goes with --suite NAMES" in r.output

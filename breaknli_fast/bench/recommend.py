@@ -12,61 +12,43 @@ weights parity means nothing, so only the speed is ranked and the note says to j
 
 from __future__ import annotations
 
-from typing import Any
-
-from breaknli_fast.bench.parity import cells, confirmed_differences
-
-
-def _get(d: Any, *keys: Any) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
+from breaknli_fast.bench.parity import confirmed_differences
+from breaknli_fast.bench.types import BenchReport, EngineResult, EngineView, Recommendation
 
 
-def speedup(e: dict[str, Any]) -> float | None:
+def speedup(e: EngineResult) -> float | None:
     """The engine's end-to-end speed-up over the reference (reference wall time / engine wall time)."""
-    return _get(e, "speed", "speedup", "end_to_end")
+    return e.speedup
 
 
 def _fmt_x(x: float | None) -> str:
     return f"{x:.2f}x" if x is not None else "-"
 
 
-def _diff(entry: dict[str, Any]) -> str:
-    d, ci = entry.get("diff"), entry.get("ci") or [None, None]
-    if d is None:
-        return "?"
-    lo, hi = ci[0], ci[1]
-    return f"{d:+.2f} pp" + (f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else "")
-
-
-def differing_cells(e: dict[str, Any]) -> list[str]:
+def differing_cells(e: EngineResult) -> list[str]:
     """The cells the engine differs in at 95 % each (what it may change), most different first."""
-    out = [(abs(x.get("diff") or 0.0), f"{where} {_diff(x)}") for where, x in cells(e.get("parity") or {})
-           if x.get("verdict") == "different"]
+    out = [(abs(c.diff or 0.0), f"{c.where} {c.text()}") for c in e.cells() if c.verdict == "different"]
     return [text for _, text in sorted(out, reverse=True)]
 
 
-def identical_candidates(e: dict[str, Any]) -> bool:
+def identical_candidates(e: EngineResult) -> bool:
     """Every sampled candidate the engine kept is the reference's (the same seeds and logits up to rounding)."""
-    s = _get(e, "parity", "generator", "sampled_candidates") or {}
+    s = ((e.parity or {}).get("generator") or {}).get("sampled_candidates") or {}
     return bool(s.get("n")) and s.get("identical_pct") == 100.0
 
 
-def shown_to_match(e: dict[str, Any]) -> str:
+def shown_to_match(e: EngineResult) -> str:
     """One sentence per engine: shown to match (every cell equivalent), shown to differ, or not shown either way."""
-    if e.get("status") != "ok":
-        return f"no: it did not run ({e.get('status')}: {e.get('reason')})"
-    v = _get(e, "parity", "verdicts") or {}
+    if not e.ran:
+        return f"no: it did not run ({e.status}: {e.reason})"
+    v = e.verdicts
     n = sum(v.get(k, 0) for k in ("equivalent", "different", "inconclusive"))
     if not n:
         return "no parity verdicts recorded"
     small = (f"; {v['too_small']} of them on too few examples to show equivalence at all"
              if v.get("too_small") else "")
     if v.get("different"):
-        confirmed = confirmed_differences(e.get("parity") or {})
+        confirmed = confirmed_differences(e.parity or {})
         if confirmed:
             return (f"no: {len(confirmed)} of {n} cells differ beyond the tolerance, still with all the cells judged "
                     f"together (Bonferroni){small}")
@@ -79,67 +61,66 @@ def shown_to_match(e: dict[str, Any]) -> str:
     return f"yes: all {n} cells equivalent within the tolerance"
 
 
-def checks_pass(e: dict[str, Any]) -> bool:
-    """Whether the engine passed every check of the bench (``checks.passed``; not judged counts as passed)."""
-    return _get(e, "checks", "passed") is not False
+def checks_pass(e: EngineResult) -> bool:
+    """Whether the engine passed every check of the bench (not judged counts as passed)."""
+    return e.passed_checks
 
 
-def recommendation(data: dict[str, Any]) -> dict[str, Any] | None:
-    """``{"meaningful", "pick", "fastest"}`` over the engines that ran (the reference excluded); ``pick`` is the
-    fastest not shown to differ (None where parity means nothing or every engine differs), each with its label,
-    speed-up, confirmed differences, cells different at 95 % and whether its candidates are the reference's."""
-    ran = [e for e in data.get("engines", []) if e.get("status") == "ok" and not e.get("reference")
-           and speedup(e) is not None]
+def _view(e: EngineResult, meaningful: bool) -> EngineView:
+    return EngineView(label=e.label, speedup=e.speedup,
+                      confirmed=confirmed_differences(e.parity or {}) if meaningful else [],
+                      different_at_95=differing_cells(e) if meaningful else [],
+                      identical_candidates=identical_candidates(e),
+                      failed_checks=list(e.checks.failures) if e.checks is not None else [])
+
+
+def recommendation(report: BenchReport) -> Recommendation | None:
+    """Over the engines that ran (the reference excluded): ``pick``, the fastest not shown to differ and passing
+    every check (None where parity means nothing or no engine qualifies), and the fastest overall. Computed from the
+    same :class:`EngineResult` objects -- and their :class:`~breaknli_fast.bench.types.Checks` -- the bench shows."""
+    ran = [e for e in report.engines if e.ran and not e.reference and e.speedup is not None]
     if not ran:
         return None
-    ran.sort(key=lambda e: -speedup(e))
-    meaningful = bool(data.get("parity_meaningful", True))
-
-    def view(e: dict[str, Any]) -> dict[str, Any]:
-        return {"label": e["label"], "speedup": speedup(e),
-                "confirmed": confirmed_differences(e.get("parity") or {}) if meaningful else [],
-                "different_at_95": differing_cells(e) if meaningful else [],
-                "identical_candidates": identical_candidates(e),
-                "failed_checks": list(_get(e, "checks", "failures") or [])}
-
-    pick = next((e for e in ran if not confirmed_differences(e.get("parity") or {}) and checks_pass(e)),
+    ran.sort(key=lambda e: -(e.speedup or 0.0))
+    meaningful = report.parity_meaningful
+    pick = next((e for e in ran if not confirmed_differences(e.parity or {}) and e.passed_checks),
                 None) if meaningful else None
-    return {"meaningful": meaningful, "reference": data.get("reference"),
-            "pick": view(pick) if pick is not None else None, "fastest": view(ran[0])}
+    return Recommendation(meaningful=meaningful, reference=report.reference,
+                          pick=_view(pick, meaningful) if pick is not None else None, fastest=_view(ran[0], meaningful))
 
 
-def _describe(v: dict[str, Any]) -> str:
-    parts = [f"`{v['label']}`: {_fmt_x(v['speedup'])} the reference's speed end to end"]
-    if v["identical_candidates"]:
+def _describe(v: EngineView) -> str:
+    parts = [f"`{v.label}`: {_fmt_x(v.speedup)} the reference's speed end to end"]
+    if v.identical_candidates:
         parts.append("its sampled candidates are the reference's, token for token")
-    if v["confirmed"]:
-        parts.append(f"shown to differ in {len(v['confirmed'])} cell(s) with all its cells judged together")
-    elif v["different_at_95"]:
+    if v.confirmed:
+        parts.append(f"shown to differ in {len(v.confirmed)} cell(s) with all its cells judged together")
+    elif v.different_at_95:
         parts.append("not shown to differ with all its cells judged together")
     else:
         parts.append("no cell different")
-    if v["different_at_95"]:
-        parts.append("may change: " + "; ".join(v["different_at_95"][:3]) + " (at 95 % each)")
-    if v.get("failed_checks"):
-        parts.append("fails: " + "; ".join(v["failed_checks"][:2]))
+    if v.different_at_95:
+        parts.append("may change: " + "; ".join(v.different_at_95[:3]) + " (at 95 % each)")
+    if v.failed_checks:
+        parts.append("fails: " + "; ".join(v.failed_checks[:2]))
     return ", ".join(parts)
 
 
-def recommendation_lines(data: dict[str, Any]) -> list[str]:
+def recommendation_lines(report: BenchReport) -> list[str]:
     """The recommendation as Markdown / console lines (empty when no engine but the reference ran)."""
-    rec = recommendation(data)
+    rec = report.recommendation if report.recommendation is not None else recommendation(report)
     if rec is None:
         return []
-    if not rec["meaningful"]:
-        return [f"Fastest: {_describe(rec['fastest'])}. Random weights: parity is not judged here, so no engine is "
+    if not rec.meaningful:
+        return [f"Fastest: {_describe(rec.fastest)}. Random weights: parity is not judged here, so no engine is "
                 "recommended for keeping the answer; judge that on the trained models (a bench without "
                 "--random-weights)."]
     lines = []
-    if rec["pick"] is not None:
-        lines.append(f"Pick: {_describe(rec['pick'])}.")
+    if rec.pick is not None:
+        lines.append(f"Pick: {_describe(rec.pick)}.")
     else:
         lines.append("Pick: none of the engines is free of a confirmed difference from the reference and passes "
-                     f"every check; use `{rec['reference']}` where the answer must not change.")
-    if rec["pick"] is None or rec["fastest"]["label"] != rec["pick"]["label"]:
-        lines.append(f"Fastest: {_describe(rec['fastest'])}.")
+                     f"every check; use `{rec.reference}` where the answer must not change.")
+    if rec.pick is None or rec.fastest.label != rec.pick.label:
+        lines.append(f"Fastest: {_describe(rec.fastest)}.")
     return lines

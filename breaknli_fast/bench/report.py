@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from breaknli_fast.bench.recommend import recommendation_lines, shown_to_match  # noqa: F401 (shown_to_match: re-exported)
+from breaknli_fast.bench.types import BenchReport, EngineResult, Memory, SpeedSummary, Speedup
 from breaknli_fast.data.slicing import show_counts
 from breaknli_fast.plotting import pyplot
 
@@ -57,43 +58,42 @@ def _get(d: Any, *keys: Any) -> Any:
     return d
 
 
-def overall_diffs(e: dict[str, Any], block: str, key: str = "inequality") -> str:
+def overall_diffs(e: EngineResult, block: str, key: str = "inequality") -> str:
     parts = []
-    for mode, table in (_get(e, "parity", block) or {}).items():
+    for mode, table in (_get(e.parity, block) or {}).items():
         cell = table.get("overall")
         if cell:
             parts.append(f"{MODE_SHORT.get(mode, mode)} {fmt_diff(cell.get(key))}")
     return "; ".join(parts) or "–"
 
 
-def max_abs_breakage_diff(e: dict[str, Any], block: str = "fixed_triples") -> float | None:
+def max_abs_breakage_diff(e: EngineResult, block: str = "fixed_triples") -> float | None:
     """The largest |Δ| of BreakNLI's Overall cells of ``block``, or of the probe's headline metrics."""
-    vals = [abs(cell[k]["diff"]) for table in (_get(e, "parity", block) or {}).values()
+    vals = [abs(cell[k]["diff"]) for table in (_get(e.parity, block) or {}).values()
             for name, cell in table.items() if name == "overall"
             for k in ("inequality", "relaxed") if cell.get(k, {}).get("diff") is not None]
     if not vals:
-        vals = [abs(m["diff"]) for m in (_get(e, "parity", "headline", "metrics") or {}).values()
+        vals = [abs(m["diff"]) for m in (_get(e.parity, "headline", "metrics") or {}).values()
                 if m.get("diff") is not None]
     return max(vals) if vals else None
 
 
-def status_text(e: dict[str, Any]) -> str:
-    if e["status"] != "ok":
-        return f"{e['status']}: {e['reason']}"
-    c = e.get("checks") or {}
-    if e.get("reference"):
+def status_text(e: EngineResult) -> str:
+    if not e.ran:
+        return f"{e.status}: {e.reason}"
+    if e.reference:
         return "reference"
-    if not c.get("applied"):
+    if e.checks is None or not e.checks.applied:
         return "n/a (random weights)"
-    return "pass" if c.get("passed") else "FAIL"
+    return "pass" if e.checks.passed else "FAIL"
 
 
-def _breaknli(data: dict[str, Any]) -> bool:
-    return data.get("probe", "breaknli") == "breaknli"
+def _breaknli(data: BenchReport) -> bool:
+    return data.probe == "breaknli"
 
 
-def summary_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    gpu = any(_get(e, "memory", "gpu_peak_allocated_mib") is not None for e in data["engines"])
+def summary_rows(data: BenchReport) -> tuple[list[str], list[list[str]]]:
+    gpu = any(e.memory is not None and e.memory.gpu_peak_allocated_mib is not None for e in data.engines)
     bn = _breaknli(data)
     header = ["engine", "precision"] + (["speed-up (workload)", "speed-up (workload, best)"] if bn else [])
     header += ["speed-up (e2e)", "clf pairs/s"] + (["gen tokens/s"] if bn else [])
@@ -106,29 +106,30 @@ def summary_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                    "Δ Overall ineq. pp, end to end [95% CI]", "greedy token agreement %"]
     header.append("pass/fail")
     rows = []
-    for e in data["engines"]:
-        if e["status"] != "ok":
-            rows.append([e["label"], e["precision"]] + ["–"] * (len(header) - 3) + [status_text(e)])
+    for e in data.engines:
+        if not e.ran or e.speed is None:
+            rows.append([e.label, e.precision] + ["–"] * (len(header) - 3) + [status_text(e)])
             continue
-        sp, sm = e["speed"].get("speedup", {}), e["speed"].get("summary", {})
-        row = [e["label"], e["precision"]]
+        sp, sm = e.speed.speedup or Speedup(), e.speed.summary or SpeedSummary()
+        mem = e.memory or Memory()
+        row = [e.label, e.precision]
         if bn:
-            row += [_f(sp.get("workload"), ".2f", "×"), _f(sp.get("workload_best"), ".2f", "×")]
-        row += [_f(sp.get("end_to_end"), ".2f", "×"), _f(sm.get("classifier_pairs_per_s"), ".1f")]
-        row += [_f(sm.get("generated_tokens_per_s"), ".1f")] if bn else []
-        row += [_f(sm.get("examples_per_s"), ".3f"), _f(sm.get("classifier_batch_p95_ms"), ".1f")]
-        row += [_f(sm.get("generator_call_p95_ms"), ".1f")] if bn else []
-        row.append(_f(_get(e, "memory", "peak_rss_mib"), ".0f"))
+            row += [_f(sp.workload, ".2f", "×"), _f(sp.workload_best, ".2f", "×")]
+        row += [_f(sp.end_to_end, ".2f", "×"), _f(sm.classifier_pairs_per_s, ".1f")]
+        row += [_f(sm.generated_tokens_per_s, ".1f")] if bn else []
+        row += [_f(sm.examples_per_s, ".3f"), _f(sm.classifier_batch_p95_ms, ".1f")]
+        row += [_f(sm.generator_call_p95_ms, ".1f")] if bn else []
+        row.append(_f(mem.peak_rss_mib, ".0f"))
         if gpu:
-            row.append(_f(_get(e, "memory", "gpu_peak_allocated_mib"), ".0f"))
-        inv = e.get("batch_invariance") or {}
-        row += [_f(_get(e, "parity", "headline", "records", "identical_pct"), ".2f"),
+            row.append(_f(mem.gpu_peak_allocated_mib, ".0f"))
+        inv = e.batch_invariance or {}
+        row += [_f(_get(e.parity, "headline", "records", "identical_pct"), ".2f"),
                 f"{inv.get('labels_changed')} of {inv.get('pairs')}" if inv.get("pairs") else "–"]
         if bn:
-            row += [_f(_get(e, "parity", "classifier", "all", "label_agreement_pct"), ".2f"),
-                    _f(_get(e, "parity", "classifier", "all", "max_abs_logit_diff"), ".2e"),
+            row += [_f(_get(e.parity, "classifier", "all", "label_agreement_pct"), ".2f"),
+                    _f(_get(e.parity, "classifier", "all", "max_abs_logit_diff"), ".2e"),
                     overall_diffs(e, "fixed_triples"), overall_diffs(e, "end_to_end"),
-                    _f(_get(e, "parity", "generator", "greedy", "token_agreement_pct"), ".1f")]
+                    _f(_get(e.parity, "generator", "greedy", "token_agreement_pct"), ".1f")]
         rows.append(row + [status_text(e)])
     return header, rows
 
@@ -139,22 +140,22 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def _header(data: dict[str, Any]) -> list[str]:
-    env, cfg, wl = data.get("environment", {}), data.get("config", {}), data.get("workload", {})
+def _header(data: BenchReport) -> list[str]:
+    env, cfg, wl = data.environment, data.config, data.workload
     acc, pk = env.get("accelerators", {}), env.get("packages", {})
     pc = cfg.get("probe_config") or {}
-    models = data.get("models", {})
+    models = data.models
     lines = [
         f"- machine: {env.get('cpu')} ({env.get('cpu_count')} logical CPUs, torch threads {env.get('torch_threads')}, "
         f"{env.get('memory_gib')} GiB); GPU: {', '.join(acc.get('gpus', [])) if acc.get('cuda_available') else 'none visible'}",
         f"- versions: breaknli-fast {env.get('breaknli_fast')} ({env.get('git')}), torch {pk.get('torch')}, transformers "
         f"{pk.get('transformers')}, onnxruntime {pk.get('onnxruntime')}, tensorrt {pk.get('tensorrt')}",
-        f"- probe `{data.get('probe', 'breaknli')}`; models: " + ", ".join(
+        f"- probe `{data.probe}`; models: " + ", ".join(
             f"{role} `{name}`" for role, name in (("classifier", models.get("classifier")),
                                                   ("generator", models.get("generator")),
                                                   ("masked LM", ", ".join(models.get("mlm") or []) or None)) if name)
-        + f"; dataset `{_get(data, 'data', 'name')}` ({_get(data, 'data', 'examples')} examples"
-          + (f": {sl['words']}, gold labels {show_counts(sl['labels'])}" if (sl := _get(data, 'data', 'slice')) else "")
+        + f"; dataset `{data.data.get('name')}` ({data.data.get('examples')} examples"
+          + (f": {sl['words']}, gold labels {show_counts(sl['labels'])}" if (sl := data.data.get('slice')) else "")
           + f"); device {_get(cfg, 'engine', 'device') or cfg.get('device')}",
     ]
     if _breaknli(data):
@@ -177,24 +178,24 @@ def _header(data: dict[str, Any]) -> list[str]:
         + (f"stages ≥ {cfg.get('min_iterations')} iterations and ≥ {cfg.get('min_seconds')} s each (median reported), "
            if _breaknli(data) else "")
         + f"end to end × {cfg.get('repeats')} (median wall); batch invariance on {wl.get('invariance_pairs')} pairs",
-        f"- parity verdicts (δ = {data.get('tolerance_pp')} pp): equivalent when the 95 % interval of the difference "
+        f"- parity verdicts (δ = {data.tolerance_pp} pp): equivalent when the 95 % interval of the difference "
         f"lies inside ±δ, different when |Δ| > δ and the interval excludes 0, inconclusive otherwise; `--strict` fails "
-        f"on different, on an engine that did not run (and label agreement < {data.get('min_agreement_pct')} %), "
-        f"`--require-equivalence` on inconclusive too; reference `{data.get('reference')}`",
+        f"on different, on an engine that did not run (and label agreement < {data.min_agreement_pct} %), "
+        f"`--require-equivalence` on inconclusive too; reference `{data.reference}`",
         "",
     ]
     return lines
 
 
-def _headline_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[str]:
-    metrics = [m["name"] for m in data.get("headline_metrics") or []]
+def _headline_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
+    metrics = [m["name"] for m in data.headline_metrics]
     if not metrics:
         return []
     lines = ["## Headline metrics per engine (each over its own examples)", ""]
     rows = []
     for e in ok:
-        vals = _get(e, "speed", "end_to_end", "headline") or {}
-        rows.append([e["label"]] + [f"{_f(_get(vals, m, 'rate'))} [{_f(_get(vals, m, 'ci', 0))}, "
+        vals = e.speed.end_to_end.headline if e.speed is not None else {}
+        rows.append([e.label] + [f"{_f(_get(vals, m, 'rate'))} [{_f(_get(vals, m, 'ci', 0))}, "
                                     f"{_f(_get(vals, m, 'ci', 1))}] n={_get(vals, m, 'n')}"
                                     if _get(vals, m, "rate") is not None else "–" for m in metrics])
     lines += _md_table(["engine"] + [f"{m} % [95 % CI]" for m in metrics], rows) + [""]
@@ -202,8 +203,8 @@ def _headline_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[s
     rows = []
     for e in ok[1:]:
         for m in metrics:
-            d = _get(e, "parity", "headline", "metrics", m) or {}
-            rows.append([e["label"], m, d.get("kind", ""), fmt_verdict(d),
+            d = _get(e.parity, "headline", "metrics", m) or {}
+            rows.append([e.label, m, d.get("kind", ""), fmt_verdict(d),
                          f"{d.get('only_reference', 0)} / {d.get('only_engine', 0)}"])
     lines += _md_table(["engine", "metric", "kind", "Δ pp [95 % CI] n: verdict", "scored by the reference / engine only"],
                        rows) + [""]
@@ -213,11 +214,11 @@ def _headline_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[s
               "invariance: labels of the same pairs classified one at a time against the engine's own batches.", ""]
     rows = []
     for e in ok:
-        r = _get(e, "parity", "headline", "records") or {}
-        inv = e.get("batch_invariance") or {}
+        r = _get(e.parity, "headline", "records") or {}
+        inv = e.batch_invariance or {}
         ident = (f"{r.get('identical')} of {r.get('records')} ({_f(r.get('identical_pct'))} % "
                  f"[{_f(_get(r, 'identical_ci', 0))}, {_f(_get(r, 'identical_ci', 1))}])") if r.get("available") else "–"
-        rows.append([e["label"], ident, _f(r.get("label_agreement_pct")), r.get("labels_compared", "–"),
+        rows.append([e.label, ident, _f(r.get("label_agreement_pct")), r.get("labels_compared", "–"),
                      r.get("inputs_in_one_run_only", "–"),
                      f"{inv.get('labels_changed')} of {inv.get('pairs')}" if inv.get("pairs") else "–",
                      _f(inv.get("max_abs_logit_diff"), ".2e"), inv.get("max_batch", "–")])
@@ -227,56 +228,59 @@ def _headline_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[s
     return lines + _by_sections(ok)
 
 
-def _by_sections(ok: list[dict[str, Any]]) -> list[str]:
+def _by_sections(ok: list[EngineResult]) -> list[str]:
     """The paired differences per group of each ``--by`` column (informative: not part of the checks)."""
     lines: list[str] = []
     for e in ok[1:]:
-        for column, spec in (_get(e, "parity", "headline", "by") or {}).items():
+        for column, spec in (_get(e.parity, "headline", "by") or {}).items():
             rows = [[g["group"], g["examples"], m, fmt_verdict(d)] for g in spec["groups"]
                     for m, d in g["metrics"].items()]
-            lines += [f"### `{e['label']}` by `{column}` ({spec['kind']}; not part of the checks)", ""]
+            lines += [f"### `{e.label}` by `{column}` ({spec['kind']}; not part of the checks)", ""]
             lines += _md_table(["group", "examples", "metric", "Δ pp [95 % CI] n: verdict"], rows) + [""]
     return (["## Paired differences per group (--by)", ""] + lines) if lines else []
 
 
-def _breaknli_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[str]:
+def _breaknli_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
     lines = ["## Stages (fixed workload): throughput, speed-up, latency", "",
              "| engine | stage | items | iterations | median s | min s | throughput (median) | speed-up median / best | latency median / p90 / p95 / p99 ms (unit) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for e in ok:
-        for stage, st in e["speed"]["stages"].items():
-            if not st.get("items"):
-                lines.append(f"| {e['label']} | {stage} | 0 | – | – | – | – | – | – |")
+        speed = e.speed
+        assert speed is not None
+        for stage, st in (speed.stages or {}).items():
+            if not st.items:
+                lines.append(f"| {e.label} | {stage} | 0 | – | – | – | – | – | – |")
                 continue
             if stage == "generate":
-                thr = f"{st['tokens_per_s']:.1f} tokens/s, {st['sequences_per_s']:.1f} seq/s"
-                lat = st["call_latency"]
+                thr = f"{st.get('tokens_per_s'):.1f} tokens/s, {st.get('sequences_per_s'):.1f} seq/s"
+                lat = st.get("call_latency")
             else:
-                thr = f"{st['pairs_per_s']:.1f} pairs/s"
-                lat = st["batch_latency"]
-            sp = _get(e, "speed", "speedup", "stages", stage)
-            spb = _get(e, "speed", "speedup", "stages_best", stage)
-            lines.append(f"| {e['label']} | {stage} | {st['items']} | {st['iterations']} | {st['median_s']:.3f} | "
-                         f"{st['min_s']:.3f} | {thr} | {_f(sp, '.2f', '×')} / {_f(spb, '.2f', '×')} | "
+                thr = f"{st.get('pairs_per_s'):.1f} pairs/s"
+                lat = st.get("batch_latency")
+            sp = _get(speed.speedup.stages if speed.speedup else None, stage)
+            spb = _get(speed.speedup.stages_best if speed.speedup else None, stage)
+            lines.append(f"| {e.label} | {stage} | {st.items} | {st.iterations} | {st.median_s:.3f} | "
+                         f"{st.min_s:.3f} | {thr} | {_f(sp, '.2f', '×')} / {_f(spb, '.2f', '×')} | "
                          f"{_f(lat['median_ms'], '.1f')} / {_f(lat['p90_ms'], '.1f')} / "
                          f"{_f(lat['p95_ms'], '.1f')} / {_f(lat['p99_ms'], '.1f')} ({st.get('latency_unit')}) |")
     lines += ["", "## End to end (each engine's own loop)", "",
               "| engine | examples | median wall s | examples/s | pairs/s | tokens/s | classify (p,h) s | generate s | relation s | evaluate s | accuracy (p,h) % | evaluated (per mode) |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in ok:
-        x = e["speed"]["end_to_end"]
-        s = x["stage_seconds"]
-        ev = ", ".join(f"{m} {f['evaluated']}" for m, f in x["funnel"].items())
-        lines.append(f"| {e['label']} | {x['examples']} | {x['median_wall_s']:.2f} | {_f(x['examples_per_s'], '.3f')} | "
-                     f"{_f(x['classifier_pairs_per_s'], '.1f')} | {_f(x['generated_tokens_per_s'], '.1f')} | "
+        assert e.speed is not None
+        x = e.speed.end_to_end
+        s = x.run.stage_seconds
+        ev = ", ".join(f"{m} {f['evaluated']}" for m, f in (x.funnel or {}).items())
+        lines.append(f"| {e.label} | {x.run.examples} | {x.median_wall_s:.2f} | {_f(x.examples_per_s, '.3f')} | "
+                     f"{_f(x.run.classifier_pairs_per_s, '.1f')} | {_f(x.run.generated_tokens_per_s, '.1f')} | "
                      f"{s.get('classify_ph', 0):.2f} | {s.get('generate', 0):.2f} | {s.get('relation', 0):.2f} | "
-                     f"{s.get('evaluate', 0):.2f} | {_f(x.get('accuracy_ph'), '.2f')} | {ev} |")
+                     f"{s.get('evaluate', 0):.2f} | {_f(x.accuracy_ph, '.2f')} | {ev} |")
     return lines
 
 
-def _parity_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[str]:
+def _parity_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
     lines = ["", "## BreakNLI parity with the reference, per cell", ""]
-    if not data.get("parity_meaningful", True):
+    if not data.parity_meaningful:
         lines += ["**Random weights: the parity figures below are not meaningful and are not checked.**", ""]
     lines += ["Fixed triples: the reference's evaluated (p, h, h') re-classified by each engine (generation excluded); "
               "end to end: each engine's own loop, on the examples both runs evaluated (the others counted). Both are "
@@ -285,54 +289,54 @@ def _parity_sections(data: dict[str, Any], ok: list[dict[str, Any]]) -> list[str
               "|---|---|---|---|---|---|---|"]
     for e in ok[1:] if len(ok) > 1 else ok:
         for block in ("fixed_triples", "end_to_end"):
-            for mode, table in (_get(e, "parity", block) or {}).items():
+            for mode, table in (_get(e.parity, block) or {}).items():
                 for cell, entry in table.items():
-                    lines.append(f"| {e['label']} | {block.replace('_', ' ')} | {mode} | {cell} | {entry['n']} | "
+                    lines.append(f"| {e.label} | {block.replace('_', ' ')} | {mode} | {cell} | {entry['n']} | "
                                  f"{fmt_verdict(entry.get('inequality'))} | {fmt_verdict(entry.get('relaxed'))} |")
     lines += ["", "| engine | classifier agreement % (ph / relation / evaluate / triples) | max abs Δ logit | "
               "greedy tokens equal % | greedy sequences identical % | sampled candidates identical % |",
               "|---|---|---|---|---|---|"]
     for e in ok:
-        c = _get(e, "parity", "classifier") or {}
+        c = _get(e.parity, "classifier") or {}
         agr = " / ".join(_f(_get(c, k, "label_agreement_pct"), ".2f") for k in ("classify_ph", "relation", "evaluate", "fixed_triples"))
-        g = _get(e, "parity", "generator") or {}
-        lines.append(f"| {e['label']} | {agr} | {_f(_get(c, 'all', 'max_abs_logit_diff'), '.2e')} | "
+        g = _get(e.parity, "generator") or {}
+        lines.append(f"| {e.label} | {agr} | {_f(_get(c, 'all', 'max_abs_logit_diff'), '.2e')} | "
                      f"{_f(_get(g, 'greedy', 'token_agreement_pct'), '.2f')} | {_f(_get(g, 'greedy', 'identical_sequences_pct'), '.2f')} | "
                      f"{_f(_get(g, 'sampled_candidates', 'identical_pct'), '.2f')} |")
     return lines
 
 
-def _memory_section(ok: list[dict[str, Any]]) -> list[str]:
+def _memory_section(ok: list[EngineResult]) -> list[str]:
     lines = ["", "## Memory and machine load", "",
              "| engine | load s (incl. export) | RSS before load MiB | peak RSS while loading MiB | RSS after load MiB | "
              "peak RSS while running MiB | GPU peak MiB | load average (1 min) start → end |",
              "|---|---|---|---|---|---|---|---|"]
     for e in ok:
-        m = e.get("memory", {})
-        la, lb = e.get("load_average_start"), e.get("load_average_end")
-        lines.append(f"| {e['label']} | {_f(e.get('load_s'), '.1f')} | {_f(m.get('rss_before_load_mib'), '.0f')} | "
-                     f"{_f(m.get('peak_rss_load_mib'), '.0f')} | {_f(m.get('rss_after_load_mib'), '.0f')} | "
-                     f"{_f(m.get('peak_rss_mib'), '.0f')} | {_f(m.get('gpu_peak_allocated_mib'), '.0f')} | "
+        m = e.memory or Memory()
+        la, lb = e.load_average_start, e.load_average_end
+        lines.append(f"| {e.label} | {_f(e.load_s, '.1f')} | {_f(m.rss_before_load_mib, '.0f')} | "
+                     f"{_f(m.peak_rss_load_mib, '.0f')} | {_f(m.rss_after_load_mib, '.0f')} | "
+                     f"{_f(m.peak_rss_mib, '.0f')} | {_f(m.gpu_peak_allocated_mib, '.0f')} | "
                      f"{_f(la[0] if la else None)} → {_f(lb[0] if lb else None)} |")
     if ok:
-        m = ok[0].get("memory", {})
-        lines += ["", f"Peak RSS: {m.get('rss_method')}; \"while loading\" covers loading and any export, \"while running\" "
+        m = ok[0].memory or Memory()
+        lines += ["", f"Peak RSS: {m.rss_method}; \"while loading\" covers loading and any export, \"while running\" "
                   "the measurements (end to end, stages, parity). RSS is process-wide: memory an earlier engine left "
                   "behind shows in \"RSS before load\"."]
-        if m.get("shared"):
+        if m.shared:
             lines += ["Engines ran interleaved (--interleave): \"peak RSS while running\" is the peak of all engines "
                       "loaded together, the same figure for each."]
-        if m.get("gpu_note"):
-            lines += [f"GPU memory: {m['gpu_note']}."]
+        if m.gpu_note:
+            lines += [f"GPU memory: {m.gpu_note}."]
     return lines
 
 
-def bench_markdown(data: dict[str, Any]) -> str:
+def bench_markdown(data: BenchReport) -> str:
     lines = ["# breaknli-fast bench", ""]
-    if data.get("command"):
-        lines += ["```", data["command"], "```", ""]
+    if data.command:
+        lines += ["```", data.command, "```", ""]
     lines += _header(data)
-    for n in data.get("notes", []):
+    for n in data.notes:
         lines += [f"> **Note:** {n}", ""]
     header, rows = summary_rows(data)
     lines += ["## Summary", ""] + _md_table(header, rows) + [""]
@@ -342,58 +346,57 @@ def bench_markdown(data: dict[str, Any]) -> str:
                  "disturbed estimate on a busy machine" if _breaknli(data) else "")
               + ". Records identical: per-record prediction agreement with the reference. Δ = engine − reference in "
                 "percentage points, paired on the same examples.", ""]
-    ok = [e for e in data["engines"] if e["status"] == "ok"]
-    if not data.get("parity_meaningful", True):
+    ok = [e for e in data.engines if e.ran]
+    if not data.parity_meaningful:
         lines += ["**Random weights: the parity figures below are not meaningful and are not checked.**", ""]
     lines += _headline_sections(data, ok)
     if _breaknli(data):
         lines += _breaknli_sections(data, ok) + _parity_sections(data, ok)
     lines += _memory_section(ok)
-    bad = [e for e in data["engines"] if e["status"] != "ok"]
+    bad = [e for e in data.engines if not e.ran]
     if bad:
         lines += ["", "## Skipped or failed engines", ""]
-        lines += [f"- `{e['label']}`: {e['status']}: {e['reason']}" for e in bad]
-    fails = [("bench", f) for f in data.get("failures", [])]
-    fails += [(e["label"], f) for e in data["engines"] for f in (e.get("checks") or {}).get("failures", [])]
-    if not data.get("parity_meaningful", True):
-        verdict = "NOT CHECKED: random weights, parity is not meaningful" + ("" if data["passed"] else "; FAIL:")
+        lines += [f"- `{e.label}`: {e.status}: {e.reason}" for e in bad]
+    fails = [("bench", f) for f in data.failures]
+    fails += [(e.label, f) for e in data.engines for f in (e.checks.failures if e.checks else [])]
+    if not data.parity_meaningful:
+        verdict = "NOT CHECKED: random weights, parity is not meaningful" + ("" if data.passed else "; FAIL:")
     else:
-        verdict = "PASS: every engine ran and none differs beyond the tolerance" if data["passed"] else "FAIL:"
+        verdict = "PASS: every engine ran and none differs beyond the tolerance" if data.passed else "FAIL:"
     lines += ["", "## Verdict", "", verdict]
     lines += [f"- `{lab}`: {f}" for lab, f in fails]
     pick = recommendation_lines(data)
     if pick:
         lines += ["", "## Which engine to pick", ""] + pick
-    if data.get("parity_meaningful", True):
+    if data.parity_meaningful:
         lines += ["", "## Has each engine been shown to match the reference?", ""]
-        lines += [f"- `{e['label']}`: {shown_to_match(e)}" for e in data["engines"]
-                  if e["label"] != data.get("reference")]
+        lines += [f"- `{e.label}`: {shown_to_match(e)}" for e in data.engines if e.label != data.reference]
         lines += _inconclusive_lines(data)
     return "\n".join(lines) + "\n"
 
 
-def _inconclusive_lines(data: dict[str, Any]) -> list[str]:
+def _inconclusive_lines(data: BenchReport) -> list[str]:
     from breaknli_fast.bench.parity import cells
 
     out = []
-    for e in data["engines"]:
-        if e.get("reference"):
+    for e in data.engines:
+        if e.reference:
             continue
-        for where, x in cells(e.get("parity") or {}):
+        for where, x in cells(e.parity or {}):
             if x.get("verdict") == "inconclusive" and x.get("n_needed"):
-                out.append(f"  - `{e['label']}` {where}: {fmt_diff(x)} pp on {x.get('n')} examples; about "
+                out.append(f"  - `{e.label}` {where}: {fmt_diff(x)} pp on {x.get('n')} examples; about "
                            f"{x['n_needed']} would decide" + (" (too few to judge now)" if x.get("too_small") else ""))
     return (["", "Inconclusive cells and the examples a decision would need (at the observed discordance):", ""]
             + out) if out else []
 
 
-def short_status(e: dict[str, Any]) -> str:
+def short_status(e: EngineResult) -> str:
     t = status_text(e)
-    return e["status"] if e["status"] != "ok" else t.split(" ")[0]
+    return e.status if not e.ran else t.split(" ")[0]
 
 
-def _verdict_counts(e: dict[str, Any]) -> str:
-    v = _get(e, "parity", "verdicts") or {}
+def _verdict_counts(e: EngineResult) -> str:
+    v = e.verdicts
     if not v:
         return "–"
     return (f"{v.get('equivalent', 0)} eq / {v.get('different', 0)} diff / {v.get('inconclusive', 0)} inc"
@@ -403,7 +406,7 @@ def _verdict_counts(e: dict[str, Any]) -> str:
 NARROW = 110  # below this many columns the terminal table keeps its headline columns (bench.md has every one)
 
 
-def rich_table(data: dict[str, Any], width: int | None = None) -> Any:
+def rich_table(data: BenchReport, width: int | None = None) -> Any:
     """A compact summary for the terminal (bench.md has every column); on a console narrower than :data:`NARROW`
     (``width``, default the console's) the memory and batching columns go and the headers are one word each, so
     that at 80 columns no engine name or header is cut mid-word."""
@@ -412,8 +415,8 @@ def rich_table(data: dict[str, Any], width: int | None = None) -> Any:
     from breaknli_fast.console import console, name_cell, name_width
 
     narrow = (width if width is not None else console.width) < NARROW
-    title = f"breaknli-fast bench --probe {data.get('probe', 'breaknli')} vs " + str(data.get("reference"))
-    if not data.get("parity_meaningful", True):
+    title = f"breaknli-fast bench --probe {data.probe} vs " + str(data.reference)
+    if not data.parity_meaningful:
         title += " (random weights: parity not meaningful)"
     t = Table(title=title)
     cols = [("engine", "left"), ("speed-up e2e", "right"), ("pairs/s", "right"), ("RSS MiB", "right"),
@@ -421,33 +424,32 @@ def rich_table(data: dict[str, Any], width: int | None = None) -> Any:
     if narrow:
         cols = [("engine", "left"), ("speed", "right"), ("pairs/s", "right"), ("same %", "right"),
                 ("verdicts", "left"), ("result", "left")]
-    widths = {"engine": name_width(e["label"] for e in data["engines"]), "result": len("skipped"), "speed": 6,
+    widths = {"engine": name_width(e.label for e in data.engines), "result": len("skipped"), "speed": 6,
               "pairs/s": 7, "same %": 6}
     for name, just in cols:
         t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
     keep = [c for c, _ in cols]
-    for e in data["engines"]:
+    for e in data.engines:
         st = short_status(e)
         st = {"FAIL": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "skipped": "[yellow]skipped[/]",
               "failed": "[bold red]failed[/]"}.get(st, st)
-        if e["status"] != "ok":
-            t.add_row(name_cell(e["label"]), *["–"] * (len(cols) - 2), st)
+        if not e.ran or e.speed is None:
+            t.add_row(name_cell(e.label), *["–"] * (len(cols) - 2), st)
             continue
-        sp, sm = e["speed"].get("speedup", {}), e["speed"].get("summary", {})
-        inv = e.get("batch_invariance") or {}
-        cells = {"engine": name_cell(e["label"]), "speed-up e2e": _f(sp.get("end_to_end"), ".2f", "×"),
-                 "speed": _f(sp.get("end_to_end"), ".2f", "×"),
-                 "pairs/s": _f(sm.get("classifier_pairs_per_s"), ".0f"),
-                 "RSS MiB": _f(_get(e, "memory", "peak_rss_mib"), ".0f"),
-                 "records identical %": _f(_get(e, "parity", "headline", "records", "identical_pct"), ".2f"),
-                 "same %": _f(_get(e, "parity", "headline", "records", "identical_pct"), ".2f"),
+        sp, sm = e.speed.speedup or Speedup(), e.speed.summary or SpeedSummary()
+        inv = e.batch_invariance or {}
+        same = _f(_get(e.parity, "headline", "records", "identical_pct"), ".2f")
+        cells = {"engine": name_cell(e.label), "speed-up e2e": _f(sp.end_to_end, ".2f", "×"),
+                 "speed": _f(sp.end_to_end, ".2f", "×"), "pairs/s": _f(sm.classifier_pairs_per_s, ".0f"),
+                 "RSS MiB": _f((e.memory or Memory()).peak_rss_mib, ".0f"),
+                 "records identical %": same, "same %": same,
                  "batching changes": f"{inv.get('labels_changed')} / {inv.get('pairs')}" if inv.get("pairs") else "–",
-                 "verdicts": "reference" if e.get("reference") else _verdict_counts(e), "result": st}
+                 "verdicts": "reference" if e.reference else _verdict_counts(e), "result": st}
         t.add_row(*[cells[c] for c in keep])
     return t
 
 
-def plot_speed_vs_breakage(data: dict[str, Any], path: str | Path) -> Path | None:
+def plot_speed_vs_breakage(data: BenchReport, path: str | Path) -> Path | None:
     """Speed-up against the largest |Δ| of each engine (BreakNLI: Overall inequality / relaxed on the fixed
     triples, workload speed-up; another probe: its headline metrics, end-to-end speed-up). Returns None when
     matplotlib is not installed."""
@@ -456,8 +458,8 @@ def plot_speed_vs_breakage(data: dict[str, Any], path: str | Path) -> Path | Non
         return None
     bn = _breaknli(data)
     key = "workload" if bn else "end_to_end"
-    pts = [(e["label"], max_abs_breakage_diff(e), _get(e, "speed", "speedup", key), e.get("checks", {}).get("passed"))
-           for e in data["engines"] if e["status"] == "ok"]
+    pts = [(e.label, max_abs_breakage_diff(e), getattr(e.speed.speedup, key) if e.speed and e.speed.speedup else None,
+            e.checks.passed if e.checks else None) for e in data.engines if e.ran]
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     for label, x, y, ok in pts:
         if y is None:
@@ -465,15 +467,15 @@ def plot_speed_vs_breakage(data: dict[str, Any], path: str | Path) -> Path | Non
         x = x or 0.0
         ax.scatter([x], [y], s=50, color="tab:red" if ok is False else "tab:blue", zorder=3)
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    tol = data.get("tolerance_pp")
+    tol = data.tolerance_pp
     if tol is not None:
         ax.axvline(tol, color="grey", ls="--", lw=1, label=f"tolerance {tol} pp")
     ax.axhline(1.0, color="grey", ls=":", lw=1)
     ax.set_xlabel("max |Δ Overall breakage| vs torch:fp32 (pp, fixed triples)" if bn
                   else "max |Δ headline metric| vs torch:fp32 (pp, paired)")
     ax.set_ylabel("speed-up over torch:fp32 (" + ("fixed workload)" if bn else "end to end)"))
-    title = f"breaknli-fast bench --probe {data.get('probe', 'breaknli')}"
-    if not data.get("parity_meaningful", True):
+    title = f"breaknli-fast bench --probe {data.probe}"
+    if not data.parity_meaningful:
         title += " (random weights: x axis not meaningful)"
     ax.set_title(title, fontsize=10)
     xmax = max([tol or 1.0] + [p[1] or 0.0 for p in pts])

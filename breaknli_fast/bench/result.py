@@ -6,57 +6,54 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from breaknli_fast.errors import UserError
 
-SCHEMA = "breaknli-fast-bench/2"
-READABLE = ("breaknli-fast-bench/1", SCHEMA)  # --compare reads the speed and memory fields both share
+from breaknli_fast.bench.types import READABLE, SCHEMA, BenchReport, EngineResult, from_json, to_json  # noqa: F401
 
 
 class BenchError(UserError):
     """A bench that cannot run (the reference does not load, no data, ...): one line for the CLI."""
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (Path, tuple)):
-        return str(o) if isinstance(o, Path) else list(o)
-    raise TypeError(type(o).__name__)
-
-
 class BenchResult:
-    """Everything a bench measured (``bench.json``), with its renderings."""
+    """Everything a bench measured, with its renderings: a probe bench's typed :class:`BenchReport` (``report``), or a
+    LoadGen bench's scenario rows (``data``); ``data`` is the JSON of ``bench.json`` either way."""
 
-    def __init__(self, data: dict[str, Any]):
-        self.data = data
+    def __init__(self, result: BenchReport | dict[str, Any]):
+        if isinstance(result, BenchReport):
+            self.report: BenchReport | None = result
+            self._scenarios = None
+        elif result.get("kind") == "scenarios":
+            self.report, self._scenarios = None, result
+        else:  # bench.json of a probe bench, this schema or an earlier one
+            self.report, self._scenarios = from_json(BenchReport, result), None
 
     @property
-    def engines(self) -> list[dict[str, Any]]:
-        return self.data["engines"]
+    def data(self) -> dict[str, Any]:
+        return to_json(self.report if self.report is not None else self._scenarios)  # type: ignore[return-value]
+
+    @property
+    def engines(self) -> list[Any]:
+        """The engines: :class:`EngineResult` objects of a probe bench, a LoadGen bench's engine entries."""
+        return self.report.engines if self.report is not None else self.data["engines"]
 
     @property
     def passed(self) -> bool:
-        return bool(self.data["passed"])
+        return bool(self.report.passed if self.report is not None else self.data["passed"])
 
-    def engine(self, label: str) -> dict[str, Any]:
+    def engine(self, label: str) -> Any:
         for e in self.engines:
-            if e["label"] == label:
+            if (e.label if isinstance(e, EngineResult) else e["label"]) == label:
                 return e
         raise KeyError(label)
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.data, indent=indent, default=_json_default)
+        return json.dumps(self.data, indent=indent)
 
     @property
     def is_scenarios(self) -> bool:
         """A ``bench --scenario`` result (LoadGen's scenarios) rather than a probe's speed and parity."""
-        return self.data.get("kind") == "scenarios"
+        return self.report is None
 
     def to_markdown(self) -> str:
         if self.is_scenarios:
@@ -65,7 +62,7 @@ class BenchResult:
             return scenario_markdown(self.data)
         from breaknli_fast.bench.report import bench_markdown
 
-        return bench_markdown(self.data)
+        return bench_markdown(self.report)
 
     def table(self) -> Any:
         """The terminal table (rich)."""
@@ -78,7 +75,7 @@ class BenchResult:
             return scenario_rich_table(self.data) if audits is None else Group(scenario_rich_table(self.data), audits)
         from breaknli_fast.bench.report import rich_table
 
-        return rich_table(self.data)
+        return rich_table(self.report)
 
     def save(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
         out = Path(out_dir)
@@ -89,7 +86,7 @@ class BenchResult:
         if plot and not self.is_scenarios:
             from breaknli_fast.bench.report import plot_speed_vs_breakage
 
-            png = plot_speed_vs_breakage(self.data, out / "bench.png")
+            png = plot_speed_vs_breakage(self.report, out / "bench.png")
             if png is not None:
                 paths["plot"] = png
         return paths

@@ -31,9 +31,12 @@ import breaknli_fast.bench.parity as par
 import breaknli_fast.bench.agreement as agreement
 import breaknli_fast.bench.stages as stages
 from breaknli_fast.bench.measure import PeakMemory, latency_stats, synchronize
-from breaknli_fast.bench.result import SCHEMA, BenchError, BenchResult
+from breaknli_fast.bench.recommend import recommendation
+from breaknli_fast.bench.result import BenchError, BenchResult
 from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
-from breaknli_fast.bench.state import Context, EngineRun, fail
+from breaknli_fast.bench.state import Context, EngineRun, Reference, Workload, fail
+from breaknli_fast.bench.types import (BenchReport, Checks, EndToEnd, EngineResult, Memory, RunFigures, Speed, SpeedSummary,
+                                      Speedup, from_json)
 from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData
 from breaknli_fast.data.slicing import describe as describe_slice, load_slice, show_counts
 from breaknli_fast.study.loading import EngineConfig, load_models
@@ -168,16 +171,14 @@ def _e2e_once(eng: EngineRun, ctx: Context) -> None:
     pairs = sum(times.pairs.values())
     cst, gst = clf.stats, gen.stats if gen is not None else None
     gen_s = times.seconds.get("generate")
-    eng.runs.append({
-        "examples": times.examples, "stage_seconds": dict(times.seconds), "stage_pairs": dict(times.pairs),
-        "classifier_pairs": pairs,
-        "classifier_pairs_computed": cst.pairs_computed if cst is not None else None,
-        "classifier_pairs_per_s": pairs / cls_s if cls_s > 0 else None,
-        "generated_sequences": times.sequences, "generated_tokens": times.new_tokens,
-        "generated_tokens_per_s": times.new_tokens / gen_s if gen_s else None,
-        "classifier_batch_latency": latency_stats(cst.batch_seconds if cst is not None else []),
-        "generator_call_latency": latency_stats(gst.call_seconds if gst is not None else []),
-    })
+    eng.runs.append(RunFigures(
+        examples=times.examples, stage_seconds=dict(times.seconds), stage_pairs=dict(times.pairs),
+        classifier_pairs=pairs, classifier_pairs_computed=cst.pairs_computed if cst is not None else None,
+        classifier_pairs_per_s=pairs / cls_s if cls_s > 0 else None,
+        generated_sequences=times.sequences, generated_tokens=times.new_tokens,
+        generated_tokens_per_s=times.new_tokens / gen_s if gen_s else None,
+        classifier_batch_latency=latency_stats(cst.batch_seconds if cst is not None else []),
+        generator_call_latency=latency_stats(gst.call_seconds if gst is not None else [])))
     if eng.first is not None:
         same = [json.dumps(x, sort_keys=True) for x in records] == [json.dumps(x, sort_keys=True) for x in eng.records]
         eng.identical = eng.identical and same
@@ -186,23 +187,22 @@ def _e2e_once(eng: EngineRun, ctx: Context) -> None:
     eng.first = eng.runs[-1]
 
 
-def _e2e_summary(eng: EngineRun, ctx: Context, warm_n: int) -> dict[str, Any]:
+def _e2e_summary(eng: EngineRun, ctx: Context, warm_n: int) -> EndToEnd:
     assert eng.first is not None
     med = float(np.median(eng.walls))
     # the stage figures of the run whose wall is the median (the lower middle of an even count): with repeats, a
     # one-time cost of the first run (a CUDA graph captured for a new shape) is not charged to the stages
     mid = sorted(range(len(eng.walls)), key=lambda i: (eng.walls[i], i))[(len(eng.walls) - 1) // 2]
-    out = {"repeats": len(eng.walls), "warmup_runs": max(0, ctx.cfg.warmup), "warmup_examples": warm_n,
-           "wall_s": eng.walls, "median_wall_s": med,
-           "examples_per_s": eng.first["examples"] / med if med > 0 else None,
-           **eng.runs[mid], "stage_figures_of_run": mid + 1,
-           "repeats_identical": eng.identical if len(eng.walls) > 1 else None,
-           "headline": agreement.headline_values(ctx.probe, eng.records)}
+    out = EndToEnd(repeats=len(eng.walls), warmup_runs=max(0, ctx.cfg.warmup), warmup_examples=warm_n,
+                   wall_s=eng.walls, median_wall_s=med, examples_per_s=eng.first.examples / med if med > 0 else None,
+                   run=eng.runs[mid], stage_figures_of_run=mid + 1,
+                   repeats_identical=eng.identical if len(eng.walls) > 1 else None,
+                   headline=agreement.headline_values(ctx.probe, eng.records))
     if ctx.probe.name == "breaknli":
         loop = ctx.probe.cfg
         f = funnel(eng.records, ctx.data, loop.modes)
-        out.update(accuracy_ph=f.get("accuracy_ph"), funnel={m: f[m] for m in loop.modes if m in f},
-                   metrics=mode_label_rates(eng.records))
+        out.accuracy_ph, out.funnel = f.get("accuracy_ph"), {m: f[m] for m in loop.modes if m in f}
+        out.metrics = mode_label_rates(eng.records)
     return out
 
 
@@ -228,34 +228,34 @@ def _run_phases(engs: list[EngineRun], ctx: Context) -> None:
                 fail(eng, ctx, "end to end", e)
         alive = still
     for eng in alive:
-        eng.res["speed"] = {"end_to_end": _e2e_summary(eng, ctx, warm_n)}
+        eng.result.speed = Speed(end_to_end=_e2e_summary(eng, ctx, warm_n))
         if eng.is_ref:
-            ctx.ref["records"] = eng.records
+            ctx.ref.records = eng.records
     breaknli = ctx.probe.name == "breaknli"
     if breaknli:
         alive = stages.run_stages(alive, ctx, ctx.probe.cfg)
-    pairs = agreement.invariance_pairs(ctx.workload["classify_ph"], [p for k in ("relation", "evaluate")
-                                                                      for p in ctx.workload.get(k) or []],
+    pairs = agreement.invariance_pairs(ctx.workload.classify_ph, ctx.workload.relation + ctx.workload.evaluate,
                                        ctx.cfg.invariance_pairs)
     for eng in alive:
         ctx.log(f"[{eng.label}] batch invariance and parity")
         try:
-            eng.res["batch_invariance"] = agreement.batch_invariance(eng.clf, pairs)
+            eng.result.batch_invariance = agreement.batch_invariance(eng.clf, pairs)
             p = stages.fixed_parity(eng, ctx, ctx.probe.cfg) if breaknli else {"meaningful": ctx.meaningful}
-            p["headline"] = agreement.probe_parity(ctx.probe, ctx.ref["records"], eng.records, ctx.cfg.tolerance)
-            if ctx.extra.get("by") and not eng.is_ref:
-                p["headline"]["by"] = agreement.parity_by(ctx.probe, ctx.ref["records"], eng.records, ctx.data,
-                                                          ctx.extra["by"], ctx.cfg.tolerance)
+            p["headline"] = agreement.probe_parity(ctx.probe, ctx.ref.records, eng.records, ctx.cfg.tolerance)
+            if ctx.by and not eng.is_ref:
+                p["headline"]["by"] = agreement.parity_by(ctx.probe, ctx.ref.records, eng.records, ctx.data,
+                                                          ctx.by, ctx.cfg.tolerance)
             par.add_verdicts(p, ctx.cfg.tolerance)
-            eng.res["parity"] = p
+            eng.result.parity = p
         except Exception as e:  # noqa: BLE001
             fail(eng, ctx, "parity", e)
             continue
-        sp = eng.res["speed"]
-        sp["stages"] = eng.stages
+        sp = eng.result.speed
+        assert sp is not None
+        sp.stages = eng.stages
         # the fixed workload's batches (BreakNLI), else the end-to-end run's
-        sp["classifier_batch_latency"] = (latency_stats(eng.batch_all) if eng.batch_all
-                                          else sp["end_to_end"]["classifier_batch_latency"])
+        sp.classifier_batch_latency = (latency_stats(eng.batch_all) if eng.batch_all
+                                       else sp.end_to_end.run.classifier_batch_latency)
 
 
 def _engine_info(models: Any) -> dict[str, Any]:
@@ -265,16 +265,16 @@ def _engine_info(models: Any) -> dict[str, Any]:
             **({"mlm": {k: m.info.to_dict() for k, m in models.mlm.items()}} if models.mlm else {})}
 
 
-def _finish_engine(eng: EngineRun, run_mem: dict[str, Any]) -> None:
-    if eng.res["status"] != "ok":
+def _finish_engine(eng: EngineRun, run_mem: Memory) -> None:
+    if not eng.result.ran:
         return
     # the engines' details as they stand after the runs (counters kept while running: the cudagraph engine's graphs)
-    eng.res["info"] = _engine_info(eng.models)
+    eng.result.info = _engine_info(eng.models)
     lm = eng.load_mem
-    eng.res["memory"] = {**run_mem, "rss_before_load_mib": lm.get("rss_before_load_mib"),
-                         "rss_after_load_mib": lm.get("rss_now_mib"), "peak_rss_load_mib": lm.get("peak_rss_mib"),
-                         "gpu_peak_allocated_load_mib": lm.get("gpu_peak_allocated_mib")}
-    eng.res["load_average_end"] = _loadavg()
+    eng.result.memory = replace(run_mem, rss_before_load_mib=lm.get("rss_before_load_mib"),
+                                rss_after_load_mib=lm.get("rss_now_mib"), peak_rss_load_mib=lm.get("peak_rss_mib"),
+                                gpu_peak_allocated_load_mib=lm.get("gpu_peak_allocated_mib"))
+    eng.result.load_average_end = _loadavg()
 
 
 def _unload(engs: list[EngineRun], device: str) -> None:
@@ -291,19 +291,18 @@ def _unload(engs: list[EngineRun], device: str) -> None:
 
 
 def _load(i: int, spec: BenchEngine, cfg: BenchConfig, models: dict[str, Any], roles: tuple[str, ...],
-          engines: list[dict[str, Any]], log: Callable[[str], None]) -> EngineRun | None:
+          engines: list[EngineResult], log: Callable[[str], None]) -> EngineRun | None:
     is_ref = i == 0
     clf_name, gen_name = spec.classifier or models["classifier"], spec.generator or models["generator"]
-    res: dict[str, Any] = {"label": spec.label, "engine": spec.engine, "precision": spec.precision,
-                           **{f"{r}_precision": spec.role_precision(r) for r in roles if r != "mlm" or models["mlm"]},
-                           "component_of": spec.component_of, "device": spec.config.device, "reference": is_ref,
-                           "spec": spec.to_dict(),
-                           "models": {"classifier": clf_name, "generator": gen_name if "generator" in roles else None,
-                                      **({"mlm": models["mlm"]} if models["mlm"] else {})},
-                           "status": "ok", "reason": None}
+    res = EngineResult(label=spec.label, engine=spec.engine, precision=spec.precision,
+                       **{f"{r}_precision": spec.role_precision(r) for r in roles if r != "mlm" or models["mlm"]},
+                       component_of=spec.component_of, device=spec.config.device, reference=is_ref,
+                       spec=spec.to_dict(),
+                       models={"classifier": clf_name, "generator": gen_name if "generator" in roles else None,
+                               **({"mlm": models["mlm"]} if models["mlm"] else {})})
     engines.append(res)
     log(f"[{spec.label}] loading")
-    res["load_average_start"] = _loadavg()
+    res.load_average_start = _loadavg()
     mem = PeakMemory(spec.config.device).start()
     t0 = time.perf_counter()
     try:
@@ -313,11 +312,11 @@ def _load(i: int, spec: BenchEngine, cfg: BenchConfig, models: dict[str, Any], r
         gc.collect()
         if is_ref:
             raise BenchError(f"the reference {spec.label} cannot load: {first_line(e)}") from None
-        res.update(status="skipped", reason=first_line(e))
-        log(f"[{spec.label}] skipped: {res['reason']}")
+        res.status, res.reason = "skipped", first_line(e)
+        log(f"[{spec.label}] skipped: {res.reason}")
         return None
-    res["load_s"] = time.perf_counter() - t0
-    res["info"] = _engine_info(loaded)
+    res.load_s = time.perf_counter() - t0
+    res.info = _engine_info(loaded)
     eng = EngineRun(res, spec, loaded, is_ref)
     eng.load_mem = mem.read()
     return eng
@@ -359,12 +358,12 @@ def prepare_models(cfg: BenchConfig, probe: Probe, data: LoadedData, models: dic
     return info
 
 
-def _checks(e: dict[str, Any], cfg: BenchConfig, meaningful: bool) -> dict[str, Any]:
-    if e["status"] == "ok":
-        fails = par.check(e["parity"], cfg.tolerance, cfg.min_agreement, cfg.require_equivalence) if meaningful else []
-        return {"applied": meaningful, "failures": fails, "passed": not fails}
+def _checks(e: EngineResult, cfg: BenchConfig, meaningful: bool) -> Checks:
+    if e.ran:
+        fails = par.check(e.parity or {}, cfg.tolerance, cfg.min_agreement, cfg.require_equivalence) if meaningful else []
+        return Checks(applied=meaningful, failures=fails, passed=not fails)
     # an engine that did not run has not been shown to match: a strict bench fails
-    return {"applied": True, "failures": [f"engine {e['status']}: {e['reason']}"], "passed": False}
+    return Checks(applied=True, failures=[f"engine {e.status}: {e.reason}"], passed=False)
 
 
 def _unverified(engine: str, device_kind: str) -> bool:
@@ -378,20 +377,41 @@ def _unverified(engine: str, device_kind: str) -> bool:
     return decl is not None and device_kind in decl.unverified
 
 
-def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[[str], None] | None = None) -> BenchResult:
-    """Measure every engine of ``cfg`` on identical inputs; see the module docstring."""
-    log = log or (lambda msg: None)
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+@dataclass
+class BenchPlan:
+    """What a bench runs, settled before any engine loads: the probe, the engines, the data, the models, the fixed
+    workload, the notes so far."""
+
+    probe: Probe
+    specs: list[BenchEngine]
+    environment: dict[str, Any]
+    data: LoadedData
+    data_slice: dict[str, Any]
+    by: list[str]
+    roles: tuple[str, ...]
+    models: dict[str, Any]  # role -> model name (mlm: a list)
+    notes: list[str]
+    random_info: dict[str, Any]
+    used: list[str]  # every model any engine loads
+    fingerprints: dict[str, Any]
+    workload: Workload
+
+    @property
+    def meaningful(self) -> bool:
+        return not self.random_info
+
+
+def plan_bench(cfg: BenchConfig, log: Callable[[str], None]) -> BenchPlan:
+    """The bench's plan: a bad probe setting, a missing column or dataset fails here, before any model loads."""
+    from breaknli_fast.engines import registry
+    from breaknli_fast.envinfo import environment
+
     probe = cfg.make_probe()  # a bad probe setting or a missing optional dependency fails before any model loads
     specs = cfg.specs()
     if cfg.engine.threads:
         import torch
 
         torch.set_num_threads(int(cfg.engine.threads))
-    from breaknli_fast.envinfo import environment
-
-    from breaknli_fast.engines import registry
-
     env = environment(registry.declared_packages())
     data = load_slice(cfg.dataset, split=cfg.split, limit=cfg.limit, seed=probe.seed, sample=cfg.sample,
                       sample_seed=cfg.sample_seed)
@@ -414,100 +434,126 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
                          "Runtime's CUDA / TensorRT providers and TensorRT cannot be installed on its GPU machines); "
                          "each session records the providers it ran on")
     random_info = prepare_models(cfg, probe, data, models, notes, log)
-    meaningful = not cfg.random_weights
     used = sorted({models["classifier"], *([models["generator"]] if "generator" in roles else []), *models["mlm"]}
                   | {m for sp in specs for m in (sp.classifier, sp.generator) if m})
-    fingerprints = {m: _fingerprint(m) for m in used}
-    workload: dict[str, Any] = {"classify_ph": [(ex.premise, ex.hypothesis) for ex in data.examples], "generate": []}
+    workload = Workload(classify_ph=[(ex.premise, ex.hypothesis) for ex in data.examples])
     if probe.name == "breaknli":
         n_gen = cfg.gen_prompts if cfg.gen_prompts is not None else default_gen_batch(cfg.engine.device)
         if cfg.gen_prompts is None and cfg.engine.device != "cpu":
             notes.append(f"the generate stage's workload: {n_gen} prompts, the generator's default prompts per batch "
                          f"on {cfg.engine.device} (--gen-batch; --gen-prompts sets another)")
-        workload["generate"] = stages.workload_prompts(data.examples, probe.cfg, n_gen)
-    engines: list[dict[str, Any]] = []
-    ctx = Context(cfg, probe, data, workload, {}, hook, log, meaningful, extra={"by": by})
+        workload.generate = stages.workload_prompts(data.examples, probe.cfg, n_gen)
+    return BenchPlan(probe, specs, env, data, data_slice, by, roles, models, notes, random_info, used,
+                     {m: _fingerprint(m) for m in used}, workload)
 
+
+def measure_engines(plan: BenchPlan, cfg: BenchConfig, ctx: Context) -> list[EngineResult]:
+    """Load and measure every engine, one after another (or all loaded, in rounds, with ``interleave``)."""
+    engines: list[EngineResult] = []
     if cfg.interleave:
-        loaded = [e for e in (_load(i, sp, cfg, models, roles, engines, log) for i, sp in enumerate(specs)) if e is not None]
+        loaded = [e for e in (_load(i, sp, cfg, plan.models, plan.roles, engines, ctx.log)
+                              for i, sp in enumerate(plan.specs)) if e is not None]
         shared = PeakMemory(cfg.engine.device).start()
         _run_phases(loaded, ctx)
-        run_mem = shared.read()
-        run_mem["shared"] = True
-        run_mem["note"] = "engines ran interleaved: the run's peak RSS is that of all loaded engines together"
+        run_mem = replace(from_json(Memory, shared.read()), shared=True,
+                          note="engines ran interleaved: the run's peak RSS is that of all loaded engines together")
         for eng in loaded:
             _finish_engine(eng, run_mem)
         _unload(loaded, cfg.engine.device)
-    else:
-        for i, spec in enumerate(specs):
-            eng = _load(i, spec, cfg, models, roles, engines, log)
-            if eng is None:
-                continue
-            mem = PeakMemory(cfg.engine.device).start()  # the run's own peak, without export / loading transients
-            _run_phases([eng], ctx)
-            _finish_engine(eng, mem.read())
-            _unload([eng], cfg.engine.device)
-        notes.append("engines ran one after another (use --interleave on a busy machine: load drifts then hit all engines alike)")
+        return engines
+    for i, spec in enumerate(plan.specs):
+        eng = _load(i, spec, cfg, plan.models, plan.roles, engines, ctx.log)
+        if eng is None:
+            continue
+        mem = PeakMemory(cfg.engine.device).start()  # the run's own peak, without export / loading transients
+        _run_phases([eng], ctx)
+        _finish_engine(eng, from_json(Memory, mem.read()))
+        _unload([eng], cfg.engine.device)
+    plan.notes.append("engines ran one after another (use --interleave on a busy machine: load drifts then hit all "
+                      "engines alike)")
+    return engines
 
+
+def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[[str], None] | None = None) -> BenchResult:
+    """Measure every engine of ``cfg`` on identical inputs; see the module docstring. The steps: :func:`plan_bench`,
+    :func:`measure_engines`, the speed-ups and checks (:func:`judge`), :func:`bench_report`."""
+    log = log or (lambda msg: None)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    plan = plan_bench(cfg, log)
+    ctx = Context(cfg, plan.probe, plan.data, plan.workload, Reference(), hook, log, plan.meaningful, by=plan.by)
+    engines = measure_engines(plan, cfg, ctx)
+    failures = judge(plan, cfg, engines)
+    report = bench_report(plan, cfg, ctx, engines, failures, started)
+    report.recommendation = recommendation(report)
+    return BenchResult(report)
+
+
+def judge(plan: BenchPlan, cfg: BenchConfig, engines: list[EngineResult]) -> list[str]:
+    """Speed-ups over the reference and every engine's checks; the bench's own failures (model files that changed
+    while it ran)."""
     _speedups(engines)
     for e in engines:
-        e["checks"] = _checks(e, cfg, meaningful)
+        e.checks = _checks(e, cfg, plan.meaningful)
     failures: list[str] = []
-    changed = [m for m in used if _fingerprint(m) != fingerprints[m]]
+    changed = [m for m in plan.used if _fingerprint(m) != plan.fingerprints[m]]
+    plan.models["changed_during_bench"] = changed
     if changed:
         failures.append("model files changed while the bench ran (" + ", ".join(changed) + "): the engines did not all "
                         "measure the same model; run the bench again once the files stay put")
-        notes.append(failures[-1])
-    passed = not failures and all(e["checks"]["passed"] is not False for e in engines)
-    triples = ctx.ref.get("triples", [])
-    data_out = {
-        "schema": SCHEMA, "command": cfg.command, "started": started,
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "environment": env,
-        "probe": probe.name, "probe_identity": probe.identity(),
-        "headline_metrics": [asdict(m) for m in probe.headline_metrics()],
-        "config": {**cfg.to_dict(), "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
-        "seeds": {"probe": probe.seed, "random_weights": 0 if cfg.random_weights else None,
-                  "per_example": "sha256(seed, group, example id)"},
-        "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source, "slice": data_slice,
-                 "examples": len(data.examples), "skips": data.skips.to_dict(), "by": by},
-        "models": {"generator": models["generator"] if "generator" in roles else None,
-                   "classifier": models["classifier"], "mlm": models["mlm"] or None,
-                   "random_weights": random_info or None, "fingerprints": fingerprints, "changed_during_bench": changed},
-        "workload": {
-            "classify_ph_pairs": len(workload["classify_ph"]), "generate_prompts": len(workload["generate"]),
-            "relation_pairs": len(workload.get("relation", [])), "evaluate_pairs": len(workload.get("evaluate", [])),
+        plan.notes.append(failures[-1])
+    return failures
+
+
+def bench_report(plan: BenchPlan, cfg: BenchConfig, ctx: Context, engines: list[EngineResult], failures: list[str],
+                 started: str) -> BenchReport:
+    probe, data, models, workload = plan.probe, plan.data, plan.models, plan.workload
+    triples = ctx.ref.triples
+    everything = set(workload.classify_ph) | set(workload.relation) | set(workload.evaluate)
+    return BenchReport(
+        command=cfg.command, started=started, finished=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        environment=plan.environment, probe=probe.name, probe_identity=probe.identity(),
+        headline_metrics=[asdict(m) for m in probe.headline_metrics()],
+        config={**cfg.to_dict(), "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
+        seeds={"probe": probe.seed, "random_weights": 0 if cfg.random_weights else None,
+               "per_example": "sha256(seed, group, example id)"},
+        data={"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
+              "slice": plan.data_slice, "examples": len(data.examples), "skips": data.skips.to_dict(), "by": plan.by},
+        models={"generator": models["generator"] if "generator" in plan.roles else None,
+                "classifier": models["classifier"], "mlm": models["mlm"] or None,
+                "random_weights": plan.random_info or None, "fingerprints": plan.fingerprints,
+                "changed_during_bench": models.get("changed_during_bench", [])},
+        workload={
+            "classify_ph_pairs": len(workload.classify_ph), "generate_prompts": len(workload.generate),
+            "relation_pairs": len(workload.relation), "evaluate_pairs": len(workload.evaluate),
             "fixed_triples": ({m: sum(t["mode"] == m for t in triples) for m in probe.cfg.modes}
                               if probe.name == "breaknli" else {}),
-            "greedy_prompts": len(ctx.ref.get("greedy", [])),
-            "invariance_pairs": min(cfg.invariance_pairs, len(set(workload["classify_ph"]) | set(workload.get("relation", []))
-                                                              | set(workload.get("evaluate", [])))),
+            "greedy_prompts": len(ctx.ref.greedy),
+            "invariance_pairs": min(cfg.invariance_pairs, len(everything)),
             "description": "identical inputs for every engine: the probe on the same data and seed; for BreakNLI also "
                            "(p, h) of every example, K candidates for the first gen_prompts selected examples (half per "
                            "mode), and the (h, h') / (h', h) and (p, h') pairs the loop would classify for the "
-                           "reference's candidates if every filter passed",
-        },
-        "reference": engines[0]["label"], "parity_meaningful": meaningful, "tolerance_pp": cfg.tolerance,
-        "min_agreement_pct": cfg.min_agreement, "notes": notes, "engines": engines, "failures": failures,
-        "passed": passed,
-    }
-    return BenchResult(data_out)
+                           "reference's candidates if every filter passed"},
+        reference=engines[0].label, parity_meaningful=plan.meaningful, tolerance_pp=cfg.tolerance,
+        min_agreement_pct=cfg.min_agreement, notes=plan.notes, engines=engines, failures=failures,
+        passed=not failures and all(e.passed_checks for e in engines))
 
 
-def _speedups(engines: list[dict[str, Any]]) -> None:
+def _speedups(engines: list[EngineResult]) -> None:
     ref = engines[0]
-    if ref.get("status") != "ok":
+    if not ref.ran or ref.speed is None:
         return
     for e in engines:
-        if e.get("status") != "ok":
+        if not e.ran or e.speed is None:
             continue
-        e2e_ref, e2e = ref["speed"]["end_to_end"], e["speed"]["end_to_end"]
-        sp = stages.speedups(ref, e) if ref["speed"].get("stages") else {}
-        sp["end_to_end"] = e2e_ref["median_wall_s"] / e2e["median_wall_s"] if e2e["median_wall_s"] > 0 else None
-        e["speed"]["speedup"] = sp
-        summary = {"classifier_pairs_per_s": e2e.get("classifier_pairs_per_s"),
-                   "generated_tokens_per_s": e2e.get("generated_tokens_per_s"),
-                   "classifier_batch_p95_ms": (e2e.get("classifier_batch_latency") or {}).get("p95_ms"),
-                   "generator_call_p95_ms": (e2e.get("generator_call_latency") or {}).get("p95_ms")}
-        if e["speed"].get("stages"):
-            summary.update(stages.stage_summary(e))
-        e["speed"]["summary"] = {**summary, "examples_per_s": e2e.get("examples_per_s")}
+        e2e_ref, e2e = ref.speed.end_to_end, e.speed.end_to_end
+        sp = stages.speedups(ref, e) if ref.speed.stages else Speedup()
+        sp.end_to_end = e2e_ref.median_wall_s / e2e.median_wall_s if e2e.median_wall_s > 0 else None
+        e.speed.speedup = sp
+        summary = SpeedSummary(classifier_pairs_per_s=e2e.run.classifier_pairs_per_s,
+                               generated_tokens_per_s=e2e.run.generated_tokens_per_s,
+                               classifier_batch_p95_ms=(e2e.run.classifier_batch_latency or {}).get("p95_ms"),
+                               generator_call_p95_ms=(e2e.run.generator_call_latency or {}).get("p95_ms"))
+        if e.speed.stages:
+            summary = stages.stage_summary(e)
+        summary.examples_per_s = e2e.examples_per_s
+        e.speed.summary = summary

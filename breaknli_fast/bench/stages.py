@@ -17,6 +17,7 @@ import numpy as np
 
 import breaknli_fast.bench.parity as par
 from breaknli_fast.bench.measure import Task, latency_stats, repeat_interleaved
+from breaknli_fast.bench.types import EngineResult, SpeedSummary, Speedup, StageTiming
 from breaknli_fast.bench.state import Context, EngineRun, fail
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example
@@ -63,7 +64,7 @@ def greedy_ids(gen: GeneratorBase, prompts: list[str], seeds: list[int],
     return [[vocab.setdefault(w, len(vocab)) for w in t[0].split()] for t in texts], "whitespace words (engine has no generate_ids)"
 
 
-def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], dict[str, Any]]]:
+def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], StageTiming]]:
     clf = eng.clf
     batch_s: list[float] = []
 
@@ -77,20 +78,21 @@ def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> t
 
     task = Task(lambda: clf.classify(pairs), before, after)
 
-    def finish() -> dict[str, Any]:
+    def finish() -> StageTiming:
         rep = task.rep
         s = rep.summary()
         eng.batch_all.extend(batch_s)
         eng.logits[stage] = np.asarray(rep.result.logits, dtype=np.float32)
-        return {"items": len(pairs), "unit": "pairs", **s, "pairs_per_s": len(pairs) / s["median_s"],
-                "batches_per_iteration": (len(batch_s) // s["iterations"]) if batch_s else None,
-                "batch_latency": latency_stats(batch_s if batch_s else rep.seconds),
-                "latency_unit": "batch" if batch_s else "iteration"}
+        return StageTiming(len(pairs), "pairs", **s, extra={
+            "pairs_per_s": len(pairs) / s["median_s"],
+            "batches_per_iteration": (len(batch_s) // s["iterations"]) if batch_s else None,
+            "batch_latency": latency_stats(batch_s if batch_s else rep.seconds),
+            "latency_unit": "batch" if batch_s else "iteration"})
 
     return task, finish
 
 
-def generate_task(eng: EngineRun, items: list[dict[str, Any]], loop: BreakNLIConfig) -> tuple[Task, Callable[[], dict[str, Any]]]:
+def generate_task(eng: EngineRun, items: list[dict[str, Any]], loop: BreakNLIConfig) -> tuple[Task, Callable[[], StageTiming]]:
     gen = eng.gen
     prompts = [it["prompt"] for it in items]
     seeds = [it["seed"] for it in items]
@@ -113,7 +115,7 @@ def generate_task(eng: EngineRun, items: list[dict[str, Any]], loop: BreakNLICon
 
     task = Task(fn, before, after)
 
-    def finish() -> dict[str, Any]:
+    def finish() -> StageTiming:
         rep = task.rep
         s = rep.summary()
         if tokens:
@@ -126,20 +128,20 @@ def generate_task(eng: EngineRun, items: list[dict[str, Any]], loop: BreakNLICon
         eng.cands = rep.result
         seqs = len(prompts) * loop.k
         calls_per_iter = (len(calls) / s["iterations"]) if calls else None
-        return {"items": len(prompts), "unit": "prompts", **s, "k": loop.k, "sequences_per_iteration": seqs,
-                "new_tokens_per_iteration": tok_per_iter, "tokens_counted_by": how,
-                "tokens_per_s": tok_per_iter / s["median_s"], "sequences_per_s": seqs / s["median_s"],
-                "prompts_per_s": len(prompts) / s["median_s"],
-                "calls_per_iteration": calls_per_iter,
-                "prompts_per_call": (len(prompts) / calls_per_iter) if calls_per_iter else None,
-                "call_latency": latency_stats(calls if calls else rep.seconds),
-                "latency_unit": "generator call (a batch of prompts, K sequences each)" if calls else "iteration"}
+        return StageTiming(len(prompts), "prompts", **s, extra={
+            "k": loop.k, "sequences_per_iteration": seqs, "new_tokens_per_iteration": tok_per_iter,
+            "tokens_counted_by": how, "tokens_per_s": tok_per_iter / s["median_s"],
+            "sequences_per_s": seqs / s["median_s"], "prompts_per_s": len(prompts) / s["median_s"],
+            "calls_per_iteration": calls_per_iter,
+            "prompts_per_call": (len(prompts) / calls_per_iter) if calls_per_iter else None,
+            "call_latency": latency_stats(calls if calls else rep.seconds),
+            "latency_unit": "generator call (a batch of prompts, K sequences each)" if calls else "iteration"})
 
     return task, finish
 
 
 def timed_phase(engs: list[EngineRun], ctx: Context, what: str,
-                make: Callable[[EngineRun], tuple[Task, Callable[[], dict[str, Any]]]]) -> list[EngineRun]:
+                make: Callable[[EngineRun], tuple[Task, Callable[[], StageTiming]]]) -> list[EngineRun]:
     """Time one stage for every engine (in rounds when several); returns the engines still alive."""
     ctx.log(("[" + ", ".join(e.label for e in engs) + "] " if len(engs) > 1 else f"[{engs[0].label}] ") + f"stage: {what}")
     made = [(eng, *make(eng)) for eng in engs]
@@ -161,23 +163,23 @@ def run_stages(alive: list[EngineRun], ctx: Context, loop: BreakNLIConfig) -> li
     workload = ctx.workload
     for eng in alive:
         if eng.is_ref:
-            ctx.ref["triples"] = par.fixed_triples(eng.records)
-            ctx.ref["greedy"] = workload["generate"][: ctx.cfg.greedy_prompts]
-    if workload["generate"] and alive:
-        alive = timed_phase(alive, ctx, "generate", lambda eng: generate_task(eng, workload["generate"], loop))
+            ctx.ref.triples = par.fixed_triples(eng.records)
+            ctx.ref.greedy = workload.generate[: ctx.cfg.greedy_prompts]
+    if workload.generate and alive:
+        alive = timed_phase(alive, ctx, "generate", lambda eng: generate_task(eng, workload.generate, loop))
     else:
         for eng in alive:
-            eng.stages["generate"] = {"items": 0}
+            eng.stages["generate"] = StageTiming(0)
     for eng in alive:
         if eng.is_ref:
-            workload["relation"], workload["evaluate"] = pairs_from_candidates(workload["generate"], eng.cands, loop)
+            workload.relation, workload.evaluate = pairs_from_candidates(workload.generate, eng.cands, loop)
     for stage in CLASSIFY_STAGES:
-        pairs = workload.get(stage) or []
+        pairs = workload.pairs(stage)
         if pairs and alive:
             alive = timed_phase(alive, ctx, stage, lambda eng: classify_task(eng, stage, pairs))
         else:
             for eng in alive:
-                eng.stages[stage] = {"items": 0}
+                eng.stages[stage] = StageTiming(0)
                 eng.logits[stage] = np.zeros((0, len(LABELS)), dtype=np.float32)
     return alive
 
@@ -186,58 +188,63 @@ def fixed_parity(eng: EngineRun, ctx: Context, loop: BreakNLIConfig) -> dict[str
     """Untimed: re-classify the fixed triples, greedy-decode the check prompts, compare with the reference."""
     clf, gen, ref = eng.clf, eng.gen, ctx.ref
     clf.clear_cache()
-    tp = par.triple_pairs(ref["triples"])
+    tp = par.triple_pairs(ref.triples)
     tri = clf.classify(tp) if tp else None
     eng.logits["fixed_triples"] = np.asarray(tri.logits, dtype=np.float32) if tri is not None else np.zeros((0, 3), np.float32)
-    verdicts = par.triple_verdicts(ref["triples"], tri.labels if tri is not None else [])
-    g = ref["greedy"]
+    verdicts = par.triple_verdicts(ref.triples, tri.labels if tri is not None else [])
+    g = ref.greedy
     greedy, unit = greedy_ids(gen, [x["prompt"] for x in g], [x["seed"] for x in g], loop.decoding) if g else ([], "token ids")
     if eng.is_ref:
-        ref["logits"], ref["verdicts"], ref["greedy_ids"] = eng.logits, verdicts, greedy
+        ref.logits, ref.verdicts, ref.greedy_ids = eng.logits, verdicts, greedy
     keys = list(eng.logits)
-    cls = {k: par.classifier_parity(ref["logits"][k], eng.logits[k]) for k in keys}
-    cls["all"] = par.classifier_parity(np.concatenate([ref["logits"][k] for k in keys]),
+    cls = {k: par.classifier_parity(ref.logits[k], eng.logits[k]) for k in keys}
+    cls["all"] = par.classifier_parity(np.concatenate([ref.logits[k] for k in keys]),
                                        np.concatenate([eng.logits[k] for k in keys]))
     out = {
         "meaningful": ctx.meaningful,
         "classifier": cls,
-        "fixed_triples": par.fixed_triple_parity(ref["triples"], ref["verdicts"], verdicts),
-        "end_to_end": par.end_to_end_parity(ref["records"], eng.records),
-        "generator": {"greedy": {**par.token_agreement(ref["greedy_ids"], greedy), "unit": unit,
+        "fixed_triples": par.fixed_triple_parity(ref.triples, ref.verdicts, verdicts),
+        "end_to_end": par.end_to_end_parity(ref.records, eng.records),
+        "generator": {"greedy": {**par.token_agreement(ref.greedy_ids, greedy), "unit": unit,
                                  "max_new_tokens": loop.decoding.max_new_tokens},
-                      "sampled_candidates": par.sampled_identity(ref["records"], eng.records)},
+                      "sampled_candidates": par.sampled_identity(ref.records, eng.records)},
     }
     par.add_verdicts(out, ctx.cfg.tolerance)
     return out
 
 
-def speedups(ref: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
-    """Speed-ups of the fixed workload (reference time / engine time), per stage and in all."""
-    rs, st = ref["speed"].get("stages") or {}, e["speed"].get("stages") or {}
+def speedups(ref: EngineResult, e: EngineResult) -> Speedup:
+    """Speed-ups of the fixed workload (reference time / engine time), per stage and in all; sets the engine's
+    ``workload_s``."""
+    assert ref.speed is not None and e.speed is not None
+    rs, st = ref.speed.stages or {}, e.speed.stages or {}
     per: dict[str, float | None] = {}
     per_best: dict[str, float | None] = {}
     ref_total = eng_total = ref_best = eng_best = 0.0
     for k in STAGES:
-        a, b = rs.get(k, {}), st.get(k, {})
-        if a.get("items") and b.get("items"):
-            per[k] = a["median_s"] / b["median_s"]
-            per_best[k] = a["min_s"] / b["min_s"]
-            ref_total += a["median_s"]
-            eng_total += b["median_s"]
-            ref_best += a["min_s"]
-            eng_best += b["min_s"]
+        a, b = rs.get(k), st.get(k)
+        if a is not None and b is not None and a.ran and b.ran:
+            per[k] = a.median_s / b.median_s  # type: ignore[operator]
+            per_best[k] = a.min_s / b.min_s  # type: ignore[operator]
+            ref_total += a.median_s  # type: ignore[operator]
+            eng_total += b.median_s  # type: ignore[operator]
+            ref_best += a.min_s  # type: ignore[operator]
+            eng_best += b.min_s  # type: ignore[operator]
         else:
             per[k] = per_best[k] = None
-    e["speed"]["workload_s"] = eng_total
-    return {"workload": ref_total / eng_total if eng_total > 0 else None,
-            # best (minimum) iteration times: the least disturbed estimate on a busy machine
-            "workload_best": ref_best / eng_best if eng_best > 0 else None, "stages": per, "stages_best": per_best}
+    e.speed.workload_s = eng_total
+    return Speedup(workload=ref_total / eng_total if eng_total > 0 else None,
+                   # best (minimum) iteration times: the least disturbed estimate on a busy machine
+                   workload_best=ref_best / eng_best if eng_best > 0 else None, stages=per, stages_best=per_best)
 
 
-def stage_summary(e: dict[str, Any]) -> dict[str, Any]:
-    st = e["speed"].get("stages") or {}
-    cls = [st[k] for k in CLASSIFY_STAGES if st.get(k, {}).get("items")]
-    return {"classifier_pairs_per_s": (sum(x["items"] for x in cls) / sum(x["median_s"] for x in cls)) if cls else None,
-            "generated_tokens_per_s": st.get("generate", {}).get("tokens_per_s"),
-            "classifier_batch_p95_ms": e["speed"]["classifier_batch_latency"]["p95_ms"],
-            "generator_call_p95_ms": (st.get("generate", {}).get("call_latency") or {}).get("p95_ms")}
+def stage_summary(e: EngineResult) -> SpeedSummary:
+    assert e.speed is not None
+    st = e.speed.stages or {}
+    cls = [st[k] for k in CLASSIFY_STAGES if k in st and st[k].ran]
+    gen = st.get("generate") or StageTiming(0)
+    return SpeedSummary(
+        classifier_pairs_per_s=(sum(x.items for x in cls) / sum(x.median_s or 0.0 for x in cls)) if cls else None,
+        generated_tokens_per_s=gen.get("tokens_per_s"),
+        classifier_batch_p95_ms=(e.speed.classifier_batch_latency or {}).get("p95_ms"),
+        generator_call_p95_ms=(gen.get("call_latency") or {}).get("p95_ms"))

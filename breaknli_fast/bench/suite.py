@@ -220,7 +220,8 @@ def load_suite(path: str | Path = DEFAULT_SUITE) -> Suite:
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"no suite file {path}") from None
+        raise UserError(f"no suite file {path} (the suite is part of a checkout of the repository; --suite-file "
+                        "names another)") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML ({str(e).splitlines()[0]})") from None
     unknown = set(doc) - {"sizes", "conditions", "entry"}

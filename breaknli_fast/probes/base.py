@@ -29,40 +29,8 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence
 
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.errors import UserError
+from breaknli_fast.options import CLI, UNSET, CliOption, option, options  # noqa: F401 - the probes' declarations
 from breaknli_fast.progress import ProgressHook
-
-
-CLI = "cli"  # the key of a config field's metadata that makes it a command-line option
-
-
-class _Unset:
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Any = _Unset()  # a CliOption's default when the field's default is the option's too
-
-
-@dataclass(frozen=True)
-class CliOption:
-    """How a field of a probe's config appears on the command line (``run --probe X`` and ``bench --probe X``).
-
-    ``flag``: the long option (default ``--`` and the field's name with dashes), ``--x/--no-x`` for a switch pair;
-    ``cli_default``: the option's default when it is not the field's (e.g. ``both`` for a tuple of modes);
-    ``parse``: turns the option's value into the field's; ``type``: the option's value type when it is not the
-    field's annotation; ``min`` / ``max``: bounds checked as the command line is read; ``panel``: the help
-    panel (default: the probe's)."""
-
-    help: str
-    flag: str | None = None
-    short: str | None = None
-    cli_default: Any = UNSET
-    parse: Callable[[Any], Any] | None = None
-    type: Any = None
-    min: float | None = None
-    max: float | None = None
-    metavar: str | None = None
-    panel: str | None = None
 
 
 class ProbeConfigError(UserError, TypeError):
@@ -95,17 +63,6 @@ def make_config(config_class: type, value: Any, what: str) -> Any:
             v = tuple(v)
         kwargs[key] = v
     return config_class(**kwargs)
-
-
-def option(default: Any = MISSING, *, help: str, default_factory: Any = MISSING, **cli: Any) -> Any:
-    """A config field that is also a command-line option with ``help`` (``cli``: :class:`CliOption`'s fields)."""
-    return field(default=default, default_factory=default_factory, metadata={CLI: CliOption(help=help, **cli)})
-
-
-def options(default_factory: Callable[[], Any], **parts: CliOption) -> Any:
-    """A config field holding a nested dataclass or a dict whose ``parts`` (its fields or keys) are each a
-    command-line option; the option's default is the part's value in ``default_factory()``."""
-    return field(default_factory=default_factory, metadata={CLI: parts})
 
 
 @dataclass

@@ -213,9 +213,10 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def compare_table_rows(cmp: dict[str, Any], defs: tuple[Metric, ...] = METRICS) -> list[list[str]]:
+def compare_table_rows(compared: list[dict[str, Any]], defs: tuple[Metric, ...] = METRICS) -> list[list[str]]:
+    """The rows of :func:`compare_rows` as table cells."""
     rows = []
-    for r in cmp["rows"]:
+    for r in compared:
         rows.append([f"{r['engine']} {ROLE_TITLES.get(r['role'], r['role'])} {r['scenario']}", "present",
                      "yes" if r["in_a"] else "absent", "yes" if r["in_b"] else "absent", ""])
         for m in defs:

@@ -1,0 +1,377 @@
+"""What a bench measures, as types: built once by the runners, serialised by one function (:func:`to_json`), read
+back by one (:func:`from_json`, which also reads the earlier schemas), and rendered -- JSON, Markdown, the terminal,
+``--compare``, the recommendation -- from the same objects.
+
+The layout of ``bench.json`` is these classes' fields, in order (schema ``breaknli-fast-bench/3``); a field marked
+``omit_none`` is left out while it is None (a stage that did not run has only ``items``), and the keys a class does
+not declare are kept in its ``extra`` (what an earlier or later schema wrote), so a file read and written again
+keeps every key.
+
+- :class:`BenchReport`: the whole bench (data, models, workload, engines, notes, failures, the recommendation);
+- :class:`EngineResult`: one engine (its spec, status, speed, memory, parity, checks);
+- :class:`Speed` (:class:`EndToEnd`, :class:`StageTiming` per stage, :class:`Speedup`, :class:`SpeedSummary`),
+  :class:`Memory`, :class:`Checks`;
+- :class:`ParityCell`: one paired difference with its interval and verdict (the parity blocks hold them by name);
+- :class:`Recommendation` (:class:`EngineView` for the pick and the fastest): computed from the same
+  :class:`EngineResult` objects the checks judged, so a pick never fails a check shown beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+SCHEMA = "breaknli-fast-bench/3"
+READABLE = ("breaknli-fast-bench/1", "breaknli-fast-bench/2", SCHEMA)  # --compare and from_json read them all
+
+OMIT = {"omit_none": True}  # a field's metadata: left out of the JSON while None
+FLAT = {"flatten": True}  # a field's metadata: a dataclass whose fields stand among its parent's in the JSON
+
+JSON = typing.Union[dict, list, str, int, float, bool, None]
+
+
+# -- the one serialiser, the one reader -------------------------------------------------------------------------
+
+def to_json(obj: Any) -> JSON:
+    """``obj`` as JSON values: dataclasses by their fields in order (``extra`` merged in, ``omit_none`` fields left
+    out while None), numpy scalars and arrays as numbers and lists, paths as strings, tuples as lists."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        out: dict[str, JSON] = {}
+        for f in fields(obj):
+            v = getattr(obj, f.name)
+            if f.name == "extra":
+                out.update({k: to_json(x) for k, x in v.items()})
+            elif f.metadata.get("flatten"):
+                out.update(to_json(v))  # type: ignore[arg-type]
+            elif not (v is None and f.metadata.get("omit_none")):
+                out[f.name] = to_json(v)
+        return out
+    if isinstance(obj, dict):
+        return {str(k): to_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _dataclass_in(hint: Any) -> Any:
+    """The dataclass of ``X``, ``X | None`` or ``Optional[X]`` (None for anything else)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        found = [a for a in typing.get_args(hint) if is_dataclass(a)]
+        return found[0] if len(found) == 1 else None
+    return hint if is_dataclass(hint) else None
+
+
+def _read(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    cls = _dataclass_in(hint)
+    if cls is not None:
+        return from_json(cls, value) if isinstance(value, dict) else value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list and args and is_dataclass(args[0]) and isinstance(value, list):
+        return [from_json(args[0], v) for v in value]
+    if origin is dict and len(args) == 2 and is_dataclass(args[1]) and isinstance(value, dict):
+        return {k: from_json(args[1], v) for k, v in value.items()}
+    return value
+
+
+def from_json(cls: Any, data: dict[str, JSON]) -> Any:
+    """``cls`` from the JSON ``to_json`` wrote (or an earlier schema's): declared keys by their types, missing ones
+    at their defaults, the rest into ``extra``."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    kwargs = {k: _read(hints[k], v) for k, v in data.items() if k in known and k != "extra"}
+    taken = set(kwargs)
+    for f in fields(cls):
+        if f.metadata.get("flatten"):
+            inner = _dataclass_in(hints[f.name])
+            names = {g.name for g in fields(inner)}
+            kwargs[f.name] = from_json(inner, {k: v for k, v in data.items() if k in names})
+            taken |= names
+    if "extra" in known:
+        kwargs["extra"] = {k: v for k, v in data.items() if k not in known and k not in taken}
+    return cls(**kwargs)
+
+
+# -- speed ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class StageTiming:
+    """One stage of the fixed workload, timed: ``items`` (0: the stage had nothing to do, and nothing else is set),
+    the iterations' seconds, throughput and latency; the classify stages' and the generate stage's own figures."""
+
+    items: int
+    unit: str | None = field(default=None, metadata=OMIT)
+    iterations: int | None = field(default=None, metadata=OMIT)
+    warmup: int | None = field(default=None, metadata=OMIT)
+    total_s: float | None = field(default=None, metadata=OMIT)
+    median_s: float | None = field(default=None, metadata=OMIT)
+    mean_s: float | None = field(default=None, metadata=OMIT)
+    min_s: float | None = field(default=None, metadata=OMIT)
+    std_s: float | None = field(default=None, metadata=OMIT)
+    extra: dict[str, Any] = field(default_factory=dict)  # pairs_per_s, batch_latency; tokens_per_s, call_latency, ...
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.items) and bool(self.median_s)
+
+    def get(self, key: str) -> Any:
+        """A stage-specific figure (``pairs_per_s``, ``tokens_per_s``, ``batch_latency``, ...) or a field."""
+        return getattr(self, key) if key in self.__dataclass_fields__ else self.extra.get(key)
+
+
+@dataclass
+class RunFigures:
+    """One end-to-end run of the probe: examples, the study's seconds and pairs per stage, the classifier's and the
+    generator's throughput and latencies."""
+
+    examples: int = 0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_pairs: dict[str, int] = field(default_factory=dict)
+    classifier_pairs: int = 0
+    classifier_pairs_computed: int | None = None
+    classifier_pairs_per_s: float | None = None
+    generated_sequences: int = 0
+    generated_tokens: int = 0
+    generated_tokens_per_s: float | None = None
+    classifier_batch_latency: dict[str, float | None] | None = None  # measure.latency_stats
+    generator_call_latency: dict[str, float | None] | None = None
+
+
+@dataclass
+class EndToEnd:
+    """The probe run end to end on the whole data, ``repeats`` times: the walls, their median, and the figures of
+    the median run."""
+
+    repeats: int = 1
+    warmup_runs: int = 0
+    warmup_examples: int = 0
+    wall_s: list[float] = field(default_factory=list)
+    median_wall_s: float = 0.0
+    examples_per_s: float | None = None
+    run: RunFigures = field(default_factory=RunFigures, metadata=FLAT)
+    stage_figures_of_run: int = 1
+    repeats_identical: bool | None = None
+    headline: dict[str, Any] = field(default_factory=dict)  # the probe's headline metrics (agreement.headline_values)
+    accuracy_ph: float | None = field(default=None, metadata=OMIT)  # BreakNLI
+    funnel: dict[str, Any] | None = field(default=None, metadata=OMIT)
+    metrics: dict[str, Any] | None = field(default=None, metadata=OMIT)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Speedup:
+    """The reference's time over the engine's: end to end, and (BreakNLI) on the fixed workload in all and per stage,
+    by median and by best iteration."""
+
+    workload: float | None = field(default=None, metadata=OMIT)
+    workload_best: float | None = field(default=None, metadata=OMIT)
+    stages: dict[str, float | None] | None = field(default=None, metadata=OMIT)
+    stages_best: dict[str, float | None] | None = field(default=None, metadata=OMIT)
+    end_to_end: float | None = None
+
+
+@dataclass
+class SpeedSummary:
+    classifier_pairs_per_s: float | None = None
+    generated_tokens_per_s: float | None = None
+    classifier_batch_p95_ms: float | None = None
+    generator_call_p95_ms: float | None = None
+    examples_per_s: float | None = None
+
+
+@dataclass
+class Speed:
+    end_to_end: EndToEnd = field(default_factory=EndToEnd)
+    stages: dict[str, StageTiming] | None = field(default=None, metadata=OMIT)
+    classifier_batch_latency: dict[str, Any] | None = field(default=None, metadata=OMIT)
+    workload_s: float | None = field(default=None, metadata=OMIT)
+    speedup: Speedup | None = field(default=None, metadata=OMIT)
+    summary: SpeedSummary | None = field(default=None, metadata=OMIT)
+
+
+@dataclass
+class Memory:
+    """Peak resident memory of the engine's run (``peak_rss_mib``; with ``shared``, of all the interleaved engines
+    together) and of its loading, in MiB, and torch's peak GPU allocation where there is a GPU."""
+
+    peak_rss_mib: float | None = None
+    rss_before_load_mib: float | None = None
+    rss_now_mib: float | None = None
+    rss_method: str = ""
+    gpu_peak_allocated_mib: float | None = None
+    gpu_note: str | None = None
+    shared: bool | None = field(default=None, metadata=OMIT)
+    note: str | None = field(default=None, metadata=OMIT)
+    rss_after_load_mib: float | None = None
+    peak_rss_load_mib: float | None = None
+    gpu_peak_allocated_load_mib: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# -- parity and checks -------------------------------------------------------------------------------------------
+
+@dataclass
+class ParityCell:
+    """One paired difference (engine - reference, percentage points) with its 95 % interval and verdict, found at
+    ``where`` in an engine's parity (e.g. ``end to end contradictive overall inequality``)."""
+
+    where: str
+    diff: float | None
+    ci: tuple[float | None, float | None]
+    verdict: str | None  # equivalent, different, inconclusive (None: not judged)
+
+    @classmethod
+    def of(cls, where: str, cell: dict[str, Any]) -> "ParityCell":
+        ci = cell.get("ci") or [None, None]
+        return cls(where, cell.get("diff"), (ci[0], ci[1]), cell.get("verdict"))
+
+    def text(self) -> str:
+        """``+0.50 pp [-0.25, +1.25]``."""
+        if self.diff is None:
+            return "?"
+        lo, hi = self.ci
+        return f"{self.diff:+.2f} pp" + (f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else "")
+
+
+@dataclass
+class Checks:
+    """The bench's judgement of one engine: ``applied`` (False where parity means nothing), the failures, passed."""
+
+    applied: bool
+    failures: list[str]
+    passed: bool
+
+
+# -- one engine, the whole bench ------------------------------------------------------------------------------------
+
+@dataclass
+class EngineResult:
+    """One engine of a bench, as it was asked for and as it ran (``status`` ok, skipped or failed)."""
+
+    label: str
+    engine: str = ""
+    precision: str = ""
+    classifier_precision: str | None = field(default=None, metadata=OMIT)
+    generator_precision: str | None = field(default=None, metadata=OMIT)
+    mlm_precision: str | None = field(default=None, metadata=OMIT)
+    component_of: str | None = None
+    device: str = "cpu"
+    reference: bool = False
+    spec: dict[str, Any] = field(default_factory=dict)  # the --engines entry (BenchEngine.to_dict)
+    models: dict[str, Any] = field(default_factory=dict)  # role -> model
+    status: str = "ok"
+    reason: str | None = None
+    load_average_start: list[float] | None = field(default=None, metadata=OMIT)
+    load_s: float | None = field(default=None, metadata=OMIT)
+    info: dict[str, Any] | None = field(default=None, metadata=OMIT)  # what each loaded engine says about itself
+    speed: Speed | None = field(default=None, metadata=OMIT)
+    batch_invariance: dict[str, Any] | None = field(default=None, metadata=OMIT)
+    parity: dict[str, Any] | None = field(default=None, metadata=OMIT)  # blocks of figures and ParityCell dicts
+    memory: Memory | None = field(default=None, metadata=OMIT)
+    load_average_end: list[float] | None = field(default=None, metadata=OMIT)
+    checks: Checks | None = field(default=None, metadata=OMIT)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ran(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def speedup(self) -> float | None:
+        """The end-to-end speed-up over the reference."""
+        return self.speed.speedup.end_to_end if self.speed is not None and self.speed.speedup is not None else None
+
+    @property
+    def passed_checks(self) -> bool:
+        """Whether the engine passed every check of the bench (not judged counts as passed)."""
+        return self.checks is None or self.checks.passed is not False
+
+    def cells(self) -> list[ParityCell]:
+        """Every paired difference of the engine's parity, with its verdict."""
+        from breaknli_fast.bench.parity import cells
+
+        return [ParityCell.of(where, x) for where, x in cells(self.parity or {})]
+
+    @property
+    def verdicts(self) -> dict[str, int]:
+        return dict((self.parity or {}).get("verdicts") or {})
+
+
+@dataclass
+class EngineView:
+    """An engine as the recommendation describes it."""
+
+    label: str
+    speedup: float | None
+    confirmed: list[str]  # cells that stay different with all the engine's cells judged together
+    different_at_95: list[str]  # cells different at 95 % each, most different first
+    identical_candidates: bool  # every sampled candidate is the reference's
+    failed_checks: list[str]
+
+
+@dataclass
+class Recommendation:
+    """The fastest engine not shown to differ from the reference and passing every check (``pick``; None where
+    parity means nothing or no engine qualifies), beside the fastest overall."""
+
+    meaningful: bool
+    reference: str | None
+    pick: EngineView | None
+    fastest: EngineView
+
+
+@dataclass
+class BenchReport:
+    """A whole bench: what ran, on what, and every engine's figures (``bench.json``)."""
+
+    schema: str = SCHEMA
+    command: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    probe: str = "breaknli"
+    probe_identity: dict[str, Any] | None = None
+    headline_metrics: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    seeds: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
+    reference: str | None = None
+    parity_meaningful: bool = True
+    tolerance_pp: float | None = None
+    min_agreement_pct: float | None = None
+    notes: list[str] = field(default_factory=list)
+    engines: list[EngineResult] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    passed: bool = False
+    recommendation: Recommendation | None = field(default=None, metadata=OMIT)
+    extra: dict[str, Any] = field(default_factory=dict)  # a LoadGen bench's scenarios, settings, cold starts, ...
+
+    def engine(self, label: str) -> EngineResult:
+        for e in self.engines:
+            if e.label == label:
+                return e
+        raise KeyError(label)
+
+    def ran(self) -> Iterator[EngineResult]:
+        return (e for e in self.engines if e.ran)
+
+
+def replace(obj: Any, **changes: Any) -> Any:
+    return dataclasses.replace(obj, **changes)
