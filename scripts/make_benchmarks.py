@@ -910,21 +910,25 @@ def probe_parity(doc: Result) -> str:
     return "\n".join(out)
 
 
+def _confirmed_cells(e: dict[str, Any]) -> list[str]:
+    """bench.parity.confirmed_differences of a saved engine entry (any bench schema), read into its type."""
+    from breaknli_fast.bench.parity import confirmed_differences
+    from breaknli_fast.bench.types import Parity, from_json
+
+    return confirmed_differences(from_json(Parity, e.get("parity") or {}))
+
+
 def _confirmed(e: dict[str, Any]) -> int:
     """The different cells that stay different with all the engine's cells judged together."""
-    from breaknli_fast.bench.parity import confirmed_differences
-
-    return len(confirmed_differences(e.get("parity") or {}))
+    return len(_confirmed_cells(e))
 
 
 def _shown(e: dict[str, Any]) -> str:
     """yes / no / not shown, as bench.md's "shown to match" says (short): "no" only where a cell stays different
     with all the engine's cells judged together (bench.parity.confirmed_differences)."""
-    from breaknli_fast.bench.parity import confirmed_differences
-
     v = get(e, "parity", "verdicts") or {}
     if v.get("different"):
-        return "no" if confirmed_differences(e.get("parity") or {}) else "not shown"
+        return "no" if _confirmed_cells(e) else "not shown"
     return "not shown" if v.get("inconclusive") or not v else "yes"
 
 

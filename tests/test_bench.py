@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from breaknli_fast.bench import parity as par
 from breaknli_fast.bench.measure import Task, latency_stats, repeat, repeat_interleaved
 from breaknli_fast.bench.result import BenchResult
-from breaknli_fast.bench.types import EngineResult
+from breaknli_fast.bench.types import Diff, EngineResult, Parity, VerdictCounts, from_json
 from breaknli_fast.bench.runner import BenchConfig, run_bench
 from breaknli_fast.bench.specs import BenchSpecError, parse_engines
 from breaknli_fast.engines.base import Decoding
@@ -234,16 +234,16 @@ def test_bad_bench_arguments_are_one_line_errors(tmp_path, args, match):
 
 
 def test_tolerance_rule_and_checks():
-    assert par.out_of_tolerance({"diff": 2.0, "ci": [0.5, 3.5]}, 1.0)
-    assert par.out_of_tolerance({"diff": -2.0, "ci": [-3.5, -0.5]}, 1.0)
-    assert not par.out_of_tolerance({"diff": 2.0, "ci": [-0.1, 3.5]}, 1.0)  # CI includes 0
-    assert not par.out_of_tolerance({"diff": 0.8, "ci": [0.1, 1.5]}, 1.0)  # within tolerance
-    assert not par.out_of_tolerance({"diff": None, "ci": None}, 1.0)
+    assert par.out_of_tolerance(Diff(diff=2.0, ci=[0.5, 3.5]), 1.0)
+    assert par.out_of_tolerance(Diff(diff=-2.0, ci=[-3.5, -0.5]), 1.0)
+    assert not par.out_of_tolerance(Diff(diff=2.0, ci=[-0.1, 3.5]), 1.0)  # CI includes 0
+    assert not par.out_of_tolerance(Diff(diff=0.8, ci=[0.1, 1.5]), 1.0)  # within tolerance
+    assert not par.out_of_tolerance(Diff(), 1.0)
     broken = compare([1] * 30 + [0] * 470, [0] * 500)  # 30 of 500 examples turn into breaks: different
-    fails = par.check({"classifier": {"all": {"label_agreement_pct": 97.0}},
-                       "fixed_triples": {"contradictive": {"overall": {"inequality": broken,
-                                                                       "relaxed": compare([0] * 500, [0] * 500)}}},
-                       "end_to_end": {}}, 1.0, 98.0)
+    fails = par.check(from_json(Parity, {
+        "classifier": {"all": {"label_agreement_pct": 97.0}},
+        "fixed_triples": {"contradictive": {"overall": {"inequality": broken, "relaxed": compare([0] * 500, [0] * 500)}}},
+        "end_to_end": {}}), 1.0, 98.0)
     assert len(fails) == 2 and "label agreement" in fails[0] and "contradictive overall inequality" in fails[1]
 
 
@@ -255,11 +255,12 @@ def test_verdicts_counted_and_checked_per_cell_and_headline_metric():
     e = compare(few, ref)
     assert e["verdict"] == "inconclusive" and e["n_needed"] > 40 and e["too_small"]
     # the rule the bench applies: --strict fails on different only, --require-equivalence on inconclusive too
-    block = {"end_to_end": {"entailed": {"overall": {"n": 40, "inequality": dict(e), "relaxed": dict(e)}}},
-             "headline": {"metrics": {"accuracy (p, h)": compare(ref, ref)}}}
+    block = from_json(Parity, {"end_to_end": {"entailed": {"overall": {"n": 40, "inequality": dict(e),
+                                                                       "relaxed": dict(e)}}},
+                               "headline": {"metrics": {"accuracy (p, h)": compare(ref, ref)}}})
     par.add_verdicts(block, 1.0)
-    assert block["verdicts"] == {"equivalent": 0, "different": 0, "inconclusive": 3, "too_small": 3,
-                                 "different_confirmed": 0}
+    assert block.verdicts == VerdictCounts(equivalent=0, different=0, inconclusive=3, too_small=3,
+                                           different_confirmed=0)
     assert par.check(block, 1.0, 0.0) == []
     fails = par.check(block, 1.0, 0.0, require_equivalence=True)
     assert len(fails) == 3 and "headline: accuracy (p, h)" in fails[2] and "too few examples" in fails[2]
@@ -273,18 +274,18 @@ def test_end_to_end_parity_is_paired_on_the_examples_both_runs_evaluated():
     ref = [rec(0, True), rec(1, False), rec(2, False), rec(3, True, status="too_few_on_target")]
     eng = [rec(0, True), rec(1, True), rec(2, False, status="too_few_unique"), rec(3, False)]
     out = par.end_to_end_parity(ref, eng)["entailed"]["overall"]
-    assert out["n"] == 2 and out["only_reference"] == 1 and out["only_engine"] == 1
-    assert out["inequality"]["diff"] == pytest.approx(50.0)  # x1 turned into a break; x0 the same
+    assert out.n == 2 and out.only_reference == 1 and out.only_engine == 1
+    assert out.inequality.diff == pytest.approx(50.0)  # x1 turned into a break; x0 the same
 
 
 def test_token_agreement_and_classifier_parity():
     t = par.token_agreement([[1, 2, 3], [4, 5], [7, 8]], [[1, 2, 4], [4, 5], [7, 8, 9]])
-    assert t["positions"] == 3 + 2 + 3 and t["token_agreement_pct"] == pytest.approx(100 * 6 / 8)
-    assert t["identical_sequences_pct"] == pytest.approx(100 / 3)
+    assert t.positions == 3 + 2 + 3 and t.token_agreement_pct == pytest.approx(100 * 6 / 8)
+    assert t.identical_sequences_pct == pytest.approx(100 / 3)
     x = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
     y = np.array([[1.0, 0.5, 0.0], [3.0, 2.0, 0.0]])
     c = par.classifier_parity(x, y)
-    assert c["label_agreement_pct"] == 50.0 and c["max_abs_logit_diff"] == 3.0
+    assert c.label_agreement_pct == 50.0 and c.max_abs_logit_diff == 3.0
 
 
 def test_interleaved_rounds_and_failing_task():
@@ -439,15 +440,15 @@ def test_an_engine_is_shown_to_differ_only_when_a_cell_stays_different_judged_to
     assert small["verdict"] == "different"
     equal = compare(ref, ref, 1.0)
     metrics = {f"m{i}": dict(equal) for i in range(36)}
-    block = {"headline": {"metrics": {**metrics, "shifted": dict(small)}}}
+    block = from_json(Parity, {"headline": {"metrics": {**metrics, "shifted": dict(small)}}})
     par.add_verdicts(block, 1.0)
-    assert block["verdicts"]["different"] == 1 and block["verdicts"]["different_confirmed"] == 0
-    fw = block["headline"]["metrics"]["shifted"]["familywise"]
+    assert block.verdicts.different == 1 and block.verdicts.different_confirmed == 0
+    fw = block.headline.metrics["shifted"].familywise
     assert fw["cells"] == 37 and fw["ci"][0] < 0 < fw["ci"][1] and not fw["confirmed"]
     engine = EngineResult("ort:int8", parity=block)
     assert shown_to_match(engine).startswith("not shown: 1 of 37 cells differ beyond the tolerance at 95 % each")
     big = compare([1] * 60 + [0] * 57, ref, 1.0)
-    block = {"headline": {"metrics": {**metrics, "shifted": dict(big)}}}
+    block = from_json(Parity, {"headline": {"metrics": {**metrics, "shifted": dict(big)}}})
     par.add_verdicts(block, 1.0)
-    assert block["verdicts"]["different_confirmed"] == 1
+    assert block.verdicts.different_confirmed == 1
     assert shown_to_match(EngineResult("ort:int8", parity=block)).startswith("no: 1 of 37 cells differ")

@@ -60,13 +60,13 @@ def test_permutation_probe_with_its_config_object(tiny_roberta, tiny_tsv):
     assert d["config"]["probe_config"]["q"] == 4 and d["probe_identity"]["permutation"]["seed"] == 1
     assert [m["name"] for m in d["headline_metrics"]] == ["A", "omega_max", "omega_rand", "P_c", "P_f"]
     same = res.engine("same")
-    rec = same.parity["headline"]["records"]
-    assert rec["identical_pct"] == 100.0 and rec["labels_compared"] > rec["records"]  # (p, h) and each permutation
-    metrics = same.parity["headline"]["metrics"]
-    assert metrics["P_c"]["kind"] == "mean" and metrics["A"]["kind"] == "share"
+    rec = same.parity.headline.records
+    assert rec.identical_pct == 100.0 and rec.labels_compared > rec.records  # (p, h) and each permutation
+    metrics = same.parity.headline.metrics
+    assert metrics["P_c"].kind == "mean" and metrics["A"].kind == "share"
     for name, m in metrics.items():
-        if m["n"]:
-            assert m["diff"] == 0.0 and m["ci"][0] < 0 < m["ci"][1], name  # identical engines: never a [0, 0]
+        if m.n:
+            assert m.diff == 0.0 and m.ci[0] < 0 < m.ci[1], name  # identical engines: never a [0, 0]
     assert res.passed
 
 
@@ -76,12 +76,12 @@ def test_merge_probe_pairs_its_pooled_sample_accuracy(tiny_roberta, tiny_tsv, ti
                                 mlm=tiny_mlm, dataset=str(tiny_tsv), limit=24, **FAST))
     d = res.data
     assert d["probe"] == "merge" and d["models"]["mlm"] == [tiny_mlm]
-    m = res.engine("same").parity["headline"]["metrics"]
-    assert m["sample_accuracy"]["kind"] == "ratio" and m["sample_accuracy"]["n"] > 5
-    assert m["sample_accuracy"]["diff"] == 0.0 and m["sample_accuracy"]["method"] == "t"
+    m = res.engine("same").parity.headline.metrics
+    assert m["sample_accuracy"].kind == "ratio" and m["sample_accuracy"].n > 5
+    assert m["sample_accuracy"].diff == 0.0 and m["sample_accuracy"].method == "t"
     ref_sa = res.engine("torch:fp32").speed.end_to_end.headline["sample_accuracy"]
-    assert ref_sa["rate"] == pytest.approx(d["engines"][0]["speed"]["end_to_end"]["headline"]["sample_accuracy"]["rate"])
-    assert res.engine("same").parity["headline"]["records"]["identical_pct"] == 100.0
+    assert ref_sa.rate == pytest.approx(d["engines"][0]["speed"]["end_to_end"]["headline"]["sample_accuracy"]["rate"])
+    assert res.engine("same").parity.headline.records.identical_pct == 100.0
 
 
 def test_component_split_follows_the_probes_models():
@@ -121,10 +121,10 @@ def test_batch_invariance_counts_the_labels_that_depend_on_batch_neighbours():
     moved = agreement.batch_invariance(_BatchDependent(per_row=False), pairs)
     # alone, a row's third logit is 0.05: rows with a second logit of 0.1 or 0.2 are neutral; in a batch it is 0.15,
     # which the rows at 0.1 lose to: 3 of 9 change
-    assert moved["pairs"] == 9 and moved["labels_changed"] == 3 and moved["max_abs_logit_diff"] == pytest.approx(0.1)
+    assert moved.pairs == 9 and moved.labels_changed == 3 and moved.max_abs_logit_diff == pytest.approx(0.1)
     still = agreement.batch_invariance(_BatchDependent(per_row=True), pairs)
-    assert still["labels_changed"] == 0 and still["max_abs_logit_diff"] == 0.0
-    assert agreement.batch_invariance(_BatchDependent(True), [])["labels_changed"] is None
+    assert still.labels_changed == 0 and still.max_abs_logit_diff == 0.0
+    assert agreement.batch_invariance(_BatchDependent(True), []).labels_changed is None
     assert agreement.invariance_pairs([("p", "h"), ("p", "h")], [("p", "x")], 5) == [("p", "h"), ("p", "x")]
 
 
@@ -137,13 +137,13 @@ def test_record_agreement_compares_labels_input_by_input():
                                       "(b, h)": "neutral", "(p, a)": "contradiction"}
     other = {**rec, "candidates": ["a", "c"], "relations": [["contradiction", None], ["neutral", "neutral"]]}
     r = agreement.record_agreement(probe, [rec], [other])
-    assert r["identical"] == 0 and r["labels_compared"] == 3 and r["labels_equal"] == 3
-    assert r["inputs_in_one_run_only"] == 4  # (h, b), (b, h) against (h, c), (c, h)
+    assert r.identical == 0 and r.labels_compared == 3 and r.labels_equal == 3
+    assert r.inputs_in_one_run_only == 4  # (h, b), (b, h) against (h, c), (c, h)
     acc = AccuracyProbe()
     a = [{"group": "entailment", "id": str(i), "yhat": "entailment", "correct": True} for i in range(3)]
     b = [dict(x, yhat="neutral", correct=False) if x["id"] == "1" else x for x in a]
     r = agreement.record_agreement(acc, a, b[:2])
-    assert (r["records"], r["identical"], r["only_reference"], r["only_engine"]) == (2, 1, 1, 0)
+    assert (r.records, r.identical, r.only_reference, r.only_engine) == (2, 1, 1, 0)
     assert PermutationProbe().predictions({"yhat": "neutral", "labels": "ENC"}) == {
         "(p, h)": "neutral", "permutation 0": "entailment", "permutation 1": "neutral", "permutation 2": "contradiction"}
 
@@ -159,12 +159,12 @@ def test_by_column_pairs_each_group_and_stays_out_of_the_checks(tiny_roberta, pe
     res = run_bench(BenchConfig(engines=f"torch:fp32,torch:fp32:label=perm:classifier={permuted}", probe="accuracy",
                                 classifier=tiny_roberta, dataset=str(tsv), by="neg", **FAST))
     perm = res.engine("perm")
-    by = perm.parity["headline"]["by"]["neg"]
-    assert by["kind"] == "category" and [g["examples"] for g in by["groups"]] == [10, 10]
-    cells = [g["metrics"]["accuracy (p, h)"] for g in by["groups"]]
-    assert sum(c["n"] for c in cells) == perm.parity["headline"]["metrics"]["accuracy (p, h)"]["n"] == 20
+    by = perm.parity.headline.by["neg"]
+    assert by.kind == "category" and [g.examples for g in by.groups] == [10, 10]
+    cells = [g.metrics["accuracy (p, h)"] for g in by.groups]
+    assert sum(c.n for c in cells) == perm.parity.headline.metrics["accuracy (p, h)"].n == 20
     total = perm.verdicts
-    assert total["equivalent"] + total["different"] + total["inconclusive"] == 1  # the groups are not counted
+    assert total.equivalent + total.different + total.inconclusive == 1  # the groups are not counted
     assert "## Paired differences per group (--by)" in res.to_markdown()
     with pytest.raises(Exception, match="no column 'nope'"):
         run_bench(BenchConfig(engines="torch:fp32", probe="accuracy", classifier=tiny_roberta, dataset=str(tsv),

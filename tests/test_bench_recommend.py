@@ -6,7 +6,7 @@ from __future__ import annotations
 from breaknli_fast import stats
 from breaknli_fast.bench.parity import add_verdicts
 from breaknli_fast.bench import recommend
-from breaknli_fast.bench.types import BenchReport, from_json
+from breaknli_fast.bench.types import BenchReport, Parity, from_json, to_json
 
 
 def recommendation(data: dict):
@@ -18,10 +18,11 @@ def recommendation_lines(data: dict) -> list[str]:
 
 
 def _engine(label: str, speed: float, engine_hits: list[int], ref_hits: list[int], identical: bool = False) -> dict:
-    parity = {"headline": {"metrics": {"accuracy": stats.paired_diff(engine_hits, ref_hits)}},
-              "generator": {"sampled_candidates": {"n": 50, "identical_pct": 100.0 if identical else 97.0}}}
+    parity = from_json(Parity, {"headline": {"metrics": {"accuracy": stats.paired_diff(engine_hits, ref_hits)}},
+                                "generator": {"sampled_candidates": {"n": 50,
+                                                                     "identical_pct": 100.0 if identical else 97.0}}})
     add_verdicts(parity, 1.0)
-    return {"label": label, "status": "ok", "speed": {"speedup": {"end_to_end": speed}}, "parity": parity}
+    return {"label": label, "status": "ok", "speed": {"speedup": {"end_to_end": speed}}, "parity": to_json(parity)}
 
 
 def _bench(meaningful: bool = True) -> dict:

@@ -17,10 +17,12 @@ invariance of a classifier's labels.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
+from breaknli_fast.bench.types import (BatchInvariance, ColumnParity, Diff, GroupParity, HeadlineParity,
+                                      MetricValue, RecordAgreement)
 from breaknli_fast.data.loaders import LoadedData
 from breaknli_fast.probes.base import Metric, Probe
 from breaknli_fast.study.breakdown import column_groups
@@ -28,35 +30,39 @@ from breaknli_fast.stats import equivalence, paired_diff, paired_ratio_diff, rat
 
 
 def record_agreement(probe: Probe, ref_records: Sequence[dict[str, Any]],
-                     records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+                     records: Sequence[dict[str, Any]]) -> RecordAgreement:
     """Records with identical predictions (of those both runs wrote), and labels equal input by input."""
     ref = {probe.key(r): probe.predictions(r) for r in ref_records}
     eng = {probe.key(r): probe.predictions(r) for r in records}
     both = [k for k in ref if k in eng]
-    out: dict[str, Any] = {"records": len(both), "only_reference": sum(k not in eng for k in ref),
-                           "only_engine": sum(k not in ref for k in eng)}
+    out = RecordAgreement(len(both), sum(k not in eng for k in ref), sum(k not in ref for k in eng))
     if not any(ref.values()) and not any(eng.values()):
-        return {**out, "available": False}
+        return out
     same = sum(ref[k] == eng[k] for k in both)
     compared = sum(1 for k in both for x in ref[k] if x in eng[k])
     equal = sum(1 for k in both for x, lab in ref[k].items() if eng[k].get(x) == lab)
-    inputs_one = sum(len(set(ref[k]) ^ set(eng[k])) for k in both)
-    return {**out, "available": True, "identical": same,
-            "identical_pct": 100.0 * same / len(both) if both else None,
-            "identical_ci": wilson_ci(same, len(both)) if both else None,
-            "labels_compared": compared, "labels_equal": equal,
-            "label_agreement_pct": 100.0 * equal / compared if compared else None,
-            "inputs_in_one_run_only": inputs_one}
+    out.available, out.identical = True, same
+    out.identical_pct = 100.0 * same / len(both) if both else None
+    out.identical_ci = wilson_ci(same, len(both)) if both else None
+    out.labels_compared, out.labels_equal = compared, equal
+    out.label_agreement_pct = 100.0 * equal / compared if compared else None
+    out.inputs_in_one_run_only = sum(len(set(ref[k]) ^ set(eng[k])) for k in both)
+    return out
 
 
-def metric_value(metric: Metric, values: dict[str, Any]) -> dict[str, Any]:
-    """The metric over one engine's own examples: ``{"n", "rate", "ci"}`` (percent)."""
+PerExample = Mapping[Hashable, "float | tuple[float, float]"]  # a metric's value per example (a ratio: num, den)
+
+
+def metric_value(metric: Metric, values: PerExample) -> MetricValue:
+    """The metric over one engine's own examples: n, rate and its interval (percent)."""
     if metric.kind == "ratio":
-        return ratio_cell([v[0] for v in values.values()], [v[1] for v in values.values()])
-    return rate_cell([float(v) for v in values.values()])
+        cell = ratio_cell([v[0] for v in values.values()], [v[1] for v in values.values()])  # type: ignore[index]
+    else:
+        cell = rate_cell([float(v) for v in values.values()])  # type: ignore[arg-type]
+    return MetricValue(cell["n"], cell["rate"], cell["ci"], metric.kind)
 
 
-def metric_diff(metric: Metric, ref: dict[str, Any], eng: dict[str, Any], tolerance: float) -> dict[str, Any]:
+def metric_diff(metric: Metric, ref: PerExample, eng: PerExample, tolerance: float) -> Diff:
     """Engine - reference over the examples both scored, with its interval and verdict."""
     keys = [k for k in ref if k in eng]
     if metric.kind == "ratio":
@@ -67,31 +73,33 @@ def metric_diff(metric: Metric, ref: dict[str, Any], eng: dict[str, Any], tolera
     d.update(equivalence(d, tolerance))
     d["only_reference"] = sum(k not in eng for k in ref)
     d["only_engine"] = sum(k not in ref for k in eng)
-    return d
+    return Diff.of(d)
 
 
-def headline_values(probe: Probe, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def headline_values(probe: Probe, records: Sequence[dict[str, Any]]) -> dict[str, MetricValue]:
     """Each headline metric over one engine's own examples."""
     per = probe.per_example(records)
-    return {m.name: {**metric_value(m, per.get(m.name, {})), "kind": m.kind} for m in probe.headline_metrics()}
+    return {m.name: metric_value(m, per.get(m.name, {})) for m in probe.headline_metrics()}
 
 
 def probe_parity(probe: Probe, ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
-                 tolerance: float) -> dict[str, Any]:
+                 tolerance: float) -> HeadlineParity:
     """Per-record prediction agreement, and each headline metric's paired difference with its verdict."""
     per_ref, per_eng = probe.per_example(ref_records), probe.per_example(records)
-    return {"records": record_agreement(probe, ref_records, records),
-            "metrics": {m.name: {**metric_diff(m, per_ref.get(m.name, {}), per_eng.get(m.name, {}), tolerance),
-                                 "kind": m.kind, "description": m.description}
-                        for m in probe.headline_metrics()}}
+    metrics = {}
+    for m in probe.headline_metrics():
+        d = metric_diff(m, per_ref.get(m.name, {}), per_eng.get(m.name, {}), tolerance)
+        d.kind, d.description = m.kind, m.description
+        metrics[m.name] = d
+    return HeadlineParity(record_agreement(probe, ref_records, records), metrics)
 
 
 def parity_by(probe: Probe, ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
-              data: LoadedData, columns: Sequence[str], tolerance: float) -> dict[str, Any]:
+              data: LoadedData, columns: Sequence[str], tolerance: float) -> dict[str, ColumnParity]:
     """Each headline metric's paired difference on the examples of each group of each column (the groups of
     :func:`breaknli_fast.study.breakdown.column_groups`; values paired by example id, the probes' ``pair_key``)."""
     per_ref, per_eng = probe.per_example(ref_records), probe.per_example(records)
-    out: dict[str, Any] = {}
+    out: dict[str, ColumnParity] = {}
     for column in columns:
         spec = column_groups(data, column)
         groups = []
@@ -101,8 +109,8 @@ def parity_by(probe: Probe, ref_records: Sequence[dict[str, Any]], records: Sequ
                 ref = {k: v for k, v in per_ref.get(m.name, {}).items() if k in ids}
                 eng = {k: v for k, v in per_eng.get(m.name, {}).items() if k in ids}
                 metrics[m.name] = metric_diff(m, ref, eng, tolerance)
-            groups.append({"group": label, "value": value, "examples": len(ids), "metrics": metrics})
-        out[column] = {"kind": spec["kind"], "groups": groups}
+            groups.append(GroupParity(label, value, len(ids), metrics))
+        out[column] = ColumnParity(spec["kind"], groups)
     return out
 
 
@@ -112,19 +120,18 @@ def invariance_pairs(data_pairs: Sequence[tuple[str, str]], extra: Sequence[tupl
     return out[: max(0, limit)]
 
 
-def batch_invariance(clf: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+def batch_invariance(clf: Any, pairs: Sequence[tuple[str, str]]) -> BatchInvariance:
     """Labels of ``pairs`` classified in the engine's own batches against one pair per call (batch size 1); the
     classifier's cache is cleared before each pass and after."""
     pairs = list(pairs)
     if not pairs:
-        return {"pairs": 0, "labels_changed": None, "changed_pct": None, "max_abs_logit_diff": None}
+        return BatchInvariance()
     clf.clear_cache()
     batched = np.asarray(clf.classify(pairs).logits, dtype=np.float64)
     clf.clear_cache()
     single = np.concatenate([np.asarray(clf.classify([p]).logits, dtype=np.float64) for p in pairs])
     clf.clear_cache()
     changed = int((batched.argmax(1) != single.argmax(1)).sum())
-    return {"pairs": len(pairs), "labels_changed": changed, "changed_pct": 100.0 * changed / len(pairs),
-            "max_abs_logit_diff": float(np.abs(batched - single).max()),
-            "max_batch": getattr(clf, "max_batch", None), "token_budget": getattr(clf, "token_budget", None)}
+    return BatchInvariance(len(pairs), changed, 100.0 * changed / len(pairs), float(np.abs(batched - single).max()),
+                           getattr(clf, "max_batch", None), getattr(clf, "token_budget", None))
 

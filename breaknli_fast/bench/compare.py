@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from breaknli_fast.bench.report import _f, _get, _md_table, max_abs_breakage_diff, status_text
+from breaknli_fast.bench.report import _classifier, _f, _md_table, _records, max_abs_breakage_diff, status_text
 from breaknli_fast.bench.types import BenchReport, EngineResult, Memory, SpeedSummary, Speedup
 
 
@@ -33,10 +33,10 @@ COMPARE_METRICS: tuple[tuple[str, Callable[[EngineResult], Any], str, bool], ...
     ("gen call p95 ms", lambda e: _summary(e).generator_call_p95_ms, ".1f", True),
     ("peak RSS MiB", lambda e: _memory(e).peak_rss_mib, ".0f", True),
     ("GPU peak MiB", lambda e: _memory(e).gpu_peak_allocated_mib, ".0f", True),
-    ("label agreement %", lambda e: _get(e.parity, "classifier", "all", "label_agreement_pct"), ".2f", False),
-    ("records with identical predictions %", lambda e: _get(e.parity, "headline", "records", "identical_pct"), ".2f",
+    ("label agreement %", lambda e: _classifier(e).label_agreement_pct, ".2f", False),
+    ("records with identical predictions %", lambda e: _records(e).identical_pct, ".2f", False),
+    ("labels changed by batching", lambda e: e.batch_invariance.labels_changed if e.batch_invariance else None, "d",
      False),
-    ("labels changed by batching", lambda e: _get(e.batch_invariance, "labels_changed"), "d", False),
     ("max |Δ Overall| pp", max_abs_breakage_diff, ".2f", False),
 )
 

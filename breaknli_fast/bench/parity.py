@@ -22,20 +22,22 @@ import numpy as np
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.probes.breaknli.metrics import rates
 from breaknli_fast.probes.breaknli.verdicts import verdict
+from breaknli_fast.bench.types import (ClassifierParity, Diff, Parity, SampledIdentity, TokenAgreement, TripleCell,
+                                      VerdictCounts)
 from breaknli_fast.stats import familywise_different, equivalence, paired_diff
 
 CELLS = tuple(LABELS) + ("overall",)
 DIFF_KEYS = ("inequality", "relaxed")
 
 
-def classifier_parity(ref_logits: np.ndarray, logits: np.ndarray) -> dict[str, Any]:
+def classifier_parity(ref_logits: np.ndarray, logits: np.ndarray) -> ClassifierParity:
     ref_logits, logits = np.asarray(ref_logits, dtype=np.float64), np.asarray(logits, dtype=np.float64)
     n = int(ref_logits.shape[0])
     if n == 0:
-        return {"n": 0, "label_agreement_pct": None, "max_abs_logit_diff": None, "mean_abs_logit_diff": None}
+        return ClassifierParity()
     d = np.abs(ref_logits - logits)
-    return {"n": n, "label_agreement_pct": float(100.0 * np.mean(ref_logits.argmax(1) == logits.argmax(1))),
-            "max_abs_logit_diff": float(d.max()), "mean_abs_logit_diff": float(d.mean())}
+    return ClassifierParity(n, float(100.0 * np.mean(ref_logits.argmax(1) == logits.argmax(1))), float(d.max()),
+                            float(d.mean()))
 
 
 # -- fixed triples ----------------------------------------------------------------------------------
@@ -79,24 +81,22 @@ def _cells(triples: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[int]]]
 
 
 def fixed_triple_parity(triples: Sequence[dict[str, Any]], ref_verdicts: Sequence[dict[str, Any]],
-                        verdicts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+                        verdicts: Sequence[dict[str, Any]]) -> dict[str, dict[str, TripleCell]]:
     """Per mode x (label, overall): the engine's rates, and the paired difference engine - reference
     of inequality and relaxed with its 95 % interval (:func:`breaknli_fast.stats.paired_diff`)."""
-    out: dict[str, Any] = {}
+    out: dict[str, dict[str, TripleCell]] = {}
     for mode, cells in _cells(triples).items():
         table = {}
         for cell in CELLS:
             idx = cells.get(cell)
             if not idx:
                 continue
-            entry: dict[str, Any] = {"n": len(idx), "rates": rates([verdicts[i] for i in idx])}
-            for key in DIFF_KEYS:
-                a = [float(verdicts[i][key]) for i in idx]
-                b = [float(ref_verdicts[i][key]) for i in idx]
-                entry[key] = paired_diff(a, b)
-            entry["examples_changed"] = int(sum(verdicts[i]["inequality"] != ref_verdicts[i]["inequality"]
-                                                or verdicts[i]["relaxed"] != ref_verdicts[i]["relaxed"] for i in idx))
-            table[cell] = entry
+            diffs = {key: Diff.of(paired_diff([float(verdicts[i][key]) for i in idx],
+                                              [float(ref_verdicts[i][key]) for i in idx])) for key in DIFF_KEYS}
+            changed = int(sum(verdicts[i]["inequality"] != ref_verdicts[i]["inequality"]
+                              or verdicts[i]["relaxed"] != ref_verdicts[i]["relaxed"] for i in idx))
+            table[cell] = TripleCell(len(idx), rates=rates([verdicts[i] for i in idx]), **diffs,
+                                     examples_changed=changed)
         out[mode] = table
     return out
 
@@ -107,11 +107,12 @@ def _evaluated(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[
     return {(r["mode"], r["id"]): r for r in records if r.get("status") == "evaluated"}
 
 
-def end_to_end_parity(ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def end_to_end_parity(ref_records: Sequence[dict[str, Any]],
+                      records: Sequence[dict[str, Any]]) -> dict[str, dict[str, TripleCell]]:
     """Per mode x (reference label, overall): engine - reference over the examples both runs evaluated (same
     examples and seeds: a paired difference), with the number evaluated by one run only."""
     a_all, b_all = _evaluated(records), _evaluated(ref_records)
-    out: dict[str, Any] = {}
+    out: dict[str, dict[str, TripleCell]] = {}
     for mode in sorted({m for m, _ in a_all} | {m for m, _ in b_all}):
         both = [k for k in b_all if k[0] == mode and k in a_all]
         cells: dict[str, list[tuple[str, str]]] = {"overall": both}
@@ -122,131 +123,117 @@ def end_to_end_parity(ref_records: Sequence[dict[str, Any]], records: Sequence[d
             keys = cells.get(cell)
             if not keys:
                 continue
-            entry: dict[str, Any] = {
-                "n": len(keys),
-                "only_reference": sum(1 for k in b_all if k[0] == mode and k not in a_all
-                                      and (cell == "overall" or b_all[k]["yhat"] == cell)),
-                "only_engine": sum(1 for k in a_all if k[0] == mode and k not in b_all
-                                   and (cell == "overall" or a_all[k]["yhat"] == cell)),
-            }
-            for k in DIFF_KEYS:
-                entry[k] = paired_diff([float(a_all[x]["verdict"][k]) for x in keys],
-                                       [float(b_all[x]["verdict"][k]) for x in keys])
-            table[cell] = entry
+            diffs = {k: Diff.of(paired_diff([float(a_all[x]["verdict"][k]) for x in keys],
+                                            [float(b_all[x]["verdict"][k]) for x in keys])) for k in DIFF_KEYS}
+            table[cell] = TripleCell(
+                len(keys), only_reference=sum(1 for k in b_all if k[0] == mode and k not in a_all
+                                              and (cell == "overall" or b_all[k]["yhat"] == cell)),
+                only_engine=sum(1 for k in a_all if k[0] == mode and k not in b_all
+                                and (cell == "overall" or a_all[k]["yhat"] == cell)), **diffs)
         out[mode] = table
     return out
 
 
-def sampled_identity(ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def sampled_identity(ref_records: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]]) -> SampledIdentity:
     """Share of examples generated by both runs whose kept candidates are identical (same seed:
     identical logits must give identical samples)."""
     ref = {(r["mode"], r["id"]): r.get("candidates") for r in ref_records if "candidates" in r}
     both = [(ref[(r["mode"], r["id"])], r["candidates"]) for r in records
             if "candidates" in r and (r["mode"], r["id"]) in ref]
     if not both:
-        return {"n": 0, "identical_pct": None}
-    return {"n": len(both), "identical_pct": 100.0 * sum(a == b for a, b in both) / len(both)}
+        return SampledIdentity()
+    return SampledIdentity(len(both), 100.0 * sum(a == b for a, b in both) / len(both))
 
 
-def token_agreement(ref: Sequence[Sequence[int]], seqs: Sequence[Sequence[int]]) -> dict[str, Any]:
+def token_agreement(ref: Sequence[Sequence[int]], seqs: Sequence[Sequence[int]]) -> TokenAgreement:
     """Greedy decoding of the same prompts: % of positions with equal tokens (over the longer of the
     two sequences, so a length difference counts as disagreement) and % of identical sequences."""
     if len(ref) != len(seqs):
         raise ValueError("token agreement needs one sequence per prompt on both sides")
     if not ref:
-        return {"n": 0, "token_agreement_pct": None, "identical_sequences_pct": None}
+        return TokenAgreement()
     equal = total = same = 0
     for a, b in zip(ref, seqs):
         L = max(len(a), len(b))
         equal += sum(1 for x, y in zip(a, b) if x == y)
         total += L
         same += list(a) == list(b)
-    return {"n": len(ref), "positions": total, "token_agreement_pct": 100.0 * equal / total if total else 100.0,
-            "identical_sequences_pct": 100.0 * same / len(ref)}
+    return TokenAgreement(len(ref), total, 100.0 * equal / total if total else 100.0, 100.0 * same / len(ref))
 
 
 # -- verdicts and the pass / fail rule ---------------------------------------------------------------
 
-def out_of_tolerance(entry: dict[str, Any] | None, tolerance: float) -> bool:
+def out_of_tolerance(entry: Diff | None, tolerance: float) -> bool:
     """The spec's rule for *different*: |difference| larger than the tolerance and its 95 % CI excludes zero."""
-    if not entry or entry.get("diff") is None or entry.get("ci") is None:
+    if entry is None or entry.diff is None or entry.ci is None:
         return False
-    lo, hi = entry["ci"]
-    return abs(entry["diff"]) > tolerance and (lo > 0 or hi < 0)
+    lo, hi = entry.ci
+    return abs(entry.diff) > tolerance and (lo > 0 or hi < 0)
 
 
-def cells(parity: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Every difference of a parity block with its place: ("fixed triples: contradictive overall inequality",
-    entry), then the probe's headline metrics ("headline: <metric>", entry)."""
-    out = []
-    for block, name in (("fixed_triples", "fixed triples"), ("end_to_end", "end to end")):
-        for mode, table in (parity.get(block) or {}).items():
-            for cell, entry in table.items():
-                for k in DIFF_KEYS:
-                    if entry.get(k):
-                        out.append((f"{name}: {mode} {cell} {k}", entry[k]))
-    for metric, entry in ((parity.get("headline") or {}).get("metrics") or {}).items():
-        out.append((f"headline: {metric}", entry))
-    return out
+def cells(parity: Parity) -> list[tuple[str, Diff]]:
+    """Every difference of a parity block with its place (:meth:`Parity.cells`)."""
+    return parity.cells()
 
 
-def add_verdicts(parity: dict[str, Any], tolerance: float) -> dict[str, int]:
+def add_verdicts(parity: Parity, tolerance: float) -> VerdictCounts:
     """Give every difference of a parity block its equivalence verdict (in place); returns the counts, with
     ``too_small``: the cells on fewer examples than any equivalence within the tolerance needs, and
     ``different_confirmed``: the *different* cells that stay different with the engine's cells judged together
     (:func:`confirmed_differences`; each such cell gets a ``familywise`` entry)."""
-    counts = {"equivalent": 0, "different": 0, "inconclusive": 0, "too_small": 0}
+    counts = VerdictCounts()
     for _, e in cells(parity):
-        if e.get("verdict") is None:
-            e.update(equivalence(e, tolerance))
-        counts[e["verdict"]] += 1
-        counts["too_small"] += bool(e.get("too_small"))
-    counts["different_confirmed"] = len(confirmed_differences(parity, tolerance, record=True))
-    parity["verdicts"] = counts
+        if e.verdict is None:
+            v = equivalence(e.entry(), tolerance)
+            e.verdict, e.n_needed, e.too_small = v["verdict"], v["n_needed"], v["too_small"]
+        setattr(counts, e.verdict, getattr(counts, e.verdict) + 1)  # type: ignore[arg-type]
+        counts.too_small += bool(e.too_small)
+    counts.different_confirmed = len(confirmed_differences(parity, tolerance, record=True))
+    parity.verdicts = counts
     return counts
 
 
-def confirmed_differences(parity: dict[str, Any], tolerance: float = 0.0, record: bool = False) -> list[str]:
+def confirmed_differences(parity: Parity, tolerance: float = 0.0, record: bool = False) -> list[str]:
     """The places of the *different* cells of one engine's parity block that stay different when all its ``m``
     judged cells are taken together (Bonferroni: the cell's interval at 1 - 0.05 / m still excludes 0;
     :func:`breaknli_fast.stats.familywise_different`). The per-cell verdicts are the spec's (95 % each); this is
     what an engine-level "shown to differ" rests on, since among dozens of cells one is likely "different" at
     95 % by chance. ``record``: write each different cell's ``familywise`` entry into it."""
-    judged = [(w, e) for w, e in cells(parity) if e.get("ci") is not None]
+    judged = [(w, e) for w, e in cells(parity) if e.ci is not None]
     out = []
     for where, e in judged:
-        if e.get("verdict") != "different":
+        if e.verdict != "different":
             continue
-        fw = familywise_different(e, tolerance, len(judged))
+        fw = familywise_different(e.entry(), tolerance, len(judged))
         if record:
-            e["familywise"] = fw
+            e.familywise = fw
         if fw["confirmed"]:
             out.append(where)
     return out
 
 
-def check(parity: dict[str, Any], tolerance: float, min_agreement: float,
-          require_equivalence: bool = False) -> list[str]:
+def check(parity: Parity, tolerance: float, min_agreement: float, require_equivalence: bool = False) -> list[str]:
     """Failures (one line each) of one engine's parity block: a *different* cell, a label agreement below the
     minimum, and with ``require_equivalence`` an *inconclusive* cell too."""
     fails: list[str] = []
-    agr = parity.get("classifier", {}).get("all", {}).get("label_agreement_pct")
-    if agr is None:
-        agr = ((parity.get("headline") or {}).get("records") or {}).get("label_agreement_pct")
+    whole = (parity.classifier or {}).get("all")
+    agr = whole.label_agreement_pct if whole is not None else None
+    if agr is None and parity.headline is not None:
+        agr = parity.headline.records.label_agreement_pct
     if agr is not None and agr < min_agreement:
         fails.append(f"classifier label agreement {agr:.2f} % < {min_agreement:.2f} %")
     for where, e in cells(parity):
-        if e.get("ci") is None and not require_equivalence:
+        if e.ci is None and not require_equivalence:
             continue
-        v = e.get("verdict") or equivalence(e, tolerance)["verdict"]
-        if e.get("ci") is not None:
-            lo, hi = e["ci"]
-            where = f"{where} {e['diff']:+.2f} pp [{lo:+.2f}, {hi:+.2f}] (n={e.get('n')})"
+        v = e.verdict or equivalence(e.entry(), tolerance)["verdict"]
+        if e.ci is not None:
+            lo, hi = e.ci
+            where = f"{where} {e.diff:+.2f} pp [{lo:+.2f}, {hi:+.2f}] (n={e.n})"
         if v == "different":
             fails.append(f"{where}: different (tolerance {tolerance:.2f} pp)")
         elif v == "inconclusive" and require_equivalence:
-            need = e.get("n_needed")
-            small = " (too few examples to show it at all)" if e.get("too_small") else ""
+            need = e.n_needed
+            small = " (too few examples to show it at all)" if e.too_small else ""
             fails.append(f"{where}: not shown equivalent within {tolerance:.2f} pp{small}"
                          + (f"; about {need} examples would decide" if need else ""))
     return fails

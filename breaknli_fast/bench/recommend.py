@@ -13,7 +13,7 @@ weights parity means nothing, so only the speed is ranked and the note says to j
 from __future__ import annotations
 
 from breaknli_fast.bench.parity import confirmed_differences
-from breaknli_fast.bench.types import BenchReport, EngineResult, EngineView, Recommendation
+from breaknli_fast.bench.types import BenchReport, EngineResult, EngineView, Parity, Recommendation
 
 
 def speedup(e: EngineResult) -> float | None:
@@ -27,14 +27,14 @@ def _fmt_x(x: float | None) -> str:
 
 def differing_cells(e: EngineResult) -> list[str]:
     """The cells the engine differs in at 95 % each (what it may change), most different first."""
-    out = [(abs(c.diff or 0.0), f"{c.where} {c.text()}") for c in e.cells() if c.verdict == "different"]
+    out = [(abs(c.diff or 0.0), f"{where} {c.text()}") for where, c in e.cells() if c.verdict == "different"]
     return [text for _, text in sorted(out, reverse=True)]
 
 
 def identical_candidates(e: EngineResult) -> bool:
     """Every sampled candidate the engine kept is the reference's (the same seeds and logits up to rounding)."""
-    s = ((e.parity or {}).get("generator") or {}).get("sampled_candidates") or {}
-    return bool(s.get("n")) and s.get("identical_pct") == 100.0
+    gen = e.parity.generator if e.parity is not None else None
+    return gen is not None and bool(gen.sampled_candidates.n) and gen.sampled_candidates.identical_pct == 100.0
 
 
 def shown_to_match(e: EngineResult) -> str:
@@ -42,21 +42,20 @@ def shown_to_match(e: EngineResult) -> str:
     if not e.ran:
         return f"no: it did not run ({e.status}: {e.reason})"
     v = e.verdicts
-    n = sum(v.get(k, 0) for k in ("equivalent", "different", "inconclusive"))
-    if not n:
+    n = v.equivalent + v.different + v.inconclusive if v is not None else 0
+    if v is None or not n:
         return "no parity verdicts recorded"
-    small = (f"; {v['too_small']} of them on too few examples to show equivalence at all"
-             if v.get("too_small") else "")
-    if v.get("different"):
-        confirmed = confirmed_differences(e.parity or {})
+    small = f"; {v.too_small} of them on too few examples to show equivalence at all" if v.too_small else ""
+    if v.different:
+        confirmed = confirmed_differences(e.parity or Parity())
         if confirmed:
             return (f"no: {len(confirmed)} of {n} cells differ beyond the tolerance, still with all the cells judged "
                     f"together (Bonferroni){small}")
-        return (f"not shown: {v['different']} of {n} cells differ beyond the tolerance at 95 % each, but none stays "
+        return (f"not shown: {v.different} of {n} cells differ beyond the tolerance at 95 % each, but none stays "
                 f"different with all the cells judged together (Bonferroni), so chance is not ruled out; "
-                f"{v.get('equivalent', 0)} equivalent{small}")
-    if v.get("inconclusive"):
-        return (f"not shown: {v.get('equivalent', 0)} of {n} cells equivalent, {v['inconclusive']} inconclusive "
+                f"{v.equivalent} equivalent{small}")
+    if v.inconclusive:
+        return (f"not shown: {v.equivalent} of {n} cells equivalent, {v.inconclusive} inconclusive "
                 f"(none shown to differ, but the intervals are too wide to show a match){small}")
     return f"yes: all {n} cells equivalent within the tolerance"
 
@@ -68,7 +67,7 @@ def checks_pass(e: EngineResult) -> bool:
 
 def _view(e: EngineResult, meaningful: bool) -> EngineView:
     return EngineView(label=e.label, speedup=e.speedup,
-                      confirmed=confirmed_differences(e.parity or {}) if meaningful else [],
+                      confirmed=confirmed_differences(e.parity or Parity()) if meaningful else [],
                       different_at_95=differing_cells(e) if meaningful else [],
                       identical_candidates=identical_candidates(e),
                       failed_checks=list(e.checks.failures) if e.checks is not None else [])
@@ -83,7 +82,7 @@ def recommendation(report: BenchReport) -> Recommendation | None:
         return None
     ran.sort(key=lambda e: -(e.speedup or 0.0))
     meaningful = report.parity_meaningful
-    pick = next((e for e in ran if not confirmed_differences(e.parity or {}) and e.passed_checks),
+    pick = next((e for e in ran if not confirmed_differences(e.parity or Parity()) and e.passed_checks),
                 None) if meaningful else None
     return Recommendation(meaningful=meaningful, reference=report.reference,
                           pick=_view(pick, meaningful) if pick is not None else None, fastest=_view(ran[0], meaningful))

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from breaknli_fast.bench.recommend import recommendation_lines, shown_to_match  # noqa: F401 (shown_to_match: re-exported)
-from breaknli_fast.bench.types import BenchReport, EngineResult, Memory, SpeedSummary, Speedup
+from breaknli_fast.bench.types import (BatchInvariance, BenchReport, ClassifierParity, Diff, EngineResult, Memory,
+                                      RecordAgreement, SpeedSummary, Speedup, TokenAgreement, TripleCell)
 from breaknli_fast.data.slicing import show_counts
 from breaknli_fast.plotting import pyplot
 
@@ -27,23 +28,27 @@ def _f(x: Any, fmt: str = ".2f", suffix: str = "") -> str:
         return str(x)
 
 
-def fmt_diff(entry: dict[str, Any] | None) -> str:
-    if not entry or entry.get("diff") is None:
+def fmt_diff(entry: Diff | None) -> str:
+    if entry is None or entry.diff is None or entry.ci is None:
         return "–"
-    lo, hi = entry["ci"]
-    return f"{entry['diff']:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+    lo, hi = entry.ci
+    return f"{entry.diff:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
-def fmt_verdict(entry: dict[str, Any] | None) -> str:
+def fmt_verdict(entry: Diff | None) -> str:
     """``-0.50 [-3.10, +2.00] n=120: inconclusive (too few examples)``."""
-    if not entry or entry.get("diff") is None:
+    if entry is None or entry.diff is None:
         return "– (no example scored by both)"
-    v = entry.get("verdict", "")
-    if entry.get("too_small") and v != "different":
+    v = entry.verdict or ""
+    if entry.too_small and v != "different":
         v += " (too few examples to judge)"
-    elif v == "inconclusive" and entry.get("n_needed"):
-        v += f" (~{entry['n_needed']} examples would decide)"
-    return f"{fmt_diff(entry)} n={entry.get('n')}: {v}"
+    elif v == "inconclusive" and entry.n_needed:
+        v += f" (~{entry.n_needed} examples would decide)"
+    return f"{fmt_diff(entry)} n={entry.n}: {v}"
+
+
+def _or_dash(x: Any) -> Any:
+    return "–" if x is None else x
 
 
 def _get(d: Any, *keys: Any) -> Any:
@@ -58,24 +63,44 @@ def _get(d: Any, *keys: Any) -> Any:
     return d
 
 
+def _block(e: EngineResult, block: str) -> dict[str, dict[str, TripleCell]]:
+    """BreakNLI's breakage cells of ``block`` (fixed_triples or end_to_end) by mode."""
+    return (getattr(e.parity, block) if e.parity is not None else None) or {}
+
+
 def overall_diffs(e: EngineResult, block: str, key: str = "inequality") -> str:
     parts = []
-    for mode, table in (_get(e.parity, block) or {}).items():
+    for mode, table in _block(e, block).items():
         cell = table.get("overall")
         if cell:
-            parts.append(f"{MODE_SHORT.get(mode, mode)} {fmt_diff(cell.get(key))}")
+            parts.append(f"{MODE_SHORT.get(mode, mode)} {fmt_diff(getattr(cell, key))}")
     return "; ".join(parts) or "–"
 
 
 def max_abs_breakage_diff(e: EngineResult, block: str = "fixed_triples") -> float | None:
     """The largest |Δ| of BreakNLI's Overall cells of ``block``, or of the probe's headline metrics."""
-    vals = [abs(cell[k]["diff"]) for table in (_get(e.parity, block) or {}).values()
-            for name, cell in table.items() if name == "overall"
-            for k in ("inequality", "relaxed") if cell.get(k, {}).get("diff") is not None]
-    if not vals:
-        vals = [abs(m["diff"]) for m in (_get(e.parity, "headline", "metrics") or {}).values()
-                if m.get("diff") is not None]
+    diffs = [getattr(cell, k) for table in _block(e, block).values() for name, cell in table.items()
+             if name == "overall" for k in ("inequality", "relaxed")]
+    vals = [abs(d.diff) for d in diffs if d is not None and d.diff is not None]
+    if not vals and e.parity is not None and e.parity.headline is not None:
+        vals = [abs(m.diff) for m in e.parity.headline.metrics.values() if m.diff is not None]
     return max(vals) if vals else None
+
+
+def _records(e: EngineResult) -> RecordAgreement:
+    return e.parity.headline.records if e.parity is not None and e.parity.headline is not None else RecordAgreement()
+
+
+def _classifier(e: EngineResult) -> ClassifierParity:
+    return (e.parity.classifier or {}).get("all") or ClassifierParity() if e.parity is not None else ClassifierParity()
+
+
+def _greedy(e: EngineResult) -> TokenAgreement:
+    return e.parity.generator.greedy if e.parity is not None and e.parity.generator else TokenAgreement()
+
+
+def _batching(inv: BatchInvariance | None, sep: str = "of") -> str:
+    return f"{inv.labels_changed} {sep} {inv.pairs}" if inv is not None and inv.pairs else "–"
 
 
 def status_text(e: EngineResult) -> str:
@@ -122,14 +147,11 @@ def summary_rows(data: BenchReport) -> tuple[list[str], list[list[str]]]:
         row.append(_f(mem.peak_rss_mib, ".0f"))
         if gpu:
             row.append(_f(mem.gpu_peak_allocated_mib, ".0f"))
-        inv = e.batch_invariance or {}
-        row += [_f(_get(e.parity, "headline", "records", "identical_pct"), ".2f"),
-                f"{inv.get('labels_changed')} of {inv.get('pairs')}" if inv.get("pairs") else "–"]
+        row += [_f(_records(e).identical_pct, ".2f"), _batching(e.batch_invariance)]
         if bn:
-            row += [_f(_get(e.parity, "classifier", "all", "label_agreement_pct"), ".2f"),
-                    _f(_get(e.parity, "classifier", "all", "max_abs_logit_diff"), ".2e"),
+            row += [_f(_classifier(e).label_agreement_pct, ".2f"), _f(_classifier(e).max_abs_logit_diff, ".2e"),
                     overall_diffs(e, "fixed_triples"), overall_diffs(e, "end_to_end"),
-                    _f(_get(e.parity, "generator", "greedy", "token_agreement_pct"), ".1f")]
+                    _f(_greedy(e).token_agreement_pct, ".1f")]
         rows.append(row + [status_text(e)])
     return header, rows
 
@@ -195,17 +217,20 @@ def _headline_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
     rows = []
     for e in ok:
         vals = e.speed.end_to_end.headline if e.speed is not None else {}
-        rows.append([e.label] + [f"{_f(_get(vals, m, 'rate'))} [{_f(_get(vals, m, 'ci', 0))}, "
-                                    f"{_f(_get(vals, m, 'ci', 1))}] n={_get(vals, m, 'n')}"
-                                    if _get(vals, m, "rate") is not None else "–" for m in metrics])
+        cells = []
+        for m in metrics:
+            v = vals.get(m)
+            cells.append(f"{_f(v.rate)} [{_f(_get(v.ci, 0))}, {_f(_get(v.ci, 1))}] n={v.n}"
+                         if v is not None and v.rate is not None else "–")
+        rows.append([e.label] + cells)
     lines += _md_table(["engine"] + [f"{m} % [95 % CI]" for m in metrics], rows) + [""]
     lines += ["## Paired differences from the reference (engine − reference, examples both scored)", "", INTERVALS, ""]
     rows = []
     for e in ok[1:]:
         for m in metrics:
-            d = _get(e.parity, "headline", "metrics", m) or {}
-            rows.append([e.label, m, d.get("kind", ""), fmt_verdict(d),
-                         f"{d.get('only_reference', 0)} / {d.get('only_engine', 0)}"])
+            d = e.parity.headline.metrics.get(m) if e.parity is not None and e.parity.headline else None
+            rows.append([e.label, m, (d.kind if d else None) or "", fmt_verdict(d),
+                         f"{(d.only_reference if d else None) or 0} / {(d.only_engine if d else None) or 0}"])
     lines += _md_table(["engine", "metric", "kind", "Δ pp [95 % CI] n: verdict", "scored by the reference / engine only"],
                        rows) + [""]
     lines += ["## Per-record prediction agreement and batch invariance", "",
@@ -214,14 +239,13 @@ def _headline_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
               "invariance: labels of the same pairs classified one at a time against the engine's own batches.", ""]
     rows = []
     for e in ok:
-        r = _get(e.parity, "headline", "records") or {}
-        inv = e.batch_invariance or {}
-        ident = (f"{r.get('identical')} of {r.get('records')} ({_f(r.get('identical_pct'))} % "
-                 f"[{_f(_get(r, 'identical_ci', 0))}, {_f(_get(r, 'identical_ci', 1))}])") if r.get("available") else "–"
-        rows.append([e.label, ident, _f(r.get("label_agreement_pct")), r.get("labels_compared", "–"),
-                     r.get("inputs_in_one_run_only", "–"),
-                     f"{inv.get('labels_changed')} of {inv.get('pairs')}" if inv.get("pairs") else "–",
-                     _f(inv.get("max_abs_logit_diff"), ".2e"), inv.get("max_batch", "–")])
+        r = _records(e)
+        inv = e.batch_invariance or BatchInvariance()
+        ident = (f"{r.identical} of {r.records} ({_f(r.identical_pct)} % "
+                 f"[{_f(_get(r.identical_ci, 0))}, {_f(_get(r.identical_ci, 1))}])") if r.available else "–"
+        rows.append([e.label, ident, _f(r.label_agreement_pct), _or_dash(r.labels_compared),
+                     _or_dash(r.inputs_in_one_run_only), _batching(inv), _f(inv.max_abs_logit_diff, ".2e"),
+                     _or_dash(inv.max_batch)])
     lines += _md_table(["engine", "records identical", "label agreement %", "labels compared",
                         "inputs in one run only", "labels changed by batching", "max |Δ logit| by batching",
                         "max batch"], rows) + [""]
@@ -232,10 +256,10 @@ def _by_sections(ok: list[EngineResult]) -> list[str]:
     """The paired differences per group of each ``--by`` column (informative: not part of the checks)."""
     lines: list[str] = []
     for e in ok[1:]:
-        for column, spec in (_get(e.parity, "headline", "by") or {}).items():
-            rows = [[g["group"], g["examples"], m, fmt_verdict(d)] for g in spec["groups"]
-                    for m, d in g["metrics"].items()]
-            lines += [f"### `{e.label}` by `{column}` ({spec['kind']}; not part of the checks)", ""]
+        by = (e.parity.headline.by if e.parity is not None and e.parity.headline else None) or {}
+        for column, spec in by.items():
+            rows = [[g.group, g.examples, m, fmt_verdict(d)] for g in spec.groups for m, d in g.metrics.items()]
+            lines += [f"### `{e.label}` by `{column}` ({spec.kind}; not part of the checks)", ""]
             lines += _md_table(["group", "examples", "metric", "Δ pp [95 % CI] n: verdict"], rows) + [""]
     return (["## Paired differences per group (--by)", ""] + lines) if lines else []
 
@@ -289,20 +313,22 @@ def _parity_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
               "|---|---|---|---|---|---|---|"]
     for e in ok[1:] if len(ok) > 1 else ok:
         for block in ("fixed_triples", "end_to_end"):
-            for mode, table in (_get(e.parity, block) or {}).items():
+            for mode, table in _block(e, block).items():
                 for cell, entry in table.items():
-                    lines.append(f"| {e.label} | {block.replace('_', ' ')} | {mode} | {cell} | {entry['n']} | "
-                                 f"{fmt_verdict(entry.get('inequality'))} | {fmt_verdict(entry.get('relaxed'))} |")
+                    lines.append(f"| {e.label} | {block.replace('_', ' ')} | {mode} | {cell} | {entry.n} | "
+                                 f"{fmt_verdict(entry.inequality)} | {fmt_verdict(entry.relaxed)} |")
     lines += ["", "| engine | classifier agreement % (ph / relation / evaluate / triples) | max abs Δ logit | "
               "greedy tokens equal % | greedy sequences identical % | sampled candidates identical % |",
               "|---|---|---|---|---|---|"]
     for e in ok:
-        c = _get(e.parity, "classifier") or {}
-        agr = " / ".join(_f(_get(c, k, "label_agreement_pct"), ".2f") for k in ("classify_ph", "relation", "evaluate", "fixed_triples"))
-        g = _get(e.parity, "generator") or {}
-        lines.append(f"| {e.label} | {agr} | {_f(_get(c, 'all', 'max_abs_logit_diff'), '.2e')} | "
-                     f"{_f(_get(g, 'greedy', 'token_agreement_pct'), '.2f')} | {_f(_get(g, 'greedy', 'identical_sequences_pct'), '.2f')} | "
-                     f"{_f(_get(g, 'sampled_candidates', 'identical_pct'), '.2f')} |")
+        c = (e.parity.classifier if e.parity is not None else None) or {}
+        agr = " / ".join(_f(c[k].label_agreement_pct if k in c else None, ".2f")
+                         for k in ("classify_ph", "relation", "evaluate", "fixed_triples"))
+        g = e.parity.generator if e.parity is not None else None
+        greedy, sampled = (g.greedy, g.sampled_candidates.identical_pct) if g is not None else (TokenAgreement(), None)
+        lines.append(f"| {e.label} | {agr} | {_f(_classifier(e).max_abs_logit_diff, '.2e')} | "
+                     f"{_f(greedy.token_agreement_pct, '.2f')} | {_f(greedy.identical_sequences_pct, '.2f')} | "
+                     f"{_f(sampled, '.2f')} |")
     return lines
 
 
@@ -376,16 +402,14 @@ def bench_markdown(data: BenchReport) -> str:
 
 
 def _inconclusive_lines(data: BenchReport) -> list[str]:
-    from breaknli_fast.bench.parity import cells
-
     out = []
     for e in data.engines:
         if e.reference:
             continue
-        for where, x in cells(e.parity or {}):
-            if x.get("verdict") == "inconclusive" and x.get("n_needed"):
-                out.append(f"  - `{e.label}` {where}: {fmt_diff(x)} pp on {x.get('n')} examples; about "
-                           f"{x['n_needed']} would decide" + (" (too few to judge now)" if x.get("too_small") else ""))
+        for where, x in e.cells():
+            if x.verdict == "inconclusive" and x.n_needed:
+                out.append(f"  - `{e.label}` {where}: {fmt_diff(x)} pp on {x.n} examples; about "
+                           f"{x.n_needed} would decide" + (" (too few to judge now)" if x.too_small else ""))
     return (["", "Inconclusive cells and the examples a decision would need (at the observed discordance):", ""]
             + out) if out else []
 
@@ -397,10 +421,10 @@ def short_status(e: EngineResult) -> str:
 
 def _verdict_counts(e: EngineResult) -> str:
     v = e.verdicts
-    if not v:
+    if v is None:
         return "–"
-    return (f"{v.get('equivalent', 0)} eq / {v.get('different', 0)} diff / {v.get('inconclusive', 0)} inc"
-            + (f" ({v['too_small']} too small)" if v.get("too_small") else ""))
+    return (f"{v.equivalent} eq / {v.different} diff / {v.inconclusive} inc"
+            + (f" ({v.too_small} too small)" if v.too_small else ""))
 
 
 NARROW = 110  # below this many columns the terminal table keeps its headline columns (bench.md has every one)
@@ -437,13 +461,12 @@ def rich_table(data: BenchReport, width: int | None = None) -> Any:
             t.add_row(name_cell(e.label), *["–"] * (len(cols) - 2), st)
             continue
         sp, sm = e.speed.speedup or Speedup(), e.speed.summary or SpeedSummary()
-        inv = e.batch_invariance or {}
-        same = _f(_get(e.parity, "headline", "records", "identical_pct"), ".2f")
+        same = _f(_records(e).identical_pct, ".2f")
         cells = {"engine": name_cell(e.label), "speed-up e2e": _f(sp.end_to_end, ".2f", "×"),
                  "speed": _f(sp.end_to_end, ".2f", "×"), "pairs/s": _f(sm.classifier_pairs_per_s, ".0f"),
                  "RSS MiB": _f((e.memory or Memory()).peak_rss_mib, ".0f"),
                  "records identical %": same, "same %": same,
-                 "batching changes": f"{inv.get('labels_changed')} / {inv.get('pairs')}" if inv.get("pairs") else "–",
+                 "batching changes": _batching(e.batch_invariance, "/"),
                  "verdicts": "reference" if e.reference else _verdict_counts(e), "result": st}
         t.add_row(*[cells[c] for c in keep])
     return t

@@ -35,8 +35,8 @@ from breaknli_fast.bench.recommend import recommendation
 from breaknli_fast.bench.result import BenchError, BenchResult
 from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
 from breaknli_fast.bench.state import Context, EngineRun, Reference, Workload, fail
-from breaknli_fast.bench.types import (BenchReport, Checks, EndToEnd, EngineResult, Memory, RunFigures, Speed, SpeedSummary,
-                                      Speedup, from_json)
+from breaknli_fast.bench.types import (BenchReport, Checks, EndToEnd, EngineResult, Memory, Parity, RunFigures, Speed,
+                                      SpeedSummary, Speedup, from_json)
 from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData
 from breaknli_fast.data.slicing import describe as describe_slice, load_slice, show_counts
 from breaknli_fast.study.loading import EngineConfig, load_models
@@ -240,11 +240,11 @@ def _run_phases(engs: list[EngineRun], ctx: Context) -> None:
         ctx.log(f"[{eng.label}] batch invariance and parity")
         try:
             eng.result.batch_invariance = agreement.batch_invariance(eng.clf, pairs)
-            p = stages.fixed_parity(eng, ctx, ctx.probe.cfg) if breaknli else {"meaningful": ctx.meaningful}
-            p["headline"] = agreement.probe_parity(ctx.probe, ctx.ref.records, eng.records, ctx.cfg.tolerance)
+            p = stages.fixed_parity(eng, ctx, ctx.probe.cfg) if breaknli else Parity(meaningful=ctx.meaningful)
+            p.headline = agreement.probe_parity(ctx.probe, ctx.ref.records, eng.records, ctx.cfg.tolerance)
             if ctx.by and not eng.is_ref:
-                p["headline"]["by"] = agreement.parity_by(ctx.probe, ctx.ref.records, eng.records, ctx.data,
-                                                          ctx.by, ctx.cfg.tolerance)
+                p.headline.by = agreement.parity_by(ctx.probe, ctx.ref.records, eng.records, ctx.data, ctx.by,
+                                                    ctx.cfg.tolerance)
             par.add_verdicts(p, ctx.cfg.tolerance)
             eng.result.parity = p
         except Exception as e:  # noqa: BLE001
@@ -360,7 +360,7 @@ def prepare_models(cfg: BenchConfig, probe: Probe, data: LoadedData, models: dic
 
 def _checks(e: EngineResult, cfg: BenchConfig, meaningful: bool) -> Checks:
     if e.ran:
-        fails = par.check(e.parity or {}, cfg.tolerance, cfg.min_agreement, cfg.require_equivalence) if meaningful else []
+        fails = par.check(e.parity or Parity(), cfg.tolerance, cfg.min_agreement, cfg.require_equivalence) if meaningful else []
         return Checks(applied=meaningful, failures=fails, passed=not fails)
     # an engine that did not run has not been shown to match: a strict bench fails
     return Checks(applied=True, failures=[f"engine {e.status}: {e.reason}"], passed=False)

@@ -17,7 +17,7 @@ import numpy as np
 
 import breaknli_fast.bench.parity as par
 from breaknli_fast.bench.measure import Task, latency_stats, repeat_interleaved
-from breaknli_fast.bench.types import EngineResult, SpeedSummary, Speedup, StageTiming
+from breaknli_fast.bench.types import EngineResult, GeneratorParity, Parity, SpeedSummary, Speedup, StageTiming
 from breaknli_fast.bench.state import Context, EngineRun, fail
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example
@@ -184,7 +184,7 @@ def run_stages(alive: list[EngineRun], ctx: Context, loop: BreakNLIConfig) -> li
     return alive
 
 
-def fixed_parity(eng: EngineRun, ctx: Context, loop: BreakNLIConfig) -> dict[str, Any]:
+def fixed_parity(eng: EngineRun, ctx: Context, loop: BreakNLIConfig) -> Parity:
     """Untimed: re-classify the fixed triples, greedy-decode the check prompts, compare with the reference."""
     clf, gen, ref = eng.clf, eng.gen, ctx.ref
     clf.clear_cache()
@@ -200,15 +200,12 @@ def fixed_parity(eng: EngineRun, ctx: Context, loop: BreakNLIConfig) -> dict[str
     cls = {k: par.classifier_parity(ref.logits[k], eng.logits[k]) for k in keys}
     cls["all"] = par.classifier_parity(np.concatenate([ref.logits[k] for k in keys]),
                                        np.concatenate([eng.logits[k] for k in keys]))
-    out = {
-        "meaningful": ctx.meaningful,
-        "classifier": cls,
-        "fixed_triples": par.fixed_triple_parity(ref.triples, ref.verdicts, verdicts),
-        "end_to_end": par.end_to_end_parity(ref.records, eng.records),
-        "generator": {"greedy": {**par.token_agreement(ref.greedy_ids, greedy), "unit": unit,
-                                 "max_new_tokens": loop.decoding.max_new_tokens},
-                      "sampled_candidates": par.sampled_identity(ref.records, eng.records)},
-    }
+    agreement = par.token_agreement(ref.greedy_ids, greedy)
+    agreement.unit, agreement.max_new_tokens = unit, loop.decoding.max_new_tokens
+    out = Parity(meaningful=ctx.meaningful, classifier=cls,
+                 fixed_triples=par.fixed_triple_parity(ref.triples, ref.verdicts, verdicts),
+                 end_to_end=par.end_to_end_parity(ref.records, eng.records),
+                 generator=GeneratorParity(agreement, par.sampled_identity(ref.records, eng.records)))
     par.add_verdicts(out, ctx.cfg.tolerance)
     return out
 

@@ -11,7 +11,9 @@ keeps every key.
 - :class:`EngineResult`: one engine (its spec, status, speed, memory, parity, checks);
 - :class:`Speed` (:class:`EndToEnd`, :class:`StageTiming` per stage, :class:`Speedup`, :class:`SpeedSummary`),
   :class:`Memory`, :class:`Checks`;
-- :class:`ParityCell`: one paired difference with its interval and verdict (the parity blocks hold them by name);
+- :class:`Parity` (:class:`Diff`: one paired difference with its interval and verdict; :class:`TripleCell`,
+  :class:`ClassifierParity`, :class:`GeneratorParity`, :class:`HeadlineParity`, :class:`VerdictCounts`) and
+  :class:`BatchInvariance`;
 - :class:`Recommendation` (:class:`EngineView` for the pick and the fastest): computed from the same
   :class:`EngineResult` objects the checks judged, so a pick never fails a check shown beside it.
 """
@@ -76,16 +78,19 @@ def _dataclass_in(hint: Any) -> Any:
 
 
 def _read(hint: Any, value: Any) -> Any:
+    """``value`` (JSON) as ``hint`` says: a dataclass, or a list / dict of them (nested), else as it is."""
     if value is None:
         return None
-    cls = _dataclass_in(hint)
-    if cls is not None:
-        return from_json(cls, value) if isinstance(value, dict) else value
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = args[0] if len(args) == 1 else hint
+    if is_dataclass(hint):
+        return from_json(hint, value) if isinstance(value, dict) else value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is list and args and is_dataclass(args[0]) and isinstance(value, list):
-        return [from_json(args[0], v) for v in value]
-    if origin is dict and len(args) == 2 and is_dataclass(args[1]) and isinstance(value, dict):
-        return {k: from_json(args[1], v) for k, v in value.items()}
+    if origin is list and args and isinstance(value, list):
+        return [_read(args[0], v) for v in value]
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        return {k: _read(args[1], v) for k, v in value.items()}
     return value
 
 
@@ -135,6 +140,16 @@ class StageTiming:
 
 
 @dataclass
+class MetricValue:
+    """A headline metric over one engine's own examples: n, the rate and its 95 % interval (percent)."""
+
+    n: int = 0
+    rate: float | None = None
+    ci: list[float] | None = None
+    kind: str | None = None  # share, mean or ratio
+
+
+@dataclass
 class RunFigures:
     """One end-to-end run of the probe: examples, the study's seconds and pairs per stage, the classifier's and the
     generator's throughput and latencies."""
@@ -166,7 +181,7 @@ class EndToEnd:
     run: RunFigures = field(default_factory=RunFigures, metadata=FLAT)
     stage_figures_of_run: int = 1
     repeats_identical: bool | None = None
-    headline: dict[str, Any] = field(default_factory=dict)  # the probe's headline metrics (agreement.headline_values)
+    headline: dict[str, MetricValue] = field(default_factory=dict)  # the probe's headline metrics
     accuracy_ph: float | None = field(default=None, metadata=OMIT)  # BreakNLI
     funnel: dict[str, Any] | None = field(default=None, metadata=OMIT)
     metrics: dict[str, Any] | None = field(default=None, metadata=OMIT)
@@ -226,26 +241,184 @@ class Memory:
 # -- parity and checks -------------------------------------------------------------------------------------------
 
 @dataclass
-class ParityCell:
-    """One paired difference (engine - reference, percentage points) with its 95 % interval and verdict, found at
-    ``where`` in an engine's parity (e.g. ``end to end contradictive overall inequality``)."""
+class Diff:
+    """One paired difference, engine - reference, in percentage points over the examples both scored
+    (:func:`breaknli_fast.stats.paired_diff`), with its 95 % interval and -- once judged
+    (:func:`breaknli_fast.bench.parity.add_verdicts`) -- its verdict: equivalent, different or inconclusive."""
 
-    where: str
-    diff: float | None
-    ci: tuple[float | None, float | None]
-    verdict: str | None  # equivalent, different, inconclusive (None: not judged)
+    n: int = 0
+    diff: float | None = None
+    ci: list[float] | None = None
+    method: str | None = None  # tango (0/1 per example) or t
+    a: float | None = field(default=None, metadata=OMIT)  # the engine's rate
+    b: float | None = field(default=None, metadata=OMIT)  # the reference's
+    verdict: str | None = field(default=None, metadata=OMIT)
+    n_needed: int | None = field(default=None, metadata=OMIT)  # examples a decision would take
+    too_small: bool | None = field(default=None, metadata=OMIT)  # no outcome on n examples could show equivalence
+    familywise: dict[str, Any] | None = field(default=None, metadata=OMIT)  # the cell judged with all the engine's
+    only_reference: int | None = field(default=None, metadata=OMIT)  # examples scored by one run only
+    only_engine: int | None = field(default=None, metadata=OMIT)
+    kind: str | None = field(default=None, metadata=OMIT)  # a headline metric's kind and description
+    description: str | None = field(default=None, metadata=OMIT)
+    extra: dict[str, Any] = field(default_factory=dict)  # the interval's own figures: up / down, sd, changed
 
     @classmethod
-    def of(cls, where: str, cell: dict[str, Any]) -> "ParityCell":
-        ci = cell.get("ci") or [None, None]
-        return cls(where, cell.get("diff"), (ci[0], ci[1]), cell.get("verdict"))
+    def of(cls, entry: dict[str, Any]) -> "Diff":
+        """From what :mod:`breaknli_fast.stats` returns."""
+        return from_json(cls, entry)
+
+    def entry(self) -> dict[str, Any]:
+        """As :mod:`breaknli_fast.stats` takes it (equivalence, familywise_different)."""
+        return to_json(self)  # type: ignore[return-value]
 
     def text(self) -> str:
         """``+0.50 pp [-0.25, +1.25]``."""
         if self.diff is None:
             return "?"
-        lo, hi = self.ci
+        lo, hi = self.ci or (None, None)
         return f"{self.diff:+.2f} pp" + (f" [{lo:+.2f}, {hi:+.2f}]" if lo is not None and hi is not None else "")
+
+
+@dataclass
+class ClassifierParity:
+    """The engine's logits against the reference's on identical pairs."""
+
+    n: int = 0
+    label_agreement_pct: float | None = None
+    max_abs_logit_diff: float | None = None
+    mean_abs_logit_diff: float | None = None
+
+
+@dataclass
+class TripleCell:
+    """One cell (a mode x the reference's label, or overall) of BreakNLI's breakage parity."""
+
+    n: int = 0
+    rates: dict[str, Any] | None = field(default=None, metadata=OMIT)  # the engine's rates (fixed triples)
+    only_reference: int | None = field(default=None, metadata=OMIT)  # end to end: evaluated by one run only
+    only_engine: int | None = field(default=None, metadata=OMIT)
+    inequality: Diff | None = None
+    relaxed: Diff | None = None
+    examples_changed: int | None = field(default=None, metadata=OMIT)
+
+
+@dataclass
+class TokenAgreement:
+    """Greedy decoding of the same prompts: equal tokens and identical sequences."""
+
+    n: int = 0
+    positions: int | None = field(default=None, metadata=OMIT)
+    token_agreement_pct: float | None = None
+    identical_sequences_pct: float | None = None
+    unit: str | None = field(default=None, metadata=OMIT)  # token ids, or whitespace words
+    max_new_tokens: int | None = field(default=None, metadata=OMIT)
+
+
+@dataclass
+class SampledIdentity:
+    """Examples both runs generated for whose kept candidates are identical."""
+
+    n: int = 0
+    identical_pct: float | None = None
+
+
+@dataclass
+class GeneratorParity:
+    greedy: TokenAgreement = field(default_factory=TokenAgreement)
+    sampled_candidates: SampledIdentity = field(default_factory=SampledIdentity)
+
+
+@dataclass
+class RecordAgreement:
+    """Records (paired by the probe's key) with identical predictions, and labels equal input by input."""
+
+    records: int = 0
+    only_reference: int = 0
+    only_engine: int = 0
+    available: bool = False  # the probe's records hold predictions
+    identical: int | None = field(default=None, metadata=OMIT)
+    identical_pct: float | None = field(default=None, metadata=OMIT)
+    identical_ci: list[float] | None = field(default=None, metadata=OMIT)
+    labels_compared: int | None = field(default=None, metadata=OMIT)
+    labels_equal: int | None = field(default=None, metadata=OMIT)
+    label_agreement_pct: float | None = field(default=None, metadata=OMIT)
+    inputs_in_one_run_only: int | None = field(default=None, metadata=OMIT)
+
+
+@dataclass
+class GroupParity:
+    """The headline differences on one group of a ``--by`` column."""
+
+    group: str
+    value: str
+    examples: int
+    metrics: dict[str, Diff] = field(default_factory=dict)
+
+
+@dataclass
+class ColumnParity:
+    kind: str  # category (0/1) or value
+    groups: list[GroupParity] = field(default_factory=list)
+
+
+@dataclass
+class HeadlineParity:
+    """Any probe's parity: record agreement, and each headline metric's paired difference (and per ``--by``
+    group, informative only)."""
+
+    records: RecordAgreement = field(default_factory=RecordAgreement)
+    metrics: dict[str, Diff] = field(default_factory=dict)
+    by: dict[str, ColumnParity] | None = field(default=None, metadata=OMIT)
+
+
+@dataclass
+class VerdictCounts:
+    equivalent: int = 0
+    different: int = 0
+    inconclusive: int = 0
+    too_small: int = 0
+    different_confirmed: int = 0  # different cells that stay different with all the engine's cells judged together
+
+
+@dataclass
+class Parity:
+    """An engine's parity with the reference: any probe's headline parity and, for BreakNLI, the classifier on the
+    fixed workload, the breakage cells on fixed triples and end to end, the generator; the verdicts' counts."""
+
+    meaningful: bool = True
+    classifier: dict[str, ClassifierParity] | None = field(default=None, metadata=OMIT)
+    fixed_triples: dict[str, dict[str, TripleCell]] | None = field(default=None, metadata=OMIT)
+    end_to_end: dict[str, dict[str, TripleCell]] | None = field(default=None, metadata=OMIT)
+    generator: GeneratorParity | None = field(default=None, metadata=OMIT)
+    headline: HeadlineParity | None = field(default=None, metadata=OMIT)
+    verdicts: VerdictCounts | None = field(default=None, metadata=OMIT)
+
+    def cells(self) -> list[tuple[str, Diff]]:
+        """Every difference with its place: ("fixed triples: contradictive overall inequality", diff), ..., then the
+        probe's headline metrics ("headline: <metric>", diff)."""
+        out = []
+        for block, name in ((self.fixed_triples, "fixed triples"), (self.end_to_end, "end to end")):
+            for mode, table in (block or {}).items():
+                for cell, entry in table.items():
+                    for k in ("inequality", "relaxed"):
+                        d = getattr(entry, k)
+                        if d is not None:
+                            out.append((f"{name}: {mode} {cell} {k}", d))
+        for metric, d in (self.headline.metrics if self.headline is not None else {}).items():
+            out.append((f"headline: {metric}", d))
+        return out
+
+
+@dataclass
+class BatchInvariance:
+    """Labels of the same pairs in the engine's batches against one pair per call."""
+
+    pairs: int = 0
+    labels_changed: int | None = None
+    changed_pct: float | None = None
+    max_abs_logit_diff: float | None = None
+    max_batch: int | None = field(default=None, metadata=OMIT)
+    token_budget: int | None = field(default=None, metadata=OMIT)
 
 
 @dataclass
@@ -280,8 +453,8 @@ class EngineResult:
     load_s: float | None = field(default=None, metadata=OMIT)
     info: dict[str, Any] | None = field(default=None, metadata=OMIT)  # what each loaded engine says about itself
     speed: Speed | None = field(default=None, metadata=OMIT)
-    batch_invariance: dict[str, Any] | None = field(default=None, metadata=OMIT)
-    parity: dict[str, Any] | None = field(default=None, metadata=OMIT)  # blocks of figures and ParityCell dicts
+    batch_invariance: BatchInvariance | None = field(default=None, metadata=OMIT)
+    parity: Parity | None = field(default=None, metadata=OMIT)
     memory: Memory | None = field(default=None, metadata=OMIT)
     load_average_end: list[float] | None = field(default=None, metadata=OMIT)
     checks: Checks | None = field(default=None, metadata=OMIT)
@@ -301,15 +474,14 @@ class EngineResult:
         """Whether the engine passed every check of the bench (not judged counts as passed)."""
         return self.checks is None or self.checks.passed is not False
 
-    def cells(self) -> list[ParityCell]:
-        """Every paired difference of the engine's parity, with its verdict."""
-        from breaknli_fast.bench.parity import cells
-
-        return [ParityCell.of(where, x) for where, x in cells(self.parity or {})]
+    def cells(self) -> list[tuple[str, Diff]]:
+        """Every paired difference of the engine's parity with its place, e.g. ``fixed triples: contradictive
+        overall inequality``."""
+        return self.parity.cells() if self.parity is not None else []
 
     @property
-    def verdicts(self) -> dict[str, int]:
-        return dict((self.parity or {}).get("verdicts") or {})
+    def verdicts(self) -> VerdictCounts | None:
+        return self.parity.verdicts if self.parity is not None else None
 
 
 @dataclass
