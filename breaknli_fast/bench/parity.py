@@ -15,13 +15,14 @@ examples a decision would need, and ``too_small`` where no outcome on so few exa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.probes.breaknli.metrics import rates
-from breaknli_fast.probes.breaknli.verdicts import verdict
+from breaknli_fast.probes.breaknli.verdicts import Verdict, verdict
 from breaknli_fast.bench.types import (ClassifierParity, Diff, Parity, SampledIdentity, TokenAgreement, TripleCell,
                                       VerdictCounts)
 from breaknli_fast.stats import familywise_different, equivalence, paired_diff
@@ -42,46 +43,54 @@ def classifier_parity(ref_logits: np.ndarray, logits: np.ndarray) -> ClassifierP
 
 # -- fixed triples ----------------------------------------------------------------------------------
 
-def fixed_triples(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The reference run's evaluated examples with their S kept h' (mode, id, label, premise, h')."""
-    out = []
-    for r in records:
-        if r.get("status") == "evaluated":
-            out.append({"mode": r["mode"], "id": r["id"], "yhat": r["yhat"], "premise": r["premise"],
-                        "hypothesis": r["hypothesis"], "evaluated": list(r["evaluated"])})
-    return out
+@dataclass(frozen=True)
+class FixedTriple:
+    """One example the reference evaluated: its mode, id, label ŷ, premise, hypothesis and its S kept h'."""
+
+    mode: str
+    id: str
+    yhat: str
+    premise: str
+    hypothesis: str
+    evaluated: tuple[str, ...]
 
 
-def triple_pairs(triples: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(t["premise"], c) for t in triples for c in t["evaluated"]]
+def fixed_triples(records: Sequence[dict[str, Any]]) -> list[FixedTriple]:
+    """The reference run's evaluated examples with their S kept h' (from its records)."""
+    return [FixedTriple(r["mode"], r["id"], r["yhat"], r["premise"], r["hypothesis"], tuple(r["evaluated"]))
+            for r in records if r.get("status") == "evaluated"]
 
 
-def triple_verdicts(triples: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dict[str, Any]]:
+def triple_pairs(triples: Sequence[FixedTriple]) -> list[tuple[str, str]]:
+    return [(t.premise, c) for t in triples for c in t.evaluated]
+
+
+def triple_verdicts(triples: Sequence[FixedTriple], labels: Sequence[str]) -> list[Verdict]:
     """Verdict of each fixed triple under the predictions ``labels`` of (p, h') (in triple_pairs order).
     The rule is keyed by the example's label (gold = the reference's ŷ), so the example set is the same
     for every engine and the comparison is paired."""
     out, pos = [], 0
     for t in triples:
-        n = len(t["evaluated"])
-        out.append(verdict(t["mode"], t["yhat"], list(labels[pos : pos + n])).to_dict())
+        n = len(t.evaluated)
+        out.append(verdict(t.mode, t.yhat, list(labels[pos : pos + n])))
         pos += n
     if pos != len(labels):
         raise ValueError("predictions do not match the fixed triples")
     return out
 
 
-def _cells(triples: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+def _cells(triples: Sequence[FixedTriple]) -> dict[str, dict[str, list[int]]]:
     """mode -> cell (label / overall) -> indices into triples."""
     out: dict[str, dict[str, list[int]]] = {}
     for i, t in enumerate(triples):
-        m = out.setdefault(t["mode"], {})
-        m.setdefault(t["yhat"], []).append(i)
+        m = out.setdefault(t.mode, {})
+        m.setdefault(t.yhat, []).append(i)
         m.setdefault("overall", []).append(i)
     return out
 
 
-def fixed_triple_parity(triples: Sequence[dict[str, Any]], ref_verdicts: Sequence[dict[str, Any]],
-                        verdicts: Sequence[dict[str, Any]]) -> dict[str, dict[str, TripleCell]]:
+def fixed_triple_parity(triples: Sequence[FixedTriple], ref_verdicts: Sequence[Verdict],
+                        verdicts: Sequence[Verdict]) -> dict[str, dict[str, TripleCell]]:
     """Per mode x (label, overall): the engine's rates, and the paired difference engine - reference
     of inequality and relaxed with its 95 % interval (:func:`breaknli_fast.stats.paired_diff`)."""
     out: dict[str, dict[str, TripleCell]] = {}
@@ -91,11 +100,11 @@ def fixed_triple_parity(triples: Sequence[dict[str, Any]], ref_verdicts: Sequenc
             idx = cells.get(cell)
             if not idx:
                 continue
-            diffs = {key: Diff.of(paired_diff([float(verdicts[i][key]) for i in idx],
-                                              [float(ref_verdicts[i][key]) for i in idx])) for key in DIFF_KEYS}
-            changed = int(sum(verdicts[i]["inequality"] != ref_verdicts[i]["inequality"]
-                              or verdicts[i]["relaxed"] != ref_verdicts[i]["relaxed"] for i in idx))
-            table[cell] = TripleCell(len(idx), rates=rates([verdicts[i] for i in idx]), **diffs,
+            diffs = {key: Diff.of(paired_diff([float(getattr(verdicts[i], key)) for i in idx],
+                                              [float(getattr(ref_verdicts[i], key)) for i in idx])) for key in DIFF_KEYS}
+            changed = int(sum(verdicts[i].inequality != ref_verdicts[i].inequality
+                              or verdicts[i].relaxed != ref_verdicts[i].relaxed for i in idx))
+            table[cell] = TripleCell(len(idx), rates=rates([verdicts[i].to_dict() for i in idx]), **diffs,
                                      examples_changed=changed)
         out[mode] = table
     return out

@@ -173,11 +173,10 @@ def _header(data: BenchReport) -> list[str]:
         f"- versions: breaknli-fast {env.get('breaknli_fast')} ({env.get('git')}), torch {pk.get('torch')}, transformers "
         f"{pk.get('transformers')}, onnxruntime {pk.get('onnxruntime')}, tensorrt {pk.get('tensorrt')}",
         f"- probe `{data.probe}`; models: " + ", ".join(
-            f"{role} `{name}`" for role, name in (("classifier", models.get("classifier")),
-                                                  ("generator", models.get("generator")),
-                                                  ("masked LM", ", ".join(models.get("mlm") or []) or None)) if name)
-        + f"; dataset `{data.data.get('name')}` ({data.data.get('examples')} examples"
-          + (f": {sl['words']}, gold labels {show_counts(sl['labels'])}" if (sl := data.data.get('slice')) else "")
+            f"{role} `{name}`" for role, name in (("classifier", models.classifier), ("generator", models.generator),
+                                                  ("masked LM", ", ".join(models.mlm or []) or None)) if name)
+        + f"; dataset `{data.data.name}` ({data.data.examples} examples"
+          + (f": {sl['words']}, gold labels {show_counts(sl['labels'])}" if (sl := data.data.slice) else "")
           + f"); device {_get(cfg, 'engine', 'device') or cfg.get('device')}",
     ]
     if _breaknli(data):
@@ -188,18 +187,18 @@ def _header(data: BenchReport) -> list[str]:
                      f"decoding {dec.get('strategy')} (top_p {dec.get('top_p')}, top_k {dec.get('top_k')}, T "
                      f"{dec.get('temperature')}, max_new_tokens {dec.get('max_new_tokens')}, min_new_tokens "
                      f"{dec.get('min_new_tokens')}), seed {pc.get('seed')}")
-        lines.append(f"- fixed workload (identical for every engine): {wl.get('classify_ph_pairs')} (p, h) pairs, "
-                     f"{wl.get('generate_prompts')} prompts × K, {wl.get('relation_pairs')} relation pairs, "
-                     f"{wl.get('evaluate_pairs')} (p, h') pairs; fixed triples from the reference run: "
-                     + ", ".join(f"{m} {n}" for m, n in (wl.get("fixed_triples") or {}).items())
-                     + f"; greedy check on {wl.get('greedy_prompts')} prompts")
+        lines.append(f"- fixed workload (identical for every engine): {wl.classify_ph_pairs} (p, h) pairs, "
+                     f"{wl.generate_prompts} prompts × K, {wl.relation_pairs} relation pairs, "
+                     f"{wl.evaluate_pairs} (p, h') pairs; fixed triples from the reference run: "
+                     + ", ".join(f"{m} {n}" for m, n in wl.fixed_triples.items())
+                     + f"; greedy check on {wl.greedy_prompts} prompts")
     else:
         lines.append("- probe settings: " + ", ".join(f"{k} {v}" for k, v in pc.items()))
     lines += [
         f"- measurement: warm-up {cfg.get('warmup')} (excluded), "
         + (f"stages ≥ {cfg.get('min_iterations')} iterations and ≥ {cfg.get('min_seconds')} s each (median reported), "
            if _breaknli(data) else "")
-        + f"end to end × {cfg.get('repeats')} (median wall); batch invariance on {wl.get('invariance_pairs')} pairs",
+        + f"end to end × {cfg.get('repeats')} (median wall); batch invariance on {wl.invariance_pairs} pairs",
         f"- parity verdicts (δ = {data.tolerance_pp} pp): equivalent when the 95 % interval of the difference "
         f"lies inside ±δ, different when |Δ| > δ and the interval excludes 0, inconclusive otherwise; `--strict` fails "
         f"on different, on an engine that did not run (and label agreement < {data.min_agreement_pct} %), "

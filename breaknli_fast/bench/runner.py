@@ -35,8 +35,9 @@ from breaknli_fast.bench.recommend import recommendation
 from breaknli_fast.bench.result import BenchError, BenchResult
 from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
 from breaknli_fast.bench.state import Context, EngineRun, Reference, Workload, fail
-from breaknli_fast.bench.types import (BenchReport, Checks, EndToEnd, EngineResult, Memory, Parity, RunFigures, Speed,
-                                      SpeedSummary, Speedup, from_json)
+from breaknli_fast.bench.types import (BenchReport, Checks, DataSummary, EndToEnd, EngineResult, Memory, ModelsSummary,
+                                      Parity, RandomModel, RunFigures, Seeds, Speed, SpeedSummary, Speedup,
+                                      WorkloadSummary, from_json)
 from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData
 from breaknli_fast.data.slicing import describe as describe_slice, load_slice, show_counts
 from breaknli_fast.study.loading import EngineConfig, load_models
@@ -323,7 +324,7 @@ def _load(i: int, spec: BenchEngine, cfg: BenchConfig, models: dict[str, Any], r
 
 
 def random_weight_models(cfg: BenchConfig, data: LoadedData, loop: BreakNLIConfig, models: dict[str, Any],
-                    log: Callable[[str], None]) -> dict[str, Any]:
+                         log: Callable[[str], None]) -> dict[str, RandomModel]:
     from breaknli_fast.bench.shapes import build_random_model
 
     texts = [t for ex in data.examples for t in (ex.premise, ex.hypothesis)]
@@ -333,14 +334,13 @@ def random_weight_models(cfg: BenchConfig, data: LoadedData, loop: BreakNLIConfi
     for role, shape in sorted(cfg.random_weights.items()):
         path = build_random_model(shape, cfg.cache_dir, texts, log=log)
         meta = json.loads((path / "random_weights.json").read_text())
-        info[role] = {"shape": shape, "path": str(path), "parameters": meta["parameters"],
-                      "tokenizer_size": meta["tokenizer_size"]}
+        info[role] = RandomModel(shape, str(path), meta["parameters"], meta["tokenizer_size"])
         models[role] = str(path)
     return info
 
 
 def prepare_models(cfg: BenchConfig, probe: Probe, data: LoadedData, models: dict[str, Any], notes: list[str],
-                   log: Callable[[str], None]) -> dict[str, Any]:
+                   log: Callable[[str], None]) -> dict[str, RandomModel]:
     """BreakNLI at a fixed generation length (with ``fixed_length`` or random weights), and the random-weight
     models of ``cfg.random_weights`` built into ``models``; what was done goes to ``notes``. Returns the random
     models' description (empty without)."""
@@ -391,10 +391,11 @@ class BenchPlan:
     roles: tuple[str, ...]
     models: dict[str, Any]  # role -> model name (mlm: a list)
     notes: list[str]
-    random_info: dict[str, Any]
+    random_info: dict[str, RandomModel]
     used: list[str]  # every model any engine loads
     fingerprints: dict[str, Any]
     workload: Workload
+    changed: list[str] = field(default_factory=list)  # models whose files changed while the bench ran
 
     @property
     def meaningful(self) -> bool:
@@ -496,7 +497,7 @@ def judge(plan: BenchPlan, cfg: BenchConfig, engines: list[EngineResult]) -> lis
         e.checks = _checks(e, cfg, plan.meaningful)
     failures: list[str] = []
     changed = [m for m in plan.used if _fingerprint(m) != plan.fingerprints[m]]
-    plan.models["changed_during_bench"] = changed
+    plan.changed = changed
     if changed:
         failures.append("model files changed while the bench ran (" + ", ".join(changed) + "): the engines did not all "
                         "measure the same model; run the bench again once the files stay put")
@@ -514,25 +515,18 @@ def bench_report(plan: BenchPlan, cfg: BenchConfig, ctx: Context, engines: list[
         environment=plan.environment, probe=probe.name, probe_identity=probe.identity(),
         headline_metrics=[asdict(m) for m in probe.headline_metrics()],
         config={**cfg.to_dict(), "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
-        seeds={"probe": probe.seed, "random_weights": 0 if cfg.random_weights else None,
-               "per_example": "sha256(seed, group, example id)"},
-        data={"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
-              "slice": plan.data_slice, "examples": len(data.examples), "skips": data.skips.to_dict(), "by": plan.by},
-        models={"generator": models["generator"] if "generator" in plan.roles else None,
-                "classifier": models["classifier"], "mlm": models["mlm"] or None,
-                "random_weights": plan.random_info or None, "fingerprints": plan.fingerprints,
-                "changed_during_bench": models.get("changed_during_bench", [])},
-        workload={
-            "classify_ph_pairs": len(workload.classify_ph), "generate_prompts": len(workload.generate),
-            "relation_pairs": len(workload.relation), "evaluate_pairs": len(workload.evaluate),
-            "fixed_triples": ({m: sum(t["mode"] == m for t in triples) for m in probe.cfg.modes}
-                              if probe.name == "breaknli" else {}),
-            "greedy_prompts": len(ctx.ref.greedy),
-            "invariance_pairs": min(cfg.invariance_pairs, len(everything)),
-            "description": "identical inputs for every engine: the probe on the same data and seed; for BreakNLI also "
-                           "(p, h) of every example, K candidates for the first gen_prompts selected examples (half per "
-                           "mode), and the (h, h') / (h', h) and (p, h') pairs the loop would classify for the "
-                           "reference's candidates if every filter passed"},
+        seeds=Seeds(probe.seed, 0 if cfg.random_weights else None, "sha256(seed, group, example id)"),
+        data=DataSummary(cfg.dataset, cfg.split, cfg.limit, data.source, plan.data_slice, len(data.examples),
+                         data.skips.to_dict(), plan.by),
+        models=ModelsSummary(models["generator"] if "generator" in plan.roles else None, models["classifier"],
+                             models["mlm"] or None, plan.random_info or None, plan.fingerprints, plan.changed),
+        workload=WorkloadSummary(
+            len(workload.classify_ph), len(workload.generate), len(workload.relation), len(workload.evaluate),
+            {m: sum(t.mode == m for t in triples) for m in probe.cfg.modes} if probe.name == "breaknli" else {},
+            len(ctx.ref.greedy), min(cfg.invariance_pairs, len(everything)),
+            "identical inputs for every engine: the probe on the same data and seed; for BreakNLI also (p, h) of every "
+            "example, K candidates for the first gen_prompts selected examples (half per mode), and the (h, h') / "
+            "(h', h) and (p, h') pairs the loop would classify for the reference's candidates if every filter passed"),
         reference=engines[0].label, parity_meaningful=plan.meaningful, tolerance_pp=cfg.tolerance,
         min_agreement_pct=cfg.min_agreement, notes=plan.notes, engines=engines, failures=failures,
         passed=not failures and all(e.passed_checks for e in engines))

@@ -10,11 +10,13 @@ import numpy as np
 from breaknli_fast.bench.measure import PeakMemory
 from breaknli_fast.bench.result import BenchError
 from breaknli_fast.bench.specs import BenchEngine
+from breaknli_fast.bench.parity import FixedTriple
 from breaknli_fast.bench.types import EngineResult, RunFigures, StageTiming
 from breaknli_fast.data.loaders import LoadedData
 from breaknli_fast.engines.roles import Models
 from breaknli_fast.errors import first_line
 from breaknli_fast.probes.base import Probe
+from breaknli_fast.probes.breaknli.verdicts import Verdict
 from breaknli_fast.progress import ProgressHook
 
 
@@ -70,10 +72,10 @@ class Reference:
     """What the reference engine leaves for the others to be compared with."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
-    triples: list[dict[str, Any]] = field(default_factory=list)  # its fixed (p, h, h') triples
+    triples: list[FixedTriple] = field(default_factory=list)  # its fixed (p, h, h') triples
     greedy: list[dict[str, Any]] = field(default_factory=list)  # the greedy check's prompts
     logits: dict[str, np.ndarray] = field(default_factory=dict)
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
     greedy_ids: list[list[int]] = field(default_factory=list)
 
 

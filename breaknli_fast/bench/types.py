@@ -168,6 +168,22 @@ class RunFigures:
 
 
 @dataclass
+class Funnel:
+    """BreakNLI's examples of one mode, stage by stage: selected, processed, classified correctly, generated for,
+    dropped (too few unique candidates, too few on target), evaluated (and by the reference's label)."""
+
+    selected: int = 0
+    processed: int = 0
+    correct: int = 0
+    generated: int = 0
+    too_few_unique: int = 0
+    too_few_on_target: int = 0
+    evaluated: int = 0
+    by_label: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class EndToEnd:
     """The probe run end to end on the whole data, ``repeats`` times: the walls, their median, and the figures of
     the median run."""
@@ -183,8 +199,8 @@ class EndToEnd:
     repeats_identical: bool | None = None
     headline: dict[str, MetricValue] = field(default_factory=dict)  # the probe's headline metrics
     accuracy_ph: float | None = field(default=None, metadata=OMIT)  # BreakNLI
-    funnel: dict[str, Any] | None = field(default=None, metadata=OMIT)
-    metrics: dict[str, Any] | None = field(default=None, metadata=OMIT)
+    funnel: dict[str, Funnel] | None = field(default=None, metadata=OMIT)  # per mode
+    metrics: dict[str, dict[str, dict[str, float | list[float] | None]]] | None = field(default=None, metadata=OMIT)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -241,6 +257,17 @@ class Memory:
 # -- parity and checks -------------------------------------------------------------------------------------------
 
 @dataclass
+class Familywise:
+    """A *different* cell judged with all ``cells`` of its engine (Bonferroni): its interval at ``confidence``,
+    and whether it still excludes 0 (:func:`breaknli_fast.stats.familywise_different`)."""
+
+    cells: int
+    confidence: float
+    ci: list[float] | None
+    confirmed: bool
+
+
+@dataclass
 class Diff:
     """One paired difference, engine - reference, in percentage points over the examples both scored
     (:func:`breaknli_fast.stats.paired_diff`), with its 95 % interval and -- once judged
@@ -255,7 +282,7 @@ class Diff:
     verdict: str | None = field(default=None, metadata=OMIT)
     n_needed: int | None = field(default=None, metadata=OMIT)  # examples a decision would take
     too_small: bool | None = field(default=None, metadata=OMIT)  # no outcome on n examples could show equivalence
-    familywise: dict[str, Any] | None = field(default=None, metadata=OMIT)  # the cell judged with all the engine's
+    familywise: Familywise | None = field(default=None, metadata=OMIT)  # the cell judged with all the engine's
     only_reference: int | None = field(default=None, metadata=OMIT)  # examples scored by one run only
     only_engine: int | None = field(default=None, metadata=OMIT)
     kind: str | None = field(default=None, metadata=OMIT)  # a headline metric's kind and description
@@ -446,7 +473,7 @@ class EngineResult:
     device: str = "cpu"
     reference: bool = False
     spec: dict[str, Any] = field(default_factory=dict)  # the --engines entry (BenchEngine.to_dict)
-    models: dict[str, Any] = field(default_factory=dict)  # role -> model
+    models: dict[str, str | list[str] | None] = field(default_factory=dict)  # role -> model (mlm: several)
     status: str = "ok"
     reason: str | None = None
     load_average_start: list[float] | None = field(default=None, metadata=OMIT)
@@ -508,6 +535,68 @@ class Recommendation:
 
 
 @dataclass
+class Seeds:
+    probe: int | None = None
+    random_weights: int | None = None  # the random-weight models' seed
+    per_example: str | None = None  # how each example's seed is derived
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataSummary:
+    """The data every engine ran on: the dataset, the slice taken and why rows were skipped."""
+
+    name: str | None = None
+    split: str | None = None
+    limit: int | None = None
+    source: dict[str, str | None] | None = None  # where it was read (embedded, a file, the hub)
+    slice: dict[str, Any] | None = field(default=None, metadata=OMIT)  # data.slicing.describe
+    examples: int = 0
+    skips: dict[str, Any] | None = None  # data.loaders.Skips.to_dict
+    by: list[str] | None = field(default=None, metadata=OMIT)  # the --by columns
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelsSummary:
+    """The models of the probe's roles, random-weight shapes where used, and each model's fingerprint before and
+    whether any changed while the bench ran."""
+
+    generator: str | None = None
+    classifier: str | None = None
+    mlm: list[str] | None = None
+    random_weights: dict[str, RandomModel] | None = None
+    fingerprints: dict[str, Any] = field(default_factory=dict)  # engines.model_info.model_fingerprint per model
+    changed_during_bench: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RandomModel:
+    """A real architecture with random weights (``bench --random-weights``), built in the cache."""
+
+    shape: str
+    path: str
+    parameters: int
+    tokenizer_size: int
+
+
+@dataclass
+class WorkloadSummary:
+    """The fixed inputs of every engine (BreakNLI's stages), counted."""
+
+    classify_ph_pairs: int = 0
+    generate_prompts: int = 0
+    relation_pairs: int = 0
+    evaluate_pairs: int = 0
+    fixed_triples: dict[str, int] = field(default_factory=dict)  # per mode
+    greedy_prompts: int = 0
+    invariance_pairs: int = 0
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class BenchReport:
     """A whole bench: what ran, on what, and every engine's figures (``bench.json``)."""
 
@@ -520,10 +609,10 @@ class BenchReport:
     probe_identity: dict[str, Any] | None = None
     headline_metrics: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
-    seeds: dict[str, Any] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
-    models: dict[str, Any] = field(default_factory=dict)
-    workload: dict[str, Any] = field(default_factory=dict)
+    seeds: Seeds = field(default_factory=Seeds)
+    data: DataSummary = field(default_factory=DataSummary)
+    models: ModelsSummary = field(default_factory=ModelsSummary)
+    workload: WorkloadSummary = field(default_factory=WorkloadSummary)
     reference: str | None = None
     parity_meaningful: bool = True
     tolerance_pp: float | None = None
