@@ -52,9 +52,9 @@ class Backend:
     is not supported; ``missing_roles`` may say why, in one line). ``loaders``: the module with
     ``load_classifier`` / ``load_generator`` / ``load_mask_filler`` (only those of its roles). ``options``:
     ``"module:Class"`` of its typed loader options (an :class:`~breaknli_fast.engines.options.EngineOptions`),
-    or None. ``requires``: modules that must be importable (``install`` says how to get them). ``exporter``: the
-    module that builds, and judges, the backend's exports of ``formats`` (``export_model`` reaches it through the
-    registry). ``auto``: the precisions at which ``--engine auto`` picks this backend on the CPU (empty: never).
+    or None. ``requires``: modules that must be importable (``install`` says how to get them). ``exporter``:
+    ``"module:Class"`` of its :class:`~breaknli_fast.export.exporter.Exporter` subclass, which builds and judges
+    the backend's exports of ``formats`` (``export_model`` reaches it through the registry). ``auto``: the precisions at which ``--engine auto`` picks this backend on the CPU (empty: never).
     ``hf_models``: its models are Hugging Face model folders / hub ids, checked from their config before anything
     loads (``check_models``); a backend of other models says False and resolves its names itself. ``delegates``:
     role -> engine (``auto`` allowed) for a role it does not run, which then goes to that engine where this one is
