@@ -55,11 +55,11 @@ def test_known_service_time_is_loadgens_p90(tmp_path):
     ts = loadgen_settings(lg, "single-stream", "performance", _settings(), Hints(sleep, 1 / sleep), tokens=False)
     run = run_test(lg, SleepRunner(sleep), ts, tmp_path / "ss", percentile=90.0)
     r = run.result
-    assert r["validity"] == "VALID" and r["reasons"] == []
-    assert r["queries"] >= 70
+    assert r.validity == "VALID" and r.reasons == []
+    assert r.queries >= 70
     # LoadGen's p90 is the sleep plus the harness and LoadGen overhead: never below it, within tolerance above
-    assert sleep * 1e3 <= r["p90_ms"] <= sleep * 1e3 * 1.5 + 10, r
-    assert r["early_stop_ms"] is not None and r["early_stop_ms"] >= r["p90_ms"] - 1e-9
+    assert sleep * 1e3 <= r.p90_ms <= sleep * 1e3 * 1.5 + 10, r
+    assert r.early_stop_ms is not None and r.early_stop_ms >= r.p90_ms - 1e-9
     assert (tmp_path / "ss" / "mlperf_log_summary.txt").exists() and (tmp_path / "ss" / "mlperf_log_detail.txt").exists()
 
 
@@ -68,8 +68,8 @@ def test_a_run_short_of_loadgens_minimum_is_invalid_with_its_reason(tmp_path):
     ts = loadgen_settings(lg, "single-stream", "performance", _settings(min_queries=10, min_duration_s=0.0),
                        Hints(0.001, 1000), tokens=False)
     r = run_test(lg, SleepRunner(0.001), ts, tmp_path / "short", percentile=90.0).result
-    assert r["validity"] == "INVALID"
-    assert any("early stopping" in x and "64" in x for x in r["reasons"]), r["reasons"]
+    assert r.validity == "INVALID"
+    assert any("early stopping" in x and "64" in x for x in r.reasons), r.reasons
 
 
 @needs_loadgen
@@ -112,7 +112,7 @@ def test_a_caching_engine_is_not_credited_with_its_cache(tmp_path):
     # through LoadGen: Offline on a library of 2 samples, many samples per query: no faster than one sleep each
     ts = loadgen_settings(lg, "offline", "performance", _settings(), Hints(0.01, 100), tokens=False)
     r = run_test(lg, runner, ts, tmp_path / "off", percentile=None).result
-    assert r["samples_per_s"] <= 1 / 0.01 * 1.05, r
+    assert r.samples_per_s <= 1 / 0.01 * 1.05, r
 
 
 def test_sampler_reports_the_first_token_once_after_the_first_step():
@@ -260,8 +260,10 @@ def test_one_metric_definition_feeds_json_markdown_terminal_and_compare(tmp_path
     from rich.console import Console
 
     from breaknli_fast.bench.compare import compare, compare_markdown
+    from breaknli_fast.bench.loadgen.types import MetricCell
     from breaknli_fast.bench.loadgen.metrics import METRICS, values
     from breaknli_fast.bench.result import BenchResult
+    from breaknli_fast.bench.types import to_json
 
     with pytest.raises(KeyError, match="undefined scenario metrics: p95_ms"):
         values(p95_ms=1.0)
@@ -278,9 +280,10 @@ def test_one_metric_definition_feeds_json_markdown_terminal_and_compare(tmp_path
     text = console.export_text()
     assert "p90 ms" in text and "10.00" in text and "99 %" in text and "p50" not in text
     cmp = compare(BenchResult(a), BenchResult(b))
-    m = cmp.rows[0]["metrics"]
-    assert m["p90_ms"] == {"a": 10.0, "b": 5.0, "ratio_b_over_a": 0.5}
-    assert m["tier"]["ratio_b_over_a"] is None and m["tier"]["b"] == "none"
+    m = cmp.rows[0].metrics
+    assert m["p90_ms"] == MetricCell(a=10.0, b=5.0, ratio_b_over_a=0.5)
+    assert m["tier"].ratio_b_over_a is None and m["tier"].b == "none"
+    assert to_json(cmp)["rows"][0]["metrics"]["p90_ms"] == {"a": 10.0, "b": 5.0, "ratio_b_over_a": 0.5}
     cm = compare_markdown(cmp, "A", "B")
     assert "|  | p90 ms | 10.00 | 5.00 | 0.50× |" in cm and "|  | tier reached | 99 % | none |  |" in cm
     # a saved bench renders with the definitions it carries, even where this version renamed a column
@@ -293,10 +296,10 @@ def test_server_runs_at_the_target_rate_and_is_judged_against_the_latency_bound(
     s = _settings(scenarios=("server",), target_qps=100.0, target_latency_ms=1.0, min_duration_s=0.5, min_queries=20)
     ts = loadgen_settings(lg, "server", "performance", s, Hints(0.005, 200), tokens=False)
     r = run_test(lg, SleepRunner(0.005), ts, tmp_path / "server", percentile=99.0, coalesce=8).result
-    assert 60 <= r["samples_per_s"] <= 140, r  # Poisson arrivals at 100/s over half a second
-    assert r["settings"]["target_latency_ns"] == 1_000_000
+    assert 60 <= r.samples_per_s <= 140, r  # Poisson arrivals at 100/s over half a second
+    assert r.settings["target_latency_ns"] == 1_000_000
     # every sample takes 5 ms, far over the 1 ms bound: INVALID, with LoadGen's reason
-    assert r["validity"] == "INVALID" and any("latency bound not met" in x or "early stopping" in x for x in r["reasons"])
+    assert r.validity == "INVALID" and any("latency bound not met" in x or "early stopping" in x for x in r.reasons)
 
 
 @needs_loadgen
@@ -334,7 +337,7 @@ def test_a_normal_run_ignores_an_audit_config_in_the_working_directory(tmp_path,
     run = run_test(lg, SleepRunner(0.0), loadgen_settings(lg, "offline", "performance", _settings(),
                                                            Hints(0.001, 1000.0), False), tmp_path / "logs", None)
     assert "audit config" not in (tmp_path / "logs" / "mlperf_log_detail.txt").read_text().lower()
-    assert run.result["validity"] in ("VALID", "INVALID")
+    assert run.result.validity in ("VALID", "INVALID")
 
 
 @needs_loadgen

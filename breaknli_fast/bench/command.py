@@ -97,27 +97,25 @@ def compare_command(o: BenchOptions) -> None:
 def print_bench(result: Any, scenarios: bool) -> None:
     """A bench on the terminal: its table, the recommendation, then every invalid run, warning, note and failure."""
     from breaknli_fast.bench.recommend import recommendation_lines
-    from breaknli_fast.bench.types import to_json
     from breaknli_fast.console import console, err_console
     from rich.markup import escape
 
     console.print(result.table())
     for line in recommendation_lines(result.report) if result.report is not None else []:
         console.print(line.replace("`", ""), markup=False, highlight=False)
-    for r in result.data.get("scenarios") or []:
-        for why in r.get("reasons") or []:
-            err_console.print(f"[bold red]INVALID[/] {escape(r['engine'])} {r['role']} {r['scenario']}: {escape(why)}",
-                              highlight=False)
-        for w in r.get("warnings") or []:
-            err_console.print(f"[yellow]warning[/] {escape(r['engine'])} {r['role']} {r['scenario']}: {escape(w)}",
-                              highlight=False)
-    for n in result.data.get("notes", []):
+    for r in result.scenarios.scenarios if result.scenarios is not None else []:
+        where = f"{escape(r.engine)} {r.role} {r.scenario}"
+        for why in r.reasons:
+            err_console.print(f"[bold red]INVALID[/] {where}: {escape(why)}", highlight=False)
+        for w in r.warnings:
+            err_console.print(f"[yellow]warning[/] {where}: {escape(w)}", highlight=False)
+    for n in result.typed.notes:
         console.print(f"[yellow]note:[/] {escape(n)}")
-    for f in result.data.get("failures", []) if not scenarios else []:
+    for f in result.typed.failures if not scenarios else []:
         err_console.print(f"[bold red]FAIL[/] {escape(f)}", highlight=False)
-    for e in result.engines:
-        e = to_json(e) if not isinstance(e, dict) else e  # a LoadGen bench's engines are its JSON entries
-        if e["status"] != "ok":
-            err_console.print(f"[yellow]{e['status']}[/] {escape(e['label'])}: {escape(str(e['reason']))}", highlight=False)
-        for f in (e.get("checks") or {}).get("failures", []):
-            err_console.print(f"[bold red]FAIL[/] {escape(e['label'])}: {escape(f)}", highlight=False)
+    for e in result.engines:  # EngineResult (a probe bench) or ScenarioEngine (a LoadGen bench)
+        if e.status != "ok":
+            err_console.print(f"[yellow]{e.status}[/] {escape(e.label)}: {escape(str(e.reason))}", highlight=False)
+        checks = getattr(e, "checks", None)  # a LoadGen bench judges its rows, not its engines
+        for f in checks.failures if checks is not None else []:
+            err_console.print(f"[bold red]FAIL[/] {escape(e.label)}: {escape(f)}", highlight=False)

@@ -68,14 +68,15 @@ class Comparison:
 
 
 def _who(d: Any) -> dict[str, Any]:
-    if isinstance(d, BenchReport):
-        env, d = d.environment, {"command": d.command, "started": d.started, "models": d.models,
-                                 "parity_meaningful": d.parity_meaningful}
-    else:
-        env = d.get("environment", {})
-    return {"command": d.get("command"), "started": d.get("started"), "cpu": env.get("cpu"),
-            "gpus": env.get("accelerators", {}).get("gpus"), "git": env.get("git"),
-            "models": d.get("models"), "parity_meaningful": d.get("parity_meaningful")}
+    """Who ran a bench (a :class:`BenchReport` or a scenario bench's
+    :class:`~breaknli_fast.bench.loadgen.types.ScenarioReport`), on what."""
+    from breaknli_fast.bench.types import to_json
+
+    env = d.environment
+    models = d.models if isinstance(d, BenchReport) else to_json(d.models)
+    return {"command": d.command, "started": d.started, "cpu": env.get("cpu"),
+            "gpus": (env.get("accelerators") or {}).get("gpus"), "git": env.get("git"),
+            "models": models, "parity_meaningful": d.parity_meaningful}
 
 
 def compare(a: Any, b: Any) -> Comparison:
@@ -83,8 +84,10 @@ def compare(a: Any, b: Any) -> Comparison:
     side, with ratios B / A; two ``--scenario`` benches: each engine x role x scenario's LoadGen figures."""
     if a.report is None or b.report is None:
         from breaknli_fast.bench.loadgen.report import compare_rows as scenario_rows
+        from breaknli_fast.bench.loadgen.types import ScenarioReport
 
-        return Comparison(_who(a.data), _who(b.data), scenario_rows(a.data, b.data), kind="scenarios")
+        sa, sb = a.scenarios or ScenarioReport(), b.scenarios or ScenarioReport()  # a probe bench: no scenario rows
+        return Comparison(_who(a.typed), _who(b.typed), scenario_rows(sa, sb), kind="scenarios")
     ea = {e.label: e for e in a.report.engines}
     eb = {e.label: e for e in b.report.engines}
     rows = []

@@ -8,7 +8,9 @@ from typing import Any
 
 from breaknli_fast.errors import UserError
 
-from breaknli_fast.bench.types import READABLE, SCHEMA, BenchReport, EngineResult, from_json, to_json  # noqa: F401
+from breaknli_fast.bench.loadgen.types import ScenarioEngine, ScenarioReport
+from breaknli_fast.bench.types import (JSON, READABLE, SCHEMA, BenchReport, EngineResult, from_json,  # noqa: F401
+                                       to_json)
 
 
 class BenchError(UserError):
@@ -16,34 +18,44 @@ class BenchError(UserError):
 
 
 class BenchResult:
-    """Everything a bench measured, with its renderings: a probe bench's typed :class:`BenchReport` (``report``), or a
-    LoadGen bench's scenario rows (``data``); ``data`` is the JSON of ``bench.json`` either way."""
+    """Everything a bench measured, with its renderings: a probe bench's typed :class:`BenchReport` (``report``), or
+    a LoadGen bench's typed :class:`~breaknli_fast.bench.loadgen.types.ScenarioReport` (``scenarios``); ``data`` is
+    the JSON of ``bench.json`` either way. A dict is read by its ``kind`` (this schema or an earlier one)."""
 
-    def __init__(self, result: BenchReport | dict[str, Any]):
+    def __init__(self, result: BenchReport | ScenarioReport | dict[str, JSON]):
+        self.report: BenchReport | None = None
+        self.scenarios: ScenarioReport | None = None
         if isinstance(result, BenchReport):
-            self.report: BenchReport | None = result
-            self._scenarios = None
+            self.report = result
+        elif isinstance(result, ScenarioReport):
+            self.scenarios = result
         elif result.get("kind") == "scenarios":
-            self.report, self._scenarios = None, result
+            self.scenarios = from_json(ScenarioReport, result)
         else:  # bench.json of a probe bench, this schema or an earlier one
-            self.report, self._scenarios = from_json(BenchReport, result), None
+            self.report = from_json(BenchReport, result)
 
     @property
-    def data(self) -> dict[str, Any]:
-        return to_json(self.report if self.report is not None else self._scenarios)  # type: ignore[return-value]
+    def typed(self) -> BenchReport | ScenarioReport:
+        """The report, of either kind."""
+        return self.report if self.report is not None else self.scenarios  # type: ignore[return-value]
 
     @property
-    def engines(self) -> list[Any]:
-        """The engines: :class:`EngineResult` objects of a probe bench, a LoadGen bench's engine entries."""
-        return self.report.engines if self.report is not None else self.data["engines"]
+    def data(self) -> dict[str, JSON]:
+        return to_json(self.typed)  # type: ignore[return-value]
+
+    @property
+    def engines(self) -> list[EngineResult] | list[ScenarioEngine]:
+        """The engines: :class:`EngineResult` objects of a probe bench, :class:`ScenarioEngine` objects of a LoadGen
+        bench."""
+        return self.typed.engines
 
     @property
     def passed(self) -> bool:
-        return bool(self.report.passed if self.report is not None else self.data["passed"])
+        return bool(self.typed.passed)
 
-    def engine(self, label: str) -> Any:
+    def engine(self, label: str) -> EngineResult | ScenarioEngine:
         for e in self.engines:
-            if (e.label if isinstance(e, EngineResult) else e["label"]) == label:
+            if e.label == label:
                 return e
         raise KeyError(label)
 
@@ -53,26 +65,27 @@ class BenchResult:
     @property
     def is_scenarios(self) -> bool:
         """A ``bench --scenario`` result (LoadGen's scenarios) rather than a probe's speed and parity."""
-        return self.report is None
+        return self.scenarios is not None
 
     def to_markdown(self) -> str:
-        if self.is_scenarios:
+        if self.scenarios is not None:
             from breaknli_fast.bench.loadgen.report import scenario_markdown
 
-            return scenario_markdown(self.data)
+            return scenario_markdown(self.scenarios)
         from breaknli_fast.bench.report import bench_markdown
 
         return bench_markdown(self.report)
 
     def table(self) -> Any:
         """The terminal table (rich)."""
-        if self.is_scenarios:
+        if self.scenarios is not None:
             from rich.console import Group
 
             from breaknli_fast.bench.loadgen.report import compliance_rich_table, scenario_rich_table
 
-            audits = compliance_rich_table(self.data)
-            return scenario_rich_table(self.data) if audits is None else Group(scenario_rich_table(self.data), audits)
+            audits = compliance_rich_table(self.scenarios)
+            table = scenario_rich_table(self.scenarios)
+            return table if audits is None else Group(table, audits)
         from breaknli_fast.bench.report import rich_table
 
         return rich_table(self.report)

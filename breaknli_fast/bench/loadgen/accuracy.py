@@ -27,6 +27,8 @@ from typing import Any, Sequence
 
 from breaknli_fast.bench import agreement
 from breaknli_fast.bench.loadgen.roles import GenSample, ReplayGenerator
+from breaknli_fast.bench.loadgen.types import AccuracyGate, PairedDiff
+from breaknli_fast.bench.types import JSON, from_json
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.probes.base import Probe
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, classify_premise_hypothesis, new_times, process_chunk
@@ -76,7 +78,7 @@ def study_scores(records: dict[int, dict[str, Any]]) -> dict[int, float]:
             if rec.get("status") == "evaluated"}
 
 
-def gate(scores: dict[int, float], ref_scores: dict[int, float], tolerance: float) -> dict[str, Any]:
+def gate(scores: dict[int, float], ref_scores: dict[int, float], tolerance: float) -> AccuracyGate:
     """The engine's score, the reference's, the percentage of the reference, the tiers and the paired verdict."""
     score = 100.0 * sum(scores.values()) / len(scores) if scores else None
     ref = 100.0 * sum(ref_scores.values()) / len(ref_scores) if ref_scores else None
@@ -84,9 +86,9 @@ def gate(scores: dict[int, float], ref_scores: dict[int, float], tolerance: floa
     both = sorted(set(scores) & set(ref_scores))
     diff = paired_diff([scores[i] for i in both], [ref_scores[i] for i in both])
     diff.update(equivalence(diff, tolerance))
-    return {"score_pct": score, "reference_pct": ref, "of_reference_pct": of_ref, "n": len(scores),
-            "tiers": {f"{t:g}": (of_ref >= t - 1e-9) if of_ref is not None else None for t in TIERS},
-            "paired": diff}
+    return AccuracyGate(score_pct=score, reference_pct=ref, of_reference_pct=of_ref, n=len(scores),
+                        tiers={f"{t:g}": (of_ref >= t - 1e-9) if of_ref is not None else None for t in TIERS},
+                        paired=from_json(PairedDiff, diff))
 
 
 def label_agreement(labels: dict[int, int], ref_labels: dict[int, int]) -> float | None:
@@ -95,16 +97,15 @@ def label_agreement(labels: dict[int, int], ref_labels: dict[int, int]) -> float
 
 
 def records_parity(probe: Probe, records: dict[int, dict[str, Any]], ref_records: dict[int, dict[str, Any]],
-                   tolerance: float) -> dict[str, Any]:
+                   tolerance: float) -> dict[str, JSON]:
     """The probe's headline metrics on these records against the reference's (paired by mode and example)."""
     return agreement.probe_parity(probe, list(ref_records.values()), list(records.values()), tolerance)
 
 
-def verdict_text(g: dict[str, Any] | None) -> str | None:
+def verdict_text(g: AccuracyGate | None) -> str | None:
     """``equivalent``, ``different`` or ``inconclusive``, with ``(too few)`` where no outcome could show
     equivalence on so few samples."""
-    if not g:
+    if g is None or g.paired is None:
         return None
-    p = g.get("paired") or {}
-    v = p.get("verdict")
-    return f"{v} (too few)" if v and p.get("too_small") and v != "different" else v
+    v = g.paired.verdict
+    return f"{v} (too few)" if v and g.paired.too_small and v != "different" else v

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from breaknli_fast.bench.loadgen import logs
+from breaknli_fast.bench.loadgen.types import ComplianceResult, OutputsMatch, RunResult, ScenarioRound
 from breaknli_fast.errors import UserError
 
 TESTS = ("TEST01", "TEST04", "TEST05")
@@ -75,15 +76,14 @@ def apply(test: str, ts: Any) -> Any:
     return ts
 
 
-def headline(result: dict[str, Any], scenario: str) -> tuple[float | None, bool]:
-    """(the scenario's headline figure, whether higher is faster)."""
+def headline(result: RunResult | ScenarioRound, scenario: str) -> tuple[float | None, bool]:
+    """(the scenario's headline figure of a run or a row's round, whether higher is faster)."""
     if scenario in ("offline", "server"):
-        return result.get("samples_per_s"), True
-    key = "p90_ms" if scenario == "single-stream" else "p99_ms"
-    return result.get("early_stop_ms") or result.get(key), False
+        return result.samples_per_s, True
+    return result.early_stop_ms or (result.p90_ms if scenario == "single-stream" else result.p99_ms), False
 
 
-def speed_ratio(test: dict[str, Any], reference: dict[str, Any], scenario: str) -> float | None:
+def speed_ratio(test: RunResult, reference: RunResult, scenario: str) -> float | None:
     """How much faster the test run was than the performance run (1.0: as fast; 1.2: 20 % faster)."""
     t, higher = headline(test, scenario)
     r, _ = headline(reference, scenario)
@@ -92,7 +92,8 @@ def speed_ratio(test: dict[str, Any], reference: dict[str, Any], scenario: str) 
     return float(t) / float(r) if higher else float(r) / float(t)
 
 
-def outputs_match(test_entries: Sequence[dict[str, Any]], accuracy_entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def outputs_match(test_entries: Sequence[logs.AccuracyEntry],
+                  accuracy_entries: Sequence[logs.AccuracyEntry]) -> OutputsMatch:
     """TEST01's first check: each logged performance-mode response against the accuracy run's for its sample."""
     ref = {int(e["qsl_idx"]): str(e.get("data", "")).upper() for e in accuracy_entries}
     compared = equal = 0
@@ -106,24 +107,24 @@ def outputs_match(test_entries: Sequence[dict[str, Any]], accuracy_entries: Sequ
             equal += 1
         elif first_bad is None:
             first_bad = idx
-    return {"logged": len(test_entries), "compared": compared, "equal": equal, "first_different_sample": first_bad,
-            "passed": compared > 0 and equal == compared}
+    return OutputsMatch(logged=len(test_entries), compared=compared, equal=equal, first_different_sample=first_bad,
+                        passed=compared > 0 and equal == compared)
 
 
-def judge(test: str, result: dict[str, Any], reference: dict[str, Any], scenario: str,
-          folder: str | Path, accuracy_folder: str | Path) -> dict[str, Any]:
-    """PASS / FAIL of one test from its LoadGen result, the performance run's and (TEST01) the logs."""
+def judge(test: str, result: RunResult, reference: RunResult, scenario: str, folder: str | Path,
+          accuracy_folder: str | Path, log: str | None = None) -> ComplianceResult:
+    """PASS / FAIL of one test from its LoadGen result, the performance run's and (TEST01) the logs; ``log``: its
+    log folder as the row names it."""
     ratio = speed_ratio(result, reference, scenario)
-    valid = result.get("validity") == "VALID"
-    out: dict[str, Any] = {"test": test, "validity": result.get("validity"), "speed_ratio": ratio,
-                           "audit_config_read": audit_read(folder)}
-    why: list[str] = []
-    if not valid:
-        why.append(f"LoadGen: {result.get('validity') or 'no result'}")
-    if not out["audit_config_read"]:
+    out = ComplianceResult(test=test, validity=result.validity, speed_ratio=ratio,
+                           audit_config_read=audit_read(folder), log=log)
+    why = out.why
+    if result.validity != "VALID":
+        why.append(f"LoadGen: {result.validity or 'no result'}")
+    if not out.audit_config_read:
         why.append("LoadGen did not read the audit.config")
     if test == "TEST05":
-        out["seeds"] = dict(TEST05_SEEDS)
+        out.seeds = dict(TEST05_SEEDS)
         if not _logged(folder, "test05 flag detected"):
             why.append("LoadGen did not switch to the test05 seeds")
     if test == "TEST04":
@@ -137,15 +138,13 @@ def judge(test: str, result: dict[str, Any], reference: dict[str, Any], scenario
             why.append("performance " + (f"{(ratio - 1) * 100:+.1f} %" if ratio else "without a figure")
                        + f" against the performance run (within ±{BAND:.0%})")
     if test == "TEST01":
-        out["outputs"] = outputs_match(logs.accuracy_entries(folder), logs.accuracy_entries(accuracy_folder))
-        o = out["outputs"]
-        if not o["passed"]:
-            why.append(f"{o['compared'] - o['equal']} of {o['compared']} responses logged in performance mode differ "
-                       f"from the accuracy run's (first: sample {o['first_different_sample']})" if o["compared"]
+        o = out.outputs = outputs_match(logs.accuracy_entries(folder), logs.accuracy_entries(accuracy_folder))
+        if not o.passed:
+            why.append(f"{o.compared - o.equal} of {o.compared} responses logged in performance mode differ from the "
+                       f"accuracy run's (first: sample {o.first_different_sample})" if o.compared
                        else "no response logged in performance mode to compare")
-    out["passed"] = not why
-    out["result"] = "PASS" if not why else "FAIL"
-    out["why"] = why
+    out.passed = not why
+    out.result = "PASS" if not why else "FAIL"
     return out
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from breaknli_fast.bench.loadgen import logs
+from breaknli_fast.bench.loadgen.types import RunResult
 
 
 @dataclass
@@ -43,7 +44,7 @@ class SampleRunner(Protocol):
 @dataclass
 class TestRun:
     folder: Path
-    result: dict[str, Any]  # logs.read_run
+    result: RunResult  # logs.read_run
     outputs: dict[int, Any] = field(default_factory=dict)  # library index -> value (its first answer)
     service_s: list[float] = field(default_factory=list)  # per query: the engine's own time, LoadGen's excluded
     samples: int = 0
@@ -68,7 +69,7 @@ def run_test(lg: Any, runner: SampleRunner, ts: Any, folder: str | Path, percent
     if audit is not None:
         audit_path.write_text(audit)
     waiting: queue.SimpleQueue = queue.SimpleQueue()
-    run = TestRun(folder, {})
+    run = TestRun(folder, RunResult())
 
     def issue(samples: Any) -> None:
         waiting.put(list(samples))

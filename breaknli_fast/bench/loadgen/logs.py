@@ -7,18 +7,24 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Union
+
+from breaknli_fast.bench.loadgen.types import RunResult
+from breaknli_fast.bench.types import JSON
 
 DETAIL, SUMMARY, ACCURACY, TRACE = ("mlperf_log_detail.txt", "mlperf_log_summary.txt", "mlperf_log_accuracy.json",
                                     "mlperf_log_trace.json")
 PREFIX = ":::MLLOG"
 _ESTIMATE = re.compile(r"([\d.]+)th percentile estimate: (\d+)")
+AccuracyEntry = Mapping[str, Union[int, str]]  # one entry of mlperf_log_accuracy.json: seq_id, qsl_idx, data (hex)
 
 
-def read_detail(path: str | Path) -> dict[str, Any]:
+def read_detail(path: str | Path) -> dict[str, JSON]:
     """Every key of a detail log (the last value of a key that appears twice), with ``_errors`` and
     ``_warnings``: the messages LoadGen flagged as such."""
-    out: dict[str, Any] = {"_errors": [], "_warnings": []}
+    errors: list[str] = []
+    warnings: list[str] = []
+    out: dict[str, JSON] = {"_errors": errors, "_warnings": warnings}
     for line in Path(path).read_text(errors="replace").splitlines():
         if not line.startswith(PREFIX):
             continue
@@ -29,9 +35,9 @@ def read_detail(path: str | Path) -> dict[str, Any]:
         key, value, meta = entry.get("key"), entry.get("value"), entry.get("metadata") or {}
         out[key] = value
         if meta.get("is_error"):
-            out["_errors"].append(f"{key}: {value}")
+            errors.append(f"{key}: {value}")
         elif meta.get("is_warning"):
-            out["_warnings"].append(f"{key}: {value}")
+            warnings.append(f"{key}: {value}")
     return out
 
 
@@ -67,7 +73,7 @@ def recommendations(summary: str) -> list[str]:
     return out
 
 
-def reasons(d: dict[str, Any], summary: str = "") -> list[str]:
+def reasons(d: Mapping[str, JSON], summary: str = "") -> list[str]:
     """Why LoadGen judged a run INVALID, in its own words (empty for a VALID run)."""
     if d.get("result_validity") != "INVALID":
         return []
@@ -90,7 +96,7 @@ def reasons(d: dict[str, Any], summary: str = "") -> list[str]:
         out.append(_clean(d["result_invalid_reason"]))
     said = " ".join(out)
     out += [f"recommendation: {r}" for r in recommendations(summary) if r not in said]
-    out += [f"LoadGen error: {e}" for e in d.get("_errors", [])]
+    out += [f"LoadGen error: {e}" for e in d.get("_errors") or []]
     return out or ["INVALID (LoadGen gave no reason)"]
 
 
@@ -98,7 +104,7 @@ def _num(x: Any, scale: float) -> str:
     return f"{float(x) * scale:g}" if isinstance(x, (int, float)) else "?"
 
 
-def read_run(folder: str | Path, percentile: float | None) -> dict[str, Any]:
+def read_run(folder: str | Path, percentile: float | None) -> RunResult:
     """One run's results from its log folder: validity and reasons, latency percentiles (per query in
     MultiStream), the early-stopping estimates, throughput, TTFT / TPOT, and the settings and seeds LoadGen used."""
     folder = Path(folder)
@@ -111,33 +117,31 @@ def read_run(folder: str | Path, percentile: float | None) -> dict[str, Any]:
             return _ms(d.get(f"result_time_per_output_token_{p}_percentile_ns"))
         return _ms(d.get(f"result_{kind}{p}_percentile_{per if not kind else ''}latency_ns"))
 
-    out = {
-        "validity": d.get("result_validity"),
-        "reasons": reasons(d, summary),
-        "queries": d.get("result_query_count"),
-        "p50_ms": pct("50.00"), "p90_ms": pct("90.00"), "p99_ms": pct("99.00"),
-        "mean_ms": _ms(d.get(f"result_mean_{per}latency_ns") if per else d.get("result_mean_latency_ns")),
-        "early_stop_ms": estimate_ms(d.get("early_stopping_result"), percentile),
-        "samples_per_s": (d.get("result_samples_per_second") or d.get("result_completed_samples_per_sec")
-                          or d.get("result_qps_without_loadgen_overhead")),
-        "ttft_p50_ms": pct("50.00", "first_token_"), "ttft_p90_ms": pct("90.00", "first_token_"),
-        "ttft_p99_ms": pct("99.00", "first_token_"),
-        "ttft_early_stop_ms": estimate_ms(d.get("early_stopping_ttft_result"), percentile),
-        "tpot_p50_ms": pct("50.00", "tpot"), "tpot_p90_ms": pct("90.00", "tpot"), "tpot_p99_ms": pct("99.00", "tpot"),
-        "tpot_early_stop_ms": estimate_ms(d.get("early_stopping_tpot_result"), percentile),
-        "tokens_per_s": d.get("result_completed_tokens_per_second") or d.get("result_tokens_per_second"),
-        "settings": {k[len("effective_"):]: v for k, v in d.items() if k.startswith("effective_")},
-        "loadgen_version": d.get("loadgen_version"),
-        "errors": d.get("_errors", []), "warnings": d.get("_warnings", []),
-    }
-    if d.get("effective_scenario") == "MultiStream":
-        out["samples_per_s"] = None  # LoadGen reports MultiStream by its query latency only
-    if not summary and not d.get("result_validity"):
-        out["validity"] = None
-    return out
+    multi = d.get("effective_scenario") == "MultiStream"  # LoadGen reports MultiStream by its query latency only
+    return RunResult(
+        validity=d.get("result_validity") if summary or d.get("result_validity") else None,
+        reasons=reasons(d, summary),
+        queries=d.get("result_query_count"),
+        p50_ms=pct("50.00"), p90_ms=pct("90.00"), p99_ms=pct("99.00"),
+        mean_ms=_ms(d.get(f"result_mean_{per}latency_ns") if per else d.get("result_mean_latency_ns")),
+        early_stop_ms=estimate_ms(d.get("early_stopping_result"), percentile),
+        samples_per_s=None if multi else (d.get("result_samples_per_second")
+                                          or d.get("result_completed_samples_per_sec")
+                                          or d.get("result_qps_without_loadgen_overhead")),
+        ttft_p50_ms=pct("50.00", "first_token_"), ttft_p90_ms=pct("90.00", "first_token_"),
+        ttft_p99_ms=pct("99.00", "first_token_"),
+        ttft_early_stop_ms=estimate_ms(d.get("early_stopping_ttft_result"), percentile),
+        tpot_p50_ms=pct("50.00", "tpot"), tpot_p90_ms=pct("90.00", "tpot"), tpot_p99_ms=pct("99.00", "tpot"),
+        tpot_early_stop_ms=estimate_ms(d.get("early_stopping_tpot_result"), percentile),
+        tokens_per_s=(d.get("result_completed_tokens_per_second")
+                      or d.get("result_tokens_per_second")),
+        settings={k[len("effective_"):]: v for k, v in d.items() if k.startswith("effective_")},
+        loadgen_version=d.get("loadgen_version"),
+        errors=list(d["_errors"]), warnings=list(d["_warnings"]),
+    )
 
 
-def accuracy_entries(folder: str | Path) -> list[dict[str, Any]]:
+def accuracy_entries(folder: str | Path) -> list[AccuracyEntry]:
     """The entries of ``mlperf_log_accuracy.json`` (``qsl_idx``, ``data`` in hex)."""
     p = Path(folder) / ACCURACY
     try:

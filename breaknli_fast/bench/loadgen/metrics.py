@@ -5,8 +5,10 @@ table, its format, and which way is better (``--compare``'s B / A ratio). The JS
 
 from __future__ import annotations
 
+import typing
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+
+Scalar = typing.Union[str, int, float, bool, None]  # a metric's value (what Metric.text formats), a LoadGen setting
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,7 @@ class Metric:
     doc: str = ""
     group: str = "latency"  # the Markdown table it is a column of: latency, accuracy or edge
 
-    def text(self, value: Any) -> str:
+    def text(self, value: Scalar) -> str:
         if value is None:
             return "–"
         if self.fmt == "tier":
@@ -32,7 +34,7 @@ class Metric:
         except (TypeError, ValueError):
             return str(value)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Scalar]:
         return asdict(self)
 
 
@@ -92,7 +94,7 @@ METRICS: tuple[Metric, ...] = tuple(
 BY_KEY = {m.key: m for m in METRICS}
 
 
-def values(**given: Any) -> dict[str, Any]:
+def values(**given: Scalar) -> dict[str, Scalar]:
     """A row's metrics: every defined key (None where not given); an undefined key is a programming error."""
     unknown = sorted(set(given) - set(BY_KEY))
     if unknown:
@@ -106,9 +108,6 @@ def tier_reached(tier_99: bool | None, tier_999: bool | None) -> str | None:
     return "99.9 %" if tier_999 else "99 %" if tier_99 else "none"
 
 
-def definitions() -> list[dict[str, Any]]:
+def definitions() -> list[dict[str, Scalar]]:
+    """The definitions as bench.json carries them (``scenario_metrics``)."""
     return [m.to_dict() for m in METRICS]
-
-
-def row_key(row: dict[str, Any]) -> tuple[str, str, str]:
-    return (str(row.get("engine")), str(row.get("role")), str(row.get("scenario")))

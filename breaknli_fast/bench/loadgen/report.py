@@ -3,23 +3,24 @@ every column from the metric definitions (:mod:`.metrics`; a saved bench renders
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-from breaknli_fast.bench.loadgen.metrics import METRICS, Metric, row_key
+from breaknli_fast.bench.loadgen.metrics import METRICS, Metric
 from breaknli_fast.bench.loadgen.settings import ROLE_TITLES, SCENARIOS
+from breaknli_fast.bench.loadgen.types import ComplianceResult, MetricCell, ScenarioReport, ScenarioRow, read_report
+from breaknli_fast.bench.types import JSON
+
+Scenarios = ScenarioReport | Mapping[str, JSON]  # a scenario bench, or its JSON (read with read_report)
 
 GROUPS = (("latency", "Latency and throughput (LoadGen's figures)"),
           ("accuracy", "Accuracy against the torch fp32 reference (AccuracyOnly pass)"),
           ("edge", "Cold start, size and memory"))
 
 
-def metrics_of(data: dict[str, Any]) -> tuple[Metric, ...]:
+def metrics_of(data: Scenarios) -> tuple[Metric, ...]:
     """The metric definitions a bench was saved with (this version's where it carries none)."""
-    saved = data.get("scenario_metrics")
-    if not saved:
-        return METRICS
-    fields = set(Metric.__dataclass_fields__)
-    return tuple(Metric(**{k: v for k, v in d.items() if k in fields}) for d in saved)
+    return read_report(data).metric_definitions()
 
 
 def _md(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -28,51 +29,50 @@ def _md(header: list[str], rows: list[list[str]]) -> list[str]:
             + ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows])
 
 
-def _ident(row: dict[str, Any]) -> list[str]:
-    return [row["engine"], ROLE_TITLES.get(row["role"], row["role"]), row["scenario"]]
+def _ident(row: ScenarioRow) -> list[str]:
+    return [row.engine, ROLE_TITLES.get(row.role, row.role), row.scenario]
 
 
 SHORT_ROLE = {"classifier": "clf", "generator": "gen", "study": "study"}
 
 
-def _short_ident(row: dict[str, Any]) -> list[str]:
+def _short_ident(row: ScenarioRow) -> list[str]:
     """The terminal's narrow names: ``clf`` / ``gen`` / ``study``, the scenario without ``-stream``."""
-    return [row["engine"], SHORT_ROLE.get(row["role"], row["role"]), row["scenario"].replace("-stream", "")]
+    return [row.engine, SHORT_ROLE.get(row.role, row.role), row.scenario.replace("-stream", "")]
 
 
-def scenario_tables(data: dict[str, Any]) -> list[str]:
+def scenario_tables(data: ScenarioReport) -> list[str]:
     """The scenarios table, one Markdown table per group of metrics (rows: engine x role x scenario)."""
-    ms = metrics_of(data)
-    rows = data.get("scenarios") or []
+    ms = data.metric_definitions()
+    rows = data.scenarios
     out: list[str] = []
     for group, title in GROUPS:
-        cols = [m for m in ms if m.group == group and any(r["metrics"].get(m.key) is not None for r in rows)]
+        cols = [m for m in ms if m.group == group and any(r.metric(m.key) is not None for r in rows)]
         if not cols:
             continue
         out += [f"### {title}", ""]
         out += _md(["engine", "role", "scenario"] + [m.title for m in cols],
-                   [_ident(r) + [m.text(r["metrics"].get(m.key)) for m in cols] for r in rows]) + [""]
+                   [_ident(r) + [m.text(r.metric(m.key)) for m in cols] for r in rows]) + [""]
     return out
 
 
-def compliance_cell(c: dict[str, Any]) -> str:
+def compliance_cell(c: ComplianceResult) -> str:
     """One compliance test of one row: PASS / FAIL, the speed against the performance run, TEST01's outputs."""
-    parts = [f"{(c['speed_ratio'] - 1) * 100:+.1f} %"] if c.get("speed_ratio") else []
-    o = c.get("outputs")
+    parts = [f"{(c.speed_ratio - 1) * 100:+.1f} %"] if c.speed_ratio else []
+    o = c.outputs
     if o:
-        parts.append(f"{o['equal']}/{o['compared']} equal")
-    return c["result"] + (f" ({', '.join(parts)})" if parts else "")
+        parts.append(f"{o.equal}/{o.compared} equal")
+    return c.result + (f" ({', '.join(parts)})" if parts else "")
 
 
-def compliance_rows(data: dict[str, Any]) -> tuple[list[str], list[tuple[list[str], list[str]]]]:
+def compliance_rows(data: ScenarioReport) -> tuple[list[str], list[tuple[list[str], list[str]]]]:
     """(tests, [(the row's short names, a cell per test)]) of the rows that ran compliance tests."""
-    rows = [r for r in data.get("scenarios") or [] if r.get("compliance")]
-    tests = sorted({t for r in rows for t in r["compliance"]})
-    return tests, [(_short_ident(r), [compliance_cell(r["compliance"][t]) if t in r["compliance"] else "–"
-                                      for t in tests]) for r in rows]
+    rows = [(r, r.compliance) for r in data.scenarios if r.compliance]
+    tests = sorted({t for _, c in rows for t in c})
+    return tests, [(_short_ident(r), [compliance_cell(c[t]) if t in c else "–" for t in tests]) for r, c in rows]
 
 
-def compliance_tables(data: dict[str, Any]) -> list[str]:
+def compliance_tables(data: ScenarioReport) -> list[str]:
     tests, rows = compliance_rows(data)
     if not rows:
         return []
@@ -83,64 +83,69 @@ def compliance_tables(data: dict[str, Any]) -> list[str]:
             + _md(["engine", "role", "scenario"] + tests, [ident + cells for ident, cells in rows]) + [""])
 
 
-def _header(data: dict[str, Any]) -> list[str]:
-    env, lg, wl = data.get("environment", {}), data.get("loadgen", {}), data.get("workload", {})
-    pk = env.get("packages", {})
-    seeds = (data.get("seeds") or {}).get("loadgen") or {}
-    dec = wl.get("decoding") or {}
-    models = data.get("models") or {}
+def _header(data: ScenarioReport) -> list[str]:
+    env, lg, wl = data.environment, data.loadgen, data.workload
+    pk = env.get("packages") or {}
+    seeds = data.seeds.loadgen or {}
+    dec = wl.decoding or {}
+    models = data.models
     return [
         f"- machine: {env.get('cpu')} ({env.get('cpu_count')} logical CPUs, {env.get('memory_gib')} GiB); load "
         "average in each row",
         f"- versions: breaknli-fast {env.get('breaknli_fast')} ({env.get('git')}), mlcommons-loadgen "
-        f"{lg.get('version')}, torch {pk.get('torch')}, onnxruntime {pk.get('onnxruntime')}",
-        f"- rules: {lg.get('rules')}; LoadGen seeds: " + ", ".join(f"{k} {v}" for k, v in seeds.items()),
-        f"- models: classifier `{models.get('classifier')}`, generator `{models.get('generator')}`"
-        + (" (random weights: speed only)" if models.get("random_weights") else "")
-        + f"; data `{(data.get('data') or {}).get('name')}`: "
+        f"{lg.version}, torch {pk.get('torch')}, onnxruntime {pk.get('onnxruntime')}",
+        f"- rules: {lg.rules}; LoadGen seeds: " + ", ".join(f"{k} {v}" for k, v in seeds.items()),
+        f"- models: classifier `{models.classifier}`, generator `{models.generator}`"
+        + (" (random weights: speed only)" if models.random_weights else "")
+        + f"; data `{data.data.name}`: "
         + "; ".join(x for x in (
-            f"{wl['classifier_samples']} classifier samples" if wl.get("classifier_samples") else "",
-            f"{wl['generator_samples']} generator / study-unit samples (K = {wl.get('k')}, {dec.get('strategy')}, "
+            f"{wl.classifier_samples} classifier samples" if wl.classifier_samples else "",
+            f"{wl.generator_samples} generator / study-unit samples (K = {wl.k}, {dec.get('strategy')}, "
             f"top-k {dec.get('top_k')}, top-p {dec.get('top_p')}, max_new_tokens {dec.get('max_new_tokens')})"
-            if wl.get("generator_samples") else "") if x),
-        f"- accuracy: score as a percentage of `{data.get('reference')}`'s on the same samples; tiers 99 % and "
-        f"99.9 %; `--strict` requires the {data.get('accuracy_tier', 99.0):g} % tier and VALID runs; paired "
-        f"verdicts at ±{data.get('tolerance_pp')} pp",
+            if wl.generator_samples else "") if x),
+        f"- accuracy: score as a percentage of `{data.reference}`'s on the same samples; tiers 99 % and "
+        f"99.9 %; `--strict` requires the {data.accuracy_tier:g} % tier and VALID runs; paired "
+        f"verdicts at ±{data.tolerance_pp} pp",
         "",
     ]
 
 
-def scenario_markdown(data: dict[str, Any]) -> str:
+def _row_logs(r: ScenarioRow) -> str:
+    assert r.logs is not None
+    return (f"- {' '.join(_ident(r))}: `{r.logs.performance}`, `{r.logs.accuracy}`"
+            + "".join(f", `{x.log}`" for x in (r.rounds or [])[1:])
+            + "".join(f", `{c.log}`" for c in (r.compliance or {}).values()))
+
+
+def scenario_markdown(data: Scenarios) -> str:
+    data = read_report(data)
     lines = ["# breaknli-fast bench: LoadGen scenarios", ""]
-    if data.get("command"):
-        lines += ["```", data["command"], "```", ""]
+    if data.command:
+        lines += ["```", data.command, "```", ""]
     lines += _header(data)
-    lines += [f"> **Note:** {n}" for n in data.get("notes", [])] + ([""] if data.get("notes") else [])
+    lines += [f"> **Note:** {n}" for n in data.notes] + ([""] if data.notes else [])
     lines += ["## Scenarios", ""] + scenario_tables(data) + compliance_tables(data)
-    bad = [r for r in data.get("scenarios") or [] if r.get("reasons")]
+    bad = [r for r in data.scenarios if r.reasons]
     if bad:
         lines += ["### Why LoadGen judged a run INVALID", ""]
-        lines += [f"- {' '.join(_ident(r))}: " + "; ".join(r["reasons"]) for r in bad] + [""]
-    warn = [r for r in data.get("scenarios") or [] if r.get("warnings")]
+        lines += [f"- {' '.join(_ident(r))}: " + "; ".join(r.reasons) for r in bad] + [""]
+    warn = [r for r in data.scenarios if r.warnings]
     if warn:
-        lines += ["### Warnings", ""] + [f"- {' '.join(_ident(r))}: " + "; ".join(r["warnings"]) for r in warn] + [""]
+        lines += ["### Warnings", ""] + [f"- {' '.join(_ident(r))}: " + "; ".join(r.warnings) for r in warn] + [""]
     lines += ["### Logs", "", "LoadGen's own logs (mlperf_log_summary.txt, mlperf_log_detail.txt, "
               "mlperf_log_accuracy.json) of each run, relative to this folder:", ""]
-    lines += [f"- {' '.join(_ident(r))}: `{r['logs']['performance']}`, `{r['logs']['accuracy']}`"
-              + "".join(f", `{x['log']}`" for x in (r.get("rounds") or [])[1:])
-              + "".join(f", `{c['log']}`" for c in (r.get("compliance") or {}).values())
-              for r in data.get("scenarios") or [] if r.get("logs")] + [""]
-    skipped = [e for e in data.get("engines", []) if e.get("status") != "ok"]
+    lines += [_row_logs(r) for r in data.scenarios if r.logs] + [""]
+    skipped = [e for e in data.engines if e.status != "ok"]
     if skipped:
         lines += ["## Skipped or failed engines", ""]
-        lines += [f"- `{e['label']}`: {e['status']}: {e['reason']}" for e in skipped] + [""]
+        lines += [f"- `{e.label}`: {e.status}: {e.reason}" for e in skipped] + [""]
     lines += ["## Verdict", "", "PASS: every run VALID, every engine at the required tier and every compliance test passed"
-              if data.get("passed")
+              if data.passed
               else "FAIL:"]
-    lines += [f"- {f}" for f in data.get("failures", [])]
+    lines += [f"- {f}" for f in data.failures]
     lines += ["", "## What the columns mean", ""]
     docs: dict[str, list[str]] = {}
-    for m in metrics_of(data):
+    for m in data.metric_definitions():
         if m.doc:
             docs.setdefault(m.doc, []).append(m.title)
     lines += [f"- **{' / '.join(titles)}**: {doc}" for doc, titles in docs.items()]
@@ -149,17 +154,18 @@ def scenario_markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def scenario_rich_table(data: dict[str, Any]) -> Any:
+def scenario_rich_table(data: Scenarios) -> Any:
     from rich.table import Table
 
-    ms = [m for m in metrics_of(data) if m.terminal]
-    rows = data.get("scenarios") or []
-    ms = [m for m in ms if any(r["metrics"].get(m.key) is not None for r in rows)]
-    t = Table(title=f"LoadGen scenarios vs {data.get('reference')}"
-              + (" (random weights: accuracy not meaningful)" if not data.get("parity_meaningful", True) else ""))
+    data = read_report(data)
+    ms = [m for m in data.metric_definitions() if m.terminal]
+    rows = data.scenarios
+    ms = [m for m in ms if any(r.metric(m.key) is not None for r in rows)]
+    t = Table(title=f"LoadGen scenarios vs {data.reference}"
+              + (" (random weights: accuracy not meaningful)" if not data.parity_meaningful else ""))
     from breaknli_fast.console import name_cell, name_width
 
-    widths = {"engine": name_width([r["engine"] for r in rows] + [e["label"] for e in data.get("engines", [])]),
+    widths = {"engine": name_width([r.engine for r in rows] + [e.label for e in data.engines]),
               "role": len("study"), "scen.": len("single")}
     for name, just in [("engine", "left"), ("role", "left"), ("scen.", "left")] + [(m.short, "right") for m in ms]:
         t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
@@ -167,19 +173,19 @@ def scenario_rich_table(data: dict[str, Any]) -> Any:
              "FAIL": "[bold red]FAIL[/]"}
     for r in rows:
         ident = _short_ident(r)
-        t.add_row(name_cell(ident[0]), *ident[1:], *[style.get(m.text(r["metrics"].get(m.key)), m.text(r["metrics"].get(m.key)))
-                                for m in ms])
-    for e in data.get("engines", []):
-        if e.get("status") != "ok":
-            t.add_row(e["label"], "–", "–", *([f"[yellow]{e['status']}[/]"] + ["–"] * (len(ms) - 1)))
+        texts = [m.text(r.metric(m.key)) for m in ms]
+        t.add_row(name_cell(ident[0]), *ident[1:], *[style.get(x, x) for x in texts])
+    for e in data.engines:
+        if e.status != "ok":
+            t.add_row(e.label, "–", "–", *([f"[yellow]{e.status}[/]"] + ["–"] * (len(ms) - 1)))
     return t
 
 
-def compliance_rich_table(data: dict[str, Any]) -> Any:
+def compliance_rich_table(data: Scenarios) -> Any:
     """The compliance tests in the terminal (None when none ran)."""
     from rich.table import Table
 
-    tests, rows = compliance_rows(data)
+    tests, rows = compliance_rows(read_report(data))
     if not rows:
         return None
     from breaknli_fast.console import name_cell, name_width
@@ -194,36 +200,48 @@ def compliance_rich_table(data: dict[str, Any]) -> Any:
     return t
 
 
-def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass
+class ScenarioCompareRow:
+    """One (engine, role, scenario) of two scenario benches: whether each has it, and every metric in A and B
+    (``compare.json``)."""
+
+    engine: str
+    role: str
+    scenario: str
+    in_a: bool
+    in_b: bool
+    metrics: dict[str, MetricCell] = field(default_factory=dict)
+
+
+def compare_rows(a: Scenarios, b: Scenarios) -> list[ScenarioCompareRow]:
     """Each (engine, role, scenario) of either bench with every metric in A and B, and B / A where the metric has
     a direction."""
-    ms = metrics_of(b if b.get("scenario_metrics") else a)
-    ra = {row_key(r): r for r in a.get("scenarios") or []}
-    rb = {row_key(r): r for r in b.get("scenarios") or []}
+    a, b = read_report(a), read_report(b)
+    ms = (b if b.scenario_metrics else a).metric_definitions()
+    ra = {r.key: r for r in a.scenarios}
+    rb = {r.key: r for r in b.scenarios}
     out = []
     for key in list(ra) + [k for k in rb if k not in ra]:
-        x, y = (ra.get(key) or {}).get("metrics") or {}, (rb.get(key) or {}).get("metrics") or {}
-        metrics = {}
+        x, y = ra.get(key), rb.get(key)
+        row = ScenarioCompareRow(*key, in_a=x is not None, in_b=y is not None)
         for m in ms:
-            va, vb = x.get(m.key), y.get(m.key)
+            va, vb = x.metric(m.key) if x else None, y.metric(m.key) if y else None
             num = m.better is not None and isinstance(va, (int, float)) and isinstance(vb, (int, float))
-            metrics[m.key] = {"a": va, "b": vb, "ratio_b_over_a": vb / va if num and va else None}
-        out.append({"engine": key[0], "role": key[1], "scenario": key[2], "in_a": key in ra, "in_b": key in rb,
-                    "metrics": metrics})
+            row.metrics[m.key] = MetricCell(va, vb, vb / va if num and va else None)  # type: ignore[operator]
+        out.append(row)
     return out
 
 
-def compare_table_rows(compared: list[dict[str, Any]], defs: tuple[Metric, ...] = METRICS) -> list[list[str]]:
+def compare_table_rows(compared: list[ScenarioCompareRow], defs: tuple[Metric, ...] = METRICS) -> list[list[str]]:
     """The rows of :func:`compare_rows` as table cells."""
     rows = []
     for r in compared:
-        rows.append([f"{r['engine']} {ROLE_TITLES.get(r['role'], r['role'])} {r['scenario']}", "present",
-                     "yes" if r["in_a"] else "absent", "yes" if r["in_b"] else "absent", ""])
+        rows.append([f"{r.engine} {ROLE_TITLES.get(r.role, r.role)} {r.scenario}", "present",
+                     "yes" if r.in_a else "absent", "yes" if r.in_b else "absent", ""])
         for m in defs:
-            v = r["metrics"].get(m.key) or {}
-            if v.get("a") is None and v.get("b") is None:
+            v = r.metrics.get(m.key) or MetricCell()
+            if v.a is None and v.b is None:
                 continue
-            ratio = v.get("ratio_b_over_a")
-            rows.append(["", m.title, m.text(v.get("a")), m.text(v.get("b")),
-                         f"{ratio:.2f}×" if ratio is not None else ""])
+            ratio = v.ratio_b_over_a
+            rows.append(["", m.title, m.text(v.a), m.text(v.b), f"{ratio:.2f}×" if ratio is not None else ""])
     return rows

@@ -15,6 +15,7 @@ import gc
 import re
 import statistics
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -24,20 +25,60 @@ from breaknli_fast.bench.loadgen import compliance
 from breaknli_fast.bench.loadgen import import_loadgen, loadgen_version
 from breaknli_fast.bench.loadgen.coldstart import load_timed, size_on_disk
 from breaknli_fast.bench.loadgen.harness import SampleRunner, TestRun, run_test
-from breaknli_fast.bench.loadgen.metrics import definitions, tier_reached, values
-from breaknli_fast.bench.loadgen.roles import (ClassifierRunner, GeneratorRunner, StudyRunner, first_token_source,
-                                              gen_samples, reuse_off, reuse_on)
+from breaknli_fast.bench.loadgen.metrics import METRICS, tier_reached, values
+from breaknli_fast.bench.loadgen.roles import (ClassifierRunner, GeneratorRunner, GenSample, StudyRunner,
+                                              first_token_source, gen_samples, reuse_off, reuse_on)
 from breaknli_fast.bench.loadgen.settings import SCENARIOS, Hints, ScenarioSettings, seeds_of, loadgen_settings
+from breaknli_fast.bench.loadgen.types import (Calibration, ColdStart, ComplianceResult, DataInfo, EarlyStopping,
+                                              LoadGenInfo, ModelsInfo, Retry, RowLogs, ScenarioEngine,
+                                              ScenarioReport, ScenarioRound, ScenarioRow, ScenarioSeeds, WorkloadInfo)
 from breaknli_fast.bench.measure import PeakMemory
 from breaknli_fast.bench.result import SCHEMA, BenchError, BenchResult
 from breaknli_fast.bench.runner import BenchConfig, prepare_models
 from breaknli_fast.bench.specs import BenchEngine
 from breaknli_fast.bench.stages import workload_prompts
-from breaknli_fast.data.loaders import load_examples
+from breaknli_fast.bench.types import JSON
+from breaknli_fast.data.loaders import LoadedData, load_examples
+from breaknli_fast.engines.base import Classifier, Generator
 from breaknli_fast.errors import UserError, first_line
+from breaknli_fast.probes.base import Probe
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
 
 CALIBRATION_S = 2.0  # seconds of the calibration batch, about
+
+RowKey = tuple[str, str, str]  # (engine, role, scenario)
+
+
+@dataclass
+class ScenarioContext:
+    """The scenario bench being run, as every step shares it: its settings and folder, the reference, the probe and
+    its loop, the samples of each role, and the rows made so far with the accuracy passes' outputs."""
+
+    lg: Any  # the mlperf_loadgen module
+    cfg: BenchConfig
+    settings: ScenarioSettings
+    out: Path
+    log: Callable[[str], None]
+    specs: list[BenchEngine]  # the reference first
+    probe: Probe
+    loop: BreakNLIConfig
+    data: LoadedData
+    models: dict[str, str | None]  # role -> model (random-weight models built in)
+    pairs: list[tuple[str, str]]  # the classifier's samples
+    gold: list[str]
+    samples: list[GenSample]  # the generator's and the study unit's samples
+    meaningful: bool  # real weights: accuracy scores mean something
+    started: str = ""
+    environment: dict[str, JSON] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    random_info: dict[str, JSON] = field(default_factory=dict)  # role -> the random-weights model built
+    rows: list[ScenarioRow] = field(default_factory=list)
+    row_of: dict[RowKey, ScenarioRow] = field(default_factory=dict)
+    acc_out: dict[RowKey, dict[int, Any]] = field(default_factory=dict)  # a row's AccuracyOnly outputs by sample
+
+    @property
+    def ref(self) -> BenchEngine:
+        return self.specs[0]
 
 
 def _loadavg() -> float | None:
@@ -78,10 +119,10 @@ class _LoadFailed(Exception):
 class _Engine:
     """One engine's loaded roles, loaded on first need, with the cold start of each."""
 
-    def __init__(self, spec: BenchEngine, models: dict[str, Any]):
+    def __init__(self, spec: BenchEngine, models: dict[str, str | None]):
         self.spec, self.models = spec, models
-        self.loaded: dict[str, Any] = {}
-        self.cold: dict[str, dict[str, float | None]] = {}
+        self.loaded: dict[str, Classifier | Generator] = {}  # role -> the loaded engine
+        self.cold: dict[str, ColdStart] = {}
 
     def get(self, role: str) -> Any:
         if role not in self.loaded:
@@ -91,58 +132,69 @@ class _Engine:
             except Exception as e:  # noqa: BLE001 - any engine may fail to load
                 raise _LoadFailed(first_line(e)) from e
             self.loaded[role] = m.get(role)
-            self.cold[role] = {**cold, "size_mib": size_on_disk(self.loaded[role])}
+            self.cold[role] = ColdStart(export_s=cold["export_s"], load_s=cold["load_s"],
+                                        size_mib=size_on_disk(self.loaded[role]))
         return self.loaded[role]
 
 
-def _runner(eng: _Engine, role: str, pairs: list, samples: list, loop: BreakNLIConfig) -> SampleRunner:
+def _runner(eng: _Engine, role: str, ctx: ScenarioContext) -> SampleRunner:
     if role == "classifier":
         clf = eng.get("classifier")
         reuse_off(clf)
-        return ClassifierRunner(clf, pairs)
+        return ClassifierRunner(clf, ctx.pairs)
     if role == "generator":
-        return GeneratorRunner(eng.get("generator"), samples, loop)
+        return GeneratorRunner(eng.get("generator"), ctx.samples, ctx.loop)
     clf, gen = eng.get("classifier"), eng.get("generator")
     reuse_off(clf)
-    return StudyRunner(clf, gen, samples, loop)
+    return StudyRunner(clf, gen, ctx.samples, ctx.loop)
 
 
-def _cold(eng: _Engine, role: str) -> dict[str, float | None]:
+def _cold(eng: _Engine, role: str) -> ColdStart:
     """A role's cold start and size: its model's, or the study unit's two models' together."""
     parts = [eng.cold[r] for r in (("classifier", "generator") if role == "study" else (role,))]
 
     def total(k: str) -> float | None:
-        got = [p[k] for p in parts if p.get(k) is not None]
+        got = [getattr(p, k) for p in parts if getattr(p, k) is not None]
         return sum(got) if got else None
 
-    return {"export_s": total("export_s"), "load_s": total("load_s"), "size_mib": total("size_mib")}
+    return ColdStart(export_s=total("export_s"), load_s=total("load_s"), size_mib=total("size_mib"))
 
 
-def _perf(lg: Any, runner: SampleRunner, scenario: str, s: ScenarioSettings, hints: Hints, tokens: bool,
-          folder: Path, device: str) -> tuple[TestRun, dict[str, Any], dict[str, Any] | None]:
-    sc = SCENARIOS[scenario]
+@dataclass
+class _Perf:
+    """A row's performance run: LoadGen's run, the peak resident memory, LoadGen's seeds, the retry taken."""
+
+    run: TestRun
+    peak_rss_mib: float | None
+    seeds: dict[str, int]
+    retry: Retry | None
+
+
+def _perf(ctx: ScenarioContext, runner: SampleRunner, scenario: str, hints: Hints, tokens: bool, folder: Path,
+          device: str) -> _Perf:
+    lg, s, sc = ctx.lg, ctx.settings, SCENARIOS[scenario]
     coalesce = getattr(runner, "per_call", 64) if scenario == "server" else 1
-    retry: dict[str, Any] | None = None
+    retry: Retry | None = None
     for attempt in range(2):
         ts = loadgen_settings(lg, scenario, "performance", s, hints, tokens,
-                              offline_qps=retry.get("expected_qps") if retry else None)
+                              offline_qps=retry.expected_qps if retry else None)
         mem = PeakMemory(device).start()
         run = run_test(lg, runner, ts, folder, sc.percentile, tokens, coalesce)
         peak = mem.read()
         res = run.result
         # LoadGen's own advice, taken once: an Offline query too small for the minimum duration (raise the expected
         # rate to the one measured), too few queries prepared (lower the expected latency)
-        short = scenario == "offline" and bool(res.get("samples_per_s")) and any(
-            r.startswith("min duration not met") for r in res["reasons"])
-        ran_out = any("Ran out of generated queries" in r for r in res["reasons"])
+        short = scenario == "offline" and bool(res.samples_per_s) and any(
+            r.startswith("min duration not met") for r in res.reasons)
+        ran_out = any("Ran out of generated queries" in r for r in res.reasons)
         if attempt or not (short or ran_out):
-            return run, {"peak": peak, "seeds": seeds_of(ts)}, retry
-        retry = {"first_reasons": res["reasons"]}
+            return _Perf(run, peak.get("peak_rss_mib"), seeds_of(ts), retry)
+        retry = Retry(first_reasons=list(res.reasons))
         if short:
-            retry["expected_qps"] = float(res["samples_per_s"]) * 1.1
+            retry.expected_qps = float(res.samples_per_s or 0.0) * 1.1
         else:
             hints = Hints(hints.latency_s * 0.25, hints.batch_qps)
-            retry["expected_latency_ms"] = hints.latency_s * 1e3
+            retry.expected_latency_ms = hints.latency_s * 1e3
     raise AssertionError("unreachable")
 
 
@@ -150,178 +202,187 @@ ROUND_KEYS = ("result", "p50_ms", "p90_ms", "p99_ms", "early_stop_ms", "samples_
               "tpot_p50_ms", "tpot_p90_ms", "tokens_per_s", "queries", "cv_pct")
 
 
-def _round(run: TestRun, tokens: bool, folder: Path, out: Path) -> dict[str, Any]:
+def _round(run: TestRun, tokens: bool, folder: Path, out: Path) -> ScenarioRound:
     """One performance run's figures (a row's round)."""
     res = run.result
-    return {"result": res["validity"], "p50_ms": res["p50_ms"], "p90_ms": res["p90_ms"], "p99_ms": res["p99_ms"],
-            "early_stop_ms": res["early_stop_ms"] if not tokens else None, "samples_per_s": res["samples_per_s"],
-            "ttft_p50_ms": res["ttft_p50_ms"], "ttft_p90_ms": res["ttft_p90_ms"], "tpot_p50_ms": res["tpot_p50_ms"],
-            "tpot_p90_ms": res["tpot_p90_ms"], "tokens_per_s": res["tokens_per_s"], "queries": res["queries"],
-            "cv_pct": _cv(run.service_s), "reasons": res["reasons"], "log": str(folder.relative_to(out))}
+    return ScenarioRound(
+        result=res.validity, p50_ms=res.p50_ms, p90_ms=res.p90_ms, p99_ms=res.p99_ms,
+        early_stop_ms=res.early_stop_ms if not tokens else None, samples_per_s=res.samples_per_s,
+        ttft_p50_ms=res.ttft_p50_ms, ttft_p90_ms=res.ttft_p90_ms, tpot_p50_ms=res.tpot_p50_ms,
+        tpot_p90_ms=res.tpot_p90_ms, tokens_per_s=res.tokens_per_s, queries=res.queries, cv_pct=_cv(run.service_s),
+        reasons=list(res.reasons), log=str(folder.relative_to(out)))
 
 
-def _next_round(lg: Any, eng: _Engine, role: str, runner: SampleRunner, ctx: dict[str, Any], rnd: int) -> None:
+def _next_round(ctx: ScenarioContext, eng: _Engine, role: str, runner: SampleRunner, rnd: int) -> None:
     """Round ``rnd`` (0-based, > 0) of every scenario of an engine's role: one more performance run each, added to
     the row that round 0 made."""
-    s: ScenarioSettings = ctx["settings"]
     label = eng.spec.label
     hints = calibrate(runner)
     source = first_token_source(eng.loaded.get("generator")) if role == "generator" else None
-    for scenario in s.scenarios:
-        row = ctx["row_of"].get((label, role, scenario))
+    for scenario in ctx.settings.scenarios:
+        row = ctx.row_of.get((label, role, scenario))
         if row is None:
             continue
         tokens = bool(source) and scenario != "server"
-        folder = ctx["out"] / "loadgen" / slug(label) / role / scenario / f"performance-{rnd + 1}"
-        ctx["log"](f"[{label}] {role}: {scenario}, round {rnd + 1}")
-        run, _, _ = _perf(lg, runner, scenario, s, hints, tokens, folder, eng.spec.config.device)
-        row["rounds"].append(_round(run, tokens, folder, ctx["out"]))
+        folder = ctx.out / "loadgen" / slug(label) / role / scenario / f"performance-{rnd + 1}"
+        ctx.log(f"[{label}] {role}: {scenario}, round {rnd + 1}")
+        perf = _perf(ctx, runner, scenario, hints, tokens, folder, eng.spec.config.device)
+        row.rounds = (row.rounds or []) + [_round(perf.run, tokens, folder, ctx.out)]
 
 
-def finish_rounds(row: dict[str, Any]) -> None:
+def finish_rounds(row: ScenarioRow) -> None:
     """A row of several rounds: its latency figures become the median round's (by the scenario's headline figure,
     the lower middle of an even count), with the rounds, the spread, and VALID only where every round is."""
-    rounds = row.get("rounds") or []
-    m = row["metrics"]
+    rounds = row.rounds or []
+    m = row.metrics
     m["rounds"] = len(rounds)
     if len(rounds) < 2:
         return
-    figs = [compliance.headline(r, row["scenario"]) for r in rounds]
+    figs = [compliance.headline(r, row.scenario) for r in rounds]
     known = [(f, i) for i, (f, _) in enumerate(figs) if f]
     if known:
         ordered = sorted(known)
         mid = ordered[(len(ordered) - 1) // 2]
-        values = [f for f, _ in ordered]
-        m["spread_pct"] = 100.0 * (values[-1] - values[0]) / mid[0]
-        m.update({k: rounds[mid[1]][k] for k in ROUND_KEYS if k in m})
-        row["median_round"] = mid[1] + 1
-    bad = [i + 1 for i, r in enumerate(rounds) if r["result"] != "VALID"]
+        figures = [f for f, _ in ordered]
+        m["spread_pct"] = 100.0 * (figures[-1] - figures[0]) / mid[0]
+        m.update({k: getattr(rounds[mid[1]], k) for k in ROUND_KEYS if k in m})
+        row.median_round = mid[1] + 1
+    bad = [i + 1 for i, r in enumerate(rounds) if r.result != "VALID"]
     if bad:
         m["result"] = "INVALID"
-        row["reasons"] = row.get("reasons") or []
-        row["reasons"] += [f"round {i}: {'; '.join(rounds[i - 1]['reasons']) or rounds[i - 1]['result']}"
-                           for i in bad if i > 1]
+        row.reasons = row.reasons + [f"round {i}: {'; '.join(rounds[i - 1].reasons) or rounds[i - 1].result}"
+                                     for i in bad if i > 1]
 
 
-def _role_rows(lg: Any, eng: _Engine, role: str, runner: SampleRunner, ctx: dict[str, Any],
-               acc_out: dict[tuple[str, str, str], dict[int, Any]], rows: list[dict[str, Any]]) -> None:
-    s: ScenarioSettings = ctx["settings"]
-    label = eng.spec.label
+def _warnings(ctx: ScenarioContext, run: TestRun, role: str, tokens: bool, source: str | None) -> list[str]:
+    cv, s = _cv(run.service_s), ctx.settings
+    warnings = [f"service-time CV {cv:.1f} % is above {s.cv_threshold_pct:g} %: the latencies vary (load average "
+                f"{_loadavg()})"] if cv is not None and cv > s.cv_threshold_pct else []
+    if tokens and run.first_token_missing:
+        warnings.append(f"{run.first_token_missing} samples reported no first token (counted at completion)")
+    if role == "generator" and not tokens:
+        warnings.append("no TTFT / TPOT: " + ("Server judges the whole sample against --target-latency-ms"
+                                              if source else "the engine reports no first token"))
+    return warnings
+
+
+SETTINGS_KEYS = ("min_duration_ms", "min_query_count", "samples_per_query", "target_qps", "target_latency_ns",
+                 "performance_sample_count")
+
+
+def _row(ctx: ScenarioContext, eng: _Engine, role: str, scenario: str, perf: _Perf, accuracy: TestRun,
+         first_s: float, hints: Hints, base: Path, source: str | None) -> ScenarioRow:
+    """A row from its performance and accuracy runs (its compliance tests added by the caller)."""
+    res, tokens, cold = perf.run.result, bool(source) and scenario != "server", _cold(eng, role)
+    return ScenarioRow(
+        engine=eng.spec.label, role=role, scenario=scenario, reference=eng.spec is ctx.ref,
+        metrics=values(
+            result=res.validity, p50_ms=res.p50_ms, p90_ms=res.p90_ms, p99_ms=res.p99_ms,
+            early_stop_ms=res.early_stop_ms if not tokens else None, samples_per_s=res.samples_per_s,
+            ttft_p50_ms=res.ttft_p50_ms, ttft_p90_ms=res.ttft_p90_ms, tpot_p50_ms=res.tpot_p50_ms,
+            tpot_p90_ms=res.tpot_p90_ms, tokens_per_s=res.tokens_per_s, queries=res.queries,
+            cv_pct=_cv(perf.run.service_s), export_s=cold.export_s, load_s=cold.load_s, first_inference_s=first_s,
+            size_mib=cold.size_mib, peak_rss_mib=perf.peak_rss_mib, load_avg=_loadavg()),
+        reasons=list(res.reasons), warnings=_warnings(ctx, perf.run, role, tokens, source),
+        early_stopping=EarlyStopping(latency_ms=res.early_stop_ms, ttft_ms=res.ttft_early_stop_ms,
+                                     tpot_ms=res.tpot_early_stop_ms),
+        token_latencies=source if tokens else None, retry=perf.retry,
+        settings={k: res.settings.get(k) for k in SETTINGS_KEYS},
+        seeds=perf.seeds, accuracy_samples=len(accuracy.outputs),
+        logs=RowLogs(performance=str(base.relative_to(ctx.out) / "performance"),
+                     accuracy=str(base.relative_to(ctx.out) / "accuracy")),
+        calibration=Calibration(latency_ms=hints.latency_s * 1e3, batch_samples_per_s=hints.batch_qps),
+        rounds=[_round(perf.run, tokens, base / "performance", ctx.out)])
+
+
+def _role_rows(ctx: ScenarioContext, eng: _Engine, role: str, runner: SampleRunner) -> None:
+    """An engine's role in every scenario: the performance run, the accuracy pass and the compliance tests."""
+    label, lg = eng.spec.label, ctx.lg
     t0 = time.perf_counter()
     runner.process([0], None)
     first_s = time.perf_counter() - t0
     hints = calibrate(runner)
-    cold = _cold(eng, role)
     source = first_token_source(eng.loaded.get("generator")) if role == "generator" else None
-    for scenario in s.scenarios:
+    for scenario in ctx.settings.scenarios:
         tokens = bool(source) and scenario != "server"
-        base = ctx["out"] / "loadgen" / slug(label) / role / scenario
-        ctx["log"](f"[{label}] {role}: {scenario}")
-        run, extra, retry = _perf(lg, runner, scenario, s, hints, tokens, base / "performance", eng.spec.config.device)
-        accuracy = run_test(lg, runner, loadgen_settings(lg, scenario, "accuracy", s, hints, tokens), base / "accuracy",
-                            SCENARIOS[scenario].percentile, tokens)
-        acc_out[(label, role, scenario)] = accuracy.outputs
-        res = run.result
-        audits = _compliance(lg, runner, scenario, s, hints, tokens, base, res, retry, ctx)
-        cv = _cv(run.service_s)
-        warnings = [f"service-time CV {cv:.1f} % is above {s.cv_threshold_pct:g} %: the latencies vary (load average "
-                    f"{_loadavg()})"] if cv is not None and cv > s.cv_threshold_pct else []
-        if tokens and run.first_token_missing:
-            warnings.append(f"{run.first_token_missing} samples reported no first token (counted at completion)")
-        if role == "generator" and not tokens:
-            warnings.append("no TTFT / TPOT: " + ("Server judges the whole sample against --target-latency-ms"
-                                                  if source else "the engine reports no first token"))
-        rows.append({
-            "engine": label, "role": role, "scenario": scenario, "reference": eng.spec is ctx["ref"],
-            "metrics": values(
-                result=res["validity"], p50_ms=res["p50_ms"], p90_ms=res["p90_ms"], p99_ms=res["p99_ms"],
-                early_stop_ms=res["early_stop_ms"] if not tokens else None, samples_per_s=res["samples_per_s"],
-                ttft_p50_ms=res["ttft_p50_ms"], ttft_p90_ms=res["ttft_p90_ms"], tpot_p50_ms=res["tpot_p50_ms"],
-                tpot_p90_ms=res["tpot_p90_ms"], tokens_per_s=res["tokens_per_s"], queries=res["queries"],
-                cv_pct=cv, export_s=cold["export_s"], load_s=cold["load_s"], first_inference_s=first_s,
-                size_mib=cold["size_mib"], peak_rss_mib=extra["peak"].get("peak_rss_mib"), load_avg=_loadavg()),
-            "reasons": res["reasons"], "warnings": warnings,
-            "early_stopping": {"latency_ms": res["early_stop_ms"], "ttft_ms": res["ttft_early_stop_ms"],
-                               "tpot_ms": res["tpot_early_stop_ms"]},
-            "token_latencies": source if tokens else None, "retry": retry,
-            "settings": {k: res["settings"].get(k) for k in ("min_duration_ms", "min_query_count", "samples_per_query",
-                                                           "target_qps", "target_latency_ns", "performance_sample_count")},
-            "seeds": extra["seeds"], "accuracy_samples": len(accuracy.outputs),
-            "logs": {"performance": str(base.relative_to(ctx["out"]) / "performance"),
-                     "accuracy": str(base.relative_to(ctx["out"]) / "accuracy")},
-            "calibration": {"latency_ms": hints.latency_s * 1e3, "batch_samples_per_s": hints.batch_qps},
-            "compliance": audits,
-            "rounds": [_round(run, tokens, base / "performance", ctx["out"])],
-        })
-        ctx["row_of"][(label, role, scenario)] = rows[-1]
+        base = ctx.out / "loadgen" / slug(label) / role / scenario
+        ctx.log(f"[{label}] {role}: {scenario}")
+        perf = _perf(ctx, runner, scenario, hints, tokens, base / "performance", eng.spec.config.device)
+        accuracy = run_test(lg, runner, loadgen_settings(lg, scenario, "accuracy", ctx.settings, hints, tokens),
+                            base / "accuracy", SCENARIOS[scenario].percentile, tokens)
+        ctx.acc_out[(label, role, scenario)] = accuracy.outputs
+        row = _row(ctx, eng, role, scenario, perf, accuracy, first_s, hints, base, source)
+        row.compliance = _compliance(ctx, runner, scenario, hints, tokens, base, perf)
+        ctx.rows.append(row)
+        ctx.row_of[row.key] = row
 
 
-def _compliance(lg: Any, runner: SampleRunner, scenario: str, s: ScenarioSettings, hints: Hints, tokens: bool,
-                base: Path, perf: dict[str, Any], retry: dict[str, Any] | None,
-                ctx: dict[str, Any]) -> dict[str, Any] | None:
+def _compliance(ctx: ScenarioContext, runner: SampleRunner, scenario: str, hints: Hints, tokens: bool, base: Path,
+                perf: _Perf) -> dict[str, ComplianceResult] | None:
     """MLPerf's compliance tests of one row (:mod:`.compliance`): one performance run each, under the performance
     run's settings and its audit.config, judged against the performance run and the accuracy run's log."""
+    s, lg = ctx.settings, ctx.lg
     if not s.compliance:
         return None
     sc = SCENARIOS[scenario]
     coalesce = getattr(runner, "per_call", 64) if scenario == "server" else 1
-    out: dict[str, Any] = {}
+    out: dict[str, ComplianceResult] = {}
     for test in s.compliance:
         folder = base / "compliance" / test
-        ctx["log"](f"  compliance {test} ({scenario})")
+        ctx.log(f"  compliance {test} ({scenario})")
         ts = compliance.apply(test, loadgen_settings(lg, scenario, "performance", s, hints, tokens,
-                                                     offline_qps=retry.get("expected_qps") if retry else None))
+                                                     offline_qps=perf.retry.expected_qps if perf.retry else None))
         run = run_test(lg, runner, ts, folder, sc.percentile, tokens, coalesce, audit=compliance.audit_config(test))
-        out[test] = {**compliance.judge(test, run.result, perf, scenario, folder, base / "accuracy"),
-                     "log": str(folder.relative_to(ctx["out"]))}
+        out[test] = compliance.judge(test, run.result, perf.run.result, scenario, folder, base / "accuracy",
+                                     log=str(folder.relative_to(ctx.out)))
     return out
 
 
-def _score(rows: list[dict[str, Any]], acc_out: dict, ctx: dict[str, Any], reference_classifier: Callable[[], Any]) -> None:
+def _score(ctx: ScenarioContext, reference_classifier: Callable[[], Any]) -> None:
     """Every row's accuracy against the reference's row of the same role and scenario."""
-    ref_label, tol, loop, samples = ctx["ref"].label, ctx["tolerance"], ctx["loop"], ctx["samples"]
-    cache: dict[tuple[str, str, str], dict[int, Any]] = {}
+    acc_out, tol, loop = ctx.acc_out, ctx.cfg.tolerance, ctx.loop
+    cache: dict[RowKey, dict[int, Any]] = {}
 
-    def records(key: tuple[str, str, str]) -> dict[int, Any]:
+    def records(key: RowKey) -> dict[int, Any]:
         if key[1] == "study":
             return acc_out[key]
         if key not in cache:
-            cache[key] = acc.replay_records(samples, acc_out[key], reference_classifier(), loop)
+            cache[key] = acc.replay_records(ctx.samples, acc_out[key], reference_classifier(), loop)
         return cache[key]
 
-    for row in rows:
-        key, rkey = (row["engine"], row["role"], row["scenario"]), (ref_label, row["role"], row["scenario"])
-        if rkey not in acc_out or not ctx["meaningful"]:
+    for row in ctx.rows:
+        key, rkey = row.key, (ctx.ref.label, row.role, row.scenario)
+        if rkey not in acc_out or not ctx.meaningful:
             continue
-        m = row["metrics"]
-        if row["role"] == "classifier":
-            gate = acc.gate(acc.classifier_scores(acc_out[key], ctx["gold"]),
-                            acc.classifier_scores(acc_out[rkey], ctx["gold"]), tol)
+        m = row.metrics
+        if row.role == "classifier":
+            gate = acc.gate(acc.classifier_scores(acc_out[key], ctx.gold),
+                            acc.classifier_scores(acc_out[rkey], ctx.gold), tol)
             m["label_agreement_pct"] = acc.label_agreement(acc_out[key], acc_out[rkey])
         else:
             mine, ref = records(key), records(rkey)
-            score = acc.generator_scores if row["role"] == "generator" else (lambda r, u: acc.study_scores(r))
+            score = acc.generator_scores if row.role == "generator" else (lambda r, u: acc.study_scores(r))
             gate = acc.gate(score(mine, loop.u), score(ref, loop.u), tol)
-            gate["breakage"] = acc.records_parity(ctx["probe"], mine, ref, tol)
-        row["accuracy"] = gate
-        m.update(score_pct=gate["score_pct"], of_reference_pct=gate["of_reference_pct"], tier_99=gate["tiers"]["99"],
-                 tier_999=gate["tiers"]["99.9"], verdict=acc.verdict_text(gate),
-                 tier=tier_reached(gate["tiers"]["99"], gate["tiers"]["99.9"]))
+            gate.breakage = acc.records_parity(ctx.probe, mine, ref, tol)
+        row.accuracy = gate
+        m.update(score_pct=gate.score_pct, of_reference_pct=gate.of_reference_pct, tier_99=gate.tier("99"),
+                 tier_999=gate.tier("99.9"), verdict=acc.verdict_text(gate),
+                 tier=tier_reached(gate.tier("99"), gate.tier("99.9")))
 
 
-def _checks(rows: list[dict[str, Any]], engines: list[dict[str, Any]], s: ScenarioSettings,
+def _checks(rows: list[ScenarioRow], engines: list[ScenarioEngine], s: ScenarioSettings,
             meaningful: bool) -> list[str]:
-    fails = [f"{e['label']}: engine {e['status']}: {e['reason']}" for e in engines if e["status"] != "ok"]
+    fails = [f"{e.label}: engine {e.status}: {e.reason}" for e in engines if e.status != "ok"]
     tier = "tier_99" if s.accuracy_tier == 99.0 else "tier_999"
     for r in rows:
-        where = f"{r['engine']} {r['role']} {r['scenario']}"
-        if r["metrics"]["result"] != "VALID":
-            fails.append(f"{where}: {r['metrics']['result'] or 'no result'}: " + "; ".join(r["reasons"]))
-        for test, c in (r.get("compliance") or {}).items():
-            if not c["passed"]:
-                fails.append(f"{where}: compliance {test} FAIL: " + "; ".join(c["why"]))
-        if meaningful and r["metrics"][tier] is False:
-            fails.append(f"{where}: accuracy {r['metrics']['of_reference_pct']:.2f} % of the fp32 reference, below "
+        result = r.metric("result")
+        if result != "VALID":
+            fails.append(f"{r.where}: {result or 'no result'}: " + "; ".join(r.reasons))
+        for test, c in (r.compliance or {}).items():
+            if not c.passed:
+                fails.append(f"{r.where}: compliance {test} FAIL: " + "; ".join(c.why))
+        if meaningful and r.metric(tier) is False:
+            fails.append(f"{r.where}: accuracy {r.metric('of_reference_pct'):.2f} % of the fp32 reference, below "
                          f"the {s.accuracy_tier:g} % tier")
     return fails
 
@@ -333,128 +394,147 @@ def _unload(eng: _Engine) -> None:
     gc.collect()
 
 
-def _first_round(lg: Any, i: int, spec: BenchEngine, models: dict[str, Any], ctx: dict[str, Any],
-                 acc_out: dict[tuple[str, str, str], dict[int, Any]], rows: list[dict[str, Any]], pairs: list,
-                 samples: list, loop: BreakNLIConfig, log: Callable[[str], None]) -> dict[str, Any]:
+def _first_round(ctx: ScenarioContext, i: int, spec: BenchEngine) -> ScenarioEngine:
     """An engine's first round: load, calibrate, and per role and scenario the performance run, the accuracy pass
     and the compliance tests (its rows); the engine's entry of bench.json."""
-    e: dict[str, Any] = {"label": spec.label, "engine": spec.engine, "precision": spec.precision,
-                         "reference": i == 0, "spec": spec.to_dict(), "status": "ok", "reason": None,
-                         "load_average_start": _loadavg()}
-    eng = _Engine(spec, models)
+    e = ScenarioEngine(label=spec.label, engine=spec.engine, precision=spec.precision, reference=i == 0,
+                       spec=spec.to_dict(), status="ok", reason=None, load_average_start=_loadavg())
+    eng = _Engine(spec, ctx.models)
     role = None
     try:
-        for role in ctx["settings"].roles:
-            log(f"[{spec.label}] {role}: loading and calibrating")
-            runner = _runner(eng, role, pairs, samples, loop)
-            _role_rows(lg, eng, role, runner, ctx, acc_out, rows)
+        for role in ctx.settings.roles:
+            ctx.log(f"[{spec.label}] {role}: loading and calibrating")
+            _role_rows(ctx, eng, role, _runner(eng, role, ctx))
     except Exception as ex:  # noqa: BLE001 - an engine that fails is reported; the reference must run
         if i == 0:
             raise BenchError(f"the reference {spec.label} failed ({role}): {first_line(ex)}") from ex
-        e.update(status="skipped" if isinstance(ex, _LoadFailed) else "failed", reason=f"{role}: {first_line(ex)}")
-        log(f"[{spec.label}] {e['status']}: {e['reason']}")
-    e["cold_start"] = eng.cold
-    e["info"] = {r: m.info.to_dict() for r, m in eng.loaded.items() if getattr(m, "info", None) is not None}
-    e["load_average_end"] = _loadavg()
+        e.status, e.reason = "skipped" if isinstance(ex, _LoadFailed) else "failed", f"{role}: {first_line(ex)}"
+        ctx.log(f"[{spec.label}] {e.status}: {e.reason}")
+    e.cold_start = eng.cold
+    e.info = {r: m.info.to_dict() for r, m in eng.loaded.items() if getattr(m, "info", None) is not None}
+    e.load_average_end = _loadavg()
     _unload(eng)
     return e
 
 
-def _later_round(lg: Any, e: dict[str, Any], spec: BenchEngine, models: dict[str, Any], ctx: dict[str, Any],
-                 pairs: list, samples: list, loop: BreakNLIConfig, log: Callable[[str], None], rnd: int) -> None:
+def _later_round(ctx: ScenarioContext, e: ScenarioEngine, spec: BenchEngine, rnd: int) -> None:
     """Round ``rnd`` of an engine: loaded again (its exports cached), one more performance run per role and
     scenario. A failure is the engine's (its rows keep the rounds they have)."""
-    eng = _Engine(spec, models)
+    eng = _Engine(spec, ctx.models)
     role = None
     try:
-        for role in ctx["settings"].roles:
-            _next_round(lg, eng, role, _runner(eng, role, pairs, samples, loop), ctx, rnd)
+        for role in ctx.settings.roles:
+            _next_round(ctx, eng, role, _runner(eng, role, ctx), rnd)
     except Exception as ex:  # noqa: BLE001 - reported as the engine's failure
-        e.update(status="failed", reason=f"{role}, round {rnd + 1}: {first_line(ex)}")
-        log(f"[{spec.label}] failed: {e['reason']}")
+        e.status, e.reason = "failed", f"{role}, round {rnd + 1}: {first_line(ex)}"
+        ctx.log(f"[{spec.label}] failed: {e.reason}")
     _unload(eng)
 
 
-def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,
-                  log: Callable[[str], None] | None = None) -> BenchResult:
-    """Run the scenarios of ``s`` for every engine of ``cfg`` and role; logs under ``out_dir``."""
+def prepare(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path, log: Callable[[str], None]) -> ScenarioContext:
+    """Everything before the first engine loads: LoadGen, the settings checked, the data, the models (random
+    weights built), each role's samples."""
     lg = import_loadgen()  # one line when the extra is missing, before any model loads
     s.check()
-    log = log or (lambda msg: None)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     probe = cfg.make_probe()
     if probe.name != "breaknli" and set(s.roles) - {"classifier"}:
         raise UserError(f"--roles generator / study run BreakNLI's loop, not --probe {probe.name}")
     specs = cfg.specs()
-    from breaknli_fast.envinfo import environment
-
     from breaknli_fast.engines import registry
+    from breaknli_fast.envinfo import environment
 
     env = environment(registry.declared_packages())
     data = load_examples(cfg.dataset, split=cfg.split, limit=cfg.limit, seed=probe.seed)
     if not data.examples:
         raise BenchError(f"no valid example in {cfg.dataset!r}")
-    models: dict[str, Any] = {"classifier": cfg.classifier, "generator": cfg.generator}
+    models: dict[str, str | None] = {"classifier": cfg.classifier, "generator": cfg.generator}
     notes: list[str] = []
     random_info = prepare_models(cfg, probe, data, models, notes, log)
     loop = probe.cfg if isinstance(getattr(probe, "cfg", None), BreakNLIConfig) else BreakNLIConfig()
     examples = data.examples[: s.samples] if s.samples else data.examples
-    pairs, gold = [(ex.premise, ex.hypothesis) for ex in examples], [ex.label for ex in examples]
     n_gen = cfg.gen_prompts if cfg.gen_prompts is not None else 8  # the generator role's sample library
     samples = (gen_samples(data.examples, workload_prompts(data.examples, loop, n_gen))
                if set(s.roles) - {"classifier"} else [])
     if set(s.roles) - {"classifier"} and not samples:
         raise BenchError("no example of the data is selected by the loop's modes: the generator and the study unit "
                          "have no sample")
-    out = Path(out_dir)
-    ctx = {"settings": s, "out": out, "log": log, "ref": specs[0], "tolerance": cfg.tolerance, "loop": loop,
-           "samples": samples, "gold": gold, "probe": probe, "meaningful": not cfg.random_weights, "row_of": {}}
-    rows: list[dict[str, Any]] = []
-    engines: list[dict[str, Any]] = []
-    acc_out: dict[tuple[str, str, str], dict[int, Any]] = {}
-    rounds = max(1, int(cfg.repeats or 1))
-    for rnd in range(rounds):  # engines in turn, every round (A B C A B C): drift reaches them alike
-        for i, spec in enumerate(specs):
+    return ScenarioContext(
+        lg=lg, cfg=cfg, settings=s, out=Path(out_dir), log=log, specs=specs, probe=probe, loop=loop, data=data,
+        models=models, pairs=[(ex.premise, ex.hypothesis) for ex in examples], gold=[ex.label for ex in examples],
+        samples=samples, meaningful=not cfg.random_weights, started=started, environment=env, notes=notes,
+        random_info=random_info or {})
+
+
+def run_rounds(ctx: ScenarioContext) -> list[ScenarioEngine]:
+    """Every engine's rounds, the engines in turn every round (A B C A B C: drift reaches them alike), then each
+    row's median round; the engines' entries."""
+    engines: list[ScenarioEngine] = []
+    for rnd in range(max(1, int(ctx.cfg.repeats or 1))):
+        for i, spec in enumerate(ctx.specs):
             if rnd == 0:
-                engines.append(_first_round(lg, i, spec, models, ctx, acc_out, rows, pairs, samples, loop, log))
-            elif engines[i]["status"] == "ok":
-                _later_round(lg, engines[i], spec, models, ctx, pairs, samples, loop, log, rnd)
-    for row in rows:
+                engines.append(_first_round(ctx, i, spec))
+            elif engines[i].status == "ok":
+                _later_round(ctx, engines[i], spec, rnd)
+    for row in ctx.rows:
         finish_rounds(row)
+    return engines
+
+
+def score(ctx: ScenarioContext) -> None:
+    """Every row's accuracy tier against the reference (its classifier loaded once more where a replay needs it)."""
     ref_clf: list[Any] = []
 
     def reference_classifier() -> Any:
         if not ref_clf:
-            ref_clf.append(load_timed(specs[0].config, {"classifier": specs[0].classifier or models["classifier"]})[0]
+            ref = ctx.ref
+            ref_clf.append(load_timed(ref.config, {"classifier": ref.classifier or ctx.models["classifier"]})[0]
                            .classifier)
         return ref_clf[0]
 
-    _score(rows, acc_out, ctx, reference_classifier)
-    if not ctx["meaningful"]:
-        notes.append("random weights: the accuracy scores, tiers and verdicts are not meaningful and not computed")
-    failures = _checks(rows, engines, s, ctx["meaningful"])
-    return BenchResult({
-        "schema": SCHEMA, "kind": "scenarios", "command": cfg.command, "started": started,
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "environment": env,
-        "probe": probe.name, "config": {**cfg.to_dict(), "scenarios": s.to_dict(),
-                                        "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
-        "loadgen": {"version": loadgen_version(), "mlperf_rules": s.mlperf_rules,
-                    "rules": "LoadGen's official settings (mlperf.conf)" if s.mlperf_rules else
-                             f"LoadGen's official settings with a {s.min_duration_s:g} s minimum duration"
-                             + (f" and a minimum of {s.min_queries} queries per run (not LoadGen's official count)"
-                                if s.min_queries is not None else "")
-                             + (f", {cfg.repeats} rounds with the engines in turn" if cfg.repeats > 1 else "")},
-        "seeds": {"loadgen": rows[0]["seeds"] if rows else None, "probe": probe.seed,
-                  "per_sample": "derive_seed(seed, mode, example id)"},
-        "data": {"name": cfg.dataset, "split": cfg.split, "limit": cfg.limit, "source": data.source,
-                 "examples": len(data.examples), "skips": data.skips.to_dict()},
-        "models": {"classifier": models["classifier"], "generator": models["generator"],
-                   "random_weights": random_info or None},
-        "workload": {"classifier_samples": len(pairs) if "classifier" in s.roles else None,
-                     "generator_samples": len(samples) if samples else None, "k": loop.k,
-                     "decoding": loop.decoding.to_dict()},
-        "reference": specs[0].label, "parity_meaningful": ctx["meaningful"], "tolerance_pp": cfg.tolerance,
-        "accuracy_tier": s.accuracy_tier, "cv_threshold_pct": s.cv_threshold_pct,
-        "scenario_metrics": definitions(), "scenarios": rows, "engines": engines, "notes": notes,
-        "failures": failures, "passed": not failures,
-    })
+    _score(ctx, reference_classifier)
+    if not ctx.meaningful:
+        ctx.notes.append("random weights: the accuracy scores, tiers and verdicts are not meaningful and not computed")
+
+
+def _rules(cfg: BenchConfig, s: ScenarioSettings) -> str:
+    if s.mlperf_rules:
+        return "LoadGen's official settings (mlperf.conf)"
+    return (f"LoadGen's official settings with a {s.min_duration_s:g} s minimum duration"
+            + (f" and a minimum of {s.min_queries} queries per run (not LoadGen's official count)"
+               if s.min_queries is not None else "")
+            + (f", {cfg.repeats} rounds with the engines in turn" if cfg.repeats > 1 else ""))
+
+
+def scenario_report(ctx: ScenarioContext, engines: list[ScenarioEngine]) -> ScenarioReport:
+    """The whole bench, judged: every run VALID, every engine at the required tier, every compliance test passed."""
+    cfg, s, probe, data, loop = ctx.cfg, ctx.settings, ctx.probe, ctx.data, ctx.loop
+    failures = _checks(ctx.rows, engines, s, ctx.meaningful)
+    return ScenarioReport(
+        schema=SCHEMA, kind="scenarios", command=cfg.command, started=ctx.started,
+        finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=ctx.environment,
+        probe=probe.name, config={**cfg.to_dict(), "scenarios": s.to_dict(),
+                                  "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
+        loadgen=LoadGenInfo(version=loadgen_version(), mlperf_rules=s.mlperf_rules, rules=_rules(cfg, s)),
+        seeds=ScenarioSeeds(loadgen=ctx.rows[0].seeds if ctx.rows else None, probe=probe.seed,
+                            per_sample="derive_seed(seed, mode, example id)"),
+        data=DataInfo(name=cfg.dataset, split=cfg.split, limit=cfg.limit, source=data.source,
+                      examples=len(data.examples), skips=data.skips.to_dict()),
+        models=ModelsInfo(classifier=ctx.models["classifier"], generator=ctx.models["generator"],
+                          random_weights=ctx.random_info or None),
+        workload=WorkloadInfo(classifier_samples=len(ctx.pairs) if "classifier" in s.roles else None,
+                              generator_samples=len(ctx.samples) if ctx.samples else None, k=loop.k,
+                              decoding=loop.decoding.to_dict()),
+        reference=ctx.ref.label, parity_meaningful=ctx.meaningful, tolerance_pp=cfg.tolerance,
+        accuracy_tier=s.accuracy_tier, cv_threshold_pct=s.cv_threshold_pct, scenario_metrics=list(METRICS),
+        scenarios=ctx.rows, engines=engines, notes=ctx.notes, failures=failures, passed=not failures)
+
+
+def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,
+                  log: Callable[[str], None] | None = None) -> BenchResult:
+    """Run the scenarios of ``s`` for every engine of ``cfg`` and role; logs under ``out_dir``: :func:`prepare`,
+    :func:`run_rounds`, :func:`score`, :func:`scenario_report`."""
+    ctx = prepare(cfg, s, out_dir, log or (lambda msg: None))
+    engines = run_rounds(ctx)
+    score(ctx)
+    return BenchResult(scenario_report(ctx, engines))
