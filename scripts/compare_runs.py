@@ -69,6 +69,7 @@ def run_precision(run: Path) -> str:
 def compare(ref: list[dict[str, Any]], run: list[dict[str, Any]], tolerance: float = 1.0, tie: float = TIE,
             prob_tol: float = FP32_PROB_TOL, precision: str = "fp32") -> dict[str, Any]:
     from breaknli_fast.bench import parity as par
+    from breaknli_fast.bench.types import Parity, to_json
 
     a = {(r["mode"], r["id"]): r for r in ref}
     b = {(r["mode"], r["id"]): r for r in run}
@@ -83,8 +84,8 @@ def compare(ref: list[dict[str, Any]], run: list[dict[str, Any]], tolerance: flo
             clear.append(a[k].get("yhat") == b[k].get("yhat"))
         diffs += [abs(float(pa[x]) - float(pb[x])) for x in pa if x in pb]
     gen = [(a[k]["generated"], b[k]["generated"]) for k in both if "generated" in a[k] and "generated" in b[k]]
-    e2e = {"end_to_end": par.end_to_end_parity(ref, run)}
-    verdicts = par.add_verdicts(e2e, tolerance)
+    e2e = Parity(end_to_end=par.end_to_end_parity(ref, run))
+    verdicts = to_json(par.add_verdicts(e2e, tolerance))
     out = {
         "examples_both": len(both), "only_reference": len(a) - len(both), "only_run": len(b) - len(both),
         "precision": precision,
@@ -94,7 +95,7 @@ def compare(ref: list[dict[str, Any]], run: list[dict[str, Any]], tolerance: flo
                        "max_abs_prob_diff": max(diffs) if diffs else None},
         "generator": {"examples": len(gen),
                       "identical_samples_pct": 100.0 * sum(x == y for x, y in gen) / len(gen) if gen else None},
-        "end_to_end": e2e["end_to_end"], "verdicts": verdicts, "tolerance_pp": tolerance,
+        "end_to_end": to_json(e2e.end_to_end), "verdicts": verdicts, "tolerance_pp": tolerance,
     }
     fails = []
     if verdicts["different"]:

@@ -38,16 +38,16 @@ def test_static_int8_labels_do_not_depend_on_the_batch(roberta, tmp_path, monkey
     assert static.info.details["variant"] == "int8-static"
     inv = batch_invariance(static, PAIRS)
     # fixed activation scales: each row is computed on its own, to the bit, whatever its batch neighbours
-    assert inv["pairs"] == 40 and inv["labels_changed"] == 0 and inv["max_abs_logit_diff"] == 0.0
+    assert inv.pairs == 40 and inv.labels_changed == 0 and inv.max_abs_logit_diff == 0.0
     dynamic = _load(roberta, tmp_path)
     assert dynamic.info.details["variant"] == "int8-dynamic"
     # the default dynamic int8: each row's own activation scale, to the bit as well
     inv = batch_invariance(dynamic, PAIRS)
-    assert inv["labels_changed"] == 0 and inv["max_abs_logit_diff"] == 0.0
+    assert inv.labels_changed == 0 and inv.max_abs_logit_diff == 0.0
     per_batch = _load(roberta, tmp_path, quantization="dynamic-batch")
     assert per_batch.info.details["variant"] == "int8-dynamic-batch"
     # ONNX Runtime's per-tensor activation scales: the same pair's logits move with the pairs batched with it
-    assert batch_invariance(per_batch, PAIRS)["max_abs_logit_diff"] > 0.0
+    assert batch_invariance(per_batch, PAIRS).max_abs_logit_diff > 0.0
 
 
 def test_static_int8_keeps_the_layers_after_activations_in_fp32(roberta, tmp_path, monkeypatch):

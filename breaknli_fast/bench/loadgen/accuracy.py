@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from breaknli_fast.bench import agreement
 from breaknli_fast.bench.loadgen.roles import GenSample, ReplayGenerator
 from breaknli_fast.bench.loadgen.types import AccuracyGate, PairedDiff
-from breaknli_fast.bench.types import JSON, from_json
+from breaknli_fast.bench.types import HeadlineParity, from_json
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.probes.base import Probe
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, classify_premise_hypothesis, new_times, process_chunk
@@ -97,7 +97,7 @@ def label_agreement(labels: dict[int, int], ref_labels: dict[int, int]) -> float
 
 
 def records_parity(probe: Probe, records: dict[int, dict[str, Any]], ref_records: dict[int, dict[str, Any]],
-                   tolerance: float) -> dict[str, JSON]:
+                   tolerance: float) -> HeadlineParity:
     """The probe's headline metrics on these records against the reference's (paired by mode and example)."""
     return agreement.probe_parity(probe, list(ref_records.values()), list(records.values()), tolerance)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from breaknli_fast.bench.loadgen.metrics import METRICS, Metric, Scalar
-from breaknli_fast.bench.types import JSON, OMIT, SCHEMA, from_json
+from breaknli_fast.bench.types import JSON, OMIT, SCHEMA, HeadlineParity, from_json
 
 __all__ = ["Scalar"]  # with every class below
 
@@ -166,7 +166,7 @@ class AccuracyGate:
     n: int = 0
     tiers: dict[str, bool | None] = field(default_factory=dict)
     paired: PairedDiff | None = None
-    breakage: dict[str, JSON] | None = field(default=None, metadata=OMIT)  # agreement.probe_parity's blocks
+    breakage: HeadlineParity | None = field(default=None, metadata=OMIT)  # agreement.probe_parity
     extra: dict[str, JSON] = field(default_factory=dict)
 
     def tier(self, name: str) -> bool | None:
