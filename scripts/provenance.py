@@ -82,6 +82,13 @@ def portable(arg: str) -> str:
         return str(p.resolve().relative_to(root))
     except ValueError:
         pass
+    # a path inside another checkout of the repository (a run from a copy at another commit, or this checkout
+    # cloned elsewhere since): the part from a top-level folder of the repository on, where that folder holds it
+    parts = p.parts
+    for i in range(1, len(parts) - 1):
+        inside = Path(*parts[i:])
+        if (root / parts[i]).is_dir() and (root / inside).parent.is_dir():
+            return str(inside)
     if arg.rstrip("/") == "/root/out":
         return "$OUT"
     return f"$WORK/{p.name}"

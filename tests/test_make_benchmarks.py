@@ -555,6 +555,9 @@ def test_listed_commands_run_from_any_fresh_clone():
                                                 "--result benchmarks/results/busy.json")
     assert provenance.portable_command("scripts/gpu_check.sh --out /root/out --limit 400") == \
         "scripts/gpu_check.sh --out $OUT --limit 400"
+    # recorded in another checkout (a copy at another commit; this one cloned elsewhere since): the same file
+    assert provenance.portable("/elsewhere/clone/benchmarks/results/busy.json") == "benchmarks/results/busy.json"
+    assert provenance.portable("/tmp/bwork/scratch-file.json") == "$WORK/scratch-file.json"
     text = (root / "BENCHMARKS.md").read_text()
     assert "/tmp/" not in text and "/root/" not in text and "/work/" not in text
 
