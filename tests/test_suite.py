@@ -21,6 +21,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import make_benchmarks  # noqa: E402
+import provenance  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +65,9 @@ def test_the_full_sizes_reproduce_each_files_recorded_command(suite: S.Suite) ->
             if not path.exists():
                 continue
             recorded = shlex.split(json.loads(path.read_text())["command"])
-            recorded = [w.replace(str(ROOT) + "/", "").replace("../benchmarks", "benchmarks")
-                        .replace("/tmp/bwork", "/tmp/w").replace("/root/out", f"/tmp/w/{e.name}")
-                        .replace("$WORK", "/tmp/w") for w in recorded]
+            # paths of the checkout that ran it (this one, or another clone) relative, scratch folders $WORK/<name>
+            recorded = [provenance.portable(w).replace("../benchmarks", "benchmarks")
+                        .replace("$OUT", f"/tmp/w/{e.name}").replace("$WORK", "/tmp/w") for w in recorded]
             got = argv_of(e, smoke=False, bf16=True)
             if got[0] == "bash":
                 got = got[1:]
