@@ -1,5 +1,5 @@
 """The scenario bench's typed results (``bench/loadgen/types.py``): a saved ``bench --scenario`` result of the
-previous schema (``breaknli-fast-bench/2``, the suite's files under benchmarks/results/) reads into a
+previous schema (``breaknli-fast-bench/2``, the suite's files as they were, kept in tests/data/loadgen/) reads into a
 :class:`ScenarioReport`, renders the Markdown, the terminal table and ``--compare`` exactly as the dict-based code
 did (tests/data/loadgen/: those renderings, made by the code before the types), and ``to_json(from_json(...))``
 gives the file back. No LoadGen needed."""
@@ -21,14 +21,15 @@ from breaknli_fast.bench.loadgen.types import (AccuracyGate, ComplianceResult, O
 from breaknli_fast.bench.result import BenchResult
 from breaknli_fast.bench.types import from_json, to_json
 
-ROOT = Path(__file__).resolve().parents[1]
 RENDERED = Path(__file__).parent / "data" / "loadgen"
 FILES = ("loadgen-mini", "loadgen-flan-t5-small", "loadgen-flan-t5-small-latency", "loadgen-roberta-base",
          "loadgen-roberta-base-latency")
 
 
 def payload(name: str) -> dict:
-    return json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())["payload"]
+    """A schema-2 scenario bench as the suite's result file held it (tests/data/loadgen/NAME.payload.json, frozen:
+    the live file in benchmarks/results is re-measured by newer code)."""
+    return json.loads((RENDERED / f"{name}.payload.json").read_text())
 
 
 def test_a_schema_2_scenario_bench_reads_into_typed_objects():
