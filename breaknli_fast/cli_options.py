@@ -28,8 +28,6 @@ import typer
 from breaknli_fast.console import warn
 from breaknli_fast.errors import UserError
 from breaknli_fast.options import CliOption, option_fields
-from breaknli_fast.study.options import (DATA, ENGINES, MODELS, OUTPUT, PARITY, RAY, ROLE_ENGINES, SPEED,  # noqa: F401
-                                         STUDY, TIMING, effective_limit)
 
 MODE = typer.Option("both", "--mode", help="contradictive, entailed or both.")
 
@@ -90,12 +88,14 @@ def _param(probes: tuple[str, ...], cls: type, path: tuple[str, ...], spec: Any,
     flag = spec.flag or "--" + path[-1].replace("_", "-")
     typ = spec.type or _value_type(annotation)
     default = default if spec.cli_default is UNSET else spec.cli_default
-    name = PREFIX + "__".join((probes[0].replace("-", "_"), *path))
+    # a probe's option: a name no command parameter has; a command's own (``probes`` empty): the field's name
+    name = PREFIX + "__".join((probes[0].replace("-", "_"), *path)) if probes else path[-1]
     decls = (flag, *([spec.short] if spec.short else ()))
     bounds = {k: v for k, v in (("min", spec.min), ("max", spec.max)) if v is not None}
     option = typer.Option(default, *decls, help=spec.help, metavar=spec.metavar, parser=spec.parser,
                           show_default=default is not None if spec.show_default is None else spec.show_default,
-                          rich_help_panel=spec.panel or f"--probe {' / '.join(probes)}", **bounds)
+                          rich_help_panel=spec.panel or (f"--probe {' / '.join(probes)}" if probes else None),
+                          **bounds)
     flags = tuple(f for d in decls for f in d.split("/"))
     return ProbeParam(probes, cls, path, name, flags, typ if default is not None else Optional[typ], option, default,
                       spec.parse)
@@ -231,10 +231,8 @@ class OptionsCommand:
         self.func, self.cls = func, cls
         self.__name__, self.__doc__, self.__module__ = func.__name__, func.__doc__, func.__module__
         hints = typing.get_type_hints(cls)
-        self.params = [_param(("",), cls, (f.name,), spec, hints[f.name], f.default) for f, spec in option_fields(cls)]
-        for p in self.params:
-            p.name = p.path[0]  # the field's own name: ctx.get_parameter_source finds it
-            p.option.rich_help_panel = next(s for f, s in option_fields(cls) if f.name == p.name).panel
+        # named as the fields, so that ctx.get_parameter_source finds them
+        self.params = [_param((), cls, (f.name,), spec, hints[f.name], f.default) for f, spec in option_fields(cls)]
 
     @property
     def __signature__(self) -> inspect.Signature:  # noqa: PLW3201 - read by inspect.signature (Typer)

@@ -40,7 +40,7 @@ def bench(o: BenchOptions) -> None:
 
             result = bench_with_options(o, hook=RichHook(progress), log=log)
         paths = result.save(o.out, plot=not o.no_plot)
-    print_bench(result, scenarios=o.scenario is not None)
+    print_bench(result)
     from breaknli_fast.console import console
 
     console.print(f"bench written to [bold]{escape(str(o.out))}[/] (" + ", ".join(p.name for p in paths.values()) + ")")
@@ -94,7 +94,7 @@ def compare_command(o: BenchOptions) -> None:
         console.print(f"comparison written to [bold]{escape(str(o.out))}[/] (compare.json, compare.md)")
 
 
-def print_bench(result: Any, scenarios: bool) -> None:
+def print_bench(result: Any) -> None:
     """A bench on the terminal: its table, the recommendation, then every invalid run, warning, note and failure."""
     from breaknli_fast.bench.recommend import recommendation_lines
     from breaknli_fast.console import console, err_console
@@ -111,7 +111,7 @@ def print_bench(result: Any, scenarios: bool) -> None:
             err_console.print(f"[yellow]warning[/] {where}: {escape(w)}", highlight=False)
     for n in result.typed.notes:
         console.print(f"[yellow]note:[/] {escape(n)}")
-    for f in result.typed.failures if not scenarios else []:
+    for f in result.typed.failures if result.scenarios is None else []:
         err_console.print(f"[bold red]FAIL[/] {escape(f)}", highlight=False)
     for e in result.engines:  # EngineResult (a probe bench) or ScenarioEngine (a LoadGen bench)
         if e.status != "ok":

@@ -168,14 +168,15 @@ class BenchOptions(Options):
 
     # -- checks, before any model loads ---------------------------------------------------------------------
 
-    def check(self) -> None:
+    def check(self) -> Any:
         """Every one-line refusal of the command line: bounds, LoadGen's settings (and LoadGen itself), an unknown
-        probe, empty engines, options of one mode with another, the engines' settings."""
+        probe, empty engines, options of one mode with another, the engines' settings. Returns the checked
+        :meth:`scenario_settings` (None without ``--scenario``)."""
         from breaknli_fast.bench.specs import BenchSpecError
         from breaknli_fast.probes import probe_class
 
         self.check_bounds()
-        self.scenario_settings()
+        settings = self.scenario_settings()
         if self.scenario is None and self.compliance:
             raise UserError("--compliance runs with --scenario (LoadGen's audit tests)")
         probe_class(self.probe)  # an unknown --probe is a one-line error
@@ -192,6 +193,7 @@ class BenchOptions(Options):
         if given:
             raise BenchSpecError(f"{self.flag(given[0])} shapes the BreakNLI loop only, not --probe {self.probe}")
         self.engine_config().check()  # an unknown precision, a device this machine lacks
+        return settings
 
     def scenario_settings(self) -> Any:
         """``--scenario``'s :class:`~breaknli_fast.bench.loadgen.settings.ScenarioSettings`, checked (and LoadGen
@@ -281,9 +283,8 @@ def bench_with_options(o: BenchOptions, *, hook: ProgressHook | None = None,
     """Check ``o`` and run its bench -- the probe's speed and parity, or LoadGen's scenarios with ``scenario``
     (written to :meth:`BenchOptions.out_dir` as it runs): the :class:`~breaknli_fast.bench.result.BenchResult`,
     not yet saved (:meth:`~breaknli_fast.bench.result.BenchResult.save`)."""
-    o.check()
+    settings = o.check()
     cfg = o.bench_config()
-    settings = o.scenario_settings()
     if settings is not None:
         from breaknli_fast.bench.loadgen.runner import run_scenarios
 

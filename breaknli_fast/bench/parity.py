@@ -180,18 +180,13 @@ def out_of_tolerance(entry: Diff | None, tolerance: float) -> bool:
     return abs(entry.diff) > tolerance and (lo > 0 or hi < 0)
 
 
-def cells(parity: Parity) -> list[tuple[str, Diff]]:
-    """Every difference of a parity block with its place (:meth:`Parity.cells`)."""
-    return parity.cells()
-
-
 def add_verdicts(parity: Parity, tolerance: float) -> VerdictCounts:
     """Give every difference of a parity block its equivalence verdict (in place); returns the counts, with
     ``too_small``: the cells on fewer examples than any equivalence within the tolerance needs, and
     ``different_confirmed``: the *different* cells that stay different with the engine's cells judged together
     (:func:`confirmed_differences`; each such cell gets a ``familywise`` entry)."""
     counts = VerdictCounts()
-    for _, e in cells(parity):
+    for _, e in parity.cells():
         if e.verdict is None:
             v = equivalence(e.entry(), tolerance)
             e.verdict, e.n_needed, e.too_small = v["verdict"], v["n_needed"], v["too_small"]
@@ -208,7 +203,7 @@ def confirmed_differences(parity: Parity, tolerance: float = 0.0, record: bool =
     :func:`breaknli_fast.stats.familywise_different`). The per-cell verdicts are the spec's (95 % each); this is
     what an engine-level "shown to differ" rests on, since among dozens of cells one is likely "different" at
     95 % by chance. ``record``: write each different cell's ``familywise`` entry into it."""
-    judged = [(w, e) for w, e in cells(parity) if e.ci is not None]
+    judged = [(w, e) for w, e in parity.cells() if e.ci is not None]
     out = []
     for where, e in judged:
         if e.verdict != "different":
@@ -231,7 +226,7 @@ def check(parity: Parity, tolerance: float, min_agreement: float, require_equiva
         agr = parity.headline.records.label_agreement_pct
     if agr is not None and agr < min_agreement:
         fails.append(f"classifier label agreement {agr:.2f} % < {min_agreement:.2f} %")
-    for where, e in cells(parity):
+    for where, e in parity.cells():
         if e.ci is None and not require_equivalence:
             continue
         v = e.verdict or equivalence(e.entry(), tolerance)["verdict"]

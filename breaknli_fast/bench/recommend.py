@@ -16,11 +16,6 @@ from breaknli_fast.bench.parity import confirmed_differences
 from breaknli_fast.bench.types import BenchReport, EngineResult, EngineView, Parity, Recommendation
 
 
-def speedup(e: EngineResult) -> float | None:
-    """The engine's end-to-end speed-up over the reference (reference wall time / engine wall time)."""
-    return e.speedup
-
-
 def _fmt_x(x: float | None) -> str:
     return f"{x:.2f}x" if x is not None else "-"
 
@@ -58,11 +53,6 @@ def shown_to_match(e: EngineResult) -> str:
         return (f"not shown: {v.equivalent} of {n} cells equivalent, {v.inconclusive} inconclusive "
                 f"(none shown to differ, but the intervals are too wide to show a match){small}")
     return f"yes: all {n} cells equivalent within the tolerance"
-
-
-def checks_pass(e: EngineResult) -> bool:
-    """Whether the engine passed every check of the bench (not judged counts as passed)."""
-    return e.passed_checks
 
 
 def _view(e: EngineResult, meaningful: bool) -> EngineView:

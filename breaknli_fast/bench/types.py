@@ -20,7 +20,6 @@ keeps every key.
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -69,21 +68,19 @@ def to_json(obj: Any) -> JSON:
     return obj
 
 
-def _dataclass_in(hint: Any) -> Any:
-    """The dataclass of ``X``, ``X | None`` or ``Optional[X]`` (None for anything else)."""
+def _optional_of(hint: Any) -> Any:
+    """``X`` of ``X | None`` or ``Optional[X]``; any other hint as it is."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        found = [a for a in typing.get_args(hint) if is_dataclass(a)]
-        return found[0] if len(found) == 1 else None
-    return hint if is_dataclass(hint) else None
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else hint
+    return hint
 
 
 def _read(hint: Any, value: Any) -> Any:
     """``value`` (JSON) as ``hint`` says: a dataclass, or a list / dict of them (nested), else as it is."""
     if value is None:
         return None
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        hint = args[0] if len(args) == 1 else hint
+    hint = _optional_of(hint)
     if is_dataclass(hint):
         return from_json(hint, value) if isinstance(value, dict) else value
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -103,7 +100,7 @@ def from_json(cls: Any, data: dict[str, JSON]) -> Any:
     taken = set(kwargs)
     for f in fields(cls):
         if f.metadata.get("flatten"):
-            inner = _dataclass_in(hints[f.name])
+            inner = _optional_of(hints[f.name])
             names = {g.name for g in fields(inner)}
             kwargs[f.name] = from_json(inner, {k: v for k, v in data.items() if k in names})
             taken |= names
@@ -632,7 +629,3 @@ class BenchReport:
 
     def ran(self) -> Iterator[EngineResult]:
         return (e for e in self.engines if e.ran)
-
-
-def replace(obj: Any, **changes: Any) -> Any:
-    return dataclasses.replace(obj, **changes)

@@ -21,7 +21,6 @@ every key.
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -61,13 +60,6 @@ class RunResult:
     loadgen_version: str | None = None
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-T = typing.TypeVar("T")
-
-
-def _as(cls: type[T], value: T | Mapping[str, JSON]) -> T:
-    return value if isinstance(value, cls) else from_json(cls, dict(value))  # type: ignore[arg-type]
 
 
 # -- a row's parts ----------------------------------------------------------------------------------------------
@@ -226,13 +218,6 @@ class ScenarioRow:
     median_round: int | None = field(default=None, metadata=OMIT)  # 1-based, with several rounds
     accuracy: AccuracyGate | None = field(default=None, metadata=OMIT)  # the accuracy tier (not where not scored)
     extra: dict[str, JSON] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        # rows made from JSON by hand, or by a from_json that leaves list[X] | None and dict[str, X] | None as JSON
-        if self.rounds is not None:
-            self.rounds = [_as(ScenarioRound, r) for r in self.rounds]
-        if self.compliance is not None:
-            self.compliance = {t: _as(ComplianceResult, c) for t, c in self.compliance.items()}
 
     @property
     def key(self) -> tuple[str, str, str]:
