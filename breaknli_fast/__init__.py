@@ -10,4 +10,13 @@ import os
 # set is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# MKL (torch's fp32 BLAS on x86) picks its code path by the shape of a product: on Intel CPUs it splits the sum
+# of a product with few rows between threads, so a row alone got other fp32 bits than among many (every row
+# count up to ~160, multiples of 8 included), and the torch reference's answer depended on its batch. MKL's
+# conditional numerical reproducibility in strict mode fixes the path whatever the row count. MKL reads it at
+# its first call, not at torch's import: importing this package before the first matrix product is enough
+# (engines/reproducibility.py checks that it took effect; docs/stack.md gives the cost). A value the user set
+# is kept.
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
 __version__ = "0.1.0"

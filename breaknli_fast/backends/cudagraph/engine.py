@@ -29,6 +29,7 @@ import torch
 from breaknli_fast.backends.cudagraph.encoder import BertFamilyEncoder, supported
 from breaknli_fast.backends.cudagraph.graphs import MAX_GRAPHS, GraphRunner
 from breaknli_fast.backends.cudagraph.t5 import DecodeState, T5GraphDecoder
+from breaknli_fast.engines.blas import check_reproducible_blas
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, Decoding, EngineInfo, NonFiniteError
 from breaknli_fast.engines.batching import BatchedClassifier, clip_text
 from breaknli_fast.engines.compat import load_seq2seq
@@ -118,7 +119,10 @@ class _GraphCounters:
 
 
 def _cuda_details(device: str) -> dict[str, Any]:
-    return {"tf32": tf32_state(), "sdpa": sdpa_state()} if device.startswith("cuda") else {}
+    """TF32 and SDPA on a GPU; on the CPU, the BLAS's reproducibility mode (:mod:`breaknli_fast.engines.blas`)."""
+    if device.startswith("cuda"):
+        return {"tf32": tf32_state(), "sdpa": sdpa_state()}
+    return {"blas": check_reproducible_blas()}
 
 
 class GraphGenerator(_GraphCounters, HFGenerator):

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
+from breaknli_fast.engines.blas import check_reproducible_blas
 from breaknli_fast.engines.batching import BatchedClassifier, BatchedMaskFiller, pad_values, split_threads
 from breaknli_fast.engines.compat import load_seq2seq
 from breaknli_fast.engines.cuda import prepare as prepare_cuda
@@ -37,6 +38,11 @@ class TorchOptions(GenerationOptions):
 OPTIONS = TorchOptions  # the registry reads a backend's options class here
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _blas(device: str) -> dict[str, Any]:
+    """The CPU BLAS's reproducibility mode for the engine's record (on a GPU: not used)."""
+    return {"blas": check_reproducible_blas()} if device == "cpu" else {}
 
 
 def _check_device(device: str) -> str:
@@ -90,7 +96,8 @@ class TorchClassifier(TorchThreadsMixin, BatchedClassifier):
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
         self.info = EngineInfo("torch", "classifier", model, precision, device,
                                {"kind": "seq-cls", "family": config.model_type, "workers": self.workers.n,
-                                "torch_threads": self.torch_threads, "max_batch": self.max_batch, **limits})
+                                "torch_threads": self.torch_threads, "max_batch": self.max_batch, **limits,
+                                **_blas(device)})
 
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
@@ -150,7 +157,7 @@ class TorchSeq2SeqClassifier(TorchThreadsMixin, Seq2SeqNLIMixin, BatchedClassifi
         self.info = EngineInfo(
             "torch", "classifier", model, precision, device,
             {"kind": "seq2seq", "prompt": prompt, "method": method, "workers": 1, "torch_threads": self.torch_threads,
-             **limits},
+             **limits, **_blas(device)},
         )
 
     def _synchronize(self) -> None:
@@ -223,7 +230,8 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     path = resolve_model(model)
     tok = load_tokenizer(path)
     m = load_seq2seq(path, _dtype(precision), config).to(device).eval()
-    info = EngineInfo("torch", "generator", model, precision, device, {"workers": workers, "torch_threads": intra})
+    info = EngineInfo("torch", "generator", model, precision, device, {"workers": workers, "torch_threads": intra,
+                                                                          **_blas(device)})
     return HFGenerator(m, tok, info, device=device, torch_threads=intra, workers=workers,
                        max_input_length=o.max_input_length, prompt_batch=o.prompt_batch)
 
@@ -252,7 +260,7 @@ class TorchMaskFiller(HFMaskFillerMixin, BatchedMaskFiller):
                                {"kind": "mlm", "family": config.model_type, "workers": self.workers.n,
                                 "torch_threads": self.torch_threads, "max_batch": self.max_batch,
                                 "whole_word_tokens": len(self.vocab), "tokens": self.vocab.scheme,
-                                "head_on_masks_only": self.net.split, **limits})
+                                "head_on_masks_only": self.net.split, **limits, **_blas(device)})
 
     def fill_mask(self, items: Any, top_k: int, score: Any = None) -> Any:
         use_torch_threads(self.torch_threads)
