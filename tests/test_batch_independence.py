@@ -88,6 +88,7 @@ def test_a_prompt_s_candidates_do_not_depend_on_its_batch(engine, precision, str
                     "depend on the calls before them; documented in docs/export.md, greedy is tested")
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
     extra = {"ort": {"cache_dir": tmp_path / "exports", "tolerances": RANDOM_WEIGHTS},
+             "openvino": {"cache_dir": tmp_path / "exports", "tolerances": RANDOM_WEIGHTS},
              "ct2": {"cache_dir": tmp_path / "exports"}}.get(engine, {})
     try:
         gen = registry.load_generator(engine, tiny_t5, precision=precision, **extra)
@@ -116,7 +117,7 @@ MASK_FILLERS = _declared(MASK_FILLER)
 def test_an_item_s_fills_do_not_depend_on_its_batch(engine, precision, tiny_mlm, tmp_path, monkeypatch):
     _skip_unless_installed(engine)
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
-    extra = {"cache_dir": tmp_path / "exports", "tolerances": RANDOM_WEIGHTS} if engine == "ort" else {}
+    extra = {"cache_dir": tmp_path / "exports", "tolerances": RANDOM_WEIGHTS} if engine in ("ort", "openvino") else {}
     mf = registry.load_mask_filler(engine, tiny_mlm, precision=precision, **extra)
 
     def fills(idx):

@@ -154,7 +154,7 @@ def _near_ties(model: str, pairs, k: int, gap: float) -> int:
 
 def test_t5_step_graphs_failing_validation_fails_the_export(models, cache, monkeypatch):
     """The graph's top-k path is judged like its logits: a wrong top-k stops the export."""
-    from breaknli_fast.backends.ort import validate as ort_val
+    from breaknli_fast.export import validate_t5 as ort_val
 
     real = ort_val._topk_figures
 

@@ -1,6 +1,7 @@
-"""The openvino engine: a classifier from the project's ONNX export on OpenVINO's CPU runtime, fp32 at torch's
-logits, bf16 where the CPU computes it (refused in one line elsewhere, before anything loads), any role mix with the
-other engines (the generator on ort, the classifier on OpenVINO). Skips without OpenVINO (the openvino extra)."""
+"""The openvino engine: every role from the project's ONNX graphs on OpenVINO's CPU runtime, fp32 at torch's
+logits (the generator token-identical to torch fp32, greedy and seeded sampling), bf16 where the CPU computes it
+(refused in one line elsewhere, before anything loads), int8 with per-token activations judged batch-invariant before
+use, any role mix with the other engines. Skips without OpenVINO (the openvino extra)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,10 @@ def test_bf16_keeps_the_labels_and_says_so_in_its_compile_settings(tmp_path, mon
 def test_what_it_does_not_run_is_one_line_before_anything_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
     runner = CliRunner()
-    r = runner.invoke(app, ["run", "--engine", "openvino", "--limit", "2", "--out", str(tmp_path / "a")])
+    r = runner.invoke(app, ["run", "--engine", "openvino", "--precision", "fp16", "--limit", "2",
+                            "--out", str(tmp_path / "a")])
     said = " ".join(r.output.split())
-    assert r.exit_code != 0 and "openvino engine has no generator role" in said and "--generator-engine" in said
+    assert r.exit_code != 0 and "runs fp32, bf16 or int8 on cpu, not 'fp16'" in said, said
     monkeypatch.setenv("BREAKNLI_FAST_CPU_FLAGS", "avx2 avx512f")  # a CPU without bf16
     r = runner.invoke(app, ["run", "--generator-engine", "ort", "--classifier-engine", "openvino",
                             "--classifier-precision", "bf16", "--limit", "2", "--out", str(tmp_path / "b")])
@@ -83,3 +85,56 @@ def test_the_generator_on_ort_and_the_classifier_on_openvino(tiny_t5, tiny_tsv, 
     assert [(m["id"], m.get("candidates")) for m in mine if m.get("candidates")] == \
         [(t["id"], t.get("candidates")) for t in theirs if t.get("candidates") and t["id"] in
          {m["id"] for m in mine if m.get("candidates")}]
+
+
+PROMPTS = ["A man is sleeping on a bench in the park.", "Two dogs run.", "A woman reads a long book at home."]
+
+
+def test_the_generator_at_fp32_gives_torch_s_tokens_greedy_and_sampled(tmp_path, monkeypatch):
+    from breaknli_fast.engines.base import Decoding
+
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    ov = registry.load_generator("openvino", "mini-t5", precision="fp32")
+    ref = registry.load_generator("torch", "mini-t5")
+    for d, k in ((Decoding(top_p=0.95, top_k=50, max_new_tokens=20), 4),
+                 (Decoding(strategy="greedy", max_new_tokens=20), 1)):
+        assert ov.generate_ids(PROMPTS, k, d, [5, 6, 7]) == ref.generate_ids(PROMPTS, k, d, [5, 6, 7])
+    v = ov.info.details["validation"]
+    assert v["passed"] and v["generation"]["identical_sequences"] == v["generation"]["prompts"]
+    assert v["batch_invariance"]["invariant"] and ov.info.details["variant"] == "ir-fp32"
+
+
+def test_the_mask_filler_at_fp32_gives_torch_s_suggestions(tmp_path, monkeypatch):
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    items = [("A man is <<mask>> on a bench.",), ("Two <<mask>> run in the park.", "Dogs run.")]
+    ov = registry.load_mask_filler("openvino", "mini-mlm", precision="fp32").fill_mask(items, 5)
+    ref = registry.load_mask_filler("torch", "mini-mlm").fill_mask(items, 5)
+    assert [f.words for f in ov] == [f.words for f in ref]
+    assert max(float(np.abs(a.logprobs - b.logprobs).max()) for a, b in zip(ov, ref)) < 1e-4
+
+
+def test_int8_has_int8_weights_and_per_token_activations_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    ov = registry.load_classifier("openvino", "mini-nli", precision="int8")
+    d = ov.info.details
+    assert d["variant"] == "ir-int8" and d["int8"]["group_size"] in (32, 64, 128)
+    assert d["compiled"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == str(d["int8"]["group_size"])
+    assert d["validation"]["batch_invariance"]["invariant"] and d["validation"]["passed"]
+    ref = registry.load_classifier("torch", "mini-nli")
+    assert np.mean(np.array(ov.classify(PAIRS).labels) == np.array(ref.classify(PAIRS).labels)) >= 0.95
+
+
+def test_an_int8_export_whose_answers_depend_on_the_batch_is_refused(tmp_path, monkeypatch):
+    """Without the per-token quantisation of activations (group 0) the int8 kernels dequantise the weights and a
+    pair's sums depend on the rows beside it: the judgement refuses the export, naming why."""
+    from breaknli_fast.backends.openvino import runtime
+    from breaknli_fast.export.errors import ExportValidationError
+
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    real = runtime.compile_properties
+    monkeypatch.setattr(runtime, "compile_properties", lambda p, t, s=1, g=None: real(p, t, s, 0))
+    import breaknli_fast.backends.openvino.engine as eng
+
+    monkeypatch.setattr(eng, "compile_properties", runtime.compile_properties)
+    with pytest.raises(ExportValidationError, match="not batch-invariant on this CPU"):
+        registry.load_classifier("openvino", "mini-nli", precision="int8")

@@ -1,19 +1,22 @@
-"""The OpenVINO backend (engine ``openvino``, the ``openvino`` extra): sequence classifiers on OpenVINO's CPU
-runtime, from the project's own ONNX export converted to OpenVINO's IR (the runtime's ONNX frontend), compiled at
-fp32 or bf16 (the inference-precision hint ``f32`` / ``bf16``). bf16 runs where the CPU computes it (AVX-512 BF16 or
-AMX; refused in one line elsewhere, before anything loads: OpenVINO would emulate it slower than fp32). No generator
-and no masked LM: docs/stack.md says why."""
+"""The OpenVINO backend (engine ``openvino``, the ``openvino`` extra): every role on OpenVINO's CPU runtime, from the
+project's own ONNX graphs converted to OpenVINO's IR (the runtime's ONNX frontend): sequence classifiers (and Flan-T5
+as an NLI model), masked LMs, and Flan-T5 as the generator on the project's T5 step graphs.
+
+Precisions on the CPU: fp32 (the inference hint ``f32``), bf16 (hint ``bf16``, where the CPU computes it: AVX-512
+BF16 or AMX; refused in one line elsewhere, before anything loads: OpenVINO would emulate it slower than fp32) and
+int8 (int8 weights per output channel, activations quantised per token and group at run time: a row's answer does
+not depend on its batch, checked on the CPU at hand when the export is judged)."""
 
 from breaknli_fast.engines.backend import Backend
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER
+
+_CPU = {"cpu": ("fp32", "bf16", "int8")}
 
 BACKEND = Backend(
     name="openvino",
     loaders="breaknli_fast.backends.openvino.engine",
     options="breaknli_fast.backends.openvino.engine:OvOptions",
-    precisions={CLASSIFIER: {"cpu": ("fp32", "bf16")}},
-    missing_roles={GENERATOR: "the openvino engine has no generator role (the generator's step graphs stay on ort)",
-                   MASK_FILLER: "the openvino engine has no mask-filler role"},
+    precisions={CLASSIFIER: _CPU, GENERATOR: _CPU, MASK_FILLER: _CPU},
     requires=("openvino", "onnxruntime", "onnx"),
     install="pip install 'breaknli-fast[openvino]'",
     exporter="breaknli_fast.backends.openvino.exporter:OpenVinoExporter",

@@ -1,59 +1,96 @@
-"""The OpenVINO engine: a sequence classifier on OpenVINO's CPU runtime, the same contract as the torch reference.
+"""The OpenVINO engine: the three roles on OpenVINO's CPU runtime, the same contract as the torch reference.
 
-``load_classifier`` exports on first use (:func:`breaknli_fast.export.api.export_model`, format ``openvino``: the
-project's ONNX export converted to IR, cached, judged against torch fp32 at the requested precision), then compiles
-the IR for the CPU with the inference-precision hint of the precision (``f32``: every operation in fp32; ``bf16``:
-OpenVINO's bf16 kernels, on CPUs with AVX-512 BF16 or AMX only) and the number of threads. Batches are padded to the
-width their pairs' own lengths decide (``BatchedClassifier``) and run one at a time on all the threads
-(``PERFORMANCE_HINT`` LATENCY, one stream); every setting is recorded in ``info.details``.
+The loaders export on first use (:func:`breaknli_fast.export.api.export_model`, format ``openvino``: the project's
+ONNX graphs converted to IR, int8 weights for ``int8``, cached, judged against torch fp32 at the requested precision,
+batch invariance included), then compile the IR for the CPU with the precision's properties
+(:func:`.runtime.compile_properties`):
+
+* classifier: a sequence classifier (``model.xml``), or Flan-T5 as an NLI model on the step graphs;
+* generator: Flan-T5 on the project's two T5 step graphs (``step_encoder_model.xml``, ``step_decoder_model.xml``),
+  stepped by the shared :class:`~breaknli_fast.engines.stepgraph.StepGraphStepper`, so sampling, greedy and beam
+  search run the same code as the torch and ort engines;
+* mask filler: a masked LM's graph (``model.xml``, output ``log_probs`` at the mask positions).
+
+Batches are padded to the width their own inputs decide (``BatchedClassifier``); every setting is recorded in
+``info.details``. The loaders' options are :class:`OvOptions`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from breaknli_fast.engines.base import CLASSIFIER, EngineInfo, Pair
-from breaknli_fast.engines.batching import BatchedClassifier, pad_values
+from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
+from breaknli_fast.engines.batching import BatchedClassifier, pad_values, split_threads
 from breaknli_fast.engines.cpu_features import summary as cpu_summary
-from breaknli_fast.engines.model_info import ModelLoadError, effective_max_length, label_permutation
-from breaknli_fast.engines.options import EngineOptions, nested_options
+from breaknli_fast.engines.generation import GenerationOptions, HFGenerator, generation_config_for
+from breaknli_fast.engines.hf import Seq2SeqNLIMixin
+from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
+                                              load_config, model_kind, require_masked_lm)
+from breaknli_fast.engines.options import nested_options
+from breaknli_fast.engines.stepgraph import GraphMaskFiller, StepGraphStepper, graph_feeds
 from breaknli_fast.export.options import ExportOptions, ExportResult
+from breaknli_fast.prompts import NLI_PROMPTS
 
-HINTS = {"fp32": "f32", "bf16": "bf16"}
+from breaknli_fast.backends.openvino.ir import read_settings
+from breaknli_fast.backends.openvino.runtime import OvSession, compile_properties, total_threads
+
+CLASSIFIER_GRAPH = "model.xml"
+MLM_GRAPH = "model.xml"
+STEP_GRAPHS = ("step_encoder_model.xml", "step_decoder_model.xml")
+# as the ort engine's generator: a call's prompts in at least two batches on the CPU, one per worker
+CPU_MIN_BATCHES = 2
 
 
 @dataclass
-class OvOptions(EngineOptions):
-    """The options of the openvino engine's loader: the common ones and the export's."""
+class OvOptions(GenerationOptions):
+    """The options of the openvino engine's loaders: the common ones, the generator's and the export's."""
 
     engine = "openvino"
 
-    export: ExportOptions = nested_options(ExportOptions, roles=(CLASSIFIER,))
+    export: ExportOptions = nested_options(ExportOptions)
 
 
-def _threads(threads: int | None) -> int:
-    import os
+def _group(folder: Path) -> int | None:
+    """int8's activation group, as the export wrote it beside the IR."""
+    return read_settings(folder).get("group_size")
 
-    return int(threads) if threads else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    import json
+
+    p = Path(folder) / "manifest.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _details(exported: ExportResult | None, folder: Path, session: dict[str, Any]) -> dict[str, Any]:
+    m = exported.manifest if exported is not None else _manifest(folder)
+    v = m.get("validation") or {}
+    return {"kind": m.get("kind"), "export_dir": str(folder),
+            "export_reused": exported.reused if exported is not None else None, "variant": m.get("variant"),
+            **({"int8": read_settings(folder)} if read_settings(folder) else {}),
+            "validation": {k: v.get(k) for k in ("n", "max_abs_logit", "agreement", "topk_agreement", "generation",
+                                                 "batch_invariance", "passed") if k in v},
+            **session, "cpu": cpu_summary()}
+
+
+def _session(folder: Path, graph: str, precision: str, threads: int, streams: int) -> OvSession:
+    return OvSession(folder / graph, compile_properties(precision, threads, streams, _group(folder)))
 
 
 class OvClassifier(BatchedClassifier):
-    """A classifier IR (``model.xml``) compiled for OpenVINO's CPU plugin."""
+    """A sequence-classifier IR (``model.xml``) compiled for OpenVINO's CPU plugin."""
 
     cpu_max_batch = 16
 
     def __init__(self, folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
                  exported: ExportResult | None = None):
-        import openvino as ov
         from transformers import AutoConfig, AutoTokenizer
 
         o = opts or OvOptions()
-        if precision not in HINTS:
-            raise ModelLoadError(f"the openvino engine runs fp32 or bf16, not {precision!r}")
         super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=1, device="cpu")
         folder = Path(folder)
         config = AutoConfig.from_pretrained(str(folder))
@@ -61,40 +98,139 @@ class OvClassifier(BatchedClassifier):
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
         self._pad_values = pad_values(self.tokenizer)
-        core = ov.Core()
-        props = {"INFERENCE_PRECISION_HINT": HINTS[precision], "INFERENCE_NUM_THREADS": _threads(o.threads),
-                 "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
-        self.compiled = core.compile_model(str(folder / "model.xml"), "CPU", props)
-        self.request = self.compiled.create_infer_request()
-        self.inputs = [p.get_any_name() for p in self.compiled.inputs]
-        got = {k: str(self.compiled.get_property(k)) for k in ("INFERENCE_PRECISION_HINT", "INFERENCE_NUM_THREADS")}
-        m = exported.manifest if exported is not None else {}
-        v = m.get("validation") or {}
+        self.session = _session(folder, CLASSIFIER_GRAPH, precision, total_threads(o.threads), 1)
+        self.inputs = self.session.get_inputs()
         self.info = EngineInfo("openvino", CLASSIFIER, model, precision, "cpu", {
-            "kind": "seq-cls", "openvino": ov.__version__, "export_dir": str(folder),
-            "export_reused": exported.reused if exported is not None else None, "variant": m.get("variant"),
-            "validation": {k: v.get(k) for k in ("n", "max_abs_logit", "agreement", "passed") if k in v},
-            "compiled": got, "cpu": cpu_summary(), "max_batch": self.max_batch, **limits})
+            **_details(exported, folder, self.session.details), "max_batch": self.max_batch, **limits})
 
     def _tokenize(self, pairs: Sequence[Pair]) -> Any:
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
 
     def _feeds(self, tokens: Any, rows: Sequence[int]) -> dict[str, np.ndarray]:
-        padded = self._padded(tokens, rows, self._pad_values, self.tokenizer.padding_side)
-        rows_n = len(list(rows))
-        return {name: padded.get(name, np.zeros((rows_n, padded["input_ids"].shape[1]), dtype=np.int64))
-                for name in self.inputs}
+        return graph_feeds(self._padded(tokens, rows, self._pad_values, self.tokenizer.padding_side), self.inputs)
 
     def _run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        out = self.request.infer(feeds)
-        return np.asarray(next(iter(out.values())), dtype=np.float32)[:, self.perm]
+        return np.asarray(self.session.run(None, feeds)[0], dtype=np.float32)[:, self.perm]
 
 
-def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> OvClassifier:
-    """A sequence classifier on OpenVINO; ``opts``: :class:`OvOptions` of the classifier role."""
+def _stepper(folder: Path, precision: str, threads: int, streams: int) -> StepGraphStepper:
+    def open_session(path: Path) -> tuple[OvSession, dict[str, Any]]:
+        s = _session(path.parent, path.name, precision, threads, streams)
+        return s, s.details
+
+    return StepGraphStepper(folder, open_session, STEP_GRAPHS, what="openvino T5")
+
+
+class OvSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
+    """Flan-T5 as the NLI model on OpenVINO: first-step logits over the answer words (``score``) or greedy
+    generation parsed to a label (``generate``), on the T5 stepper."""
+
+    def __init__(self, folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
+                 exported: ExportResult | None = None):
+        from transformers import AutoConfig, AutoTokenizer
+
+        o = opts or OvOptions()
+        prompt, method = o.prompt, o.method
+        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch)
+        if prompt not in NLI_PROMPTS:
+            raise ModelLoadError(f"unknown NLI prompt {prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
+        if method not in ("score", "generate"):
+            raise ModelLoadError(f"unknown seq2seq classification method {method!r}; use score or generate")
+        folder = Path(folder)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        config = AutoConfig.from_pretrained(str(folder))
+        self.model = _stepper(folder, precision, total_threads(o.threads), 1)
+        self.template = NLI_PROMPTS[prompt]
+        self.method = method
+        self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
+        self.answer_ids = answer_token_ids(self.tokenizer)
+        self.start_id = int(config.decoder_start_token_id or 0)
+        self.eos_id = int(config.eos_token_id)
+        self.input_device = "cpu"
+        self.info = EngineInfo("openvino", CLASSIFIER, model, precision, "cpu",
+                               {**_details(exported, folder, self.model.details), "prompt": prompt, "method": method,
+                                "workers": 1, **limits})
+
+
+def open_classifier(folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
+                    exported: ExportResult | None = None) -> BatchedClassifier:
+    from transformers import AutoConfig
+
+    cls = OvClassifier if model_kind(AutoConfig.from_pretrained(str(folder))) == "seq-cls" else OvSeq2SeqClassifier
+    return cls(folder, model, precision, opts, exported)
+
+
+def open_generator(folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
+                   exported: ExportResult | None = None) -> HFGenerator:
+    """The openvino generator over an export folder (the T5 step graphs as IR): one stream per worker."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    o = opts or OvOptions()
+    folder = Path(folder)
+    total = total_threads(o.threads)
+    n_workers, _ = split_threads(total, o.workers, error=ModelLoadError)
+    gen_config = generation_config_for(folder, model, "openvino", "--engine torch")
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    config = AutoConfig.from_pretrained(str(folder))
+    stepper = _stepper(folder, precision, total, n_workers)
+    info = EngineInfo("openvino", GENERATOR, model, precision, "cpu",
+                      {**_details(exported, folder, stepper.details), "workers": n_workers,
+                       "min_batches": CPU_MIN_BATCHES})
+    return HFGenerator(None, tok, info, device="cpu", stepper=stepper, config=config, generation_config=gen_config,
+                       workers=n_workers, max_input_length=o.max_input_length, prompt_batch=o.prompt_batch,
+                       min_batches=CPU_MIN_BATCHES)
+
+
+def open_mask_filler(folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
+                     exported: ExportResult | None = None) -> GraphMaskFiller:
+    from transformers import AutoConfig, AutoTokenizer
+
+    o = opts or OvOptions()
+    folder = Path(folder)
+    config = AutoConfig.from_pretrained(str(folder))
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    max_length, limits = effective_max_length(o.max_length, config, tok)
+    session = _session(folder, MLM_GRAPH, precision, total_threads(o.threads), 1)
+    info = EngineInfo("openvino", MASK_FILLER, model, precision, "cpu", {"workers": 1, **limits})
+    filler = GraphMaskFiller(session, _details(exported, folder, session.details), tok, int(config.vocab_size),
+                             max_length, workers=1, token_budget=o.token_budget, max_batch=o.max_batch, info=info)
+    info.details.update({"max_batch": filler.max_batch, "whole_word_tokens": len(filler.vocab),
+                         "tokens": filler.vocab.scheme})
+    return filler
+
+
+def _export(model: str, precision: str, max_length: int, export: ExportOptions, task: str | None = None,
+            label_map: Any = None) -> ExportResult:
     from breaknli_fast.export.api import export_model
 
+    return export_model(model, format="openvino", precision=precision, device="cpu", max_length=int(max_length),
+                        task=task, label_map=label_map, **export.kwargs())
+
+
+def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> BatchedClassifier:
+    """A sequence classifier or a text-to-text NLI model (Flan-T5) on OpenVINO; ``opts``: :class:`OvOptions` of the
+    classifier role."""
     o = OvOptions.build(CLASSIFIER, opts)
-    exported = export_model(model, format="openvino", precision=precision, device=device, max_length=o.max_length,
-                            label_map=o.label_map, **o.export.kwargs())
-    return OvClassifier(exported.path, model, precision, o, exported)
+    exported = _export(model, precision, o.max_length, o.export, label_map=o.label_map)
+    return open_classifier(exported.path, model, precision, o, exported)
+
+
+def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> HFGenerator:
+    """Flan-T5 on OpenVINO (the project's T5 step graphs as IR) behind the shared :class:`HFGenerator`; ``opts``:
+    :class:`OvOptions` of the generator role. As the ort generator's, the export is judged on what generation uses
+    (greedy tokens, non-finite outputs), not on NLI-scoring label agreement."""
+    o = OvOptions.build(GENERATOR, opts)
+    if model_kind(load_config(model)) != "seq2seq":
+        raise ModelLoadError(f"{model!r} cannot generate: the generator must be a text-to-text model such as Flan-T5")
+    export = replace(o.export, tolerances={"min_agreement": None, **(o.export.tolerances or {})})
+    exported = _export(model, precision, o.max_input_length, export)
+    return open_generator(exported.path, model, precision, o, exported)
+
+
+def load_mask_filler(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> GraphMaskFiller:
+    """A masked language model on OpenVINO behind the mask-filler contract; ``opts``: :class:`OvOptions` of the mlm
+    role."""
+    o = OvOptions.build(MASK_FILLER, opts)
+    require_masked_lm(model)
+    exported = _export(model, precision, o.max_length, o.export, task="mlm")
+    return open_mask_filler(exported.path, model, precision, o, exported)

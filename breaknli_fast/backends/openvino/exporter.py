@@ -1,10 +1,14 @@
 """The openvino backend's exporter (format ``openvino``), :class:`OpenVinoExporter`, called by
-:func:`breaknli_fast.export.api.export_model`: the project's fp32 ONNX export of a sequence classifier
-(``export_model(format="onnx")``, traced and cached there) converted to OpenVINO's IR by the runtime's ONNX
-frontend (``Core.read_model``; not ``openvino.convert_model``, whose tool sends usage telemetry over the network by
-default) and saved with fp32 weights (``compress_to_fp16=False``); the precision is the compile-time inference
-hint, so the IR is the same for fp32 and bf16. Judged against the torch fp32 reference through the engine contract
-at the export's precision (:func:`breaknli_fast.export.validate.classifier_figures`)."""
+:func:`breaknli_fast.export.api.export_model`: the project's fp32 ONNX graphs of a model (``export_model(format=
+"onnx")``, traced and cached there: a sequence classifier's graph, a masked LM's, or Flan-T5's two step graphs)
+converted to OpenVINO's IR by the runtime's ONNX frontend (``Core.read_model``; not ``openvino.convert_model``, whose
+tool sends usage telemetry over the network by default) and saved with fp32 weights (``compress_to_fp16=False``).
+fp32 and bf16 share that IR (the precision is the compile-time hint); ``int8`` gets int8 weights (:mod:`.ir`).
+
+Judged against the torch fp32 reference through the engine contract at the export's precision
+(:mod:`breaknli_fast.export.validate`, :mod:`breaknli_fast.export.validate_t5`), and for batch invariance on this
+CPU: a pair's logits (a prompt's greedy tokens) alone and among the others must be equal to the bit, else the export
+is refused."""
 
 from __future__ import annotations
 
@@ -12,16 +16,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from breaknli_fast.engines.cpu_features import BF16_FLAGS, cpu_flags, has_native_bf16
+import numpy as np
+
+from breaknli_fast.engines.cpu_features import BF16_FLAGS, cpu_flags, has_native_bf16, summary as cpu_summary
 from breaknli_fast.export import manifest as mf
 from breaknli_fast.export.errors import UnsupportedModelError
-from breaknli_fast.export.exporter import ExportPlan, Exporter
+from breaknli_fast.export.exporter import ExportPlan, Exporter, ExportValidationError
 
 FORMAT = "openvino"
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "int8")
 LIBRARIES = ("openvino", "torch", "transformers", "onnxruntime", "onnx")
-GRAPH = "model.xml"
-IR_VERSION = "2"  # part of the cache key: a change of the conversion, a new export
+IR_VERSION = "3"  # part of the cache key: a change of the conversion, a new export
+INVARIANCE_PAIRS = 8  # validation pairs (prompts) checked alone against one call
 
 
 def precision_gate(precision: str, device: str) -> str | None:
@@ -32,24 +38,36 @@ def precision_gate(precision: str, device: str) -> str | None:
     return None
 
 
+def _graphs(kind: str) -> list[tuple[str, str]]:
+    """(ONNX graph, IR graph) file names of a kind."""
+    from breaknli_fast.backends.openvino.engine import CLASSIFIER_GRAPH, MLM_GRAPH, STEP_GRAPHS
+    from breaknli_fast.engines.stepgraph import STEP_GRAPHS as ONNX_STEPS
+
+    if kind == "seq2seq":
+        return list(zip(ONNX_STEPS, STEP_GRAPHS))
+    return [("model.onnx", MLM_GRAPH if kind == "mlm" else CLASSIFIER_GRAPH)]
+
+
 class OpenVinoExporter(Exporter):
-    """OpenVINO IR of a sequence classifier (fp32 weights; the precision is the compile-time hint)."""
+    """OpenVINO IR of a classifier, masked LM or Flan-T5 (fp32 weights, or int8 weights for ``int8``)."""
 
     FORMAT = FORMAT
     PRECISIONS = PRECISIONS
     LIBRARIES = LIBRARIES
 
-    def default_tolerances(self, kind: str, precision: str) -> dict[str, float | None]:
-        """fp32: the logits within 1e-4 of torch's and every label equal; bf16 (8 bits of mantissa): labels only,
-        as int8's (the accuracy tiers of ``bench --probe accuracy`` judge it on real pairs)."""
-        if precision == "fp32":
-            return {"max_abs_logit": 1e-4, "min_agreement": 100.0, "max_nonfinite": 0}
-        return {"max_abs_logit": None, "min_agreement": 95.0, "max_nonfinite": 0}
+    def default_tolerances(self, kind: str, precision: str) -> dict[str, float | None] | None:
+        """fp32 / int8: the shared defaults; bf16 (8 bits of mantissa): labels only, as int8's (the accuracy tiers
+        of ``bench --probe accuracy`` judge it on real pairs)."""
+        from breaknli_fast.export.validate import DEFAULT_TOLERANCES
+
+        if precision == "bf16":
+            return dict(DEFAULT_TOLERANCES[(kind, "int8")])
+        return None
 
     def variant(self, kind: str, precision: str, device: str, fuse: bool = False,
                 quantization: str | None = None) -> str:
-        if kind != "seq-cls":
-            raise UnsupportedModelError(f"the openvino engine exports sequence classifiers, not {kind} models")
+        if kind not in ("seq-cls", "mlm", "seq2seq"):
+            raise UnsupportedModelError(f"the openvino engine exports classifiers, masked LMs and Flan-T5, not {kind}")
         if fuse or quantization is not None:
             raise UnsupportedModelError("fuse / quantization are ONNX Runtime export settings, not OpenVINO's")
         if device != "cpu":
@@ -62,33 +80,120 @@ class OpenVinoExporter(Exporter):
         BACKEND.require()
 
     def key_parts(self, plan: ExportPlan) -> dict[str, Any]:
-        return {"libraries": mf.library_versions(LIBRARIES), "ir": IR_VERSION}
+        key: dict[str, Any] = {"libraries": mf.library_versions(LIBRARIES), "ir": IR_VERSION}
+        if plan.precision == "int8":
+            from breaknli_fast.backends.openvino.ir import SCHEME
+
+            # int8's kernels and its batch invariance are the CPU's: judged again on another CPU
+            key["int8"] = SCHEME
+            key["cpu"] = cpu_summary()
+        return key
 
     def write_files(self, plan: ExportPlan, stage: Path) -> dict[str, Any]:
         """The project's fp32 ONNX export (cached there), read by OpenVINO's ONNX frontend and saved as IR."""
         import openvino as ov
 
+        from breaknli_fast.backends.openvino import ir
         from breaknli_fast.export.api import export_model
 
-        # the intermediate ONNX graph is not judged on its own: the IR built from it is, at its precision (compare)
+        task = {"mlm": "mlm", "seq2seq": None, "seq-cls": None}[plan.kind]
+        # the intermediate ONNX graphs are not judged on their own: the IR built from them is, at its precision
         onnx = export_model(plan.src, format="onnx", precision="fp32", device="cpu", max_length=plan.max_length,
-                            progress=False, validate=False)
-        graph = next(Path(onnx.path).glob("*.onnx"))
-        # the runtime's own ONNX frontend: openvino.convert_model (the ovc tool) sends usage telemetry over the
-        # network by default, and nothing here may reach the network
-        model = ov.Core().read_model(str(graph))
-        ov.save_model(model, str(stage / GRAPH), compress_to_fp16=False)
+                            task=task, progress=False, validate=False)
+        info: dict[str, Any] = {"exporter": f"openvino.Core.read_model (ONNX frontend) {ov.__version__}",
+                                "onnx_export": str(onnx.path), "graphs": {}}
+        widths: set[int] = set()
+        for src_name, ir_name in _graphs(plan.kind):
+            model = ov.Core().read_model(str(Path(onnx.path) / src_name))
+            entry: dict[str, Any] = {"inputs": [p.get_any_name() for p in model.inputs]}
+            if plan.precision == "int8":
+                entry["int8"] = ir.compress_weights(model)
+                widths.update(entry["int8"]["input_widths"])
+            ov.save_model(model, str(stage / ir_name), compress_to_fp16=False)
+            info["graphs"][ir_name] = entry
+        if plan.precision == "int8":
+            info["int8"] = {"scheme": ir.SCHEME, "weights": "int8, one scale per output channel (symmetric)",
+                            "activations": "int8 per token and group of input channels, at run time",
+                            "group_size": ir.group_size(sorted(widths))}
+            ir.write_settings(stage, info["int8"])
         for f in Path(onnx.path).iterdir():  # tokenizer and config
             if f.is_file() and not f.name.endswith((".onnx", ".onnx.data", ".data")) and f.name != "manifest.json":
                 shutil.copy2(f, stage / f.name)
-        plan.say(f"  OpenVINO IR ({ov.__version__}) from {graph.name}")
-        return {"exporter": f"openvino.Core.read_model (ONNX frontend) {ov.__version__}",
-                "onnx_export": str(onnx.path), "inputs": [p.get_any_name() for p in model.inputs]}
+        plan.say(f"  OpenVINO IR ({ov.__version__}) from {', '.join(s for s, _ in _graphs(plan.kind))}"
+                 + (f", int8 weights (activation group {info['int8']['group_size']})" if "int8" in info else ""))
+        return info
 
     def compare(self, plan: ExportPlan, folder: Path) -> dict[str, Any]:
-        from breaknli_fast.backends.openvino.engine import OvClassifier, OvOptions
-        from breaknli_fast.export.validate import classifier_figures
+        from breaknli_fast.backends.openvino import engine
+        from breaknli_fast.export import validate as val
+        from breaknli_fast.export.validate_t5 import t5_figures
 
-        clf = OvClassifier(folder, plan.src, plan.precision, OvOptions(max_length=plan.max_length,
-                                                                       label_map=plan.label_map))
-        return classifier_figures(clf, plan.src, plan.val_pairs, plan.max_length, plan.label_map)
+        opts = engine.OvOptions(max_length=plan.max_length, label_map=plan.label_map,
+                                max_input_length=plan.max_length)
+        exported = None
+        pairs = plan.val_pairs
+        if plan.kind == "seq-cls":
+            clf = engine.open_classifier(folder, plan.src, plan.precision, opts, exported)
+            figs = val.classifier_figures(clf, plan.src, pairs, plan.max_length, plan.label_map)
+            figs["batch_invariance"] = classifier_invariance(clf, pairs[:INVARIANCE_PAIRS * 2])
+        elif plan.kind == "mlm":
+            filler = engine.open_mask_filler(folder, plan.src, plan.precision, opts, exported)
+            figs = val.masked_lm_figures(filler, plan.src, pairs, plan.max_length)
+            figs["batch_invariance"] = mask_filler_invariance(filler, val.masked_items(pairs[:INVARIANCE_PAIRS]))
+        else:
+            gen = engine.open_generator(folder, plan.src, plan.precision, opts, exported)
+            figs = t5_figures(folder, plan.src, pairs, "cpu", plan.max_length, gen)
+            figs["batch_invariance"] = generator_invariance(gen, val.generator_prompts(pairs, INVARIANCE_PAIRS))
+        return figs
+
+    def judge(self, plan: ExportPlan, figs: dict[str, Any]) -> None:
+        """The shared tolerances, and batch invariance to the bit on this CPU."""
+        inv = figs.get("batch_invariance") or {}
+        if inv and not inv.get("invariant"):
+            figs["tolerances"] = plan.tolerances
+            figs["passed"] = False
+            figs["failures"] = [f"not batch-invariant on this CPU ({inv.get('what')})"]
+            raise ExportValidationError(
+                f"{plan.model} openvino {plan.precision} is not batch-invariant on this CPU: {inv.get('what')}; "
+                "a sample's answer would depend on its batch (use another engine or precision for this role)", figs)
+        super().judge(plan, figs)
+
+
+def classifier_invariance(clf: Any, pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """A classifier's logits for ``pairs`` in one call against each pair alone and the reversed call."""
+    clf.clear_cache()
+    together = np.asarray(clf.classify(pairs).logits, dtype=np.float64)
+    clf.clear_cache()
+    alone = np.concatenate([np.asarray(clf.classify([p]).logits, dtype=np.float64) for p in pairs])
+    clf.clear_cache()
+    rev = np.asarray(clf.classify(pairs[::-1]).logits, dtype=np.float64)[::-1]
+    clf.clear_cache()
+    diff = float(max(np.abs(alone - together).max(), np.abs(rev - together).max())) if pairs else 0.0
+    return {"pairs": len(pairs), "max_abs_logit_diff": diff, "invariant": diff == 0.0,
+            "what": f"{len(pairs)} pairs alone / reversed against one call: max |Δ logit| {diff:.3g}"}
+
+
+def mask_filler_invariance(filler: Any, items: list[tuple[str, ...]]) -> dict[str, Any]:
+    """A mask filler's suggestions for ``items`` in one call against each item alone."""
+    def fills(batch: list[tuple[str, ...]]) -> list[Any]:
+        filler.clear_cache()
+        return [(f.words, f.logprobs.tolist()) for f in filler.fill_mask(batch, 10)]
+
+    together = fills(items)
+    alone = [fills([it])[0] for it in items]
+    same = sum(a == t for a, t in zip(alone, together))
+    return {"items": len(items), "identical": same, "invariant": same == len(items),
+            "what": f"{len(items) - same} of {len(items)} masked items alone got other suggestions than in one call"}
+
+
+def generator_invariance(gen: Any, prompts: list[str]) -> dict[str, Any]:
+    """A generator's greedy tokens for ``prompts`` in one call against each prompt alone."""
+    from breaknli_fast.engines.base import Decoding
+
+    d = Decoding(strategy="greedy", max_new_tokens=12)
+    seeds = list(range(len(prompts)))
+    together = gen.generate_ids(prompts, 1, d, seeds)
+    alone = [gen.generate_ids([p], 1, d, [s])[0] for p, s in zip(prompts, seeds)]
+    same = sum(a == t for a, t in zip(alone, together))
+    return {"prompts": len(prompts), "identical": same, "invariant": same == len(prompts),
+            "what": f"{len(prompts) - same} of {len(prompts)} prompts alone got other greedy tokens than in one call"}

@@ -2,8 +2,8 @@
 :func:`breaknli_fast.export.api.export_model`: which recipe (:func:`variant`), building the graphs
 (:meth:`OrtExporter.write_files`: :mod:`.onnx` for classifiers and masked LMs, :mod:`.t5` for Flan-T5,
 :mod:`.quantize` for fp16 / int8) and measuring them against the torch fp32 reference (:meth:`OrtExporter.compare`:
-through the engine contract, :mod:`breaknli_fast.export.validate`, plus :mod:`.validate` for a T5's logits over the
-whole vocabulary).
+through the engine contract, :mod:`breaknli_fast.export.validate`, plus :mod:`breaknli_fast.export.validate_t5` for a
+T5's logits over the whole vocabulary).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ class OrtExporter(Exporter):
         """The export's figures against the torch fp32 reference, on the target device where this machine runs it
         (else on the CPU, recorded)."""
         from breaknli_fast.backends.ort import engine
-        from breaknli_fast.backends.ort.validate import t5_figures
+        from breaknli_fast.export.validate_t5 import t5_figures
 
         kind, src, pairs, max_length, label_map = plan.kind, plan.src, plan.val_pairs, plan.max_length, plan.label_map
 

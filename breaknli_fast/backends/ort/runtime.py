@@ -15,13 +15,10 @@ from breaknli_fast.envinfo import NOT_VERIFIED
 from breaknli_fast.engines import cpu_features
 from breaknli_fast.engines.cpu_features import physical_cores
 from breaknli_fast.engines.base import MASK_FILLER, EngineInfo
-from breaknli_fast.engines.batching import BatchedMaskFiller
-from breaknli_fast.engines.fill_mask import HFMaskFillerMixin
 from breaknli_fast.engines.registry import EngineUnavailable
+from breaknli_fast.engines.stepgraph import STEP_DECODER, STEP_ENCODER, GraphMaskFiller, graph_feeds  # noqa: F401
 
 # the T5 graphs that the ort exporter writes (breaknli_fast.backends.ort.t5) and the stepper runs
-STEP_ENCODER = "step_encoder_model.onnx"
-STEP_DECODER = "step_decoder_model.onnx"
 STEP_FILES = (STEP_ENCODER, STEP_DECODER)
 
 INSTALL_ONNX = "pip install 'breaknli-fast[onnx]'"
@@ -154,41 +151,15 @@ def classifier_feeds(tokenizer: Any, pairs: Any, inputs: Any, max_length: int,
     return graph_feeds(enc, inputs)
 
 
-def graph_feeds(enc: Any, inputs: Any) -> dict[str, Any]:
-    """A padded encoding (arrays) restricted to a graph's inputs, as int64; a ``token_type_ids`` input
-    the tokenizer does not produce is fed zeros."""
-    feeds = {}
-    for meta in inputs:
-        name = meta.name
-        if name in enc:
-            feeds[name] = np.asarray(enc[name]).astype(np.int64, copy=False)
-        elif name == "token_type_ids":
-            feeds[name] = np.zeros_like(enc["input_ids"], dtype=np.int64)
-        else:
-            raise EngineUnavailable(f"the graph needs an input {name!r} that the tokenizer does not produce")
-    return feeds
-
-
-class SessionMaskFiller(HFMaskFillerMixin, BatchedMaskFiller):
-    """A masked-LM graph (inputs as the tokenizer produces them and ``mask_index``; output ``log_probs``, as the
-    exporters write it) on an ONNX Runtime session, behind the mask-filler contract. The ort engine's mask filler
-    is one (after its export); the exporters validate with one."""
-
-    cpu_max_batch = 16
-    cpu_batch_multiple = 2  # as the ort classifier's: two workers side by side on the CPU
+class SessionMaskFiller(GraphMaskFiller):
+    """A masked-LM graph on an ONNX Runtime session, behind the mask-filler contract
+    (:class:`~breaknli_fast.engines.stepgraph.GraphMaskFiller`). The ort engine's mask filler is one (after its
+    export); the exporters validate with one."""
 
     def __init__(self, graph: str | Path, tokenizer: Any, model_vocab_size: int, max_length: int, device: str = "cpu",
                  provider: str | None = None, threads: int | None = None, workers: int = 1, token_budget: int = 8192,
                  max_batch: int | None = None, info: EngineInfo | None = None, fp16: bool = False):
-        super().__init__(token_budget=token_budget, max_batch=max_batch, workers=workers, device=device)
-        self._setup_tokenizer(tokenizer, max_length, model_vocab_size)
-        self.session, details = make_session(graph, device=device, provider=provider, threads=threads, fp16=fp16)
-        self.inputs = [i for i in self.session.get_inputs() if i.name != "mask_index"]
-        self.device = device
-        self.info = info or EngineInfo("ort", MASK_FILLER, str(graph), "fp32", device, {})
-        self.info.details.update(details)
-
-    def _run(self, arrays: dict[str, np.ndarray], mask_index: np.ndarray) -> np.ndarray:
-        feeds = graph_feeds(arrays, self.inputs)
-        feeds["mask_index"] = mask_index.astype(np.int64, copy=False)
-        return np.asarray(self.session.run(["log_probs"], feeds)[0], dtype=np.float32)
+        session, details = make_session(graph, device=device, provider=provider, threads=threads, fp16=fp16)
+        super().__init__(session, details, tokenizer, model_vocab_size, max_length, device=device, workers=workers,
+                         token_budget=token_budget, max_batch=max_batch,
+                         info=info or EngineInfo("ort", MASK_FILLER, str(graph), "fp32", device, {}))

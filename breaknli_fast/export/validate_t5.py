@@ -1,4 +1,5 @@
-"""What the ort exporter measures of a T5 export beyond the engine contract's figures.
+"""What the exporters of the project's T5 step graphs (the ort and openvino backends') measure of a T5 export beyond
+the engine contract's figures.
 
 * The first decoder step's logits over the whole vocabulary for NLI prompts built from the pairs (batched,
   padded), against transformers' T5 at fp32: max |Δ|, and the agreement of the NLI label (the argmax over the
@@ -17,10 +18,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from breaknli_fast.backends.ort.t5_runtime import OrtSeq2SeqStepper
 from breaknli_fast.engines import registry
 from breaknli_fast.engines.compat import load_seq2seq
 from breaknli_fast.engines.model_info import ModelLoadError, answer_token_ids, input_limit
+from breaknli_fast.engines.stepgraph import StepGraphStepper
 from breaknli_fast.export import validate as val
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
@@ -29,13 +30,13 @@ Pair = tuple[str, str]
 
 def t5_figures(folder: Path, src: str, pairs: Sequence[Pair], device: str, max_length: int,
                generator: Any) -> dict[str, Any]:
-    """Figures of a T5 export (``generator``: the ort generator over it) against transformers' model at fp32."""
+    """Figures of a T5 export (``generator``: the engine's generator over it, with its step-graph ``stepper``) against transformers' model at fp32."""
     import torch
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(folder))
     ref_model = load_seq2seq(src, torch.float32).eval()
-    stepper: OrtSeq2SeqStepper = generator.stepper
+    stepper: StepGraphStepper = generator.stepper
     max_length = min(max_length, input_limit(ref_model.config, tok)[0])  # as the engines cap their prompts
     try:
         answers: list[int] | None = answer_token_ids(tok)
@@ -68,7 +69,7 @@ def t5_figures(folder: Path, src: str, pairs: Sequence[Pair], device: str, max_l
     return figs
 
 
-def _topk_figures(stepper: OrtSeq2SeqStepper, tok: Any, ref: np.ndarray, pairs: Sequence[Pair], template: str,
+def _topk_figures(stepper: StepGraphStepper, tok: Any, ref: np.ndarray, pairs: Sequence[Pair], template: str,
                   prompts: list[str], ref_rows: list[list[int]], start: int, eos: int,
                   max_length: int) -> dict[str, Any]:
     """The decoder graph's top-k against the PyTorch model: the first step's top-k logits and ids on the NLI
