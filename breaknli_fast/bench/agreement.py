@@ -120,18 +120,28 @@ def invariance_pairs(data_pairs: Sequence[tuple[str, str]], extra: Sequence[tupl
     return out[: max(0, limit)]
 
 
+CHUNK = 7  # pairs per call of the chunked arrangement
+
+
 def batch_invariance(clf: Any, pairs: Sequence[tuple[str, str]]) -> BatchInvariance:
-    """Labels of ``pairs`` classified in the engine's own batches against one pair per call (batch size 1); the
-    classifier's cache is cleared before each pass and after."""
+    """Labels and logits of ``pairs`` classified in the engine's own batches (one call) against one pair per call
+    (batch size 1), the reversed call and calls of :data:`CHUNK` pairs; the classifier's cache is cleared before
+    each pass and after."""
     pairs = list(pairs)
     if not pairs:
         return BatchInvariance()
-    clf.clear_cache()
-    batched = np.asarray(clf.classify(pairs).logits, dtype=np.float64)
-    clf.clear_cache()
-    single = np.concatenate([np.asarray(clf.classify([p]).logits, dtype=np.float64) for p in pairs])
+
+    def logits(calls: list[list[tuple[str, str]]]) -> np.ndarray:
+        clf.clear_cache()
+        return np.concatenate([np.asarray(clf.classify(c).logits, dtype=np.float64) for c in calls])
+
+    batched = logits([pairs])
+    single = logits([[p] for p in pairs])
+    reversed_ = logits([pairs[::-1]])[::-1]
+    chunked = logits([pairs[i:i + CHUNK] for i in range(0, len(pairs), CHUNK)])
     clf.clear_cache()
     changed = int((batched.argmax(1) != single.argmax(1)).sum())
     return BatchInvariance(len(pairs), changed, 100.0 * changed / len(pairs), float(np.abs(batched - single).max()),
-                           getattr(clf, "max_batch", None), getattr(clf, "token_budget", None))
+                           getattr(clf, "max_batch", None), getattr(clf, "token_budget", None),
+                           float(np.abs(batched - reversed_).max()), float(np.abs(batched - chunked).max()))
 

@@ -103,6 +103,19 @@ def _batching(inv: BatchInvariance | None, sep: str = "of") -> str:
     return f"{inv.labels_changed} {sep} {inv.pairs}" if inv is not None and inv.pairs else "–"
 
 
+def batching_diff(inv: BatchInvariance) -> str:
+    """The largest |Δ logit| of a pair alone against one call (and, where measured, of the reversed call and calls of
+    7 pairs: "0, bit-equal" when all are 0)."""
+    if inv.bit_equal is None:
+        return _f(inv.max_abs_logit_diff, ".2e")
+    if inv.bit_equal:
+        return "0 (bit-equal alone, reversed, in 7s)"
+    worst = max(inv.max_abs_logit_diff or 0.0, inv.reversed_max_abs_logit_diff or 0.0,
+                inv.chunked_max_abs_logit_diff or 0.0)
+    return (f"{worst:.2e} (alone {_f(inv.max_abs_logit_diff, '.1e')}, reversed "
+            f"{_f(inv.reversed_max_abs_logit_diff, '.1e')}, in 7s {_f(inv.chunked_max_abs_logit_diff, '.1e')})")
+
+
 def status_text(e: EngineResult) -> str:
     if not e.ran:
         return f"{e.status}: {e.reason}"
@@ -235,7 +248,8 @@ def _headline_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
     lines += ["## Per-record prediction agreement and batch invariance", "",
               "A record agrees when the classifier gave the same label to every input it holds (e.g. (p, h), each "
               "candidate); labels are also compared input by input where both records hold the input. Batch "
-              "invariance: labels of the same pairs classified one at a time against the engine's own batches.", ""]
+              "invariance: labels of the same pairs classified one at a time against the engine's own batches (and the "
+              "logits of each pair alone, in the reversed call and in calls of 7 pairs against the one call).", ""]
     rows = []
     for e in ok:
         r = _records(e)
@@ -243,7 +257,7 @@ def _headline_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
         ident = (f"{r.identical} of {r.records} ({_f(r.identical_pct)} % "
                  f"[{_f(_get(r.identical_ci, 0))}, {_f(_get(r.identical_ci, 1))}])") if r.available else "–"
         rows.append([e.label, ident, _f(r.label_agreement_pct), _or_dash(r.labels_compared),
-                     _or_dash(r.inputs_in_one_run_only), _batching(inv), _f(inv.max_abs_logit_diff, ".2e"),
+                     _or_dash(r.inputs_in_one_run_only), _batching(inv), batching_diff(inv),
                      _or_dash(inv.max_batch)])
     lines += _md_table(["engine", "records identical", "label agreement %", "labels compared",
                         "inputs in one run only", "labels changed by batching", "max |Δ logit| by batching",

@@ -435,7 +435,8 @@ class Parity:
 
 @dataclass
 class BatchInvariance:
-    """Labels of the same pairs in the engine's batches against one pair per call."""
+    """Labels of the same pairs in the engine's batches against one pair per call; the logits of the reversed call
+    and of chunks of 7 pairs against the one call (where measured)."""
 
     pairs: int = 0
     labels_changed: int | None = None
@@ -443,6 +444,16 @@ class BatchInvariance:
     max_abs_logit_diff: float | None = None
     max_batch: int | None = field(default=None, metadata=OMIT)
     token_budget: int | None = field(default=None, metadata=OMIT)
+    reversed_max_abs_logit_diff: float | None = field(default=None, metadata=OMIT)
+    chunked_max_abs_logit_diff: float | None = field(default=None, metadata=OMIT)
+
+    @property
+    def bit_equal(self) -> bool | None:
+        """Every arrangement gave the one call's logits to the bit (None: not measured)."""
+        diffs = (self.max_abs_logit_diff, self.reversed_max_abs_logit_diff, self.chunked_max_abs_logit_diff)
+        if not self.pairs or any(d is None for d in diffs):
+            return None
+        return all(d == 0.0 for d in diffs)
 
 
 @dataclass
