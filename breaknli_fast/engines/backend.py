@@ -54,7 +54,8 @@ class Backend:
     ``"module:Class"`` of its typed loader options (an :class:`~breaknli_fast.engines.options.EngineOptions`),
     or None. ``requires``: modules that must be importable (``install`` says how to get them). ``exporter``:
     ``"module:Class"`` of its :class:`~breaknli_fast.export.exporter.Exporter` subclass, which builds and judges
-    the backend's exports of ``formats`` (``export_model`` reaches it through the registry). ``auto``: the precisions at which ``--engine auto`` picks this backend on the CPU (empty: never).
+    the backend's exports of ``formats`` (``export_model`` reaches it through the registry). ``auto``: the precisions at which ``--engine auto`` picks this backend on the CPU (empty: never), for the roles
+    ``auto_roles`` (empty: every role it runs).
     ``hf_models``: its models are Hugging Face model folders / hub ids, checked from their config before anything
     loads (``check_models``); a backend of other models says False and resolves its names itself. ``delegates``:
     role -> engine (``auto`` allowed) for a role it does not run, which then goes to that engine where this one is
@@ -69,6 +70,8 @@ class Backend:
     exporter: str | None = None
     formats: tuple[str, ...] = ()
     auto: tuple[str, ...] = ()
+    # the roles for which --engine auto picks it at those precisions (empty: every role it runs)
+    auto_roles: tuple[str, ...] = ()
     missing_roles: Mapping[str, str] = field(default_factory=dict)
     hf_models: bool = True
     delegates: Mapping[str, str] = field(default_factory=dict)
@@ -117,8 +120,13 @@ class Backend:
             if why:
                 raise PrecisionError(f"the {self.name} engine's {role} at {precision}: {why}")
 
-    def auto_picks(self, precision: str, device: str) -> bool:
-        return device_kind(device) == "cpu" and precision in self.auto and self.installed()
+    def auto_picks(self, precision: str, device: str, role: str | None = None) -> bool:
+        """Whether ``--engine auto`` picks this backend for ``role`` (None: for every role) at ``precision``."""
+        if role is None:
+            fits = not self.auto_roles
+        else:
+            fits = role in self.precisions and (not self.auto_roles or role in self.auto_roles)
+        return device_kind(device) == "cpu" and precision in self.auto and fits and self.installed()
 
     def options_class(self) -> Any:
         if self.options is None:

@@ -22,12 +22,13 @@ from breaknli_fast.engines.options import EngineOptionError, EngineOptions
 
 # engine name -> package (with a BACKEND declaration) or module (loaders only); the order is auto's preference
 _ENGINES: dict[str, str] = {
+    # OpenVINO's CPU runtime, every role; auto's int8 classifier and masked LM
+    "openvino": "breaknli_fast.backends.openvino",
     "ort": "breaknli_fast.backends.ort",
     "torch": "breaknli_fast.backends.pytorch",
     "tensorrt": "breaknli_fast.backends.tensorrt",
     "ct2": "breaknli_fast.backends.ct2",  # CTranslate2: the generator only (the classifier on ort / torch)
     "cudagraph": "breaknli_fast.backends.cudagraph",  # torch on one GPU: own decode loop and classifier, CUDA graphs
-    "openvino": "breaknli_fast.backends.openvino",  # OpenVINO's CPU runtime: the classifier at fp32 / bf16
 }
 
 AUTO = "auto"
@@ -127,16 +128,17 @@ def export_formats() -> list[str]:
     return [f for name in names() for f in ((backend(name) or Backend(name, "", {})).formats)]
 
 
-def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") -> str:
+def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu", role: str | None = None) -> str:
     """The engine that ``auto`` stands for: the first registered backend whose declaration lets ``auto`` pick it at
-    this precision on this device and whose libraries are installed (``ort`` on the CPU at fp32 or int8 wherever
-    onnxruntime is installed: its fp32 gives the torch reference's labels and sampled candidates exactly, and runs
-    faster; BENCHMARKS.md), else the torch reference. Any other name is returned as it is."""
+    this precision on this device, for ``role`` (None: a backend auto picks for every role), and whose libraries are
+    installed (on the CPU: ``openvino`` for int8 classifiers and masked LMs where OpenVINO is installed, ``ort`` for
+    fp32 and the int8 generator wherever onnxruntime is; BENCHMARKS.md), else the torch reference. Any other name is
+    returned as it is."""
     if engine != AUTO:
         return engine
     for name in names():
         decl = backend(name)
-        if decl is not None and decl.auto_picks(precision, device):
+        if decl is not None and decl.auto_picks(precision, device, role):
             return name
     return REFERENCE
 
@@ -144,10 +146,10 @@ def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu") ->
 def role_engine(engine: str, role: str, precision: str = "fp32", device: str = "cpu") -> str:
     """The engine that runs ``role`` when ``engine`` is named for every role: ``engine`` itself (``auto``
     resolved), or the engine its declaration hands the role to (``delegates``, itself resolved)."""
-    name = resolve_engine(engine, precision, device)
+    name = resolve_engine(engine, precision, device, role)
     decl = backend(name)
     if decl is not None and role not in decl.precisions and role in decl.delegates:
-        other = resolve_engine(decl.delegates[role], precision, device)
+        other = resolve_engine(decl.delegates[role], precision, device, role)
         if other == name or role not in ((backend(other) or Backend(other, "", {role: {}})).precisions):
             raise EngineUnavailable(f"the {name} engine hands its {role} to {other}, which does not run it either")
         return other

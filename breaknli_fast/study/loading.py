@@ -112,11 +112,11 @@ class EngineConfig:
         role's precision."""
         own = getattr(self, f"{role}_engine", None)
         if own:
-            return registry.resolve_engine(own, self.precision_of(role), self.device)
+            return registry.resolve_engine(own, self.precision_of(role), self.device, role)
         try:  # --engine for every role: a role its backend hands to another engine goes there (ct2's classifier)
             return registry.role_engine(self.engine, role, self.precision_of(role), self.device)
         except registry.EngineUnavailable:
-            return registry.resolve_engine(self.engine, self.precision_of(role), self.device)  # check_roles says why
+            return registry.resolve_engine(self.engine, self.precision_of(role), self.device, role)  # check_roles says why
 
     def requested_engine_of(self, role: str) -> str:
         return getattr(self, f"{role}_engine", None) or self.engine

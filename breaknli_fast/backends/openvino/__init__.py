@@ -22,4 +22,8 @@ BACKEND = Backend(
     exporter="breaknli_fast.backends.openvino.exporter:OpenVinoExporter",
     formats=("openvino",),
     gate="breaknli_fast.backends.openvino.exporter:precision_gate",
+    # --engine auto at int8: the classifier and the masked LM here (batch-invariant at ONNX Runtime's per-tensor
+    # speed, BENCHMARKS.md); the generator's int8 step graphs stay on ort (faster there)
+    auto=("int8",),
+    auto_roles=(CLASSIFIER, MASK_FILLER),
 )
