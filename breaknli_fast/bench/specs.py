@@ -123,8 +123,8 @@ def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
     if len(parts) < 2 or not parts[0] or not parts[1]:
         raise BenchSpecError(f"engine {text!r}: expected ENGINE:PRECISION (e.g. torch:fp32, ort:int8)")
     engine, precision = parts[0].lower(), parts[1].lower()
-    try:
-        registry.options_class(engine)  # an unknown engine is refused here, before any model loads
+    try:  # an unknown engine is refused here, before any model loads (auto: the engines run's --engine auto picks)
+        registry.options_class(engine if engine != registry.AUTO else registry.REFERENCE)
     except registry.EngineUnavailable as e:
         raise BenchSpecError(f"engine {text!r}: {e}") from None
     try:
@@ -153,7 +153,8 @@ def parse_engine(text: str, base: EngineConfig | None = None) -> BenchEngine:
             cfg.extra[key] = _value(val)
     if cfg.extra:
         try:  # a plain key that none of the engine's loaders takes: one line now, not a skipped engine later
-            registry.role_options(engine, "classifier", cfg.extra)
+            registry.role_options(registry.resolve_engine(engine, precision, cfg.device, "classifier"), "classifier",
+                                  cfg.extra)
         except UserError as e:
             raise BenchSpecError(f"engine {text!r}: {e}") from None
     return out

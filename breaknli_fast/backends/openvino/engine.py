@@ -41,8 +41,6 @@ from breaknli_fast.backends.openvino.runtime import OvSession, compile_propertie
 CLASSIFIER_GRAPH = "model.xml"
 MLM_GRAPH = "model.xml"
 STEP_GRAPHS = ("step_encoder_model.xml", "step_decoder_model.xml")
-# as the ort engine's generator: a call's prompts in at least two batches on the CPU, one per worker
-CPU_MIN_BATCHES = 2
 
 
 @dataclass
@@ -81,6 +79,14 @@ def _session(folder: Path, graph: str, precision: str, threads: int, streams: in
     return OvSession(folder / graph, compile_properties(precision, threads, streams, _group(folder)))
 
 
+def _workers(o: OvOptions) -> tuple[int, int]:
+    """(workers, threads in all): one worker on one stream of all the threads, whatever ``workers`` asks
+    (:mod:`.runtime`: one inference at a time in the process); a bad ``workers`` is refused as elsewhere."""
+    total = total_threads(o.threads)
+    split_threads(total, o.workers, error=ModelLoadError)
+    return 1, total
+
+
 class OvClassifier(BatchedClassifier):
     """A sequence-classifier IR (``model.xml``) compiled for OpenVINO's CPU plugin."""
 
@@ -91,17 +97,19 @@ class OvClassifier(BatchedClassifier):
         from transformers import AutoConfig, AutoTokenizer
 
         o = opts or OvOptions()
-        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=1, device="cpu")
+        n_workers, threads = _workers(o)
+        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=n_workers, device="cpu")
         folder = Path(folder)
         config = AutoConfig.from_pretrained(str(folder))
         self.perm = label_permutation(config, o.label_map)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
         self._pad_values = pad_values(self.tokenizer)
-        self.session = _session(folder, CLASSIFIER_GRAPH, precision, total_threads(o.threads), 1)
+        self.session = _session(folder, CLASSIFIER_GRAPH, precision, threads, n_workers)
         self.inputs = self.session.get_inputs()
         self.info = EngineInfo("openvino", CLASSIFIER, model, precision, "cpu", {
-            **_details(exported, folder, self.session.details), "max_batch": self.max_batch, **limits})
+            **_details(exported, folder, self.session.details), "workers": self.workers.n,
+            "max_batch": self.max_batch, "batch_multiple": self.batch_multiple, **limits})
 
     def _tokenize(self, pairs: Sequence[Pair]) -> Any:
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
@@ -162,23 +170,20 @@ def open_classifier(folder: str | Path, model: str, precision: str = "fp32", opt
 
 def open_generator(folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
                    exported: ExportResult | None = None) -> HFGenerator:
-    """The openvino generator over an export folder (the T5 step graphs as IR): one stream per worker."""
+    """The openvino generator over an export folder (the T5 step graphs as IR)."""
     from transformers import AutoConfig, AutoTokenizer
 
     o = opts or OvOptions()
     folder = Path(folder)
-    total = total_threads(o.threads)
-    n_workers, _ = split_threads(total, o.workers, error=ModelLoadError)
+    n_workers, total = _workers(o)
     gen_config = generation_config_for(folder, model, "openvino", "--engine torch")
     tok = AutoTokenizer.from_pretrained(str(folder))
     config = AutoConfig.from_pretrained(str(folder))
     stepper = _stepper(folder, precision, total, n_workers)
     info = EngineInfo("openvino", GENERATOR, model, precision, "cpu",
-                      {**_details(exported, folder, stepper.details), "workers": n_workers,
-                       "min_batches": CPU_MIN_BATCHES})
+                      {**_details(exported, folder, stepper.details), "workers": n_workers})
     return HFGenerator(None, tok, info, device="cpu", stepper=stepper, config=config, generation_config=gen_config,
-                       workers=n_workers, max_input_length=o.max_input_length, prompt_batch=o.prompt_batch,
-                       min_batches=CPU_MIN_BATCHES)
+                       workers=n_workers, max_input_length=o.max_input_length, prompt_batch=o.prompt_batch)
 
 
 def open_mask_filler(folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
@@ -190,10 +195,12 @@ def open_mask_filler(folder: str | Path, model: str, precision: str = "fp32", op
     config = AutoConfig.from_pretrained(str(folder))
     tok = AutoTokenizer.from_pretrained(str(folder))
     max_length, limits = effective_max_length(o.max_length, config, tok)
-    session = _session(folder, MLM_GRAPH, precision, total_threads(o.threads), 1)
-    info = EngineInfo("openvino", MASK_FILLER, model, precision, "cpu", {"workers": 1, **limits})
+    n_workers, threads = _workers(o)
+    session = _session(folder, MLM_GRAPH, precision, threads, n_workers)
+    info = EngineInfo("openvino", MASK_FILLER, model, precision, "cpu", {"workers": n_workers, **limits})
     filler = GraphMaskFiller(session, _details(exported, folder, session.details), tok, int(config.vocab_size),
-                             max_length, workers=1, token_budget=o.token_budget, max_batch=o.max_batch, info=info)
+                             max_length, workers=n_workers, token_budget=o.token_budget, max_batch=o.max_batch,
+                             info=info)
     info.details.update({"max_batch": filler.max_batch, "whole_word_tokens": len(filler.vocab),
                          "tokens": filler.vocab.scheme})
     return filler

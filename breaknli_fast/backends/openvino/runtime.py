@@ -7,8 +7,11 @@ runners call (``run(output_names, feeds)``, ``get_inputs()``, ``get_outputs()``,
 * ``int8``: an IR with int8 weights (:mod:`.ir`), hint ``f32``, and the activations quantised per token and group
   at run time (``DYNAMIC_QUANTIZATION_GROUP_SIZE``, from the export's manifest).
 
-Streams: one per worker (``NUM_STREAMS``), the threads shared among them (``INFERENCE_NUM_THREADS``); each thread
-that runs the session gets its own infer request.
+One stream on all the threads (``NUM_STREAMS`` 1, ``INFERENCE_NUM_THREADS``), and one inference at a time in the
+process (:data:`INFER_LOCK`): with two Python threads inferring at once on compiled models of this version, the
+requests hung now and then inside the Python binding's input dispatch (both threads waiting, no CPU used; a
+2,724-pair run of six engines hung in one start of three), and one stream on both cores ran the mini classifier as
+fast as two streams of one core each (about 3,000 pairs/s either way on 2 cores).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from breaknli_fast.engines.model_info import ModelLoadError
 
 HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}
+INFER_LOCK = threading.Lock()  # one OpenVINO inference at a time in the process (module notes)
 
 
 def total_threads(threads: int | None) -> int:
@@ -76,7 +80,8 @@ class OvSession:
         return req
 
     def run(self, output_names: list[str] | None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        req = self._request()
-        req.infer(feeds)
         names = output_names or [o.name for o in self._outputs]
-        return [np.array(req.get_tensor(n).data) for n in names]
+        with INFER_LOCK:
+            req = self._request()
+            req.infer(feeds)
+            return [np.array(req.get_tensor(n).data) for n in names]
