@@ -10,8 +10,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-PACKAGES = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "onnxscript",
-            "tensorrt", "datasets", "huggingface_hub", "numpy", "typer", "rich")
+PACKAGES = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "onnxscript", "openvino", "ctranslate2",
+            "tensorrt", "mlcommons-loadgen", "ray", "spacy", "datasets", "huggingface_hub", "numpy", "typer", "rich")
+# the entry-point groups plugins join by: the backends' and the probes' registries
+PLUGIN_GROUPS = {"backend": "breaknli_fast.backends", "probe": "breaknli_fast.probes"}
+OWN_DISTRIBUTION = "breaknli-fast"
 
 # ONNX Runtime's CUDA / TensorRT providers and TensorRT itself: the project's GPU machines cannot install them
 # (onnxruntime-gpu's wheel is 256 MB, TensorRT's libraries come from NVIDIA's own index), so no run of them on a GPU
@@ -28,6 +31,27 @@ def installed_entry_points(group: str) -> list[tuple[str, str]]:
         return [(ep.name, ep.value) for ep in entry_points(group=group)]
     except Exception:  # noqa: BLE001 - broken metadata of another package
         return []
+
+
+def installed_plugins() -> list[dict[str, Any]]:
+    """Every backend and probe another installed package declares (entry points of :data:`PLUGIN_GROUPS`): its
+    kind, name, module, package and version (the built-in ones, declared by this package, are left out)."""
+    from importlib.metadata import entry_points
+
+    out: list[dict[str, Any]] = []
+    for kind, group in PLUGIN_GROUPS.items():
+        try:
+            eps = list(entry_points(group=group))
+        except Exception:  # noqa: BLE001 - broken metadata of another package
+            continue
+        for ep in eps:
+            dist = getattr(ep, "dist", None)
+            package = getattr(dist, "name", None) if dist is not None else None
+            if package is not None and package.replace("_", "-").lower() == OWN_DISTRIBUTION:
+                continue
+            out.append({"kind": kind, "name": ep.name, "module": ep.value, "package": package,
+                        "version": getattr(dist, "version", None) if dist is not None else None})
+    return out
 
 
 def package_version(name: str) -> str | None:
@@ -160,5 +184,6 @@ def environment(packages: Sequence[str] = ()) -> dict[str, Any]:
         "torch_threads": threads,
         "memory_gib": memory_gib(),
         "packages": {p: package_version(p) for p in dict.fromkeys([*PACKAGES, *packages])},
+        "plugins": installed_plugins(),
         "accelerators": accelerators(),
     }

@@ -197,12 +197,15 @@ def test_the_error_table_covers_the_issue():
 
 
 def test_threads_beyond_the_cores_warn(tmp_path, monkeypatch):
-    from breaknli_fast import cli_options
+    from breaknli_fast import limits
 
-    monkeypatch.setattr(cli_options, "usable_cores", lambda: 2)
-    r = runner.invoke(app, ["run", "--threads", "512", "--precision", "fp8", "--out", str(tmp_path / "x")])
-    assert "warning: --threads 512 is more than the 2 CPU cores" in " ".join(r.output.split())
+    monkeypatch.setattr(limits, "usable_cores", lambda: 2)
+    r = runner.invoke(app, ["run", "--threads", "6", "--precision", "fp8", "--out", str(tmp_path / "x")])
+    assert "warning: --threads 6 is more than the 2 CPU cores" in " ".join(r.output.split())
     _one_error_line(r, "--precision 'fp8'")
+    r = runner.invoke(app, ["run", "--threads", "512", "--out", str(tmp_path / "x")])  # beyond 4 per core: refused
+    assert "warning" not in r.output
+    _one_error_line(r, "--threads 512: at most 8 (4 per CPU core")
 
 
 def test_usage_errors_are_one_line_not_a_panel(tmp_path):

@@ -1,0 +1,150 @@
+"""What a new user tripped on (issue 63), each watched from outside the process: unbounded requests refused in one
+line before anything loads, with no growth of threads or memory; a backend or probe plugin that does not import
+reported by ``env`` in one line and ignored by every other command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+IMPORT_BOUND_S = 30.0  # generous: the CLI's own import on a loaded 2-core machine; a model load would not fit anyway
+
+
+def _status(pid: int) -> tuple[int, int] | None:
+    """(threads, resident KiB) of a running process, from /proc."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                      if ":" in line)
+        return int(fields["Threads"]), int(fields["VmRSS"].split()[0])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def watch(args: list[str], env: dict[str, str] | None = None, timeout: float = 120.0) -> dict:
+    """Run the CLI with ``args`` in a process of its own and watch it: exit code, stderr, wall time, the peak
+    thread count and resident memory seen while it ran (sampled every 10 ms)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "breaknli_fast.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "COLUMNS": "200", **(env or {})})
+    peak_threads = peak_kib = 0
+    while proc.poll() is None and time.monotonic() - t0 < timeout:
+        got = _status(proc.pid)
+        if got:
+            peak_threads, peak_kib = max(peak_threads, got[0]), max(peak_kib, got[1])
+        time.sleep(0.01)
+    if proc.poll() is None:
+        proc.kill()
+    out, err = proc.communicate()
+    return {"rc": proc.returncode, "out": out, "err": err, "wall_s": time.monotonic() - t0,
+            "threads": peak_threads, "rss_mib": peak_kib / 1024}
+
+
+UNBOUNDED = [
+    (["run", "--threads", "1000000"], "--threads 1000000: at most"),
+    (["run", "--decoding", "beam", "--num-beams", "100000"], "--num-beams) 100000: at most 1000"),
+    (["run", "--max-new-tokens", "100000000"], "--max-new-tokens) 100000000: at most 512"),
+    (["bench", "--scenario", "server", "--target-qps", "1e9", "--target-latency-ms", "100"],
+     "--target-qps 1e+09: at most"),
+    (["bench", "--scenario", "single-stream", "--min-duration", "1e9"], "--min-duration 1e+09: at most 3600"),
+    (["bench", "-e", "ort:int8:workers=1000000"], "workers= 1000000: at most"),
+]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="watches the process through /proc (Linux)")
+@pytest.mark.parametrize("args,message", UNBOUNDED, ids=[" ".join(a[:3]) for a, _ in UNBOUNDED])
+def test_an_unbounded_request_is_refused_in_one_line_before_anything_loads(args, message, tmp_path):
+    out = tmp_path / "out"
+    r = watch([*args, "--out", str(out)])
+    lines = [ln for ln in r["err"].splitlines() if ln.strip()]
+    assert r["rc"] == 2, r
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r["err"]
+    assert "(" in lines[0].split("at most", 1)[-1], lines[0]  # the bound says why
+    assert not out.exists()  # no run or bench folder: nothing ran
+    assert r["wall_s"] < IMPORT_BOUND_S, r["wall_s"]
+    # the CLI's own interpreter and imports only: no worker threads made, no model or LoadGen queries in memory
+    assert r["threads"] < 64 and r["rss_mib"] < 1500, r
+
+
+def test_the_bounds_hold_in_the_python_api_too():
+    from breaknli_fast.bench.loadgen.settings import ScenarioSettings
+    from breaknli_fast.engines.base import Decoding
+    from breaknli_fast.errors import UserError
+    from breaknli_fast.limits import MAX_PREPARED, max_threads
+    from breaknli_fast.study.loading import EngineConfig
+    from breaknli_fast.study.options import RunOptions
+
+    with pytest.raises(UserError, match="at most"):
+        RunOptions(threads=max_threads() + 1).check()
+    RunOptions(threads=max_threads()).check()
+    with pytest.raises(UserError, match="must be a number or 'auto'"):
+        EngineConfig(extra={"clf.workers": "abc"}).check()
+    with pytest.raises(ValueError, match="at most 512"):
+        Decoding(max_new_tokens=513)
+    with pytest.raises(ValueError, match="at most 1000"):
+        Decoding(strategy="beam", num_beams=1001)
+    with pytest.raises(UserError, match="hold them in memory"):  # arrival rate x duration: the queries prepared
+        ScenarioSettings(("server",), target_qps=MAX_PREPARED / 10 + 1, target_latency_ms=100,
+                         min_duration_s=10).check()
+    ScenarioSettings(("server",), target_qps=MAX_PREPARED / 10, target_latency_ms=100, min_duration_s=10).check()
+
+
+# -- a plugin that does not import -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def broken_site(tmp_path_factory) -> dict[str, str]:
+    """A package installed beside this one whose backend and probe entry points name a module that raises."""
+    site = tmp_path_factory.mktemp("site")
+    dist = site / "breaknli_fast_brokenplugin-0.3.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: breaknli-fast-brokenplugin\nVersion: 0.3\n")
+    (dist / "entry_points.txt").write_text("[breaknli_fast.backends]\nbroken = plugins.broken_plugin\n\n"
+                                           "[breaknli_fast.probes]\nbroken-probe = plugins.broken_plugin:Probe\n")
+    return {"PYTHONPATH": os.pathsep.join([str(site), str(TESTS), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_help_works_with_a_broken_plugin(broken_site):
+    for args in (["--help"], ["run", "--help"], ["bench", "--help"], ["export", "--help"]):
+        r = watch(args, broken_site)
+        assert r["rc"] == 0 and "Traceback" not in r["err"], (args, r["err"])
+    r = watch(["run", "--help"], broken_site)
+    assert "broken-probe" not in r["out"] and "accuracy" in r["out"]  # --probe lists the probes that import
+
+
+def test_env_reports_a_broken_plugin_in_one_line(broken_site):
+    r = watch(["env"], broken_site)
+    assert r["rc"] == 0 and "Traceback" not in r["err"], r["err"]
+    text = " ".join(r["out"].split())
+    assert "backend broken" in text and "probe broken-probe" in text
+    assert "does not import: ImportError: this plugin is broken on purpose" in text
+    assert "breaknli-fast-brokenplugin 0.3" in text  # the package and version of an installed plugin
+
+
+def test_run_on_another_engine_works_with_a_broken_plugin(broken_site, tmp_path):
+    r = watch(["run", "--probe", "accuracy", "-e", "torch", "-n", "4", "--out", str(tmp_path / "run")], broken_site,
+              timeout=300)
+    assert r["rc"] == 0 and "Traceback" not in r["err"], r["err"]
+    r = watch(["run", "--probe", "accuracy", "-e", "broken", "-n", "4", "--out", str(tmp_path / "b")], broken_site)
+    lines = [ln for ln in r["err"].splitlines() if ln.strip()]
+    assert r["rc"] == 2 and len(lines) == 1 and "the broken backend (plugins.broken_plugin) does not import" in lines[0]
+
+
+def test_auto_and_the_export_formats_skip_a_broken_backend(monkeypatch):
+    from breaknli_fast.engines import registry
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    registry.register("broken", "plugins.broken_plugin")
+    try:
+        monkeypatch.setitem(registry._ENGINES, "ort", "plugins.broken_plugin")  # auto's first choice broken too
+        assert registry.resolve_engine("auto") == "torch"
+        assert "broken" in registry.broken_backends() and "ort" in registry.broken_backends()
+        assert "onnx" not in registry.export_formats() and registry.declared_packages()
+    finally:
+        registry._ENGINES.pop("broken", None)
