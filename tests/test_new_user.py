@@ -148,3 +148,35 @@ def test_auto_and_the_export_formats_skip_a_broken_backend(monkeypatch):
         assert "onnx" not in registry.export_formats() and registry.declared_packages()
     finally:
         registry._ENGINES.pop("broken", None)
+
+
+# -- bench refuses what run refuses, before the reference runs ---------------------------------------------------
+
+@pytest.mark.parametrize("args,message", [
+    (["-e", "ort:int8:workers=abc"], "engine 'ort:int8:workers=abc': workers= must be a number or 'auto'"),
+    (["-e", "mlm=ort:fp32"], "the breaknli probe has no masked LM"),
+    (["-e", "ort:int8:mlm.precision=fp32"], "mlm.precision=: the breaknli probe has no masked LM"),
+    (["-e", "openvino:fp32"], "the openvino engine has no generator role"),
+    (["-e", "ct2:fp16"], "the ct2 engine's generator runs fp32 or int8 on cpu, not 'fp16'"),
+    (["--probe", "accuracy", "-e", "gen=ort:fp32/clf=torch:fp32"], "the accuracy probe has no generator"),
+])
+def test_bench_refuses_what_run_refuses_before_the_reference_runs(args, message, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import breaknli_fast.bench.runner as runner_module
+    from breaknli_fast.cli import app
+
+    monkeypatch.setattr(runner_module, "run_bench", lambda *a, **k: pytest.fail("the bench ran"))
+    r = CliRunner().invoke(app, ["bench", *args, "--out", str(tmp_path / "b")])
+    errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and message in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "b").exists()
+
+
+def test_the_hint_of_a_missing_role_is_a_bench_entry_in_bench():
+    from breaknli_fast.bench.options import BenchOptions
+    from breaknli_fast.errors import UserError
+
+    with pytest.raises(UserError, match=r"in --engines, gen=torch:fp32/clf=openvino:fp32 runs the generator"):
+        BenchOptions(engines="openvino:fp32").check()
+    BenchOptions(engines="gen=torch:fp32/clf=openvino:fp32").check()  # the hint itself is accepted

@@ -223,9 +223,9 @@ class BenchOptions(Options):
         for spec in parse_engines(self.engines, self.engine_config(), roles=roles)[1:]:
             c = spec.config
 
-            def hint(role: str) -> str:
-                parts = [f"{short[role]}=torch:fp32"] + [f"{short[r]}={c.engine}:{c.precision}" for r in roles
-                                                          if r != role]
+            def hint(role: str) -> str:  # the bench's way to give a role another engine: a per-role entry
+                parts = [f"{short[role]}=torch:fp32"] + [f"{short[r]}={c.engine_of(r)}:{c.precision_of(r)}"
+                                                          for r in roles if r != role]
                 return f"in --engines, {'/'.join(parts)} runs the {role} on another engine"
 
             try:

@@ -137,7 +137,7 @@ def summary_rows(data: BenchReport) -> tuple[list[str], list[list[str]]]:
             continue
         sp, sm = e.speed.speedup or Speedup(), e.speed.summary or SpeedSummary()
         mem = e.memory or Memory()
-        row = [e.label, e.precision]
+        row = [e.shown_label, e.precision]
         if bn:
             row += [_f(sp.workload, ".2f", "×"), _f(sp.workload_best, ".2f", "×")]
         row += [_f(sp.end_to_end, ".2f", "×"), _f(sm.classifier_pairs_per_s, ".1f")]
@@ -447,7 +447,7 @@ def rich_table(data: BenchReport, width: int | None = None) -> Any:
     if narrow:
         cols = [("engine", "left"), ("speed", "right"), ("pairs/s", "right"), ("same %", "right"),
                 ("verdicts", "left"), ("result", "left")]
-    widths = {"engine": name_width(e.label for e in data.engines), "result": len("skipped"), "speed": 6,
+    widths = {"engine": name_width(e.shown_label for e in data.engines), "result": len("skipped"), "speed": 6,
               "pairs/s": 7, "same %": 6}
     for name, just in cols:
         t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
@@ -461,7 +461,7 @@ def rich_table(data: BenchReport, width: int | None = None) -> Any:
             continue
         sp, sm = e.speed.speedup or Speedup(), e.speed.summary or SpeedSummary()
         same = _f(_records(e).identical_pct, ".2f")
-        cells = {"engine": name_cell(e.label), "speed-up e2e": _f(sp.end_to_end, ".2f", "×"),
+        cells = {"engine": name_cell(e.shown_label), "speed-up e2e": _f(sp.end_to_end, ".2f", "×"),
                  "speed": _f(sp.end_to_end, ".2f", "×"), "pairs/s": _f(sm.classifier_pairs_per_s, ".0f"),
                  "RSS MiB": _f((e.memory or Memory()).peak_rss_mib, ".0f"),
                  "records identical %": same, "same %": same,
