@@ -1672,8 +1672,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--readme", type=Path, default=None,
                     help="also write the parity table per probe x engine into this file, between the lines "
                          f"{README_START!r} and {README_END!r}")
+    ap.add_argument("--smoke", action="store_true",
+                    help="render result files of the suite's smoke sizes too (checks the pipeline; the page says the "
+                         "figures mean nothing)")
     args = ap.parse_args(argv)
-    results, problems = load_results(args.results)
+    results, problems = load_results(args.results, smoke=args.smoke)
     for line in problems:
         print(f"skipped {line}", file=sys.stderr)
     try:
@@ -1681,7 +1684,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         label = str(args.results)
     intro = args.intro.read_text() if args.intro and args.intro.exists() else None
-    args.out.write_text(render(results, label, intro))
+    text = render(results, label, intro)
+    if args.smoke:
+        text = text.replace(NOTICE, NOTICE + "\n>\n> **Smoke sizes**: rendered from result files the suite wrote at its "
+                            "smoke sizes (`--smoke`); the figures mean nothing.", 1)
+    args.out.write_text(text)
     print(f"{args.out}: {len(results)} result files", file=sys.stderr)
     if args.readme is not None:
         update_readme(args.readme, results, label)

@@ -232,9 +232,10 @@ def _json_default(o: Any) -> Any:
     raise TypeError(type(o).__name__)
 
 
-def load_results(folder: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+def load_results(folder: str | Path, smoke: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """Every result file of ``folder`` (sorted by name), each with ``"file"`` set to its path; and one
-    line per JSON file that is not a result file."""
+    line per JSON file that is not a result file, or that holds smoke figures (``"smoke": true``, written by the
+    suite's smoke sizes) unless ``smoke``."""
     results, problems = [], []
     for p in sorted(Path(folder).glob("*.json")):
         try:
@@ -244,6 +245,9 @@ def load_results(folder: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             problems.append(f"{p}: not a result file (schema {SCHEMA})")
+            continue
+        if doc.get("smoke") and not smoke:  # written at the suite's smoke sizes: its figures mean nothing
+            problems.append(f"{p}: smoke figures (bench --suite --smoke), not a measurement: not rendered")
             continue
         doc["file"] = str(p)
         results.append(doc)
