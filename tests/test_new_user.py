@@ -180,3 +180,25 @@ def test_the_hint_of_a_missing_role_is_a_bench_entry_in_bench():
     with pytest.raises(UserError, match=r"in --engines, gen=torch:fp32/clf=openvino:fp32 runs the generator"):
         BenchOptions(engines="openvino:fp32").check()
     BenchOptions(engines="gen=torch:fp32/clf=openvino:fp32").check()  # the hint itself is accepted
+
+
+# -- make test on a fresh clone: SentencePiece trains once, on one thread ---------------------------------------
+
+def test_the_t5_tokenizer_is_trained_once_per_process_on_one_thread(tmp_path, monkeypatch):
+    """SentencePiece's trainer aborted a whole test run (``Fatal Python error: Aborted`` in train_spm_tokenizer
+    while other runtimes' threads were alive): it trains on one thread, once per corpus, later calls copy it."""
+    import sentencepiece as spm
+
+    from breaknli_fast.engines import random_weights
+
+    calls = []
+    real = spm.SentencePieceTrainer.train
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", lambda **kw: calls.append(kw) or real(**kw))
+    monkeypatch.setattr(random_weights, "_SPM_TRAINED", {})
+    texts = [f"sentence number {i} of a tiny corpus." for i in range(50)]
+    a = random_weights.train_spm_tokenizer(tmp_path / "a", texts, vocab_size=60)
+    b = random_weights.train_spm_tokenizer(tmp_path / "b", texts, vocab_size=60)
+    assert len(calls) == 1 and calls[0]["num_threads"] == 1
+    assert a("sentence number 7").input_ids == b("sentence number 7").input_ids and len(a) == len(b)
+    random_weights.train_spm_tokenizer(tmp_path / "c", texts[:40], vocab_size=60)  # another corpus: trained
+    assert len(calls) == 2
