@@ -115,6 +115,42 @@ def git_hash() -> str | None:
     return git_commit(Path(__file__).resolve().parent.parent)
 
 
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def package_relative(path: str | Path) -> str:
+    """A file of this package as ``breaknli_fast/...`` (the shipped data and models: where the package lies is no
+    part of a record, so that a run directory or result file names no checkout's location), also one of another
+    copy of the package recorded before (``.../breaknli_fast/assets/...``); any other path as it is."""
+    p = Path(path)
+    try:
+        return (Path(PACKAGE_DIR.name) / p.resolve().relative_to(PACKAGE_DIR)).as_posix()
+    except (ValueError, OSError):
+        pass
+    parts = p.parts
+    for i in range(len(parts) - 1):
+        if parts[i] == PACKAGE_DIR.name and parts[i + 1] == "assets":
+            return Path(*parts[i:]).as_posix()
+    return str(path)
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """The first 12 hex digits of the SHA-256 of this package's Python sources (their paths and bytes): which code
+    ran, also where no git commit is known (an install from a copy) or where one commit's tree was changed."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        try:
+            h.update(p.read_bytes())
+        except OSError:
+            continue
+    return h.hexdigest()[:12]
+
+
 COMMIT_ENV = "BREAKNLI_FAST_COMMIT"
 
 
@@ -177,6 +213,7 @@ def environment(packages: Sequence[str] = ()) -> dict[str, Any]:
     return {
         "breaknli_fast": breaknli_fast.__version__,
         "git": git_hash(),
+        "code": code_digest(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": cpu_model(),

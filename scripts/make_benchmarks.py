@@ -105,6 +105,20 @@ def load_pair(m: dict[str, Any], key: str) -> str:
     return f(la[0], ".2f") if isinstance(la, list) and la else "–"
 
 
+DIRTY = "-dirty"
+
+
+def commit_text(doc: Result) -> str:
+    """The commit a file was measured at; one whose tree git found changed (``-dirty``) is not cited as a commit:
+    it is marked as measured on a tree that differs from every commit, with the file's note on why, and as not
+    re-measured since."""
+    c, note = str(doc.get("commit")), doc.get("commit_note")
+    if not c.endswith(DIRTY):
+        return f"commit `{c}`" + (f" ({note})" if note else "")
+    return (f"**no clean commit**: measured on a tree git found changed from `{c[:-len(DIRTY)][:12]}`"
+            + (f" ({note})" if note else "") + "; not re-measured since at a clean commit")
+
+
 def provenance(doc: Result, label: str) -> str:
     """The lines under a table: command, date, commit, machine, file."""
     m = doc.get("machine") or {}
@@ -119,8 +133,8 @@ def provenance(doc: Result, label: str) -> str:
                  f"{load_pair(m, 'load_average_after')} after")
     lines = [
         f"- command: `{portable_command(str(doc.get('command')))}`",
-        f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), commit `{doc.get('commit')}`"
-        + (f" ({doc['commit_note']})" if doc.get("commit_note") else "") + f", file `{label}/{Path(doc['file']).name}`",
+        f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), {commit_text(doc)}, "
+        f"file `{label}/{Path(doc['file']).name}`",
         f"- machine: {machine}",
     ]
     payload = doc.get("payload")
