@@ -202,3 +202,40 @@ def test_the_t5_tokenizer_is_trained_once_per_process_on_one_thread(tmp_path, mo
     assert a("sentence number 7").input_ids == b("sentence number 7").input_ids and len(a) == len(b)
     random_weights.train_spm_tokenizer(tmp_path / "c", texts[:40], vocab_size=60)  # another corpus: trained
     assert len(calls) == 2
+
+
+# -- smaller items -------------------------------------------------------------------------------------------------
+
+def test_an_engine_named_twice_is_measured_twice_and_said_so():
+    from breaknli_fast.bench.options import BenchOptions
+    from breaknli_fast.bench.runner import plan_bench
+
+    logged: list[str] = []
+    cfg = BenchOptions(probe="accuracy", engines="torch:fp32,torch:fp32,ort:int8,ort:int8", limit=4).bench_config()
+    plan = plan_bench(cfg, logged.append)
+    said = [n for n in plan.notes if "named 2 times" in n]
+    assert [s.split(" is named")[0] for s in said] == ["torch:fp32", "ort:int8"], plan.notes
+    assert "as ort:int8, ort:int8#2" in said[1] and said[1] in logged
+
+
+def test_a_run_of_another_probe_in_the_directory_is_named_not_dumped(tmp_path):
+    import json
+
+    from breaknli_fast.study.rundir import RunDir, RunDirError
+
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"identity": {"probe": "breaknli", "loop": {"k": 20, "u": 10}}}))
+    (d / "samples.jsonl").write_text('{"id": "1"}\n')
+    with pytest.raises(RunDirError) as e:
+        RunDir(d).check({"probe": "permutation", "permutation": {"q": 100}})
+    assert str(e.value) == (f"{d} holds a run of the breaknli probe, not of permutation; use another --out, or "
+                            "--overwrite to replace it")
+
+
+def test_an_error_line_stands_alone_on_stderr(tmp_path):
+    """No empty line before ``error:`` (the progress display, started before the error, left one where stderr is
+    no terminal)."""
+    r = watch(["run", "-d", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "out")])
+    assert r["rc"] == 2 and r["out"] == "" and r["err"] == f"error: dataset file {tmp_path / 'missing.tsv'} does " \
+        "not exist\n", repr(r["err"])

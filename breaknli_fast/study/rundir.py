@@ -181,6 +181,9 @@ class RunDir:
         identity = json.loads(json.dumps(identity, default=str))  # as config.json holds it (lists, not tuples)
         if old_id == identity or _portable_identity(old_id) == identity:
             return True, old
+        if self.has_samples() and old_id.get("probe") and old_id.get("probe") != identity.get("probe"):
+            raise RunDirError(f"{self.path} holds a run of the {old_id['probe']} probe, not of {identity.get('probe')}; "
+                              "use another --out, or --overwrite to replace it")
         if self.has_samples():
             raise RunDirError(f"{self.path} holds a run with different settings (its vs this run's: "
                               f"{setting_values(old_id, identity)}); use another --out, or --overwrite to replace it")
