@@ -239,3 +239,15 @@ def test_an_error_line_stands_alone_on_stderr(tmp_path):
     r = watch(["run", "-d", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "out")])
     assert r["rc"] == 2 and r["out"] == "" and r["err"] == f"error: dataset file {tmp_path / 'missing.tsv'} does " \
         "not exist\n", repr(r["err"])
+
+
+def test_docs_limits_lists_every_bound_of_the_code():
+    """docs/limits.md gives each bound of breaknli_fast/limits.py with the value the code holds."""
+    from breaknli_fast import limits
+
+    text = (ROOT / "docs" / "limits.md").read_text()
+    for value in (limits.MAX_NEW_TOKENS, limits.MAX_BEAMS, limits.MAX_GEN_BATCH, limits.MAX_BATCH_PAIRS,
+                  limits.MAX_TOKEN_BUDGET, limits.MAX_PREPARED, int(limits.MAX_TARGET_QPS), int(limits.MAX_MIN_DURATION_S),
+                  limits.MAX_REPEATS, limits.MAX_WARMUP, limits.MAX_MIN_ITERATIONS, int(limits.MAX_MIN_SECONDS)):
+        assert f"{value:,}" in text or str(value) in text, value
+    assert f"{limits.THREADS_PER_CORE} per CPU core" in text
