@@ -125,6 +125,11 @@ def test_env_reports_a_broken_plugin_in_one_line(broken_site):
     assert "backend broken" in text and "probe broken-probe" in text
     assert "does not import: ImportError: this plugin is broken on purpose" in text
     assert "breaknli-fast-brokenplugin 0.3" in text  # the package and version of an installed plugin
+    info = __import__("json").loads(watch(["env", "--json"], broken_site)["out"])
+    assert {"ctranslate2", "openvino", "mlcommons-loadgen", "ray", "spacy"} <= set(info["packages"])
+    assert {"kind": "backend", "name": "broken", "module": "plugins.broken_plugin",
+            "package": "breaknli-fast-brokenplugin", "version": "0.3"} in info["plugins"]
+    assert info["broken_plugins"]["backend broken"].startswith("the broken backend (plugins.broken_plugin) does not")
 
 
 def test_run_on_another_engine_works_with_a_broken_plugin(broken_site, tmp_path):

@@ -80,10 +80,12 @@ class BenchOptions(Options):
                           help="End-to-end loop runs per engine (median wall reported); with --scenario: rounds of "
                                "LoadGen performance runs, the engines in turn (A B C A B C), the median round's "
                                "figures with the spread across rounds.")
-    warmup: int = option(1, min=0, max=MAX_WARMUP, why=REPEAT_WHY, panel=TIMING, help="Unmeasured warm-up iterations of every stage (and end-to-end "
-                                                      "runs on 4 examples).")
-    min_iterations: int = option(3, min=1, max=MAX_MIN_ITERATIONS, why=REPEAT_WHY, panel=TIMING, help="Measured iterations of each stage, at least.")
-    min_seconds: float = option(1.0, min=0.0, max=MAX_MIN_SECONDS, why="an hour per stage", panel=TIMING, help="Measured seconds of each stage, at least.")
+    warmup: int = option(1, min=0, max=MAX_WARMUP, why=REPEAT_WHY, panel=TIMING,
+                         help="Unmeasured warm-up iterations of every stage (and end-to-end runs on 4 examples).")
+    min_iterations: int = option(3, min=1, max=MAX_MIN_ITERATIONS, why=REPEAT_WHY, panel=TIMING,
+                                 help="Measured iterations of each stage, at least.")
+    min_seconds: float = option(1.0, min=0.0, max=MAX_MIN_SECONDS, why="an hour per stage", panel=TIMING,
+                                help="Measured seconds of each stage, at least.")
     gen_prompts: Optional[int] = option(None, min=0, panel=TIMING,
                                         help="Prompts of the generate-stage workload (half per mode; default: the "
                                              "generator's prompts per batch on the device, 8 on the CPU, 64 on CUDA).")
@@ -144,8 +146,9 @@ class BenchOptions(Options):
                                  help="With --scenario: LoadGen's minimum duration of each run, seconds (shorter than "
                                       "LoadGen's official 600 s; too short for its minimum query count or early "
                                       "stopping: INVALID).")
-    min_queries: Optional[int] = option(None, max=MAX_PREPARED, why=PREPARED_WHY, panel=LOADGEN, help="With --scenario: LoadGen's minimum query count "
-                                                                   "(default: its official one per scenario).")
+    min_queries: Optional[int] = option(None, max=MAX_PREPARED, why=PREPARED_WHY, panel=LOADGEN,
+                                        help="With --scenario: LoadGen's minimum query count (default: its official "
+                                             "one per scenario).")
     target_qps: Optional[float] = option(None, max=MAX_TARGET_QPS, why="LoadGen schedules every arrival in advance",
                                          panel=LOADGEN, help="With --scenario server: arrival rate, samples/s.")
     target_latency_ms: Optional[float] = option(None, panel=LOADGEN, help="With --scenario server: the "

@@ -161,7 +161,8 @@ class EngineConfig:
                 continue
             for kind in ("engine", "precision"):
                 if getattr(self, f"{r.name}_{kind}", None):
-                    flag = flags(r.name, kind) if flags else ("--mlm" if r.name == MASK_FILLER else f"--{r.name}") + f"-{kind}"
+                    own = ("--mlm" if r.name == MASK_FILLER else f"--{r.name}") + f"-{kind}"
+                    flag = flags(r.name, kind) if flags else own
                     raise UserError(f"{flag}: {what} has no {r.title or r.name} (its models: {', '.join(roles)}), "
                                     "so it would change nothing; leave it out")
 
@@ -196,7 +197,8 @@ OR_AUTO = " or 'auto'"
 
 
 def _check_count(value: Any, what: str, flag: str, auto: bool) -> None:
-    """A thread or worker count: a number of at least 1 (or ``auto``), within :func:`~breaknli_fast.limits.max_threads`."""
+    """A thread or worker count: a number of at least 1 (or ``auto``), within
+    :func:`~breaknli_fast.limits.max_threads`."""
     if value is None or (auto and value == "auto"):
         return
     try:

@@ -171,8 +171,9 @@ class RunOptions(Options):
                                         help="Ray actors (default: one per GPU, else one per --ray-threads CPUs; "
                                              "at most as many as the cluster's CPUs / GPUs hold).")
     ray_gpus_per_worker: float = option(0.0, min=0.0, panel=RAY, help="GPUs per Ray actor (1 on GPU clusters).")
-    ray_threads: int = option(1, min=1, panel=RAY, help="CPU threads per Ray actor (the actors' threads in all: at most the "
-                                                   "cluster's CPUs).")
+    ray_threads: int = option(1, min=1, panel=RAY,
+                              help="CPU threads per Ray actor (the actors' threads in all: at most the cluster's "
+                                   "CPUs).")
     out: Optional[Path] = option(None, short="-o", parser=out_path, metavar="DIR", panel=OUTPUT,
                                  help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-<precision>-"
                                       "s<seed>[-p<hash of the probe's settings where they are not its defaults>] (the "

@@ -182,8 +182,8 @@ class RunDir:
         if old_id == identity or _portable_identity(old_id) == identity:
             return True, old
         if self.has_samples() and old_id.get("probe") and old_id.get("probe") != identity.get("probe"):
-            raise RunDirError(f"{self.path} holds a run of the {old_id['probe']} probe, not of {identity.get('probe')}; "
-                              "use another --out, or --overwrite to replace it")
+            raise RunDirError(f"{self.path} holds a run of the {old_id['probe']} probe, not of "
+                              f"{identity.get('probe')}; use another --out, or --overwrite to replace it")
         if self.has_samples():
             raise RunDirError(f"{self.path} holds a run with different settings (its vs this run's: "
                               f"{setting_values(old_id, identity)}); use another --out, or --overwrite to replace it")
@@ -214,14 +214,16 @@ class RunDir:
         return same and (self.path / self.SAMPLES).exists()
 
     def resume_warning(self) -> str | None:
-        """After :meth:`prepare` resumed a run: a line when its earlier records came from another version or commit
-        of breaknli-fast (config.json's ``written_by`` lists every invocation's)."""
+        """After :meth:`prepare` resumed a run: a line when its earlier records came from other code (another
+        version or commit of breaknli-fast, or other sources: :func:`other_code`; config.json's ``written_by`` lists
+        every invocation's)."""
         if not getattr(self, "other_code", None):
             return None
         o, now = self.other_code, _writer({})
-        return (f"the earlier records of {self.path} were written by other code, breaknli-fast {o.get('breaknli_fast')} "
-                f"({_code_words(o)}), not this {now.get('breaknli_fast')} ({_code_words(now)}): records of both are in "
-                "one run (config.json's written_by lists each invocation's)")
+        return (f"the earlier records of {self.path} were written by other code, breaknli-fast "
+                f"{o.get('breaknli_fast')} ({_code_words(o)}), not this {now.get('breaknli_fast')} "
+                f"({_code_words(now)}): records of both are in one run (config.json's written_by lists each "
+                "invocation's)")
 
     def has_samples(self) -> bool:
         p = self.path / self.SAMPLES

@@ -208,9 +208,10 @@ def compliance_rich_table(data: Scenarios, width: int | None = None) -> Any:
         for name in shown:
             t.add_column(name, overflow="fold", width=max(len(name), longest[name], min(whole[name], share)))
         for ident, cells in rows:
+            shown_cells = [cells[tests.index(n)] for n in shown]
             t.add_row(name_cell(ident[0]), *ident[1:],
-                      *[cells[tests.index(n)].replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
-                        for n in shown])
+                      *[c.replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
+                        for c in shown_cells])
         return t
 
     return Group(*tables_that_fit(make, tests, total))
