@@ -109,10 +109,10 @@ def run(o: RunOptions) -> None:
         probe_class(o.probe)  # an unknown --probe is a one-line error (before the probe's options are read)
         o.probe_config = opts.probe_config(o.probe)
         opts.warn_threads(o.threads)
+        o.check()  # bounds (docs/limits.md), engines, precisions: one line before anything loads
         if o.is_grid:  # a study over classifiers x datasets (breaknli_fast.study.grid)
             from breaknli_fast.cli_report import run_grid_command
 
-            o.check()
             return run_grid_command(o.probe, o.config(), o.classifier, o.dataset, **o.grid_kwargs())
         with make_progress() as progress:
             result = run_with_options(o, hook=RichHook(progress))
@@ -128,6 +128,13 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
     from breaknli_fast.envinfo import NOT_VERIFIED, environment
 
     info = environment(registry.declared_packages())
+    info["backends"] = {name: {"module": registry.module_of(name), "formats": list(decl.formats) if decl else []}
+                        for name, decl in registry.usable_backends()}
+    from breaknli_fast.probes import broken_probes
+
+    # one line each; every other command skips them
+    info["broken_plugins"] = {**{f"backend {n}": why for n, why in registry.broken_backends().items()},
+                              **{f"probe {n}": why for n, why in broken_probes().items()}}
     if as_json:
         console.print_json(json.dumps(info, default=str))
         return
@@ -144,6 +151,13 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print JSON instead o
     t.add_row("ORT providers", (literal(", ".join(acc["onnxruntime_providers"] or []))
                                 + (f" [dim]({', '.join(sorted(gpu_eps))}: {NOT_VERIFIED})[/]" if gpu_eps else ""))
               or "[dim]onnxruntime not installed[/]")
+    t.add_row("backends", literal(", ".join(n + (f" (export: {', '.join(b['formats'])})" if b["formats"] else "")
+                                            for n, b in info["backends"].items())))
+    for p in info["plugins"]:
+        t.add_row(f"{p['kind']} {literal(p['name'])}", literal(f"{p['module']} (package {p['package']} "
+                                                                f"{p['version']})"))
+    for name, why in info["broken_plugins"].items():
+        t.add_row(literal(name), f"[bold red]broken:[/] {literal(why)} (the other commands skip it)")
     hint = literal(install_hint("tensorrt"))
     t.add_row("TensorRT", (literal(acc["tensorrt"]) + f" [dim]({NOT_VERIFIED})[/]") if acc["tensorrt"]
               else f"[dim]not installed ({hint}, needs a CUDA GPU; {NOT_VERIFIED})[/]")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import os
 import types
 import typing
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import typer
 
+from breaknli_fast import limits
 from breaknli_fast.console import warn
 from breaknli_fast.errors import UserError
 from breaknli_fast.options import CliOption, option_fields
@@ -32,18 +32,11 @@ from breaknli_fast.options import CliOption, option_fields
 MODE = typer.Option("both", "--mode", help="contradictive, entailed or both.")
 
 
-def usable_cores() -> int:
-    """The CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
 def warn_threads(threads: int | None) -> None:
-    """A one-line warning when ``--threads`` asks for more threads than there are cores to run them."""
-    cores = usable_cores()
-    if threads and threads > cores:
+    """A one-line warning when ``--threads`` asks for more threads than there are cores to run them (more than
+    :func:`breaknli_fast.limits.max_threads` is refused before this, by the options' check)."""
+    cores = limits.usable_cores()
+    if threads and cores < threads <= limits.max_threads():
         warn(f"--threads {threads} is more than the {cores} CPU cores this process may use: threads beyond the "
              "cores wait for one another and make the run slower, not faster")
 
@@ -91,7 +84,8 @@ def _param(probes: tuple[str, ...], cls: type, path: tuple[str, ...], spec: Any,
     # a probe's option: a name no command parameter has; a command's own (``probes`` empty): the field's name
     name = PREFIX + "__".join((probes[0].replace("-", "_"), *path)) if probes else path[-1]
     decls = (flag, *([spec.short] if spec.short else ()))
-    bounds = {k: v for k, v in (("min", spec.min), ("max", spec.max)) if v is not None}
+    # a bound with a reason is checked by Options.check_bounds, whose one line says why
+    bounds = {k: v for k, v in (("min", spec.min), ("max", None if spec.why else spec.max)) if v is not None}
     option = typer.Option(default, *decls, help=spec.help, metavar=spec.metavar, parser=spec.parser,
                           show_default=default is not None if spec.show_default is None else spec.show_default,
                           rich_help_panel=spec.panel or (f"--probe {' / '.join(probes)}" if probes else None),
@@ -105,11 +99,11 @@ def probe_params(probes: Sequence[str] | None = None) -> list[ProbeParam]:
     """The options that ``probes`` (default: every registered probe) declare in their configs, in declaration
     order; probes registered with the same config class share its options. Two config classes declaring the
     same flag is a programming error (RuntimeError naming both)."""
-    from breaknli_fast.probes import probe_class, probe_names
+    from breaknli_fast.probes import probe_class, usable_probe_names
     from breaknli_fast.options import CLI
 
     by_class: dict[type, list[str]] = {}
-    for name in probes if probes is not None else probe_names():
+    for name in probes if probes is not None else usable_probe_names():
         cls = probe_class(name).config_class
         if cls is not None:
             by_class.setdefault(cls, []).append(name)
@@ -151,7 +145,7 @@ class ProbeOptions:
 
     @property
     def __signature__(self) -> inspect.Signature:  # noqa: PLW3201 - read by inspect.signature (Typer)
-        from breaknli_fast.probes import probe_class, probe_names
+        from breaknli_fast.probes import probe_class, usable_probe_names
 
         sig = inspect.signature(self.func, eval_str=True)
         own = {d for p in sig.parameters.values() for decl in getattr(p.default, "param_decls", None) or ()
@@ -159,7 +153,7 @@ class ProbeOptions:
         params = []
         for p in sig.parameters.values():
             if p.name == "probe" and hasattr(p.default, "help"):  # --probe lists the registered probes
-                names = self.probes or probe_names()
+                names = self.probes or usable_probe_names()
                 listed = "; ".join(n + (f" ({probe_class(n).summary})" if probe_class(n).summary else "") for n in names)
                 info = copy.copy(p.default)
                 info.help = f"The study: {listed}. Each probe's options are in its panel."

@@ -163,10 +163,35 @@ class RichHook(ProgressHook):
             self.p.remove_task(task)
 
 
+class LazyProgress(Progress):
+    """Progress bars whose display starts with the first bar: a command that stops before any (a bad input refused)
+    prints its one ``error:`` line alone, without the empty line an empty display leaves where stderr is no
+    terminal."""
+
+    _wanted = False
+
+    def start(self) -> None:
+        self._wanted = True
+        if self.tasks:
+            super().start()
+
+    def add_task(self, *args: Any, **kwargs: Any) -> Any:
+        task = super().add_task(*args, **kwargs)
+        if self._wanted and not self.live.is_started:
+            super().start()
+        return task
+
+    def stop(self) -> None:
+        self._wanted = False
+        if self.live.is_started:
+            super().stop()
+
+
 def make_progress() -> Progress:
     """Progress bars on stderr (stdout stays the result)."""
-    return Progress(SpinnerColumn(), TextColumn("{task.description:<16}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False)
+    return LazyProgress(SpinnerColumn(), TextColumn("{task.description:<16}"), BarColumn(bar_width=24),
+                        MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), console=err_console,
+                        transient=False)
 
 
 def _cell_width(con: Console, renderable: Any) -> int:
@@ -213,15 +238,24 @@ def name_width(names: Any) -> int:
 
 
 def name_cell(name: str, width: int = NAME_WIDTH) -> str:
-    """A name longer than ``width`` broken onto lines after its ``:`` separators (``ort:int8:`` /
-    ``quantization=static``) rather than cut mid-word; a part longer than ``width`` is left to the table."""
+    """A name longer than ``width`` broken onto lines between its words, and a word longer than ``width`` after its
+    ``:`` separators (``ort:int8:`` / ``quantization=static``), rather than cut mid-word; a part longer than
+    ``width`` is left to the table."""
     name = str(name)
-    if len(name) <= width or ":" not in name:
+    if len(name) <= width:
         return name
+    pieces: list[str] = []
+    for word in name.split(" "):
+        if len(word) <= width or ":" not in word:
+            pieces.append(word)
+        else:
+            parts = word.split(":")
+            pieces += [p + ":" for p in parts[:-1]] + [parts[-1]]
     lines, cur = [], ""
-    for part in [p + ":" for p in name.split(":")[:-1]] + [name.split(":")[-1]]:
-        if cur and len(cur) + len(part) > width:
+    for piece in pieces:
+        glue = "" if not cur or cur.endswith(":") else " "
+        if cur and len(cur) + len(glue) + len(piece) > width:
             lines.append(cur)
-            cur = ""
-        cur += part
+            cur, glue = "", ""
+        cur += glue + piece
     return "\n".join(lines + [cur])

@@ -10,8 +10,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-PACKAGES = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "onnxscript",
-            "tensorrt", "datasets", "huggingface_hub", "numpy", "typer", "rich")
+PACKAGES = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "onnxscript", "openvino", "ctranslate2",
+            "tensorrt", "mlcommons-loadgen", "ray", "spacy", "datasets", "huggingface_hub", "numpy", "typer", "rich")
+# the entry-point groups plugins join by: the backends' and the probes' registries
+PLUGIN_GROUPS = {"backend": "breaknli_fast.backends", "probe": "breaknli_fast.probes"}
+OWN_DISTRIBUTION = "breaknli-fast"
 
 # ONNX Runtime's CUDA / TensorRT providers and TensorRT itself: the project's GPU machines cannot install them
 # (onnxruntime-gpu's wheel is 256 MB, TensorRT's libraries come from NVIDIA's own index), so no run of them on a GPU
@@ -28,6 +31,27 @@ def installed_entry_points(group: str) -> list[tuple[str, str]]:
         return [(ep.name, ep.value) for ep in entry_points(group=group)]
     except Exception:  # noqa: BLE001 - broken metadata of another package
         return []
+
+
+def installed_plugins() -> list[dict[str, Any]]:
+    """Every backend and probe another installed package declares (entry points of :data:`PLUGIN_GROUPS`): its
+    kind, name, module, package and version (the built-in ones, declared by this package, are left out)."""
+    from importlib.metadata import entry_points
+
+    out: list[dict[str, Any]] = []
+    for kind, group in PLUGIN_GROUPS.items():
+        try:
+            eps = list(entry_points(group=group))
+        except Exception:  # noqa: BLE001 - broken metadata of another package
+            continue
+        for ep in eps:
+            dist = getattr(ep, "dist", None)
+            package = getattr(dist, "name", None) if dist is not None else None
+            if package is not None and package.replace("_", "-").lower() == OWN_DISTRIBUTION:
+                continue
+            out.append({"kind": kind, "name": ep.name, "module": ep.value, "package": package,
+                        "version": getattr(dist, "version", None) if dist is not None else None})
+    return out
 
 
 def package_version(name: str) -> str | None:
@@ -89,6 +113,42 @@ def memory_gib() -> float | None:
 def git_hash() -> str | None:
     """:func:`git_commit` of this package's checkout, read once per process."""
     return git_commit(Path(__file__).resolve().parent.parent)
+
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def package_relative(path: str | Path) -> str:
+    """A file of this package as ``breaknli_fast/...`` (the shipped data and models: where the package lies is no
+    part of a record, so that a run directory or result file names no checkout's location), also one of another
+    copy of the package recorded before (``.../breaknli_fast/assets/...``); any other path as it is."""
+    p = Path(path)
+    try:
+        return (Path(PACKAGE_DIR.name) / p.resolve().relative_to(PACKAGE_DIR)).as_posix()
+    except (ValueError, OSError):
+        pass
+    parts = p.parts
+    for i in range(len(parts) - 1):
+        if parts[i] == PACKAGE_DIR.name and parts[i + 1] == "assets":
+            return Path(*parts[i:]).as_posix()
+    return str(path)
+
+
+@lru_cache(maxsize=1)
+def code_digest() -> str:
+    """The first 12 hex digits of the SHA-256 of this package's Python sources (their paths and bytes): which code
+    ran, also where no git commit is known (an install from a copy) or where one commit's tree was changed."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        try:
+            h.update(p.read_bytes())
+        except OSError:
+            continue
+    return h.hexdigest()[:12]
 
 
 COMMIT_ENV = "BREAKNLI_FAST_COMMIT"
@@ -153,6 +213,7 @@ def environment(packages: Sequence[str] = ()) -> dict[str, Any]:
     return {
         "breaknli_fast": breaknli_fast.__version__,
         "git": git_hash(),
+        "code": code_digest(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": cpu_model(),
@@ -160,5 +221,6 @@ def environment(packages: Sequence[str] = ()) -> dict[str, Any]:
         "torch_threads": threads,
         "memory_gib": memory_gib(),
         "packages": {p: package_version(p) for p in dict.fromkeys([*PACKAGES, *packages])},
+        "plugins": installed_plugins(),
         "accelerators": accelerators(),
     }

@@ -36,7 +36,8 @@ class CliOption:
     when it is not the field's annotation; ``min`` / ``max``: bounds, checked as the command line is read and by
     :meth:`Options.check_bounds`; ``panel``: the help panel (a probe's options default to the probe's own);
     ``parser``: Typer's parser of the raw text (e.g. refusing an empty ``--out``); ``show_default``: whether the
-    help shows the default (default: when there is one)."""
+    help shows the default (default: when there is one); ``why``: why ``max`` is the bound (the refusal says it:
+    :meth:`Options.check_bounds` checks such a bound, not the command line's parser, whose message would not)."""
 
     help: str
     flag: str | None = None
@@ -50,6 +51,7 @@ class CliOption:
     panel: str | None = None
     parser: Callable[[Any], Any] | None = None
     show_default: bool | None = None
+    why: str | None = None  # why ``max`` is the bound: said in the one-line refusal (docs/limits.md)
 
     def flag_of(self, name: str) -> str:
         """The long option of the field ``name`` (its first form for a switch pair)."""
@@ -77,6 +79,10 @@ def option_fields(cls: Any) -> Iterator[tuple[Any, CliOption]]:
 
 def field_default(f: Any) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def _num(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 class Options:
@@ -110,4 +116,6 @@ class Options:
             if spec.min is not None and value < spec.min:
                 raise UserError(f"{spec.flag_of(f.name)} {value}: at least {spec.min:g}")
             if spec.max is not None and value > spec.max:
+                if spec.why:
+                    raise UserError(f"{spec.flag_of(f.name)} {_num(value)}: at most {spec.max:g} ({spec.why})")
                 raise UserError(f"{spec.flag_of(f.name)} {value}: at most {spec.max:g}")

@@ -57,7 +57,8 @@ def provenance_fields() -> dict[str, Any]:
         import provenance as pv  # type: ignore[import-not-found]
 
         return {"schema": pv.SCHEMA, "command": pv.script_command(__file__), "commit": pv.commit(),
-                "_machine": lambda before: pv.machine(before, pv.load_average()), "_load": pv.load_average()}
+                "_machine": lambda before: pv.machine(before, pv.load_average()), "_load": pv.load_average(),
+                "_portable": pv.portable_strings}
     except ImportError:
         try:
             commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
@@ -298,6 +299,7 @@ def main() -> None:
     doc = {"schema": prov["schema"], "kind": KIND, "command": prov["command"], "date": date, "finished": utc_now(),
            "duration_s": round(time.perf_counter() - t_start, 1), "commit": prov["commit"],
            "machine": prov["_machine"](prov["_load"]), "payload": payload}
+    doc = prov.get("_portable", lambda d: d)(doc)  # no path of this checkout in the file
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2, default=str) + "\n")

@@ -48,12 +48,12 @@ def tables(data: dict) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in data["engines"]:
         if e["status"] != "ok":
-            out.append(f"| {e['label']} | " + " | ".join(["–"] * 13) + f" | {status_text(typed(e))} | – |")
+            out.append(f"| {typed(e).shown_label} | " + " | ".join(["–"] * 13) + f" | {status_text(typed(e))} | – |")
             continue
         sp, sm, m = e["speed"]["speedup"], e["speed"]["summary"], e.get("memory", {})
         la = e.get("load_average_start")
         out.append(
-            f"| {e['label']} | {_f(sp['workload'], '.2f', '×')} | {_f(best_speedup(data, e), '.2f', '×')} | "
+            f"| {typed(e).shown_label} | {_f(sp['workload'], '.2f', '×')} | {_f(best_speedup(data, e), '.2f', '×')} | "
             f"{_f(sp['end_to_end'], '.2f', '×')} | "
             f"{_f(sm['classifier_pairs_per_s'], '.1f')} | {_f(sm['generated_tokens_per_s'], '.1f')} | {_f(sm['examples_per_s'], '.3f')} | "
             f"{_f(sm['classifier_batch_p95_ms'], '.0f')} | {_f(sm['generator_call_p95_ms'], '.0f')} | "
@@ -77,7 +77,7 @@ def tables(data: dict) -> str:
             r = data["engines"][0]["speed"]["stages"][k]
             cells.append(f"{thr} ({_f(e['speed']['speedup']['stages'].get(k), '.2f', '×')} median, "
                          f"{_f(r['min_s'] / st['min_s'], '.2f', '×')} best)")
-        out.append(f"| {e['label']} | " + " | ".join(cells) + " |")
+        out.append(f"| {typed(e).shown_label} | " + " | ".join(cells) + " |")
     for n in data.get("notes", []):
         out += ["", f"Note (from the bench): {n}"]
     return "\n".join(out) + "\n"

@@ -105,6 +105,20 @@ def load_pair(m: dict[str, Any], key: str) -> str:
     return f(la[0], ".2f") if isinstance(la, list) and la else "–"
 
 
+DIRTY = "-dirty"
+
+
+def commit_text(doc: Result) -> str:
+    """The commit a file was measured at; one whose tree git found changed (``-dirty``) is not cited as a commit:
+    it is marked as measured on a tree that differs from every commit, with the file's note on why, and as not
+    re-measured since."""
+    c, note = str(doc.get("commit")), doc.get("commit_note")
+    if not c.endswith(DIRTY):
+        return f"commit `{c}`" + (f" ({note})" if note else "")
+    return (f"**no clean commit**: measured on a tree git found changed from `{c[:-len(DIRTY)][:12]}`"
+            + (f" ({note})" if note else "") + "; not re-measured since at a clean commit")
+
+
 def provenance(doc: Result, label: str) -> str:
     """The lines under a table: command, date, commit, machine, file."""
     m = doc.get("machine") or {}
@@ -119,8 +133,8 @@ def provenance(doc: Result, label: str) -> str:
                  f"{load_pair(m, 'load_average_after')} after")
     lines = [
         f"- command: `{portable_command(str(doc.get('command')))}`",
-        f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), commit `{doc.get('commit')}`"
-        + (f" ({doc['commit_note']})" if doc.get("commit_note") else "") + f", file `{label}/{Path(doc['file']).name}`",
+        f"- measured {doc.get('date')} ({f(doc.get('duration_s'), '.0f')} s), {commit_text(doc)}, "
+        f"file `{label}/{Path(doc['file']).name}`",
         f"- machine: {machine}",
     ]
     payload = doc.get("payload")
@@ -208,7 +222,7 @@ def bench_speed(doc: Result) -> str:
             rows.append([e.get("label")] + ["–"] * 9 + [f"{e.get('status')}: {e.get('reason')}"])
             continue
         sp, sm = get(e, "speed", "speedup") or {}, get(e, "speed", "summary") or {}
-        rows.append([e["label"], f"{f(sp.get('workload'), '.2f', '×')} / {f(sp.get('workload_best'), '.2f', '×')}",
+        rows.append([engine_name(e), f"{f(sp.get('workload'), '.2f', '×')} / {f(sp.get('workload_best'), '.2f', '×')}",
                      f(sp.get("end_to_end"), ".2f", "×")]
                     + [stage_speedup(ref, e, k) for k in STAGES]
                     + [f(sm.get("classifier_pairs_per_s"), ".1f"), f(sm.get("generated_tokens_per_s"), ".1f"),
@@ -260,6 +274,14 @@ def _verdict_counts(e: dict[str, Any]) -> str:
     return f"{v.get('equivalent', 0)} / {v.get('different', 0)} / {v.get('inconclusive', 0)}" if v else "–"
 
 
+def engine_name(e: dict[str, Any]) -> str:
+    """An engine's label with each role another engine ran said (``ct2:int8 (classifier on ort)``), from its typed
+    result, as the bench shows it."""
+    from breaknli_fast.bench.types import EngineResult, from_json
+
+    return from_json(EngineResult, e).shown_label
+
+
 def shown_to_match(e: dict[str, Any]) -> str:
     """Whether the engine of a saved bench was shown to match its reference: the bench's own sentence, from the
     engine's typed result (any bench schema)."""
@@ -301,7 +323,7 @@ def bench_memory(doc: Result) -> str:
         if e.get("status") != "ok":
             rows.append([e.get("label"), "–", "–", "–", "–", f"{e.get('status')}: {e.get('reason')}"])
             continue
-        rows.append([e["label"], f(m.get("rss_before_load_mib"), ".0f"), f(m.get("peak_rss_load_mib"), ".0f"),
+        rows.append([engine_name(e), f(m.get("rss_before_load_mib"), ".0f"), f(m.get("peak_rss_load_mib"), ".0f"),
                      f(m.get("rss_after_load_mib"), ".0f"), f(m.get("peak_rss_mib"), ".0f"),
                      "all engines loaded together" if m.get("shared") else ""])
     title = random_title(doc) if is_random(doc) else \
@@ -869,7 +891,7 @@ def probe_speed(doc: Result) -> str:
             rows.append([e.get("label"), "–", "–", "–", "–", "–", "–", f"{e.get('status')}: {e.get('reason')}"])
             continue
         x = get(e, "speed", "end_to_end") or {}
-        rows.append([e["label"], f(x.get("median_wall_s"), ".1f"), f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
+        rows.append([engine_name(e), f(x.get("median_wall_s"), ".1f"), f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
                      x.get("classifier_pairs"), f(x.get("classifier_pairs_per_s"), ".0f"),
                      get(x, "stage_pairs", "relation") if probe_of(doc) == "breaknli" else "–",
                      f(get(e, "load_average_start", 0), ".2f"), ""])
@@ -888,7 +910,7 @@ def probe_parity(doc: Result) -> str:
     rows = []
     for e in ok:
         vals = get(e, "speed", "end_to_end", "headline") or {}
-        rows.append([e["label"]] + [f"{f(get(vals, m, 'rate'))} n={get(vals, m, 'n')}" for m in metrics]
+        rows.append([engine_name(e)] + [f"{f(get(vals, m, 'rate'))} n={get(vals, m, 'n')}" for m in metrics]
                     + [f(get(e, "parity", "headline", "records", "identical_pct"), ".2f"), _batching(e)])
     out = [f"Each metric over each engine's own examples (%); records identical: per-record prediction agreement "
            f"with `{p.get('reference')}`; batching: labels that change between batch size 1 and the engine's batches.",
@@ -896,7 +918,7 @@ def probe_parity(doc: Result) -> str:
            f"Paired differences (pp) against `{p.get('reference')}` over the examples both runs scored, with 95 % "
            f"intervals (Tango's score interval for a yes/no per example, a floored Student-t interval for fractions and "
            f"pooled ratios), verdict against δ = {p.get('tolerance_pp')} pp:", ""]
-    drows = [[e["label"]] + [_verdict_cell(get(e, "parity", "headline", "metrics", m)) for m in metrics]
+    drows = [[engine_name(e)] + [_verdict_cell(get(e, "parity", "headline", "metrics", m)) for m in metrics]
              + [shown_to_match(e)] for e in ok[1:]]
     out.append(table(["engine"] + metrics + ["shown to match?"], drows))
     for e in ok[1:]:
@@ -953,7 +975,7 @@ def parity_table(results: list[Result], label: str = "benchmarks/results") -> st
             worst_name = max((k for k, m in ms.items() if m.get("diff") is not None), key=lambda k: abs(ms[k]["diff"]),
                              default=None)
             v = get(e, "parity", "verdicts") or {}
-            rows.append([probe_of(doc), e["label"], n, f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
+            rows.append([probe_of(doc), engine_name(e), n, f(get(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
                          f(get(e, "parity", "headline", "records", "identical_pct"), ".2f"), _batching(e), _shown(e),
                          f"{v.get('equivalent', 0)} / {v.get('different', 0)} ({_confirmed(e)}) / "
                          f"{v.get('inconclusive', 0)} ({v.get('too_small', 0)})",
@@ -1029,7 +1051,7 @@ def _gpu_bench(name: str, entry: dict[str, Any] | None, steps: dict[str, dict[st
                         f"{v.get('inconclusive', 0)} ({v.get('too_small', 0)})", shown_to_match(e)]
         rec = get(e, "parity", "headline", "records") or {}
         same = "reference" if e.get("reference") else f(rec.get("identical_pct"), ".1f", " %")
-        rows.append([e["label"], f(sp.get("end_to_end"), ".2f", "×"), f(sm.get("classifier_pairs_per_s"), ".1f"),
+        rows.append([engine_name(e), f(sp.get("end_to_end"), ".2f", "×"), f(sm.get("classifier_pairs_per_s"), ".1f"),
                      f(sm.get("generated_tokens_per_s"), ".1f"), f(sm.get("examples_per_s"), ".2f"), same, *verdicts])
     head = bench_workload(data)
     if get(data, "models", "random_weights"):
@@ -1664,8 +1686,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--readme", type=Path, default=None,
                     help="also write the parity table per probe x engine into this file, between the lines "
                          f"{README_START!r} and {README_END!r}")
+    ap.add_argument("--smoke", action="store_true",
+                    help="render result files of the suite's smoke sizes too (checks the pipeline; the page says the "
+                         "figures mean nothing)")
     args = ap.parse_args(argv)
-    results, problems = load_results(args.results)
+    results, problems = load_results(args.results, smoke=args.smoke)
     for line in problems:
         print(f"skipped {line}", file=sys.stderr)
     try:
@@ -1673,7 +1698,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         label = str(args.results)
     intro = args.intro.read_text() if args.intro and args.intro.exists() else None
-    args.out.write_text(render(results, label, intro))
+    text = render(results, label, intro)
+    if args.smoke:
+        text = text.replace(NOTICE, NOTICE + "\n>\n> **Smoke sizes**: rendered from result files the suite wrote at its "
+                            "smoke sizes (`--smoke`); the figures mean nothing.", 1)
+    args.out.write_text(text)
     print(f"{args.out}: {len(results)} result files", file=sys.stderr)
     if args.readme is not None:
         update_readme(args.readme, results, label)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shlex
 import signal
 import subprocess
@@ -36,7 +37,7 @@ import sys
 import threading
 import time
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 SCHEMA = "breaknli-fast-result/1"
@@ -92,6 +93,39 @@ def portable(arg: str) -> str:
     if arg.rstrip("/") == "/root/out":
         return "$OUT"
     return f"$WORK/{p.name}"
+
+
+# the repository's top-level folders: an absolute path through one of them into a file this checkout has is a
+# path of some checkout of the repository (this one, another clone, the copy on a lent machine)
+TOP_LEVEL = ("breaknli_fast", "scripts", "benchmarks", "tests", "docs")
+_ABSOLUTE = re.compile(r"(?<![\w.~$-])(/[^\s\"'`;,()<>|]+)")
+
+
+def checkout_relative(path: str, root: Path | None = None) -> str | None:
+    """``path`` relative to the checkout it lies in, where it is a path into some checkout of the repository: the
+    part from a top-level folder on, when this checkout has that file or folder (a cache such as
+    ``~/.cache/breaknli_fast`` or an installed package under ``site-packages`` is not a checkout); else None."""
+    root = root or Path(__file__).resolve().parent.parent
+    parts = PurePosixPath(path).parts
+    for i in range(1, len(parts)):
+        if parts[i] in TOP_LEVEL:
+            if any(x.startswith(".") or x == "site-packages" for x in parts[1:i]):
+                return None
+            inside = PurePosixPath(*parts[i:])
+            return str(inside) if (root / inside).exists() else None
+    return None
+
+
+def portable_strings(obj: Any, root: Path | None = None) -> Any:
+    """``obj`` (a result document, or any part of it) with every absolute path into a checkout of the repository
+    made relative to it, wherever it stands in a string: a result file names no checkout's location."""
+    if isinstance(obj, str):
+        return _ABSOLUTE.sub(lambda m: checkout_relative(m.group(1), root) or m.group(1), obj)
+    if isinstance(obj, dict):
+        return {k: portable_strings(v, root) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [portable_strings(v, root) for v in obj]
+    return obj
 
 
 def portable_command(command: str) -> str:
@@ -154,9 +188,11 @@ class Recorder:
         self._t0 = time.perf_counter()
 
     def document(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return {"schema": SCHEMA, "kind": self.kind, "command": self.command, "date": self.date, "finished": utc_now(),
-                "duration_s": round(time.perf_counter() - self._t0, 1), "commit": self.commit,
-                "machine": machine(self.load_before, load_average()), "payload": payload}
+        """The result file's document; every path into the checkout relative to it (:func:`portable_strings`)."""
+        return portable_strings({
+            "schema": SCHEMA, "kind": self.kind, "command": self.command, "date": self.date, "finished": utc_now(),
+            "duration_s": round(time.perf_counter() - self._t0, 1), "commit": self.commit,
+            "machine": machine(self.load_before, load_average()), "payload": payload})
 
     def save(self, path: str | Path, payload: dict[str, Any]) -> Path:
         doc = self.document(payload)
@@ -232,9 +268,10 @@ def _json_default(o: Any) -> Any:
     raise TypeError(type(o).__name__)
 
 
-def load_results(folder: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+def load_results(folder: str | Path, smoke: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
     """Every result file of ``folder`` (sorted by name), each with ``"file"`` set to its path; and one
-    line per JSON file that is not a result file."""
+    line per JSON file that is not a result file, or that holds smoke figures (``"smoke": true``, written by the
+    suite's smoke sizes) unless ``smoke``."""
     results, problems = [], []
     for p in sorted(Path(folder).glob("*.json")):
         try:
@@ -244,6 +281,9 @@ def load_results(folder: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             problems.append(f"{p}: not a result file (schema {SCHEMA})")
+            continue
+        if doc.get("smoke") and not smoke:  # written at the suite's smoke sizes: its figures mean nothing
+            problems.append(f"{p}: smoke figures (bench --suite --smoke), not a measurement: not rendered")
             continue
         doc["file"] = str(p)
         results.append(doc)

@@ -5,13 +5,13 @@
 # then the renderer), each a separate measurement with its own provenance.
 #
 #   scripts/run_benchmarks.sh            # sized for a few hours on 2 quiet cores (each entry's minutes: --list)
-#   scripts/run_benchmarks.sh --smoke    # tiny sizes, to check the pipeline (figures meaningless)
+#   scripts/run_benchmarks.sh --smoke    # tiny sizes, to check the pipeline (figures meaningless; written to $WORK)
 #   scripts/run_benchmarks.sh --list     # the entries, their minutes, requirements and result files
 #
 # Run it on a quiet machine: every result file records the load average before and after.
-# Environment: RESULTS (result folder, default benchmarks/results), WORK (scratch: run directories,
-# graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md), README (whose parity table is rewritten;
-# default README.md), PYTHON (default .venv/bin/python), PYTHON_TF5 (the transformers 5 venv's interpreter,
+# Environment: RESULTS (result folder, default benchmarks/results; with --smoke $WORK/results), WORK (scratch: run
+# directories, graphs; default a temporary folder), OUT_MD (default BENCHMARKS.md; with --smoke $WORK/BENCHMARKS.md),
+# README (whose parity table is rewritten; default README.md; with --smoke a copy in $WORK), PYTHON (default .venv/bin/python), PYTHON_TF5 (the transformers 5 venv's interpreter,
 # default .venv-compat/bin/python), ONLY / SKIP (space-separated entry names: run only these / all but these;
 # make-benchmarks always runs), SUITE (the suite file, default benchmarks/suite.toml), and any size variable of the suite by its upper-case name (e.g.
 # LG_LOOP_SCENARIOS=single-stream,multi-stream,offline, LG_GEN_QUERIES=256).
@@ -31,9 +31,18 @@ case "${1:-}" in
     *) echo "usage: $0 [--smoke | --list]" >&2; exit 2 ;;
 esac
 PY=${PYTHON:-.venv/bin/python}
-R=${RESULTS:-benchmarks/results}
 W=${WORK:-$(mktemp -d -t breaknli-bench-XXXXXX)}
-OUT_MD=${OUT_MD:-BENCHMARKS.md}
+if [ ${#SMOKE[@]} -gt 0 ]; then
+    # smoke figures mean nothing: into the scratch folder, never over the committed results, BENCHMARKS.md or README
+    R=${RESULTS:-$W/results}
+    OUT_MD=${OUT_MD:-$W/BENCHMARKS.md}
+    if [ -z "${README:-}" ]; then README=$W/README.md; cp README.md "$README"; fi
+    MB_SMOKE=(--smoke)
+else
+    R=${RESULTS:-benchmarks/results}
+    OUT_MD=${OUT_MD:-BENCHMARKS.md}
+    MB_SMOKE=()
+fi
 mkdir -p "$R" "$W"
 
 STATUS=0
@@ -41,7 +50,7 @@ STATUS=0
 "$PY" scripts/suite.py ${SMOKE[@]+"${SMOKE[@]}"} --python "$PY" --results "$R" --work "$W" || STATUS=1
 
 echo "== make-benchmarks: $PY scripts/make_benchmarks.py --results $R --out $OUT_MD --readme ${README:-README.md}" >&2
-if "$PY" scripts/make_benchmarks.py --results "$R" --out "$OUT_MD" --readme "${README:-README.md}"; then
+if "$PY" scripts/make_benchmarks.py ${MB_SMOKE[@]+"${MB_SMOKE[@]}"} --results "$R" --out "$OUT_MD" --readme "${README:-README.md}"; then
     echo "== make-benchmarks: PASS" >&2
 else
     echo "== make-benchmarks: FAIL" >&2

@@ -74,3 +74,36 @@ def test_an_engine_that_fails_a_check_is_never_the_pick():
     lines = recommendation_lines(data)
     assert lines[0].startswith("Pick: `ort:fp32:clf.precision=int8`")
     assert "fails: classifier label agreement 97.97 % < 98.00 %" in lines[1]
+
+
+def test_an_engine_slower_than_the_reference_is_never_the_pick():
+    data = _bench()
+    data["engines"][1]["speed"]["speedup"]["end_to_end"] = 0.12  # matches the reference, at an eighth of its speed
+    rec = recommendation(data)
+    assert rec.pick is None and rec.fastest.label == "ort:int8"
+    assert recommendation_lines(data)[0].startswith("Pick: none of the engines is faster than the reference")
+
+
+def _delegated(label: str, engine: str, ran: dict[str, str], speed: float) -> dict:
+    e = _engine(label, speed, [1] * 600 + [0] * 400, [1] * 600 + [0] * 400)
+    e.update(engine=engine, spec={"config": {"engine": engine}}, info={r: {"engine": x} for r, x in ran.items()})
+    return e
+
+
+def test_an_engine_that_ran_none_of_the_models_itself_is_not_ranked_and_a_handed_role_is_said():
+    """``-e ct2:int8 --probe accuracy``: CTranslate2 has no classifier, so every call ran on ort: not ct2's speed."""
+    data = _bench()
+    data["engines"][1:2] = [_delegated("ct2:int8", "ct2", {"classifier": "ort"}, 6.6)]
+    report = from_json(BenchReport, data)
+    ct2 = report.engines[1]
+    assert ct2.delegated == {"classifier": "ort"} and not ct2.did_the_work
+    assert ct2.shown_label == "ct2:int8 (classifier on ort)"
+    rec = recommend.recommendation(report)
+    assert rec.pick is None and rec.fastest.label == "ort:int8"
+    lines = recommend.recommendation_lines(report)
+    assert lines[-1] == "Not ranked: `ct2:int8 (classifier on ort)` ran none of the bench's models itself."
+    # BreakNLI: the generator on ct2, the classifier handed to ort: ranked, and shown as such
+    data["engines"][1] = _delegated("ct2:int8", "ct2", {"classifier": "ort", "generator": "ct2"}, 6.6)
+    rec = recommendation(data)
+    assert rec.pick.label == "ct2:int8 (classifier on ort)"
+    assert "ct2:int8 (classifier on ort)" in "".join(recommend.recommendation_lines(from_json(BenchReport, data)))

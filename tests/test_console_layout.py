@@ -18,6 +18,7 @@ from breaknli_fast.cli_report import comparison_tables
 from breaknli_fast.study.compare import Comparison
 
 runner = CliRunner()
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 WIDTH = 80
 COMMANDS = [[], ["run"], ["bench"], ["export"], ["env"], ["report"], ["mini"], ["mini", "train"], ["mini", "check"],
             ["generate"], ["generate", "aenli"], ["generate", "kinship"]]
@@ -262,3 +263,40 @@ def test_bench_tables_keep_engine_names_whole_at_80_columns():
         assert "torch:fp3 " not in cells and "classif " not in cells
     cmp = Comparison({}, {}, [], kind="scenarios")
     assert _render_at(compare_table(cmp)) is not None
+
+
+def _whole(text: str, width: int) -> bool:
+    """Every line of a rendered table ends with its right border: nothing cropped."""
+    rows = [ln.rstrip() for ln in text.splitlines() if ln.strip() and ln.lstrip()[:1] in "┏┃┡│└"]
+    return bool(rows) and all(ln[-1] in "┓┃┩│┘" and len(ln) <= width for ln in rows)
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_compare_compliance_and_bench_tables_keep_every_column_at_80_and_100(width):
+    """``bench --compare`` of two LoadGen benches kept its B / A column; the compliance table its last test; the
+    bench table its result column beside an engine whose role ran on another engine (``ct2:int8 (classifier on
+    ort)``), whose words stay whole."""
+    from breaknli_fast.bench.compare import compare, compare_table
+    from breaknli_fast.bench.loadgen.report import compliance_rich_table
+    from breaknli_fast.bench.report import rich_table
+    from breaknli_fast.bench.result import BenchResult
+    from breaknli_fast.bench.types import BenchReport, from_json
+
+    data = __import__("json").loads((ROOT / "tests" / "data" / "loadgen" / "loadgen-roberta-base.payload.json").read_text())
+    text = _render_at(compare_table(compare(BenchResult(data), BenchResult(data)), width=width), width)
+    assert "B / A" in text and _whole(text, width), text
+    rows = [{"engine": lab, "role": "classifier", "scenario": sc, "metrics": {"result": "VALID"}, "compliance": {
+        t: {"result": "PASS", "speed_ratio": 1.02, "outputs": {"equal": 64, "compared": 64}}
+        for t in ("TEST01", "TEST04", "TEST05")}} for lab in ("torch:fp32", "ort:int8:quantization=static")
+        for sc in ("offline", "single-stream")]
+    text = _render_at(compliance_rich_table({"reference": "torch:fp32", "scenarios": rows, "engines": []}, width),
+                      width)
+    assert all(t in text for t in ("TEST01", "TEST04", "TEST05")) and _whole(text, width), text
+    engines = [{"label": "torch:fp32", "status": "ok", "reference": True, "speed": {"speedup": {"end_to_end": 1.0}}},
+               {"label": "ct2:int8", "engine": "ct2", "status": "ok", "spec": {"config": {"engine": "ct2"}},
+                "info": {"classifier": {"engine": "ort"}}, "speed": {"speedup": {"end_to_end": 2.1}}, "parity": {}}]
+    report = from_json(BenchReport, {"probe": "accuracy", "reference": "torch:fp32", "engines": engines})
+    text = _render_at(rich_table(report, width=width), width)
+    assert _whole(text, width) and "result" in text, text
+    cells = " ".join(ln.split("│")[1].strip() for ln in text.splitlines() if ln.count("│") > 2)
+    assert "ct2:int8 (classifier on ort)" in cells.replace(": ", ":"), text

@@ -20,8 +20,20 @@ PROMPTS = ["Generate a statement that contradicts the following statement: A man
 
 def test_without_ctranslate2_is_one_line(monkeypatch, tiny_t5):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import fails as when it is not installed
-    with pytest.raises(registry.EngineUnavailable, match=r"ct2 engine needs CTranslate2: pip install"):
+    with pytest.raises(registry.EngineUnavailable, match=r"(?i)ct2 engine needs CTranslate2: pip install"):
         registry.load_generator("ct2", tiny_t5)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("ctranslate2") is None, reason="CTranslate2 not installed")
+def test_the_version_of_ctranslate2_is_recorded_with_the_generator():
+    """config.json's roles (and bench.json's environment) name the version of the library that ran each role."""
+    from breaknli_fast.envinfo import package_version
+    from breaknli_fast.study.loading import EngineConfig, role_engines
+
+    roles = role_engines(EngineConfig(engine="ct2"), ["classifier", "generator"])
+    assert roles["generator"]["engine"] == "ct2"
+    assert roles["generator"]["runtime"] == {"ctranslate2": package_version("ctranslate2")} != {"ctranslate2": None}
+    assert "ctranslate2" in registry.declared_packages()
 
 
 needs_ct2 = pytest.mark.skipif(

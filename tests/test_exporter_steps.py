@@ -271,3 +271,23 @@ def test_export_model_runs_the_declared_exporter_s_steps(tiny_roberta, tmp_path,
     assert seen[0].model == tiny_roberta and seen[0].format == "onnx" and seen[0].max_batch == 3
     with pytest.raises(UnsupportedModelError, match="unknown export task"):
         export_model(tiny_roberta, task="nope")
+
+
+def test_a_target_judged_on_the_cpu_provider_says_so_when_it_fails():
+    """``export --device cuda --precision int8`` on a machine without CUDA is judged on the CPU provider: a failure
+    says that this is not the export's target device and how to build it without the check."""
+    from types import SimpleNamespace
+
+    from breaknli_fast.export.errors import ExportValidationError
+    from breaknli_fast.export.exporter import Exporter
+
+    plan = SimpleNamespace(model="mini-nli", format="onnx", precision="int8", device="cuda",
+                           tolerances={"min_agreement": 95.0})
+    figs = {"agreement": 84.4, "note": "validated on the CPU provider: --device cuda needs onnxruntime-gpu"}
+    with pytest.raises(ExportValidationError) as e:
+        Exporter.judge(None, plan, figs)  # the shared judging, whatever the subclass
+    assert "validated on the CPU provider" in str(e.value) and "not on cuda, the export's target" in str(e.value)
+    assert "--no-validate" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ExportValidationError) as e:  # judged on its own device: no such words
+        Exporter.judge(None, SimpleNamespace(**{**vars(plan), "device": "cpu"}), {"agreement": 84.4})
+    assert "target" not in str(e.value)

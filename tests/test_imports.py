@@ -10,8 +10,9 @@ PKG = Path(__file__).resolve().parent.parent / "breaknli_fast"
 TRAINING = ("breaknli_fast.mini",)  # training code: only the CLI's `mini` commands may reach it
 # the layers, bottom to top: a module may import its own layer and those below, never one above
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("breaknli_fast", "breaknli_fast.errors", "breaknli_fast.options", "breaknli_fast.console", "breaknli_fast.progress",
-              "breaknli_fast.plotting", "breaknli_fast.prompts", "breaknli_fast.envinfo", "breaknli_fast.stats")),
+    ("base", ("breaknli_fast", "breaknli_fast.errors", "breaknli_fast.limits", "breaknli_fast.options",
+              "breaknli_fast.console", "breaknli_fast.progress", "breaknli_fast.plotting", "breaknli_fast.prompts",
+              "breaknli_fast.envinfo", "breaknli_fast.stats")),
     ("data", ("breaknli_fast.data",)),
     ("engines", ("breaknli_fast.engines",)),
     ("export", ("breaknli_fast.export",)),

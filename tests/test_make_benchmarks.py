@@ -136,8 +136,9 @@ def test_render_every_section(results: Path, tmp_path: Path) -> None:
                 "python scripts/bench_baselines.py --limit 64"):
         assert f"- command: `{cmd}`" in md
         assert f"`{cmd}`" in md.split("## How `breaknli-fast bench` measures")[0]  # listed under "how to reproduce"
-    for commit in ("aaaa1111-dirty", "bbbb2222", "cccc3333", "dddd4444"):
+    for commit in ("bbbb2222", "cccc3333", "dddd4444"):
         assert f"commit `{commit}`" in md
+    assert "**no clean commit**: measured on a tree git found changed from `aaaa1111`" in md
     assert "2030-01-02T03:04:05+00:00" in md
     assert "Test CPU 9000, 2 cores, 8.0 GiB" in md and "load average (1 min) 0.25 before, 1.75 after" in md
     # figures from the files
@@ -560,6 +561,45 @@ def test_listed_commands_run_from_any_fresh_clone():
     assert provenance.portable("/tmp/bwork/scratch-file.json") == "$WORK/scratch-file.json"
     text = (root / "BENCHMARKS.md").read_text()
     assert "/tmp/" not in text and "/root/" not in text and "/work/" not in text
+
+
+def test_no_result_file_or_fixture_holds_a_checkout_s_absolute_path(tmp_path: Path):
+    """Result files and test fixtures name files of the repository relative to it: no checkout's location (the
+    recording machine's /work/main/..., a clone's /tmp/bclone/...), whichever field or sentence holds it; the
+    recorder writes them that way."""
+    import json
+
+    root = Path(make_benchmarks.__file__).resolve().parent.parent
+    files = sorted((root / "benchmarks" / "results").glob("*.json")) + sorted((root / "tests" / "data").rglob("*.json"))
+    held = [str(f.relative_to(root)) for f in files
+            if provenance.portable_strings(json.loads(f.read_text())) != json.loads(f.read_text())]
+    assert not held, held
+    doc = {"a": "/elsewhere/clone/breaknli_fast/assets/models/mini-nli", "b": [f"from {root}/breaknli_fast; x"],
+           "c": "/root/.cache/breaknli_fast/exports/x", "d": "/opt/venv/lib/site-packages/breaknli_fast/cli.py"}
+    assert provenance.portable_strings(doc) == {"a": "breaknli_fast/assets/models/mini-nli",
+                                                "b": ["from breaknli_fast; x"], "c": doc["c"], "d": doc["d"]}
+    rec = provenance.Recorder("bench", "python scripts/bench_save.py")
+    saved = json.loads(rec.save(tmp_path / "r.json", {"path": f"{root}/benchmarks/results/busy.json"}).read_text())
+    assert saved["payload"] == {"path": "benchmarks/results/busy.json"}
+
+
+def test_the_shipped_data_and_models_are_recorded_relative_to_the_package():
+    from breaknli_fast.data.loaders import load_examples
+    from breaknli_fast.engines.model_info import model_fingerprint
+
+    assert load_examples("sample", limit=2).source["path"] == "breaknli_fast/assets/data/snli_sample.jsonl"
+    assert model_fingerprint("mini-nli")["path"] == "breaknli_fast/assets/models/mini-nli"
+
+
+def test_a_tree_with_changes_is_not_cited_as_a_commit():
+    """BENCHMARKS.md cites no ``-dirty`` commit: a file measured on a changed tree is marked as such (with its
+    note), never passed off as the commit it was changed from."""
+    root = Path(make_benchmarks.__file__).resolve().parent.parent
+    assert "-dirty" not in (root / "BENCHMARKS.md").read_text()
+    clean = make_benchmarks.commit_text({"commit": "abc123"})
+    dirty = make_benchmarks.commit_text({"commit": "0123456789abcdef-dirty", "commit_note": "why"})
+    assert clean == "commit `abc123`" and "-dirty" not in dirty
+    assert dirty.startswith("**no clean commit**") and "`0123456789ab`" in dirty and "(why)" in dirty
 
 
 def test_benchmarks_md_and_the_readme_table_regenerate_byte_for_byte(tmp_path: Path):

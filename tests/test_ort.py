@@ -526,3 +526,46 @@ def test_a_library_user_loads_the_ort_engines_with_no_other_import(ort_models, t
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["2", "True"]
+
+
+def test_the_int8_manifest_describes_the_per_row_scheme_the_graph_computes(tmp_path):
+    """The manifest's words are the rewritten graph's arithmetic: asymmetric uint8 per row, scale (hi - lo) / 255
+    with its own zero point (the text once said max |x| / 127 with zero point 128, a symmetric scheme)."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from breaknli_fast.backends.ort import quantize as qz
+
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(16, 8)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
+                              [numpy_helper.from_array(w, "w")])
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
+    info = qz.int8_dynamic(src, dst)
+    assert info["row_scheme"] == "per-row-asymmetric-v1" and info["activations"] == qz.ROW_ACTIVATIONS
+    assert "(max(x, 0) - min(x, 0)) / 255" in info["activations"] and "127" not in info["activations"]
+    x = np.stack([rng.uniform(0.1, 3.0, 16), rng.uniform(-2.0, 0.5, 16)]).astype(np.float32)
+    y = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    sw = np.abs(w).max() / 127  # the weights: QInt8 per tensor, symmetric
+    wq = np.round(w / sw)
+
+    def per_row(lo, hi, levels):
+        s = (hi - lo) / levels
+        z = np.round(-lo / s)
+        return s, z
+
+    asym, sym = [], []
+    for row in x.astype(np.float64):
+        s, z = per_row(min(row.min(), 0.0), max(row.max(), 0.0), 255)
+        q = np.clip(np.round(row / s) + z, 0, 255)
+        asym.append(s * sw * ((q - z) @ wq))
+        s = np.abs(row).max() / 127  # the words the manifest had: max |x| / 127, zero point 128
+        q = np.clip(np.round(row / s) + 128, 0, 255)
+        sym.append(s * sw * ((q - 128) @ wq))
+    assert np.allclose(y, np.array(asym), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(y, np.array(sym), rtol=1e-5, atol=1e-5)

@@ -114,3 +114,29 @@ def test_the_table_plot_marks_zero_and_not_evaluated_apart():
         _inside(fig)
     finally:
         plt.close(fig)
+
+
+def test_bench_png_draws_each_engine_s_interval_not_only_its_point(tmp_path, monkeypatch):
+    """An engine with Δ 0.5 pp whose 95 % interval reaches ±32 pp (inconclusive) was drawn at 0.5, beside the
+    engines shown to match: the plot now draws the interval's reach as a bar."""
+    from breaknli_fast.bench import report as bench_report
+    from breaknli_fast.bench.types import BenchReport, from_json
+
+    def engine(label, diff, ci, ref=False):
+        metric = {"n": 40, "diff": diff, "ci": ci, "method": "tango", "verdict": "inconclusive"}
+        return {"label": label, "status": "ok", "reference": ref, "speed": {"speedup": {"end_to_end": 2.0}},
+                "parity": {"headline": {"metrics": {"accuracy": metric}}}}
+
+    data = from_json(BenchReport, {"probe": "accuracy", "reference": "torch:fp32", "tolerance_pp": 1.0,
+                                   "engines": [engine("torch:fp32", 0.0, [0.0, 0.0], True),
+                                               engine("wide", 0.5, [-31.5, 32.0])]})
+    assert bench_report.max_abs_interval_reach(data.engines[1]) == 32.0
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig: figs.append(fig))
+    assert bench_report.plot_speed_vs_breakage(data, tmp_path / "bench.png").exists()
+    ax = figs[0].axes[0]
+    bars = [c for c in ax.containers if c.__class__.__name__ == "ErrorbarContainer"]
+    assert len(bars) == 1  # the wide engine's; the reference's interval is 0
+    segments = bars[0].lines[2][0].get_segments()
+    assert [round(float(x), 6) for x in segments[0][:, 0]] == [0.5, 32.0]
+    assert ax.get_xlim()[1] >= 32.0

@@ -48,3 +48,13 @@ def test_make_test_installs_the_merge_extra_so_the_real_tagger_is_tested():
     assert re.search(r"^test: setup$", makefile, re.M) and re.search(r"^setup: \$\(STAMP\)$", makefile, re.M)
     pyproject = (README.parent / "pyproject.toml").read_text()
     assert re.search(r'^merge = \[.*"spacy', pyproject, re.M)
+
+
+def test_the_readme_install_names_every_extra():
+    """Each extra of pyproject.toml is named in the README's Install section (``openvino`` was missing)."""
+    import tomllib
+
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    text = README.read_text(encoding="utf-8")
+    install = re.search(r"^## Install\n(.*?)(?=^## )", text, re.S | re.M).group(1)
+    assert not [x for x in extras if f"`{x}`" not in install], [x for x in extras if f"`{x}`" not in install]

@@ -7,7 +7,6 @@ skipped, as is, for fractions, a Δ that the magnitudes drawn cannot reach; each
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -133,7 +132,6 @@ def test_t_quantiles():
 def test_tango_coverage_and_false_equivalence_on_paired_yes_no_outcomes():
     """n x true discordance x true Δ, 10,000 draws per cell. Skipped as impossible: D = 0 and D = 1 % with
     |Δ| = 2 pp (a difference cannot exceed the share of examples on which the outcomes differ)."""
-    t0 = time.perf_counter()
     rng = np.random.default_rng(20240601)
     rows = []
     for n in NS:
@@ -152,7 +150,6 @@ def test_tango_coverage_and_false_equivalence_on_paired_yes_no_outcomes():
     zero = {r[0]: r for r in rows if "D=0%" in r[0]}
     assert all(r[2] == 1.0 for r in zero.values())
     assert zero["n=1000 D=0% Δ=+0%"][3] == 1.0 and zero["n=200 D=0% Δ=+0%"][3] == 0.0
-    assert time.perf_counter() - t0 < 20
 
 
 def _t_floor_vec(mean: np.ndarray, sd: np.ndarray, n: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:

@@ -130,6 +130,34 @@ def test_resuming_records_of_other_code_warns_and_config_lists_every_writer(tiny
     assert [w["breaknli_fast"] for w in after][0] == "0.0.9" and len(after) == 2
 
 
+def test_resuming_records_of_other_sources_at_the_same_commit_warns(tiny_roberta, tiny_tsv, tmp_path):
+    """The same version and commit with other sources (a changed checkout, a copy installed elsewhere): the digest
+    of the sources tells them apart; the warning says so and written_by keeps both."""
+    probes.register("toy-accuracy", "tests.test_study:AccuracyProbe")
+    msgs: list[str] = []
+
+    class Hook(StopAfter):
+        def message(self, text: str) -> None:
+            msgs.append(text)
+
+    try:
+        common = dict(dataset=str(tiny_tsv), classifier=tiny_roberta, engine="torch")
+        with pytest.raises(KeyboardInterrupt):
+            run_study("toy-accuracy", **common, out=tmp_path / "cut", hook=StopAfter(2))
+        cfg_path = tmp_path / "cut" / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        assert cfg["written_by"][0]["code"] == cfg["environment"]["code"] and len(cfg["environment"]["code"]) == 12
+        cfg["written_by"][0]["code"] = "0123456789ab"  # same version and commit, other sources
+        cfg_path.write_text(json.dumps(cfg))
+        run_study("toy-accuracy", **common, out=tmp_path / "cut", hook=Hook(10**6))
+    finally:
+        probes._PROBES.pop("toy-accuracy", None)
+    warned = [m for m in msgs if m.startswith("warning:") and "written by other code" in m]
+    assert len(warned) == 1 and "sources 0123456789ab" in warned[0], msgs
+    after = json.loads(cfg_path.read_text())["written_by"]
+    assert [w["code"] for w in after] == ["0123456789ab", cfg["environment"]["code"]]
+
+
 def test_each_role_on_its_own_engine_is_checked_before_loading_and_recorded(tiny_t5, tiny_roberta, tiny_tsv,
                                                                            tmp_path, monkeypatch):
     """--generator-engine / --classifier-engine: the generator on ort, the classifier on torch, in one run; each
@@ -157,6 +185,7 @@ def test_each_role_on_its_own_engine_is_checked_before_loading_and_recorded(tiny
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
     assert cfg["engine"]["name"] == "clf-torch+gen-ort"
     assert cfg["roles"]["generator"]["engine"] == "ort" and cfg["roles"]["classifier"]["engine"] == "torch"
+    assert cfg["engine"]["generator_engine"] == "ort" and cfg["engine"]["classifier_engine"] == "torch"
     assert cfg["roles"]["generator"]["runtime"]["onnxruntime"] and cfg["roles"]["classifier"]["runtime"]["torch"]
     same = [json.loads(x) for x in (tmp_path / "m" / "samples.jsonl").read_text().splitlines()]
     torch_only = [json.loads(x) for x in (tmp_path / "t" / "samples.jsonl").read_text().splitlines()]

@@ -27,6 +27,7 @@ from breaknli_fast.probes.breaknli import BreakNLIConfig
 from breaknli_fast.probes.breaknli.probe import verdict_code
 from breaknli_fast.study import run_study
 from breaknli_fast.study.compare import CompareError, compare, load_runs, records_digest
+from breaknli_fast.errors import UserError
 from breaknli_fast.study.grid import run_grid
 
 runner = CliRunner()
@@ -164,6 +165,9 @@ def test_report_on_the_study_gives_the_same_files(study, tmp_path):
     r = runner.invoke(app, ["report", cells[0], "--html", "--out", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "c" / "report.html").read_bytes() == (Path(cells[0]) / "report.html").read_bytes()
+    for twice in ([cells[0], cells[0]], [str(d), cells[0]]):  # one run twice: one line, not one column twice
+        r = runner.invoke(app, ["report", *twice, "--out", str(tmp_path / "d")])
+        assert r.exit_code == 2 and "is given twice" in r.output and not (tmp_path / "d").exists(), r.output
 
 
 def _copy(src: Path, dst: Path, requested: str | None = None, **identity_changes) -> Path:
@@ -434,7 +438,9 @@ def test_one_progress_display_keeps_one_cell_at_a_time():
         hook.close()
         assert rec.live == {}
     assert rec.events == ["start 1/2 contradictive", "start 2/2 contradictive"]
-    assert split_names(" a, b,a,,") == ["a", "b"]
+    assert split_names(" a, b,,") == ["a", "b"]
+    with pytest.raises(UserError, match="--classifier: 'a' is given twice"):
+        split_names(" a, b,a")  # run -c mini-nli,mini-nli
     assert [c.dir for c in cells_of(["x/d.tsv", "y/d.tsv"], ["m"])] == ["d.tsv-m", "d.tsv-m-2"]
 
 

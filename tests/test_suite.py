@@ -245,7 +245,7 @@ def test_run_entries_reports_a_failing_entry_and_goes_on(tmp_path: Path, monkeyp
     assert "== writes: PASS in" in text
     assert "== needs-cuda-venv: SKIP: needs transformers5-venv" in text
     assert lines[-1] == "failed: fails"
-    assert json.loads((tmp_path / "r" / "writes.json").read_text()) == {"n": "2", "omp": None}
+    assert json.loads((tmp_path / "r" / "writes.json").read_text()) == {"n": "2", "omp": None, "smoke": True}
     lines.clear()
     assert S.run_entries(suite, ["writes"], python=sys.executable, results=tmp_path / "r", work=tmp_path / "w",
                          log=lines.append) == 0
@@ -302,3 +302,47 @@ def test_bench_suite_runs_named_entries_into_out_and_lists_them(tmp_path: Path,
     assert r.exit_code != 0 and "no suite entry 'nope'" in r.output and "Traceback" not in r.output
     r = runner.invoke(app, ["bench", "--smoke"])
     assert r.exit_code != 0 and "--smoke goes with --suite NAMES" in r.output
+
+
+def test_bench_suite_writes_a_scratch_folder_unless_asked_and_smoke_files_say_so(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench --suite NAME --smoke`` leaves the committed results untouched: its files go to a new scratch folder
+    (runs/suite-<time>) and say they hold smoke figures; the committed folder is written with --update-results
+    only, and never with --smoke."""
+    from typer.testing import CliRunner
+
+    from breaknli_fast.cli import app
+
+    path = tmp_path / "suite.toml"
+    path.write_text(FAKE)
+    committed = tmp_path / "results"  # the fake suite's own results folder, as benchmarks/results is the checkout's
+    committed.mkdir()
+    (committed / "writes.json").write_text('{"n": "measured"}')
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", "--suite", "writes", "--suite-file", str(path), "--smoke"])
+    assert r.exit_code == 0, r.output
+    assert (committed / "writes.json").read_text() == '{"n": "measured"}'
+    written = list((tmp_path / "runs").glob("suite-*/writes.json"))
+    assert len(written) == 1 and json.loads(written[0].read_text()) == {"n": "2", "omp": None, "smoke": True}
+    assert "suite results in" in r.output and "smoke sizes" in r.output
+    for args in (["--smoke", "--update-results"], ["--update-results", "--out", str(tmp_path / "x")]):
+        r = runner.invoke(app, ["bench", "--suite", "writes", "--suite-file", str(path), *args])
+        assert r.exit_code == 2 and "--update-results writes the committed results" in r.output, r.output
+    r = runner.invoke(app, ["bench", "--suite", "writes", "--suite-file", str(path), "--update-results"])
+    assert r.exit_code == 0 and json.loads((committed / "writes.json").read_text())["n"] == "100"
+    # the checkout's own committed folder refuses smoke figures whichever way it is named
+    with pytest.raises(UserError, match="--smoke writes figures that mean nothing"):
+        S.run_entries(S.load_suite(path), ["writes"], python=sys.executable, results=S.COMMITTED_RESULTS,
+                      work=tmp_path / "w", smoke=True)
+
+
+def test_make_benchmarks_skips_smoke_files_unless_told(tmp_path: Path) -> None:
+    from provenance import load_results
+
+    doc = {"schema": "breaknli-fast-result/1", "kind": "bench", "payload": {}}
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    (tmp_path / "b.json").write_text(json.dumps({**doc, "smoke": True}))
+    results, problems = load_results(tmp_path)
+    assert [Path(d["file"]).name for d in results] == ["a.json"] and "smoke figures" in problems[0]
+    assert len(load_results(tmp_path, smoke=True)[0]) == 2

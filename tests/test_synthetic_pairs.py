@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import time
 
 import pytest
 from typer.testing import CliRunner
@@ -102,9 +101,8 @@ def test_pair_baselines_are_bounded_and_handle_few_rows():
     rows = list(aenli.generate(60, seed=1))
     assert shortcut.pair_baselines(rows[:3]) == {"rows": 3, "within": None, "limit_pp": shortcut.LIMIT_PP}
     assert shortcut.describe_pairs(shortcut.pair_baselines(rows[:3]))[0].startswith("pair-level baselines: too few")
-    start = time.perf_counter()
     res = shortcut.pair_baselines(list(kinship.generate(600, seed=1)))
-    assert res["rows"] == 600 and res["test"] == 300 and time.perf_counter() - start < 30
+    assert res["rows"] == 600 and res["test"] == 300
 
 
 def test_pair_balanced_pairs_keep_their_labels_by_the_independent_checkers():

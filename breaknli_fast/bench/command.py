@@ -28,8 +28,9 @@ def bench(o: BenchOptions) -> None:
             return compare_command(o)
         if o.suite is not None:
             return suite_command(o)
-        if o.smoke or o.suite_file is not None:
-            raise UserError(f"{'--smoke' if o.smoke else '--suite-file'} goes with --suite NAMES")
+        if o.smoke or o.suite_file is not None or o.update_results:
+            flag = "--smoke" if o.smoke else "--suite-file" if o.suite_file is not None else "--update-results"
+            raise UserError(f"{flag} goes with --suite NAMES")
         o.check()
         o.probe_config = opts.probe_config(o.probe)  # another probe's options: one line
         o.out = o.out_dir()
@@ -54,6 +55,11 @@ def suite_command(o: BenchOptions) -> None:
     import sys
     import tempfile
 
+    from datetime import datetime
+    from pathlib import Path
+
+    from rich.markup import escape
+
     from breaknli_fast.bench.suite import DEFAULT_SUITE, load_suite, run_entries
     from breaknli_fast.console import console
 
@@ -66,9 +72,16 @@ def suite_command(o: BenchOptions) -> None:
                           + ", ".join(e.results), markup=False, highlight=False, soft_wrap=True)
         return
     names = None if o.suite.strip() == "all" else suite.select(o.suite, None)
-    results = o.out or suite.path.parent / "results"
+    if o.update_results and (o.smoke or o.out is not None):
+        raise UserError("--update-results writes the committed results; "
+                        + ("smoke figures mean nothing there" if o.smoke else "leave --out out"))
+    # the committed results only when asked; else a scratch folder, so that no run replaces a measurement by mistake
+    results = (suite.path.parent / "results" if o.update_results
+               else o.out or Path("runs") / f"suite-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     rc = run_entries(suite, names, python=sys.executable, results=results, smoke=o.smoke,
                      work=tempfile.mkdtemp(prefix="breaknli-suite-"))
+    console.print(f"suite results in [bold]{escape(str(results))}[/]" + (" (smoke sizes: each file says so)"
+                                                                          if o.smoke else ""))
     if rc:
         raise typer.Exit(rc)
 

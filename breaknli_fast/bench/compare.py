@@ -82,6 +82,12 @@ def _who(d: Any) -> dict[str, Any]:
 def compare(a: Any, b: Any) -> Comparison:
     """Each engine's speed and parity in two benches (:class:`~breaknli_fast.bench.result.BenchResult`) side by
     side, with ratios B / A; two ``--scenario`` benches: each engine x role x scenario's LoadGen figures."""
+    if (a.report is None) != (b.report is None):
+        from breaknli_fast.errors import UserError
+
+        kinds = ["a LoadGen scenario bench (--scenario)" if x.report is None else "a probe bench" for x in (a, b)]
+        raise UserError(f"A is {kinds[0]} and B {kinds[1]}: they measure different things (LoadGen's latencies per "
+                        "role and scenario; a probe's speed and parity), so no row of one is in the other")
     if a.report is None or b.report is None:
         from breaknli_fast.bench.loadgen.report import compare_rows as scenario_rows
         from breaknli_fast.bench.loadgen.types import ScenarioReport
@@ -128,18 +134,34 @@ def compare_rows(cmp: Comparison) -> list[list[str]]:
     return rows
 
 
-def compare_table(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> Any:
+def compare_table(cmp: Comparison, name_a: str = "A", name_b: str = "B", width: int | None = None) -> Any:
+    """The comparison on the terminal, fitted to ``width`` (default: the console's)."""
     from rich.table import Table
 
-    from breaknli_fast.console import name_width
+    from breaknli_fast.console import NAME_WIDTH, console, name_cell
 
     t = Table(title=f"bench comparison: A = {name_a}, B = {name_b}")
-    rows = compare_rows(cmp)
-    widths = {"engine": name_width(r[0] for r in rows), "metric": name_width(r[1] for r in rows)}
-    for name, just in (("engine", "left"), ("metric", "left"), ("A", "right"), ("B", "right"), ("B / A", "right")):
-        t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
-    for row in rows:
+    rows = []
+    for row in compare_rows(cmp):
         if row[1] == "status" and cmp.kind != "scenarios":
             row = [row[0], row[1], row[2].split(":")[0], row[3].split(":")[0], ""]
+        rows.append([name_cell(row[0]), *row[1:]])
+
+    def words(i: int) -> int:  # the longest word of a column: it wraps at spaces (and long names after ':')
+        return max((len(w) for r in rows for w in str(r[i]).split()), default=1)
+
+    def whole(i: int, head: str) -> int:  # the widest line of a column
+        return max([len(head)] + [len(line) for r in rows for line in str(r[i]).splitlines()])
+
+    # the figures never wrap; the names share what is left (rich crops, rather than wraps, a table a little too
+    # wide), wrapping between words: at 80 columns every column stays, B / A included
+    figures = [whole(i, h) for i, h in ((2, "A"), (3, "B"), (4, "B / A"))]
+    left = (width if width is not None else console.width) - sum(figures) - 16
+    engine = max(min(NAME_WIDTH, words(0)), min(whole(0, "engine"), left // 2))
+    t.add_column("engine", overflow="fold", width=engine)
+    t.add_column("metric", overflow="fold", width=max(words(1), min(whole(1, "metric"), left - engine)))
+    for name, w in zip(("A", "B", "B / A"), figures):
+        t.add_column(name, justify="right", no_wrap=True, min_width=w)
+    for row in rows:
         t.add_row(*row, end_section=False)
     return t

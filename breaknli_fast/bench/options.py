@@ -21,6 +21,8 @@ from typing import Any, Callable, Optional, Tuple
 
 from breaknli_fast.console import out_path
 from breaknli_fast.errors import UserError
+from breaknli_fast.limits import (MAX_MIN_DURATION_S, MAX_MIN_ITERATIONS, MAX_MIN_SECONDS, MAX_PREPARED, MAX_REPEATS,
+                                  MAX_TARGET_QPS, MAX_WARMUP)
 from breaknli_fast.options import CliOption, Options, option, option_fields
 from breaknli_fast.progress import ProgressHook
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT
@@ -37,6 +39,8 @@ SCENARIO_SAMPLE_LIMIT = 256  # --scenario: the classifier's sample library (its 
 BREAKNLI_ONLY = ("generator", "fixed_length", "gen_prompts", "greedy_prompts")
 LOADGEN = "MLPerf LoadGen scenarios (--scenario)"
 SUITE = "The benchmark suite (--suite)"
+REPEAT_WHY = "docs/limits.md: more only lengthens the bench"
+PREPARED_WHY = "LoadGen prepares that many queries and holds them in memory"
 
 
 @dataclass
@@ -72,14 +76,16 @@ class BenchOptions(Options):
                                        f"embedded sample ({SCENARIO_SAMPLE_LIMIT} with --scenario).")
     sample: Optional[int] = shared(None, SAMPLE)
     sample_seed: Optional[int] = shared(None, SAMPLE_SEED)
-    repeats: int = option(1, min=1, panel=TIMING,
+    repeats: int = option(1, min=1, max=MAX_REPEATS, why=REPEAT_WHY, panel=TIMING,
                           help="End-to-end loop runs per engine (median wall reported); with --scenario: rounds of "
                                "LoadGen performance runs, the engines in turn (A B C A B C), the median round's "
                                "figures with the spread across rounds.")
-    warmup: int = option(1, min=0, panel=TIMING, help="Unmeasured warm-up iterations of every stage (and end-to-end "
-                                                      "runs on 4 examples).")
-    min_iterations: int = option(3, min=1, panel=TIMING, help="Measured iterations of each stage, at least.")
-    min_seconds: float = option(1.0, min=0.0, panel=TIMING, help="Measured seconds of each stage, at least.")
+    warmup: int = option(1, min=0, max=MAX_WARMUP, why=REPEAT_WHY, panel=TIMING,
+                         help="Unmeasured warm-up iterations of every stage (and end-to-end runs on 4 examples).")
+    min_iterations: int = option(3, min=1, max=MAX_MIN_ITERATIONS, why=REPEAT_WHY, panel=TIMING,
+                                 help="Measured iterations of each stage, at least.")
+    min_seconds: float = option(1.0, min=0.0, max=MAX_MIN_SECONDS, why="an hour per stage", panel=TIMING,
+                                help="Measured seconds of each stage, at least.")
     gen_prompts: Optional[int] = option(None, min=0, panel=TIMING,
                                         help="Prompts of the generate-stage workload (half per mode; default: the "
                                              "generator's prompts per batch on the device, 8 on the CPU, 64 on CUDA).")
@@ -136,13 +142,15 @@ class BenchOptions(Options):
     roles: str = option("classifier", panel=LOADGEN,
                         help="With --scenario: classifier (one (p, h) pair a sample), generator (one prompt -> K "
                              "candidates), study (one example through the whole loop).")
-    min_duration: float = option(10.0, panel=LOADGEN,
+    min_duration: float = option(10.0, max=MAX_MIN_DURATION_S, why="6x MLPerf's official 600 s", panel=LOADGEN,
                                  help="With --scenario: LoadGen's minimum duration of each run, seconds (shorter than "
                                       "LoadGen's official 600 s; too short for its minimum query count or early "
                                       "stopping: INVALID).")
-    min_queries: Optional[int] = option(None, panel=LOADGEN, help="With --scenario: LoadGen's minimum query count "
-                                                                   "(default: its official one per scenario).")
-    target_qps: Optional[float] = option(None, panel=LOADGEN, help="With --scenario server: arrival rate, samples/s.")
+    min_queries: Optional[int] = option(None, max=MAX_PREPARED, why=PREPARED_WHY, panel=LOADGEN,
+                                        help="With --scenario: LoadGen's minimum query count (default: its official "
+                                             "one per scenario).")
+    target_qps: Optional[float] = option(None, max=MAX_TARGET_QPS, why="LoadGen schedules every arrival in advance",
+                                         panel=LOADGEN, help="With --scenario server: arrival rate, samples/s.")
     target_latency_ms: Optional[float] = option(None, panel=LOADGEN, help="With --scenario server: the "
                                                                           "99th-percentile latency bound, ms.")
     mlperf_rules: bool = option(False, panel=LOADGEN, help="With --scenario: LoadGen's official settings (600 s "
@@ -158,8 +166,12 @@ class BenchOptions(Options):
     suite: Optional[str] = option(None, metavar="NAMES", panel=SUITE,
                                   help="Instead of one bench: entries of the declared benchmark suite "
                                        "(benchmarks/suite.toml of a checkout), comma-separated, 'all', or 'list' to "
-                                       "list them; each writes its result files into --out (default: the "
-                                       "checkout's benchmarks/results). See docs/benchmarks.md.")
+                                       "list them; each writes its result files into --out (default: a new "
+                                       "runs/suite-<time>; --update-results: the checkout's benchmarks/results). See "
+                                       "docs/benchmarks.md.")
+    update_results: bool = option(False, panel=SUITE,
+                                  help="With --suite: write into the checkout's committed benchmarks/results "
+                                       "(BENCHMARKS.md is rendered from them; not with --smoke).")
     suite_file: Optional[Path] = option(None, metavar="FILE", panel=SUITE,
                                         help="The suite file (default: benchmarks/suite.toml of the checkout).")
     smoke: bool = option(False, panel=SUITE, help="With --suite: the smoke sizes (checks the pipeline in minutes; "
@@ -193,7 +205,43 @@ class BenchOptions(Options):
         if given:
             raise BenchSpecError(f"{self.flag(given[0])} shapes the BreakNLI loop only, not --probe {self.probe}")
         self.engine_config().check()  # an unknown precision, a device this machine lacks
+        self.check_engines(settings)
         return settings
+
+    def needed_roles(self, settings: Any = None) -> tuple[str, ...]:
+        """The model roles the bench runs: LoadGen's ``--roles`` (the study unit: both models), else the probe's."""
+        from breaknli_fast.probes import probe_class
+
+        if settings is not None:
+            return tuple(r for r in ("classifier", "generator")
+                         if any(x in (r, "study") for x in settings.roles))
+        return tuple(probe_class(self.probe).roles)
+
+    def check_engines(self, settings: Any = None) -> None:
+        """What ``run`` refuses, refused for every ``--engines`` entry before the reference runs: its settings
+        (threads, workers, precisions), a role or precision its engine's declaration excludes, and an engine or
+        precision for a role the bench does not run."""
+        from breaknli_fast.bench.specs import BenchSpecError, parse_engines
+        from breaknli_fast.errors import first_line
+
+        roles = self.needed_roles(settings)
+        what = "LoadGen's --roles" if settings is not None else f"the {self.probe} probe"
+        short = {"classifier": "clf", "generator": "gen", "mlm": "mlm"}
+        for spec in parse_engines(self.engines, self.engine_config(), roles=roles)[1:]:
+            c = spec.config
+
+            def hint(role: str) -> str:  # the bench's way to give a role another engine: a per-role entry
+                parts = [f"{short[role]}=torch:fp32"] + [f"{short[r]}={c.engine_of(r)}:{c.precision_of(r)}"
+                                                          for r in roles if r != role]
+                return f"in --engines, {'/'.join(parts)} runs the {role} on another engine"
+
+            try:
+                c.check()
+                c.check_used(roles, what, flags=lambda r, kind: f"{short[r]}=" if kind == "engine"
+                             else f"{short[r]}.precision=")
+                c.check_roles(roles, hint)
+            except UserError as e:
+                raise BenchSpecError(f"engine {spec.label!r}: {first_line(e)}") from None
 
     def scenario_settings(self) -> Any:
         """``--scenario``'s :class:`~breaknli_fast.bench.loadgen.settings.ScenarioSettings`, checked (and LoadGen

@@ -56,7 +56,7 @@ def shown_to_match(e: EngineResult) -> str:
 
 
 def _view(e: EngineResult, meaningful: bool) -> EngineView:
-    return EngineView(label=e.label, speedup=e.speedup,
+    return EngineView(label=e.shown_label, speedup=e.speedup,
                       confirmed=confirmed_differences(e.parity or Parity()) if meaningful else [],
                       different_at_95=differing_cells(e) if meaningful else [],
                       identical_candidates=identical_candidates(e),
@@ -64,16 +64,18 @@ def _view(e: EngineResult, meaningful: bool) -> EngineView:
 
 
 def recommendation(report: BenchReport) -> Recommendation | None:
-    """Over the engines that ran (the reference excluded): ``pick``, the fastest not shown to differ and passing
-    every check (None where parity means nothing or no engine qualifies), and the fastest overall. Computed from the
-    same :class:`EngineResult` objects -- and their :class:`~breaknli_fast.bench.types.Checks` -- the bench shows."""
-    ran = [e for e in report.engines if e.ran and not e.reference and e.speedup is not None]
+    """Over the engines that ran a model of the bench themselves (the reference excluded; an entry whose every role
+    another engine ran measured that engine, :attr:`EngineResult.did_the_work`): ``pick``, the fastest that is
+    faster than the reference, not shown to differ and passing every check (None where parity means nothing or no
+    engine qualifies), and the fastest overall. Computed from the same :class:`EngineResult` objects -- and their
+    :class:`~breaknli_fast.bench.types.Checks` -- the bench shows."""
+    ran = [e for e in report.engines if e.ran and not e.reference and e.speedup is not None and e.did_the_work]
     if not ran:
         return None
     ran.sort(key=lambda e: -(e.speedup or 0.0))
     meaningful = report.parity_meaningful
-    pick = next((e for e in ran if not confirmed_differences(e.parity or Parity()) and e.passed_checks),
-                None) if meaningful else None
+    pick = next((e for e in ran if (e.speedup or 0.0) > 1.0 and not confirmed_differences(e.parity or Parity())
+                 and e.passed_checks), None) if meaningful else None
     return Recommendation(meaningful=meaningful, reference=report.reference,
                           pick=_view(pick, meaningful) if pick is not None else None, fastest=_view(ran[0], meaningful))
 
@@ -96,20 +98,23 @@ def _describe(v: EngineView) -> str:
 
 
 def recommendation_lines(report: BenchReport) -> list[str]:
-    """The recommendation as Markdown / console lines (empty when no engine but the reference ran)."""
-    rec = report.recommendation if report.recommendation is not None else recommendation(report)
+    """The recommendation as Markdown / console lines (empty when no engine but the reference ran), computed from
+    the engines by the present rule (a file's stored ``recommendation`` is what the code that wrote it chose)."""
+    rec = recommendation(report)
+    idle = [e for e in report.engines if e.ran and not e.reference and not e.did_the_work]
+    lines = ["Not ranked: " + "; ".join(f"`{e.shown_label}` ran none of the bench's models itself" for e in idle)
+             + "."] if idle else []
     if rec is None:
-        return []
+        return lines
     if not rec.meaningful:
         return [f"Fastest: {_describe(rec.fastest)}. Random weights: parity is not judged here, so no engine is "
                 "recommended for keeping the answer; judge that on the trained models (a bench without "
-                "--random-weights)."]
-    lines = []
+                "--random-weights)."] + lines
     if rec.pick is not None:
-        lines.append(f"Pick: {_describe(rec.pick)}.")
+        head = [f"Pick: {_describe(rec.pick)}."]
     else:
-        lines.append("Pick: none of the engines is free of a confirmed difference from the reference and passes "
-                     f"every check; use `{rec.reference}` where the answer must not change.")
+        head = ["Pick: none of the engines is faster than the reference, free of a confirmed difference from it "
+                f"and passing every check; use `{rec.reference}`."]
     if rec.pick is None or rec.fastest.label != rec.pick.label:
-        lines.append(f"Fastest: {_describe(rec.fastest)}.")
-    return lines
+        head.append(f"Fastest: {_describe(rec.fastest)}.")
+    return head + lines

@@ -77,13 +77,26 @@ def overall_diffs(e: EngineResult, block: str, key: str = "inequality") -> str:
     return "; ".join(parts) or "–"
 
 
-def max_abs_breakage_diff(e: EngineResult, block: str = "fixed_triples") -> float | None:
-    """The largest |Δ| of BreakNLI's Overall cells of ``block``, or of the probe's headline metrics."""
+def _overall_diffs(e: EngineResult, block: str = "fixed_triples") -> list[Diff]:
+    """BreakNLI's Overall cells of ``block``, or the probe's headline metrics, with a difference."""
     diffs = [getattr(cell, k) for table in _block(e, block).values() for name, cell in table.items()
              if name == "overall" for k in ("inequality", "relaxed")]
-    vals = [abs(d.diff) for d in diffs if d is not None and d.diff is not None]
-    if not vals and e.parity is not None and e.parity.headline is not None:
-        vals = [abs(m.diff) for m in e.parity.headline.metrics.values() if m.diff is not None]
+    diffs = [d for d in diffs if d is not None and d.diff is not None]
+    if not diffs and e.parity is not None and e.parity.headline is not None:
+        diffs = [m for m in e.parity.headline.metrics.values() if m.diff is not None]
+    return diffs
+
+
+def max_abs_breakage_diff(e: EngineResult, block: str = "fixed_triples") -> float | None:
+    """The largest |Δ| of BreakNLI's Overall cells of ``block``, or of the probe's headline metrics."""
+    vals = [abs(d.diff) for d in _overall_diffs(e, block) if d.diff is not None]
+    return max(vals) if vals else None
+
+
+def max_abs_interval_reach(e: EngineResult, block: str = "fixed_triples") -> float | None:
+    """How far from 0 the 95 % intervals of those cells reach, at most: the largest |Δ| the data do not rule out
+    (an inconclusive ±32 pp cell reaches 32 however small its point difference)."""
+    vals = [max(abs(d.ci[0]), abs(d.ci[1])) for d in _overall_diffs(e, block) if d.ci]
     return max(vals) if vals else None
 
 
@@ -150,7 +163,7 @@ def summary_rows(data: BenchReport) -> tuple[list[str], list[list[str]]]:
             continue
         sp, sm = e.speed.speedup or Speedup(), e.speed.summary or SpeedSummary()
         mem = e.memory or Memory()
-        row = [e.label, e.precision]
+        row = [e.shown_label, e.precision]
         if bn:
             row += [_f(sp.workload, ".2f", "×"), _f(sp.workload_best, ".2f", "×")]
         row += [_f(sp.end_to_end, ".2f", "×"), _f(sm.classifier_pairs_per_s, ".1f")]
@@ -461,7 +474,7 @@ def rich_table(data: BenchReport, width: int | None = None) -> Any:
     if narrow:
         cols = [("engine", "left"), ("speed", "right"), ("pairs/s", "right"), ("same %", "right"),
                 ("verdicts", "left"), ("result", "left")]
-    widths = {"engine": name_width(e.label for e in data.engines), "result": len("skipped"), "speed": 6,
+    widths = {"engine": name_width(e.shown_label for e in data.engines), "result": len("skipped"), "speed": 6,
               "pairs/s": 7, "same %": 6}
     for name, just in cols:
         t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
@@ -475,7 +488,7 @@ def rich_table(data: BenchReport, width: int | None = None) -> Any:
             continue
         sp, sm = e.speed.speedup or Speedup(), e.speed.summary or SpeedSummary()
         same = _f(_records(e).identical_pct, ".2f")
-        cells = {"engine": name_cell(e.label), "speed-up e2e": _f(sp.end_to_end, ".2f", "×"),
+        cells = {"engine": name_cell(e.shown_label), "speed-up e2e": _f(sp.end_to_end, ".2f", "×"),
                  "speed": _f(sp.end_to_end, ".2f", "×"), "pairs/s": _f(sm.classifier_pairs_per_s, ".0f"),
                  "RSS MiB": _f((e.memory or Memory()).peak_rss_mib, ".0f"),
                  "records identical %": same, "same %": same,
@@ -494,27 +507,32 @@ def plot_speed_vs_breakage(data: BenchReport, path: str | Path) -> Path | None:
         return None
     bn = _breaknli(data)
     key = "workload" if bn else "end_to_end"
-    pts = [(e.label, max_abs_breakage_diff(e), getattr(e.speed.speedup, key) if e.speed and e.speed.speedup else None,
-            e.checks.passed if e.checks else None) for e in data.engines if e.ran]
+    pts = [(e.shown_label, max_abs_breakage_diff(e), getattr(e.speed.speedup, key) if e.speed and e.speed.speedup
+            else None, e.checks.passed if e.checks else None, max_abs_interval_reach(e)) for e in data.engines if e.ran]
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
-    for label, x, y, ok in pts:
+    for label, x, y, ok, reach in pts:
         if y is None:
             continue
         x = x or 0.0
-        ax.scatter([x], [y], s=50, color="tab:red" if ok is False else "tab:blue", zorder=3)
+        color = "tab:red" if ok is False else "tab:blue"
+        if reach is not None and reach > x:  # the 95 % interval's reach: a point near 0 may not be a match
+            ax.errorbar([x], [y], xerr=[[0.0], [reach - x]], fmt="none", ecolor=color, elinewidth=1, capsize=3,
+                        alpha=0.6, zorder=2)
+        ax.scatter([x], [y], s=50, color=color, zorder=3)
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
     tol = data.tolerance_pp
     if tol is not None:
         ax.axvline(tol, color="grey", ls="--", lw=1, label=f"tolerance {tol} pp")
     ax.axhline(1.0, color="grey", ls=":", lw=1)
-    ax.set_xlabel("max |Δ Overall breakage| vs torch:fp32 (pp, fixed triples)" if bn
-                  else "max |Δ headline metric| vs torch:fp32 (pp, paired)")
+    ax.set_xlabel(("max |Δ Overall breakage| vs torch:fp32 (pp, fixed triples)" if bn
+                   else "max |Δ headline metric| vs torch:fp32 (pp, paired)")
+                  + "; bar: to the farthest end of its 95 % interval", fontsize=8)
     ax.set_ylabel("speed-up over torch:fp32 (" + ("fixed workload)" if bn else "end to end)"))
     title = f"breaknli-fast bench --probe {data.probe}"
     if not data.parity_meaningful:
         title += " (random weights: x axis not meaningful)"
     ax.set_title(title, fontsize=10)
-    xmax = max([tol or 1.0] + [p[1] or 0.0 for p in pts])
+    xmax = max([tol or 1.0] + [max(p[1] or 0.0, p[4] or 0.0) for p in pts])
     ymax = max([1.0] + [p[2] for p in pts if p[2] is not None])
     ax.set_xlim(-0.05 * xmax, 1.15 * xmax)
     ax.set_ylim(0, 1.15 * ymax)

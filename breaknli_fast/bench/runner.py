@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -428,6 +429,14 @@ def plan_bench(cfg: BenchConfig, log: Callable[[str], None]) -> BenchPlan:
                               "mlm": ([m.strip() for m in (cfg.mlm or DEFAULT_MLM).split(",") if m.strip()]
                                       if "mlm" in roles else [])}
     notes: list[str] = [f"data slice: {w}" for w in data_slice["warnings"]]
+    named: dict[str, list[str]] = {}
+    for sp in specs:  # an entry given twice is measured twice (run-to-run spread), and said so
+        named.setdefault(re.sub(r"#\d+$", "", sp.label), []).append(sp.label)
+    for base, labels in named.items():
+        if len(labels) > 1:
+            notes.append(f"{base} is named {len(labels)} times in --engines: each is measured, as "
+                         f"{', '.join(labels)} (their difference is the run-to-run spread)")
+            log(notes[-1])
     if cfg.engine.device.startswith("cuda"):
         unverified = sorted({sp.label for sp in specs if _unverified(sp.engine, "cuda")})
         if unverified:

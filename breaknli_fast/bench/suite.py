@@ -40,6 +40,7 @@ from breaknli_fast.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_SUITE = ROOT / "benchmarks" / "suite.toml"
+COMMITTED_RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_PYTHON_TF5 = ".venv-compat/bin/python"
 BUILTINS = ("python", "results", "work", "python_tf5")
 PATH_PLACEHOLDERS = frozenset(BUILTINS)
@@ -376,13 +377,40 @@ def _abs_python(python: str) -> str:
     return python
 
 
+SMOKE_KEY = "smoke"  # a result file written at the smoke sizes says so at its top level (make_benchmarks skips it)
+
+
+def is_committed_results(folder: str | Path) -> bool:
+    """Whether ``folder`` is the checkout's committed results folder (benchmarks/results)."""
+    return Path(folder).resolve() == COMMITTED_RESULTS.resolve()
+
+
+def mark_smoke(path: Path) -> None:
+    """Say in the result file ``path`` that its figures come from the smoke sizes (``"smoke": true``)."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(doc, dict):
+        doc[SMOKE_KEY] = True
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        tmp.replace(path)
+
+
 def run_entries(suite: Suite, names: Sequence[str] | None, *, python: str, results: str | Path, work: str | Path,
                 smoke: bool = False, log: Callable[[str], None] | None = None) -> int:
     """Run the entries ``names`` (None: all, in the suite's order) one after another from the checkout's root,
     each a subprocess. Each is reported as it starts and ends (``== NAME: PASS in 12 s`` / ``FAIL (exit 1) after
     3 s`` / ``SKIP: needs ...`` when a requirement is missing); a failure does not stop the others. Returns 0
-    when none failed, else 1."""
+    when none failed, else 1. With ``smoke`` each result file written says so (``"smoke": true``), and the
+    committed results folder is refused: smoke figures never replace a measurement."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    if smoke and is_committed_results(results):
+        raise UserError(f"--smoke writes figures that mean nothing: not into the committed {COMMITTED_RESULTS} "
+                        "(give another results folder)")
     chosen = [suite.entry(n) for n in (suite.names() if names is None else names)]
     results, work = Path(results).resolve(), Path(work).resolve()
     results.mkdir(parents=True, exist_ok=True)
@@ -410,6 +438,9 @@ def run_entries(suite: Suite, names: Sequence[str] | None, *, python: str, resul
             rc = subprocess.run(argv, cwd=cwd, env=run_env).returncode
             if rc == 0 and e.copy:
                 shutil.copyfile(_fill_path(e, e.copy, python_abs, results, work, smoke, tf5), results / e.results[0])
+            if rc == 0 and smoke:
+                for name in e.results:
+                    mark_smoke(results / name)
         except (OSError, subprocess.SubprocessError, UserError) as exc:
             log(f"== {e.name}: {type(exc).__name__}: {exc}")
             rc = -1
@@ -441,7 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", default=os.environ.get("SKIP", ""), help="entry names not to run (env SKIP)")
     ap.add_argument("--smoke", action="store_true", help="the smoke sizes: checks the pipeline, figures meaningless")
     ap.add_argument("--python", default=os.environ.get("PYTHON") or ".venv/bin/python")
-    ap.add_argument("--results", default=os.environ.get("RESULTS") or str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--results", default=os.environ.get("RESULTS") or None,
+                    help="the results folder (default: the committed benchmarks/results; with --smoke, "
+                         "results/ in the scratch folder)")
     ap.add_argument("--work", default=os.environ.get("WORK") or None, help="scratch folder (default: a new one)")
     ap.add_argument("--list", action="store_true", help="list the entries (name, minutes, requires, results)")
     ap.add_argument("--print", dest="print_argv", action="store_true", help="print each selected command, run none")
@@ -457,15 +490,20 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.print_argv:
             work = args.work or "$WORK"
+            results = args.results or (f"{work}/results" if args.smoke else str(COMMITTED_RESULTS))
             for n in names:
-                print(f"{n}: {shlex.join(suite.entry(n).argv(python=args.python, results=args.results, work=work, smoke=args.smoke))}")
+                argv = suite.entry(n).argv(python=args.python, results=results, work=work, smoke=args.smoke)
+                print(f"{n}: {shlex.join(argv)}")
             return 0
         work = args.work
         if work is None:
             import tempfile
 
             work = tempfile.mkdtemp(prefix="breaknli-bench-")
-        return run_entries(suite, names, python=args.python, results=args.results, work=work, smoke=args.smoke)
+        results = args.results or (Path(work) / "results" if args.smoke else COMMITTED_RESULTS)
+        if args.smoke and not args.results:
+            print(f"smoke results go to {results}", file=sys.stderr)
+        return run_entries(suite, names, python=args.python, results=results, work=work, smoke=args.smoke)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -515,6 +515,32 @@ class EngineResult:
         return self.parity.cells() if self.parity is not None else []
 
     @property
+    def delegated(self) -> dict[str, str]:
+        """Role -> the engine that ran it, for each role this entry's engine handed to another (``ct2:int8``'s
+        classifier ran on ort: CTranslate2 has none), from what each loaded engine said about itself."""
+        cfg = (self.spec or {}).get("config") or {}
+        out: dict[str, str] = {}
+        for role, info in (self.info or {}).items():
+            infos = [info] if "engine" in info else [x for x in info.values() if isinstance(x, dict)]
+            ran = sorted({str(x.get("engine")) for x in infos if x.get("engine")})
+            asked = cfg.get(f"{role}_engine") or cfg.get("engine") or self.engine
+            if asked and asked != "auto" and ran and ran != [asked]:
+                out[role] = "/".join(ran)
+        return out
+
+    @property
+    def did_the_work(self) -> bool:
+        """Whether the engine asked for ran at least one of the bench's models itself (an entry whose every role
+        was handed to another engine measured that engine, not its own)."""
+        return not self.info or len(self.delegated) < len(self.info)
+
+    @property
+    def shown_label(self) -> str:
+        """The label, with each role run by another engine said: ``ct2:int8 (classifier on ort)``."""
+        d = self.delegated
+        return self.label + (f" ({', '.join(f'{r} on {e}' for r, e in d.items())})" if d else "")
+
+    @property
     def verdicts(self) -> VerdictCounts | None:
         return self.parity.verdicts if self.parity is not None else None
 

@@ -24,6 +24,7 @@ from typing import IO, Any, Iterable, Iterator
 from breaknli_fast.data.hub import require_hub
 from breaknli_fast.data.labels import dataset_label, is_missing_label
 from breaknli_fast.data.normalize import normalize_text
+from breaknli_fast.envinfo import package_relative
 from breaknli_fast.errors import UserError
 
 SAMPLE_NAME = "sample"  # the evaluation slice of the shipped held-out SNLI pairs (the default dataset)
@@ -476,14 +477,15 @@ def load_examples(name_or_path: str = SAMPLE_NAME, split: str | None = None, lim
             raise DataError(f"the embedded SNLI file is missing from {p}; reinstall breaknli-fast")
         data = load_file(p, cols, limit)
         data.source = {"type": "embedded", "name": "snli-sample" if name_or_path == SAMPLE_NAME else "snli-tuning",
-                       "path": str(p)}
+                       "path": package_relative(p)}
         return data
     if name_or_path == TAXINLI_NAME:
         p = taxinli_path()
         if not p.exists():
             raise DataError(f"the shipped TaxiNLI file is missing from {p}; reinstall breaknli-fast")
         data = load_file(p, cols or Columns(premise="prem", hypothesis="hyp", label="label", id="pairID"), limit)
-        data.source = {"type": "embedded", "name": "taxinli", "path": str(p), "breakdown": list(TAXINLI_CATEGORIES)}
+        data.source = {"type": "embedded", "name": "taxinli", "path": package_relative(p),
+                       "breakdown": list(TAXINLI_CATEGORIES)}
         return data
     if name_or_path.partition(":")[0] in GENERATED_DATASETS and not Path(name_or_path).exists():
         from breaknli_fast.data.synthetic import SyntheticError, generate_named

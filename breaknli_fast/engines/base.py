@@ -34,6 +34,7 @@ import numpy as np
 
 from breaknli_fast.data.labels import LABELS
 from breaknli_fast.errors import UserError
+from breaknli_fast.limits import MAX_BEAMS, MAX_NEW_TOKENS
 
 Pair = tuple[str, str]
 
@@ -119,6 +120,13 @@ class Decoding:
         if self.max_new_tokens < 1 or self.min_new_tokens < 0 or self.min_new_tokens > self.max_new_tokens:
             raise ValueError(f"need 1 <= max_new_tokens and 0 <= min_new_tokens <= max_new_tokens "
                              f"(got {self.max_new_tokens}, {self.min_new_tokens})")
+        # the bounds of docs/limits.md: each candidate and each beam is a sequence the generator holds in memory
+        if self.max_new_tokens > MAX_NEW_TOKENS:
+            raise ValueError(f"max_new_tokens (--max-new-tokens) {self.max_new_tokens}: at most {MAX_NEW_TOKENS} "
+                             "(T5's configured length; every engine holds a decoder cache that long per sequence)")
+        if self.num_beams is not None and self.num_beams > MAX_BEAMS:
+            raise ValueError(f"num_beams (--num-beams) {self.num_beams}: at most {MAX_BEAMS} (as many as the "
+                             "candidates per hypothesis allowed; each beam is a sequence the generator holds)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

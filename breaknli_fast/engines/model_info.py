@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from breaknli_fast.data.hub import require_hub
 from breaknli_fast.data.labels import LABELS, map_id2label
+from breaknli_fast.envinfo import package_relative
 from breaknli_fast.errors import UserError
 from breaknli_fast.prompts import NLI_ANSWERS
 
@@ -211,7 +212,7 @@ def model_fingerprint(name: str) -> dict[str, Any]:
         for f in sorted(p.iterdir()):
             if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".model", ".txt"):
                 files[f.name] = file_sha256(f)
-        out["path"] = str(p)
+        out["path"] = package_relative(p)  # a shipped model: inside the package, wherever that lies
         out["files_sha256"] = files
     else:
         out["revision"] = "hub:main"

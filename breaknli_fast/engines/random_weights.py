@@ -59,20 +59,39 @@ def train_bpe_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None,
     return RobertaTokenizerFast.from_pretrained(out_dir)
 
 
+# tokenizers trained in this process: (corpus digest, vocabulary size) -> the files of the trained tokenizer
+_SPM_TRAINED: dict[tuple[str, int], list[Path]] = {}
+
+
 def train_spm_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None, vocab_size: int = 400):
-    """A SentencePiece unigram tokenizer laid out as T5 expects (pad=0, eos=1, unk=2), as T5TokenizerFast."""
+    """A SentencePiece unigram tokenizer laid out as T5 expects (pad=0, eos=1, unk=2), as T5TokenizerFast.
+
+    Trained once per process for a given corpus and size (a later call copies the files): SentencePiece's trainer
+    runs a thread pool of its own, which aborted the process (``Fatal Python error: Aborted``) while other
+    runtimes' threads were alive; it also trains on one thread (``num_threads=1``), which gives the same pieces
+    and scores as its default 16 (checked on the corpus here)."""
+    import hashlib
+    import shutil
+
     import sentencepiece as spm
     from transformers import T5TokenizerFast
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    lines = list(texts or corpus()) + ["yes", "no", "it is not possible to tell"]
+    key = (hashlib.sha256("\n".join(lines).encode()).hexdigest(), int(vocab_size))
+    done = _SPM_TRAINED.get(key)
+    if done and all(f.is_file() for f in done) and done[0].parent != out_dir:
+        for f in done:
+            shutil.copyfile(f, out_dir / f.name)
+        return T5TokenizerFast.from_pretrained(out_dir)
     with tempfile.TemporaryDirectory() as tmp:
         txt = Path(tmp) / "corpus.txt"
-        txt.write_text("\n".join(list(texts or corpus()) + ["yes", "no", "it is not possible to tell"]) + "\n")
+        txt.write_text("\n".join(lines) + "\n")
         spm.SentencePieceTrainer.train(
             input=str(txt), model_prefix=str(out_dir / "spiece"), vocab_size=vocab_size, model_type="unigram",
             pad_id=0, eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, character_coverage=1.0,
-            user_defined_symbols=["yes", "no", "it"],
+            user_defined_symbols=["yes", "no", "it"], num_threads=1,
             minloglevel=2,
         )
     (out_dir / "spiece.vocab").unlink(missing_ok=True)
@@ -80,7 +99,8 @@ def train_spm_tokenizer(out_dir: str | Path, texts: Iterable[str] | None = None,
     # mini-t5's tokenizer does; transformers 5.x's T5 tokenizer always works that way (it sets its own pre-tokenizer
     # at load), 4.57's reads it from the file: both then give the same ids
     tok = T5TokenizerFast.from_pretrained(out_dir, extra_ids=0, legacy=True)
-    tok.save_pretrained(out_dir)
+    saved = [Path(f) for f in tok.save_pretrained(out_dir)]
+    _SPM_TRAINED[key] = [out_dir / "spiece.model"] + [f for f in saved if f.name != "spiece.model" and f.is_file()]
     return T5TokenizerFast.from_pretrained(out_dir)
 
 

@@ -14,11 +14,12 @@ has a loader for, at any precision its loaders take.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from breaknli_fast.engines.backend import Backend, EngineUnavailable, PrecisionError, device_kind  # noqa: F401
 from breaknli_fast.engines.base import (CLASSIFIER, GENERATOR, MASK_FILLER, ROLES, ClassifierBase, GeneratorBase, MaskFillerBase, as_classifier, as_generator, as_mask_filler)
 from breaknli_fast.engines.options import EngineOptionError, EngineOptions
+from breaknli_fast.errors import first_line
 
 # engine name -> package (with a BACKEND declaration) or module (loaders only); the order is auto's preference
 _ENGINES: dict[str, str] = {
@@ -84,16 +85,55 @@ def names() -> list[str]:
     return list(_ENGINES)
 
 
+class BrokenBackend(EngineUnavailable):
+    """A registered backend whose module raises when imported (a plugin with a bug, or one built for another
+    version): one line naming it; every command that does not use it works (they skip it)."""
+
+
 def _import(engine: str) -> Any:
     _read_plugins()
     if engine not in _ENGINES:
         raise EngineUnavailable(f"unknown engine {engine!r}; choose one of {', '.join(_ENGINES)}")
-    return importlib.import_module(_ENGINES[engine])
+    try:
+        return importlib.import_module(_ENGINES[engine])
+    except Exception as e:  # noqa: BLE001 - whatever the plugin's module raises
+        raise BrokenBackend(f"the {engine} backend ({_ENGINES[engine]}) does not import: {type(e).__name__}: "
+                            f"{first_line(e)}") from e
 
 
 def backend(engine: str) -> Backend | None:
-    """``engine``'s declaration (``None`` for a plugin module without one)."""
+    """``engine``'s declaration (``None`` for a plugin module without one); the module is imported here, when the
+    engine is first used (:class:`BrokenBackend` where it raises)."""
     return getattr(_import(engine), "BACKEND", None)
+
+
+def usable_backends() -> Iterator[tuple[str, Backend | None]]:
+    """(name, declaration) of every registered backend that imports, in the registry's order, each imported as the
+    loop reaches it: what a loop over them (``auto``, the export formats, the versions recorded) reads; a broken
+    one is left out here and reported by ``breaknli-fast env`` (:func:`broken_backends`)."""
+    for name in names():
+        try:
+            decl = backend(name)
+        except BrokenBackend:
+            continue
+        yield name, decl
+
+
+def broken_backends() -> dict[str, str]:
+    """name -> the one-line reason, for every registered backend whose module does not import."""
+    out = {}
+    for name in names():
+        try:
+            backend(name)
+        except BrokenBackend as e:
+            out[name] = str(e)
+    return out
+
+
+def module_of(engine: str) -> str:
+    """The module ``engine`` is registered with (no import)."""
+    _read_plugins()
+    return _ENGINES[engine]
 
 
 def _module(engine: str) -> Any:
@@ -104,8 +144,7 @@ def _module(engine: str) -> Any:
 
 def backend_for_format(format: str) -> Backend | None:
     """The declared backend whose exporter writes ``format`` (``onnx``, ``tensorrt``, ``ct2``), if any."""
-    for name in names():
-        decl = backend(name)
+    for _, decl in usable_backends():
         if decl is not None and format in decl.formats:
             return decl
     return None
@@ -115,17 +154,13 @@ def declared_packages() -> tuple[str, ...]:
     """The libraries every registered backend declares (``requires``): the versions config.json, bench.json and
     ``env`` record beside the core ones, a plugin's runtime included."""
     out: list[str] = []
-    for name in names():
-        try:
-            decl = backend(name)
-        except Exception:  # noqa: BLE001 - a plugin that does not import: its versions are not recorded
-            continue
+    for _, decl in usable_backends():  # a plugin that does not import: its versions are not recorded
         out += [m for m in (decl.requires if decl is not None else ()) if m not in out]
     return tuple(out)
 
 
 def export_formats() -> list[str]:
-    return [f for name in names() for f in ((backend(name) or Backend(name, "", {})).formats)]
+    return [f for name, decl in usable_backends() for f in ((decl or Backend(name, "", {})).formats)]
 
 
 def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu", role: str | None = None) -> str:
@@ -136,8 +171,7 @@ def resolve_engine(engine: str, precision: str = "fp32", device: str = "cpu", ro
     returned as it is."""
     if engine != AUTO:
         return engine
-    for name in names():
-        decl = backend(name)
+    for name, decl in usable_backends():
         if decl is not None and decl.auto_picks(precision, device, role):
             return name
     return REFERENCE

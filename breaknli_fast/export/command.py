@@ -69,24 +69,11 @@ def _load_pairs(name_or_path: str, limit: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def _formats() -> list[tuple[str, str]]:
-    """(backend, format) of every registered backend with an exporter, from the declarations."""
-    from breaknli_fast.engines import registry
-
-    out = []
-    for name in registry.names():
-        try:
-            decl = registry.backend(name)
-        except registry.EngineUnavailable:
-            continue
-        out += [(name, f) for f in (decl.formats if decl is not None else ())]
-    return out
-
-
 def export(
     model: str = typer.Option(..., "--model", "-m", help="mini-nli / mini-t5, a local model folder or a hub id"),
-    format: str = typer.Option("onnx", "--format", help="the export format of a registered backend: "
-                               + ", ".join(f"{f} (the {b} engine)" for b, f in _formats()) + "."),
+    format: str = typer.Option("onnx", "--format", help="the export format of a registered backend (onnx for the "
+                               "ort engine; `breaknli-fast env` lists every backend's formats; a backend is imported "
+                               "only when used)."),
     precision: str = typer.Option("fp32", "--precision", help="fp32, fp16, bf16 or int8 (which ones a format "
                                   "exports: its backend's declaration; a precision it does not is one line)."),
     device: str = typer.Option("cpu", "--device", help="target device: cpu (int8 = dynamic) or cuda (int8 = static QDQ)"),

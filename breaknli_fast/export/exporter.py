@@ -358,8 +358,12 @@ class Exporter(abc.ABC):
         figs["passed"] = not failures
         figs["failures"] = failures
         if failures:
+            # a target this machine cannot run was judged on the CPU provider instead: the line says so, since that
+            # is not the device the export is meant for (--no-validate builds it without judging it here)
+            where = (f" ({figs['note']}, not on {plan.device}, the export's target; --no-validate builds it without "
+                     "this check)" if figs.get("note") else "")
             raise ExportValidationError(f"{plan.model} {plan.format} {plan.precision} failed validation against "
-                                        f"PyTorch fp32: {'; '.join(failures)}", figs)
+                                        f"PyTorch fp32: {'; '.join(failures)}{where}", figs)
 
     def write_manifest(self, plan: ExportPlan, key: Mapping[str, Any], stage: Path, info: Mapping[str, Any],
                        figs: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from breaknli_fast.errors import UserError
+from breaknli_fast.errors import UserError, first_line
 
 _PROBES: dict[str, str] = {
     "breaknli": "breaknli_fast.probes.breaknli:BreakNLIProbe",
@@ -57,12 +57,45 @@ def probe_names() -> list[str]:
     return list(_PROBES)
 
 
+class BrokenProbe(UserError):
+    """A registered probe whose module does not import or lacks its class (a plugin with a bug): one line; the
+    commands list and offer the other probes."""
+
+
 def probe_class(name: str) -> Any:
     _read_plugins()
     if name not in _PROBES:
         raise UnknownProbe(f"unknown probe {name!r}; choose one of {', '.join(_PROBES)}")
     module, _, cls = _PROBES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except Exception as e:  # noqa: BLE001 - whatever the plugin's module raises
+        raise BrokenProbe(f"the {name} probe ({_PROBES[name]}) does not import: {type(e).__name__}: "
+                          f"{first_line(e)}") from e
+
+
+def broken_probes() -> dict[str, str]:
+    """name -> the one-line reason, for every registered probe that does not import."""
+    out = {}
+    for name in probe_names():
+        try:
+            probe_class(name)
+        except BrokenProbe as e:
+            out[name] = str(e)
+    return out
+
+
+def usable_probe_names() -> list[str]:
+    """The registered probes whose class imports (the command line builds their options); a broken one is left
+    out here, and ``--probe`` with its name says why in one line."""
+    out = []
+    for name in probe_names():
+        try:
+            probe_class(name)
+        except BrokenProbe:
+            continue
+        out.append(name)
+    return out
 
 
 def get_probe(name: str, config: Any = None) -> Any:

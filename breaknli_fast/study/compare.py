@@ -123,9 +123,10 @@ def load_runs(paths: Sequence[str | Path]) -> list[Run]:
     runs = []
     for d in dirs:
         key = d.resolve()
-        if key not in seen:
-            seen.add(key)
-            runs.append(load_run(d))
+        if key in seen:  # the same run twice would be one column twice: a slip, said rather than dropped
+            raise CompareError(f"{d} is given twice (directly, or as a cell of a study directory also given)")
+        seen.add(key)
+        runs.append(load_run(d))
     label_runs(runs)
     return runs
 

@@ -112,6 +112,13 @@ def connect(cfg: RayConfig) -> Any:
             cfg.workers = max(1, int(res.get("CPU", 1) // max(1, cfg.threads_per_worker)))
     if cfg.workers < 1:
         raise RayUnavailable("--ray-workers must be at least 1")
+    # actors the cluster cannot place would wait for resources without end: refused before any starts
+    for what, per, have in (("CPUs", cfg.threads_per_worker, res.get("CPU", 0)),
+                            ("GPUs", cfg.gpus_per_worker, res.get("GPU", 0))):
+        if per and cfg.workers * per > have:
+            flag = "--ray-threads" if what == "CPUs" else "--ray-gpus-per-worker"
+            raise RayUnavailable(f"--ray-workers {cfg.workers} x {flag} {per:g} need {cfg.workers * per:g} {what}; "
+                                 f"the Ray cluster has {have:g}")
     return ray
 
 

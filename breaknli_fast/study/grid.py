@@ -48,11 +48,14 @@ class GridError(UserError):
 
 
 def split_names(text: str | Sequence[str], what: str = "--classifier") -> list[str]:
-    """``"a,b"`` (or a list) as names: blanks dropped, each name once, in order."""
+    """``"a,b"`` (or a list) as names, blanks dropped, in order; a name given twice is a one-line error (it would
+    be one cell twice: a slip, said rather than dropped)."""
     parts = text.split(",") if isinstance(text, str) else list(text)
     out: list[str] = []
     for p in (str(x).strip() for x in parts):
-        if p and p not in out:
+        if p in out:
+            raise GridError(f"{what}: {p!r} is given twice")
+        if p:
             out.append(p)
     if not out:
         raise GridError(f"{what}: no name given")

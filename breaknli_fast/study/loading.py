@@ -17,6 +17,7 @@ from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER
 from breaknli_fast.engines.roles import ROLES, Models, model_names
 from breaknli_fast.errors import UserError, first_line
 from breaknli_fast.export.errors import ExportError
+from breaknli_fast.limits import MAX_BATCH_PAIRS, MAX_GEN_BATCH, MAX_TOKEN_BUDGET, check_threads
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
 
 
@@ -62,17 +63,23 @@ class EngineConfig:
 
             if not torch.cuda.is_available():
                 raise UserError(f"--device {self.device} was requested but no CUDA GPU is visible to torch")
-        if self.workers is not None and self.workers != "auto":
-            try:
-                workers = int(self.workers)
-            except (TypeError, ValueError):
-                raise UserError(f"workers (--workers) must be a number or 'auto', not {self.workers!r}") from None
-            if workers < 1:
-                raise UserError(f"workers (--workers) must be at least 1, not {workers}")
+        _check_count(self.workers, "workers (--workers)", "--workers", auto=True)
+        for key, value in self.extra.items():  # a bench entry's threads= / workers= (clf.workers=, ...): the same
+            plain = key.split(".", 1)[1] if key.split(".", 1)[0] in ("clf", "gen", "mlm") else key
+            if plain in ("threads", "workers"):
+                _check_count(value, f"{key}=", f"{key}=", auto=plain == "workers")
         for name, value in (("threads", self.threads), ("max_length", self.max_length),
-                            ("token_budget", self.token_budget), ("max_batch", self.max_batch)):
+                            ("token_budget", self.token_budget), ("max_batch", self.max_batch),
+                            ("gen_batch", self.gen_batch)):
             if value is not None and value < 1:  # named as the caller may have passed it: either way
                 raise UserError(f"{name} (--{name.replace('_', '-')}) must be at least 1, not {value}")
+        check_threads(self.threads, "--threads")
+        for flag, value, bound in (("--token-budget", self.token_budget, MAX_TOKEN_BUDGET),
+                                   ("--max-batch", self.max_batch, MAX_BATCH_PAIRS),
+                                   ("--gen-batch", self.gen_batch, MAX_GEN_BATCH)):
+            if value is not None and value > bound:
+                raise UserError(f"{flag} {value}: at most {bound} (docs/limits.md: larger batches only hold more "
+                                "activations at once)")
         if self.nli_prompt not in NLI_PROMPTS:
             raise UserError(f"unknown --nli-prompt {self.nli_prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
         if self.nli_method not in ("score", "generate"):
@@ -132,17 +139,32 @@ class EngineConfig:
             return registry.resolve_engine(self.engine, self.precision, self.device)
         return role_label({r: self.engine_of(r) for r in roles})
 
-    def check_roles(self, roles: Sequence[str]) -> None:
+    def check_roles(self, roles: Sequence[str], hint: Callable[[str], str] | None = None) -> None:
         """Each role a probe needs checked against its engine's declaration (the role, its precision on the
         device), in one line before anything loads or exports: ``run --engine openvino`` on BreakNLI, whose
-        generator OpenVINO does not run, stops here and says which option gives the role another engine."""
+        generator OpenVINO does not run, stops here and says which option gives the role another engine
+        (``hint(role)``: another way to say it, e.g. a bench entry's)."""
         for role in roles:
             name = self.engine_of(role)
             flag = "--mlm-engine" if role == MASK_FILLER else f"--{role}-engine"
             try:
                 registry.check(name, role, self.precision_of(role), self.device)
             except (registry.EngineUnavailable, registry.PrecisionError) as e:
-                raise UserError(f"{first_line(e)} ({flag} runs the {role} on another engine)") from None
+                how = hint(role) if hint is not None else f"{flag} runs the {role} on another engine"
+                raise UserError(f"{first_line(e)} ({how})") from None
+
+    def check_used(self, roles: Sequence[str], what: str, flags: Callable[[str, str], str] | None = None) -> None:
+        """An engine or a precision given for a role that ``what`` (a probe, LoadGen's roles) does not use would
+        change nothing: one line (``flags(role, kind)``: how the caller names the option; default ``run``'s)."""
+        for r in ROLES:
+            if r.name in roles:
+                continue
+            for kind in ("engine", "precision"):
+                if getattr(self, f"{r.name}_{kind}", None):
+                    own = ("--mlm" if r.name == MASK_FILLER else f"--{r.name}") + f"-{kind}"
+                    flag = flags(r.name, kind) if flags else own
+                    raise UserError(f"{flag}: {what} has no {r.title or r.name} (its models: {', '.join(roles)}), "
+                                    "so it would change nothing; leave it out")
 
     def precision_of(self, role: str) -> str:
         """The precision of ``role``'s models: its own (``<role>_precision``) or the config's."""
@@ -169,6 +191,25 @@ class EngineConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+OR_AUTO = " or 'auto'"
+
+
+def _check_count(value: Any, what: str, flag: str, auto: bool) -> None:
+    """A thread or worker count: a number of at least 1 (or ``auto``), within
+    :func:`~breaknli_fast.limits.max_threads`."""
+    if value is None or (auto and value == "auto"):
+        return
+    try:
+        n = int(value)
+        if isinstance(value, float) and n != value:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UserError(f"{what} must be a number{OR_AUTO if auto else ''}, not {value!r}") from None
+    if n < 1:
+        raise UserError(f"{what} must be at least 1, not {n}")
+    check_threads(n, flag)
 
 
 # a backend that cannot take the model (no export, an export that fails validation, missing libraries or hardware):

@@ -20,6 +20,7 @@ from breaknli_fast.data.labels import parse_label_map
 from breaknli_fast.data.loaders import SAMPLE_NAME, Columns
 from breaknli_fast.engines import registry
 from breaknli_fast.errors import install_hint
+from breaknli_fast.limits import MAX_BATCH_PAIRS, MAX_GEN_BATCH, MAX_TOKEN_BUDGET, THREADS_PER_CORE
 from breaknli_fast.options import CLI, CliOption, Options, option
 from breaknli_fast.progress import ProgressHook
 from breaknli_fast.prompts import DEFAULT_NLI_PROMPT, NLI_PROMPTS
@@ -29,6 +30,8 @@ from breaknli_fast.study.loading import EngineConfig
 STUDY, DATA, MODELS, RAY, SPEED, OUTPUT = "Study", "Data", "Models and engines", "Ray", "Speed and memory", "Output"
 ENGINES, TIMING, PARITY = "Engines compared", "Timing", "Parity checks"  # bench's own panels
 ROLE_ENGINES = "Engines per role"
+BATCH_WHY = "128x the CPU default; larger batches only hold more activations at once"
+THREADS_HELP = f"at most {THREADS_PER_CORE} per CPU core"
 
 RUN_SAMPLE_LIMIT = 1000  # examples of the embedded sample ``run`` uses when ``limit`` is not given
 
@@ -57,13 +60,14 @@ LABEL_MAP = CliOption("Model label names to canonical, e.g. LABEL_0=contradictio
 MAX_LENGTH = CliOption("Truncate classifier inputs to this many tokens, or to the model's own limit when lower (its "
                        "position table; recorded in config.json).", flag="--max-length", min=1, panel=SPEED)
 TOKEN_BUDGET = CliOption("Classifier batch bound: batch size x longest sequence.", flag="--token-budget", min=1,
-                         panel=SPEED)
+                         max=MAX_TOKEN_BUDGET, why=BATCH_WHY, panel=SPEED)
 GEN_BATCH = CliOption("Prompts per generator batch, each with its K samples (default: 8 on the CPU, 64 on CUDA); "
                       "sampling cuts a call into batches of equal rows, so a prompt's samples may span two. The "
-                      "candidates do not depend on it.", flag="--gen-batch", min=1, panel=SPEED, show_default=False)
+                      "candidates do not depend on it.", flag="--gen-batch", min=1, max=MAX_GEN_BATCH, why=BATCH_WHY,
+                      panel=SPEED, show_default=False)
 MAX_BATCH = CliOption("Classifier batch bound: pairs per batch (default: the engine's: on the CPU 16 for ort, 32 for "
-                      "torch sequence classifiers; else 64).", flag="--max-batch", min=1, panel=SPEED,
-                      show_default=False)
+                      "torch sequence classifiers; else 64).", flag="--max-batch", min=1, max=MAX_BATCH_PAIRS,
+                      why=BATCH_WHY, panel=SPEED, show_default=False)
 SAMPLE = CliOption("Draw N examples stratified by gold label (each label its share of the dataset, a seeded shuffle "
                    "within it) instead of the first N (--limit). Reported with its label counts.", flag="--sample",
                    min=1, panel=DATA, show_default=False)
@@ -148,7 +152,8 @@ class RunOptions(Options):
     nli_method: str = shared("score", NLI_METHOD)
     label_map: Optional[str] = shared(None, LABEL_MAP)
     threads: Optional[int] = option(None, min=1, panel=SPEED,
-                                    help="CPU threads in all (default: torch's choice; ort: physical cores).")
+                                    help=f"CPU threads in all (default: torch's choice; ort: physical cores; "
+                                         f"{THREADS_HELP}).")
     workers: Optional[str] = option(None, panel=SPEED,
                                     help="CPU batches run side by side, each on threads/workers threads: a number or "
                                          "'auto' (2 when there are 2+ threads). Default: auto for ort, 1 for torch. "
@@ -163,9 +168,12 @@ class RunOptions(Options):
     ray_address: Optional[str] = option(None, metavar="ADDRESS", panel=RAY,
                                         help="Join this Ray cluster (implies --ray), e.g. 10.0.0.5:6379 or auto.")
     ray_workers: Optional[int] = option(None, min=1, panel=RAY,
-                                        help="Ray actors (default: one per GPU, else one per --ray-threads CPUs).")
+                                        help="Ray actors (default: one per GPU, else one per --ray-threads CPUs; "
+                                             "at most as many as the cluster's CPUs / GPUs hold).")
     ray_gpus_per_worker: float = option(0.0, min=0.0, panel=RAY, help="GPUs per Ray actor (1 on GPU clusters).")
-    ray_threads: int = option(1, min=1, panel=RAY, help="CPU threads per Ray actor.")
+    ray_threads: int = option(1, min=1, panel=RAY,
+                              help="CPU threads per Ray actor (the actors' threads in all: at most the cluster's "
+                                   "CPUs).")
     out: Optional[Path] = option(None, short="-o", parser=out_path, metavar="DIR", panel=OUTPUT,
                                  help="Run directory. Default: runs/<dataset>-n<limit>-<classifier>-<engine>-<precision>-"
                                       "s<seed>[-p<hash of the probe's settings where they are not its defaults>] (the "
@@ -180,8 +188,10 @@ class RunOptions(Options):
         from breaknli_fast.probes import probe_class
 
         self.check_bounds()
-        probe_class(self.probe)  # an unknown probe: one line
-        self.engine_config().check()
+        cls = probe_class(self.probe)  # an unknown probe: one line
+        ecfg = self.engine_config()
+        ecfg.check()
+        ecfg.check_used(cls.roles, f"the {self.probe} probe")  # --mlm-engine on BreakNLI would change nothing
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(engine=self.engine, precision=self.precision, threads=self.threads, workers=self.workers,

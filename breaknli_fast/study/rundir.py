@@ -179,8 +179,11 @@ class RunDir:
             raise RunDirError(f"cannot read {cfg_path}: {e}; use --overwrite to start afresh") from None
         old_id = old.get("identity", {}) if isinstance(old, dict) else {}
         identity = json.loads(json.dumps(identity, default=str))  # as config.json holds it (lists, not tuples)
-        if old_id == identity:
+        if old_id == identity or _portable_identity(old_id) == identity:
             return True, old
+        if self.has_samples() and old_id.get("probe") and old_id.get("probe") != identity.get("probe"):
+            raise RunDirError(f"{self.path} holds a run of the {old_id['probe']} probe, not of "
+                              f"{identity.get('probe')}; use another --out, or --overwrite to replace it")
         if self.has_samples():
             raise RunDirError(f"{self.path} holds a run with different settings (its vs this run's: "
                               f"{setting_values(old_id, identity)}); use another --out, or --overwrite to replace it")
@@ -197,8 +200,7 @@ class RunDir:
             now = _writer(config)
             config = dict(config, first_started=old.get("first_started", old.get("started")),
                           written_by=earlier + [now])
-            if earlier and {k: earlier[-1].get(k) for k in ("breaknli_fast", "git")} != \
-                    {k: now.get(k) for k in ("breaknli_fast", "git")}:
+            if earlier and other_code(earlier[-1], now):
                 self.other_code = earlier[-1]
         else:
             config = dict(config, written_by=[_writer(config)])
@@ -212,15 +214,16 @@ class RunDir:
         return same and (self.path / self.SAMPLES).exists()
 
     def resume_warning(self) -> str | None:
-        """After :meth:`prepare` resumed a run: a line when its earlier records came from another version or commit
-        of breaknli-fast (config.json's ``written_by`` lists every invocation's)."""
+        """After :meth:`prepare` resumed a run: a line when its earlier records came from other code (another
+        version or commit of breaknli-fast, or other sources: :func:`other_code`; config.json's ``written_by`` lists
+        every invocation's)."""
         if not getattr(self, "other_code", None):
             return None
-        o = self.other_code
-        return (f"the earlier records of {self.path} were written by breaknli-fast {o.get('breaknli_fast')} "
-                f"({o.get('git') or 'commit unknown'}), not this {_writer({}).get('breaknli_fast')} "
-                f"({_writer({}).get('git') or 'commit unknown'}): records of both are in one run (config.json's "
-                "written_by lists each invocation's)")
+        o, now = self.other_code, _writer({})
+        return (f"the earlier records of {self.path} were written by other code, breaknli-fast "
+                f"{o.get('breaknli_fast')} ({_code_words(o)}), not this {now.get('breaknli_fast')} "
+                f"({_code_words(now)}): records of both are in one run (config.json's written_by lists each "
+                "invocation's)")
 
     def has_samples(self) -> bool:
         p = self.path / self.SAMPLES
@@ -421,14 +424,38 @@ class SharedStore:
             raise RunDirError(f"cannot write {self.path}: {_reason(e)}") from None
 
 
+def _portable_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """An identity recorded with the embedded dataset's absolute path (before the path was recorded relative to the
+    package): as it is recorded now, so that such a run directory still resumes."""
+    src = identity.get("dataset")
+    if isinstance(src, dict) and src.get("type") == "embedded" and src.get("path"):
+        from breaknli_fast.envinfo import package_relative
+
+        return {**identity, "dataset": {**src, "path": package_relative(src["path"])}}
+    return identity
+
+
 def _writer(config: dict[str, Any]) -> dict[str, Any]:
-    """Which code writes this invocation: breaknli-fast's version and git commit, and when it started."""
+    """Which code writes this invocation: breaknli-fast's version, git commit and source digest, and when it
+    started."""
     from breaknli_fast import __version__
-    from breaknli_fast.envinfo import git_hash
+    from breaknli_fast.envinfo import code_digest, git_hash
 
     env = config.get("environment") or {}
     return {"breaknli_fast": env.get("breaknli_fast", __version__), "git": env.get("git", git_hash()),
-            "started": config.get("started")}
+            "code": env.get("code", code_digest()), "started": config.get("started")}
+
+
+def other_code(earlier: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether two writers ran different code: another version or commit, or other sources at the same commit
+    (the digest, where both recorded one)."""
+    keys = ("breaknli_fast", "git") + (("code",) if earlier.get("code") and now.get("code") else ())
+    return any(earlier.get(k) != now.get(k) for k in keys)
+
+
+def _code_words(w: dict[str, Any]) -> str:
+    return ", ".join(x for x in (w.get("git") or "commit unknown", f"sources {w['code']}" if w.get("code") else "")
+                     if x)
 
 
 def writers(config: dict[str, Any]) -> list[dict[str, Any]]:

@@ -253,8 +253,9 @@ def run_study(probe: Probe | str, config: Any = None, *, dataset: str = SAMPLE_N
         config_json = {
             "command": command, "probe": probe.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             **roles, "models": fingerprints, **({"mlm": mlms, "mlm_models": mlm_prints} if mlms else {}),
-            "roles": role_engines(ecfg, needed, models.by_role if models is not None else {}),
-            "engine": engine_record(ecfg, engine_name, engine, details, notes, bool(mlms)),
+            "roles": (roles_block := role_engines(ecfg, needed, models.by_role if models is not None else {})),
+            "engine": engine_record(ecfg, engine_name, engine, details, notes, bool(mlms),
+                                    {r: v["engine"] for r, v in roles_block.items()}),
             "dataset": {"name": dataset, "split": split, "limit": limit, "source": data.source,
                         "columns": vars(columns or Columns()), "skips": data.skips.to_dict(), "slice": data_slice},
             **probe.identity(), **settings_record(probe, ecfg, pool),
@@ -399,9 +400,11 @@ def settings_record(probe: Probe, ecfg: EngineConfig, pool: Any) -> dict[str, An
 
 
 def engine_record(ecfg: EngineConfig, engine_name: str, requested: Any, details: dict[str, Any], notes: list[str],
-                  mlm: bool) -> dict[str, Any]:
-    """config.json's ``engine``: what ran, what was asked for, the precisions and the engine's own details."""
+                  mlm: bool, by_role: dict[str, str] | None = None) -> dict[str, Any]:
+    """config.json's ``engine``: what ran (one name, and the engine of each role: ``classifier_engine``, ...), what
+    was asked for, the precisions and the engine's own details."""
     return {"name": engine_name, "requested": requested.engine if isinstance(requested, EngineConfig) else requested,
+            **{f"{r}_engine": e for r, e in (by_role or {}).items()},
             "precision": ecfg.precision, "classifier_precision": ecfg.clf_precision,
             "generator_precision": ecfg.gen_precision, **({"mlm_precision": ecfg.mlm_prec} if mlm else {}),
             "device": ecfg.device, "threads": ecfg.threads, "workers": ecfg.workers,

@@ -12,7 +12,9 @@ BACKEND = Backend(
     # the generator's compute types on this machine are checked again at load (CTranslate2 knows the hardware)
     precisions={GENERATOR: {"cpu": ("fp32", "int8"), "cuda": ("fp32", "fp16", "bf16", "int8")}},
     delegates={CLASSIFIER: "auto", MASK_FILLER: "auto"},
-    # CTranslate2 is needed by the generator only (its loader says so in one line)
+    # CTranslate2 runs its only role, the generator (the roles it hands on never reach it); config.json and bench.json
+    # record its version with each run
+    requires=("ctranslate2",),
     install="pip install 'breaknli-fast[ct2]' (ctranslate2)",
     exporter="breaknli_fast.backends.ct2.exporter:Ct2Exporter",
     formats=("ct2",),

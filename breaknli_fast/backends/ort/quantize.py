@@ -230,7 +230,10 @@ def _quantize(src: Path, dst: Path, what: str, run: Any) -> str:
     return status
 
 
-ROW_SCHEME = "per-row-symmetric-v1"  # part of the int8-dynamic exports' cache key: a new scheme, a new export
+# part of the int8-dynamic exports' cache key (a new scheme, a new export): asymmetric uint8 per row (rows_apart)
+ROW_SCHEME = "per-row-asymmetric-v1"
+ROW_ACTIVATIONS = ("QUInt8 per row, asymmetric (dynamic: each token's scale (max(x, 0) - min(x, 0)) / 255 and zero "
+                   "point round(-min(x, 0) / scale))")
 
 
 def int8_dynamic(src: Path, dst: Path, fused: bool = False, per_row: bool = True) -> dict[str, Any]:
@@ -257,8 +260,7 @@ def int8_dynamic(src: Path, dst: Path, fused: bool = False, per_row: bool = True
 
     src_path = str(Path(src).resolve())
     status = _quantize(src, dst, "int8 dynamic quantization", run)
-    acts = ("QUInt8 per row (dynamic: each token's max |x| / 127, zero point 128)" if per_row
-            else "QUInt8 per batch tensor (dynamic; a pair's answer depends on its batch)")
+    acts = ROW_ACTIVATIONS if per_row else "QUInt8 per batch tensor (dynamic; a pair's answer depends on its batch)"
     return {"scheme": "dynamic" if per_row else "dynamic-batch", "weight_type": "QInt8", "activations": acts,
             "row_scheme": ROW_SCHEME if per_row else None, "ops": ops, **rewritten,
             "pre_process": "skipped: fused graph" if fused else status}

@@ -181,23 +181,40 @@ def scenario_rich_table(data: Scenarios) -> Any:
     return t
 
 
-def compliance_rich_table(data: Scenarios) -> Any:
-    """The compliance tests in the terminal (None when none ran)."""
+def compliance_rich_table(data: Scenarios, width: int | None = None) -> Any:
+    """The compliance tests in the terminal (None when none ran), in as many tables as ``width`` (default: the
+    console's) needs for no cell to be cropped: each repeats engine, role and scenario beside the tests that fit."""
+    from rich.console import Group
     from rich.table import Table
 
     tests, rows = compliance_rows(read_report(data))
     if not rows:
         return None
-    from breaknli_fast.console import name_cell, name_width
+    from breaknli_fast.console import console, name_cell, name_width, tables_that_fit
 
-    t = Table(title="MLPerf compliance (audit.config)")
+    total = width if width is not None else console.width
     widths = {"engine": name_width(ident[0] for ident, _ in rows), "role": len("study"), "scen.": len("single")}
-    for name in ["engine", "role", "scen."] + tests:
-        t.add_column(name, overflow="fold", min_width=widths.get(name))
-    for ident, cells in rows:
-        t.add_row(name_cell(ident[0]), *ident[1:], *[c.replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
-                            for c in cells])
-    return t
+    longest = {t: max((len(w) for _, cells in rows for w in cells[i].split()), default=4) for i, t in enumerate(tests)}
+    whole = {t: max((len(cells[i]) for _, cells in rows), default=4) for i, t in enumerate(tests)}
+
+    def make(shown: Any) -> Table:
+        part = "" if len(shown) == len(tests) else f" ({', '.join(shown)})"
+        t = Table(title=f"MLPerf compliance (audit.config){part}")
+        for name in ["engine", "role", "scen."]:
+            t.add_column(name, overflow="fold", min_width=widths.get(name))
+        # the tests share what is left of the width (rich crops, rather than wraps, a table a little too wide); a
+        # result wraps between its words, never inside one, and tests that do not fit go to the next table
+        share = (total - sum(widths.values()) - 3 * (3 + len(shown)) - 1) // max(1, len(shown))
+        for name in shown:
+            t.add_column(name, overflow="fold", width=max(len(name), longest[name], min(whole[name], share)))
+        for ident, cells in rows:
+            shown_cells = [cells[tests.index(n)] for n in shown]
+            t.add_row(name_cell(ident[0]), *ident[1:],
+                      *[c.replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
+                        for c in shown_cells])
+        return t
+
+    return Group(*tables_that_fit(make, tests, total))
 
 
 @dataclass

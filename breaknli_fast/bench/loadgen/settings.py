@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from breaknli_fast.errors import UserError
+# queries LoadGen prepares for the minimum duration, at most (it doubles them); the arrival rate and the duration
+from breaknli_fast.limits import MAX_MIN_DURATION_S, MAX_PREPARED, MAX_TARGET_QPS
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,6 @@ MODEL_NAME = "breaknli"  # the model name given to LoadGen's configuration (none
 DEFAULT_MIN_DURATION_S = 10.0
 LATENCY_MARGIN = 0.2  # expected latency = calibrated latency x this (SingleStream, MultiStream)
 OFFLINE_MARGIN = 1.15  # expected Offline rate = calibrated rate x this
-MAX_PREPARED = 500_000  # queries LoadGen prepares for the minimum duration, at most (it doubles them)
 
 
 def _names(text: str, known: dict[str, Any] | tuple[str, ...], what: str, flag: str) -> tuple[str, ...]:
@@ -111,10 +112,30 @@ class ScenarioSettings:
             raise UserError(f"--min-duration must be at least 0, not {self.min_duration_s:g}")
         if self.min_queries is not None and self.min_queries < 1:
             raise UserError(f"--min-queries must be at least 1, not {self.min_queries}")
+        self.check_limits()
         if self.accuracy_tier not in (99.0, 99.9):
             raise UserError(f"--accuracy-tier {self.accuracy_tier:g}: use 99 or 99.9")
         if self.cv_threshold_pct <= 0:
             raise UserError(f"--cv-threshold must be above 0, not {self.cv_threshold_pct:g}")
+
+    def check_limits(self) -> None:
+        """The bounds of docs/limits.md: LoadGen prepares every query of a run before it starts and holds them in
+        memory (a Server run: the arrival rate x the minimum duration), and a run lasts its minimum duration."""
+        if self.min_duration_s > MAX_MIN_DURATION_S:
+            raise UserError(f"--min-duration {self.min_duration_s:g}: at most {MAX_MIN_DURATION_S:g} s (6x MLPerf's "
+                            "official 600 s)")
+        if self.target_qps is not None and self.target_qps > MAX_TARGET_QPS:
+            raise UserError(f"--target-qps {self.target_qps:g}: at most {MAX_TARGET_QPS:g} (LoadGen schedules every "
+                            "arrival in advance)")
+        if self.min_queries is not None and self.min_queries > MAX_PREPARED:
+            raise UserError(f"--min-queries {self.min_queries}: at most {MAX_PREPARED:,} (LoadGen prepares that many "
+                            "queries and holds them in memory)")
+        duration = 600.0 if self.mlperf_rules else self.min_duration_s
+        if self.target_qps is not None and "server" in self.scenarios and self.target_qps * duration > MAX_PREPARED:
+            raise UserError(f"--target-qps {self.target_qps:g} for {duration:g} s: LoadGen would prepare "
+                            f"{self.target_qps * duration:,.0f} queries and hold them in memory; at most "
+                            f"{MAX_PREPARED:,} (--target-qps at most {MAX_PREPARED / max(duration, 1e-9):,.0f} at this "
+                            "--min-duration)")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -17,6 +17,7 @@ from breaknli_fast.data.labels import LABELS
 from breaknli_fast.data.loaders import Example, LoadedData
 from breaknli_fast.data.normalize import normalize_text
 from breaknli_fast.engines.base import Classifier, Decoding, Generator
+from breaknli_fast.limits import MAX_BEAMS, MAX_NEW_TOKENS
 from breaknli_fast.probes.breaknli.generation import generate_candidates
 from breaknli_fast.probes.breaknli.topup import MAX_TOP_UP, top_up
 from breaknli_fast.probes.breaknli.verdicts import MODES, SELECTED, TARGET, verdict
@@ -81,8 +82,9 @@ class BreakNLIConfig:
         temperature=CliOption("Sampling temperature.", panel=GENERATION),
         sampler=CliOption("Sampling draws: fast (top-k first, seeded per prompt) or transformers (token-identical to "
                           "transformers' generate; slower).", panel=GENERATION),
-        max_new_tokens=CliOption("Longest candidate, in tokens.", panel=GENERATION),
-        num_beams=CliOption("Beams for beam / diverse-beam decoding: at least K (default: K).", panel=GENERATION),
+        max_new_tokens=CliOption(f"Longest candidate, in tokens (at most {MAX_NEW_TOKENS}).", panel=GENERATION),
+        num_beams=CliOption(f"Beams for beam / diverse-beam decoding: at least K (default: K), at most {MAX_BEAMS}.",
+                            panel=GENERATION),
         num_beam_groups=CliOption("diverse-beam: groups (default: one beam per group).", panel=GENERATION),
         diversity_penalty=CliOption("diverse-beam: Hamming diversity penalty.", panel=GENERATION))
     seed: int = 0
