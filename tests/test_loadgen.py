@@ -133,9 +133,10 @@ def test_sampler_reports_the_first_token_once_after_the_first_step():
         st, seen = Stepper(), []
         ids = torch.ones((2, 3), dtype=torch.long)
         out = sample(st, ids, torch.ones_like(ids), 3, Decoding(max_new_tokens=4, sampler=sampler), [0, 1], 0, 1, 0,
-                     on_first_token=lambda: seen.append(st.t))
-        assert seen == [1], sampler  # once, after the first decoding step, before the second
+                     on_first_token=lambda first: seen.append((st.t, first)))
+        assert [t for t, _ in seen] == [1], sampler  # once, after the first decoding step, before the second
         assert [len(r) for rows in out for r in rows] == [4] * 6
+        assert seen[0][1] == [r[0] for rows in out for r in rows]  # with each row's first token
 
 
 def test_without_loadgen_one_line_names_the_extra(monkeypatch, tmp_path):
