@@ -151,15 +151,11 @@ class BenchOptions(Options):
                                                             "(% of the torch fp32 reference's score).")
     cv_threshold: float = option(1.0, panel=LOADGEN, help="With --scenario: warn when the service time's coefficient "
                                                           "of variation exceeds this, percent (trtexec warns at 1 %).")
-    compliance: bool = option(False, panel=LOADGEN, help="With --scenario: MLPerf's compliance tests that the "
-                                                         "rules (MLPerf Inference v6.0) assign to each role, through "
-                                                         "LoadGen's audit.config, PASS / FAIL per row "
-                                                         "(docs/latency.md).")
+    compliance: bool = option(False, panel=LOADGEN,
+                              help="With --scenario: compliance tests per role (MLPerf Inference v6.0).")
     compliance_tests: Optional[str] = option(None, panel=LOADGEN,
-                                             help="With --scenario: which compliance tests (implies --compliance): "
-                                                  "TEST01,TEST04 (classifier, study unit), TEST06,TEST07,TEST09 "
-                                                  "(generator), TEST05 (retired 2024-11: only when named), or all "
-                                                  "(default: each role's).")
+                                             help="Which (implies --compliance): TEST01,TEST04,TEST06,TEST07,TEST09, "
+                                                  "TEST05 (retired), or all (each role's).")
     suite: Optional[str] = option(None, metavar="NAMES", panel=SUITE,
                                   help="Instead of one bench: entries of the declared benchmark suite "
                                        "(benchmarks/suite.toml of a checkout), comma-separated, 'all', or 'list' to "

@@ -233,7 +233,8 @@ def scenario_html(data: Scenarios, png: bytes | None = None) -> str:
     if line:
         parts.append(f"<p>{_inline(line)}</p>")
     if png:
-        parts.append("<h2>Accuracy against latency and energy</h2><p>One point per engine x precision; filled and "
+        parts.append("<h2>The trade-off: accuracy against latency (and energy where measured)</h2><p>One point per "
+                     "engine x precision; filled and "
                      "joined: the Pareto front; dashed and dotted: the 99 % and 99.9 % tiers.</p>"
                      f"<img alt='trade-off' src='data:image/png;base64,{base64.b64encode(png).decode()}'>")
     parts.append("<h2>Scenarios</h2>")

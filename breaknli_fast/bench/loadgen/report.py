@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from breaknli_fast.bench.loadgen.compliance import ORDER, SPEED_TESTS, TESTS, label
 from breaknli_fast.bench.loadgen.metrics import METRICS, Metric
 from breaknli_fast.bench.loadgen.settings import ROLE_TITLES, SCENARIOS
 from breaknli_fast.bench.loadgen.types import ComplianceResult, MetricCell, ScenarioReport, ScenarioRow, read_report
@@ -71,8 +72,6 @@ def scenario_tables(data: ScenarioReport) -> list[str]:
 def compliance_cell(c: ComplianceResult) -> str:
     """One compliance test of one row: PASS / FAIL (what failed), the speed against the performance run, TEST01's
     outputs, the generator tests' checks passed."""
-    from breaknli_fast.bench.loadgen.compliance import SPEED_TESTS
-
     parts = [f"{(c.speed_ratio - 1) * 100:+.1f} %"] if c.speed_ratio and c.test in SPEED_TESTS else []
     o = c.outputs
     if o:
@@ -85,8 +84,6 @@ def compliance_cell(c: ComplianceResult) -> str:
 
 def compliance_rows(data: ScenarioReport) -> tuple[list[str], list[tuple[list[str], list[str]]]]:
     """(tests as labelled, [(the row's short names, a cell per test)]) of the rows that ran compliance tests."""
-    from breaknli_fast.bench.loadgen.compliance import ORDER, label
-
     rows = [(r, r.compliance) for r in data.scenarios if r.compliance]
     tests = sorted({t for _, c in rows for t in c}, key=lambda t: (ORDER.index(t) if t in ORDER else len(ORDER), t))
     return [label(t) for t in tests], [(_short_ident(r), [compliance_cell(c[t]) if t in c else "–" for t in tests])
@@ -95,8 +92,6 @@ def compliance_rows(data: ScenarioReport) -> tuple[list[str], list[tuple[list[st
 
 def compliance_legend(data: ScenarioReport) -> str:
     """What each test that ran checks, under which rules."""
-    from breaknli_fast.bench.loadgen.compliance import TESTS, label
-
     ran = {t for r in data.scenarios for t in (r.compliance or {})}
     rules = data.loadgen.compliance_rules
     return ((f"As {rules} assigns them to each role. " if rules else "")
@@ -287,8 +282,6 @@ def compare_rows(a: Scenarios, b: Scenarios) -> list[ScenarioCompareRow]:
 
 
 def _compare_compliance(x: ScenarioRow | None, y: ScenarioRow | None) -> dict[str, MetricCell]:
-    from breaknli_fast.bench.loadgen.compliance import ORDER, label
-
     ca, cb = (x.compliance or {}) if x else {}, (y.compliance or {}) if y else {}
     tests = sorted(set(ca) | set(cb), key=lambda t: (ORDER.index(t) if t in ORDER else len(ORDER), t))
     return {label(t): MetricCell(compliance_cell(ca[t]) if t in ca else None,

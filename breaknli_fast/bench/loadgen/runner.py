@@ -4,9 +4,12 @@ Per engine (the torch fp32 reference first), per role: load the role's models, t
 cached-export check, load and session creation, the first sample) and measuring the files on disk; calibrate
 (a few single samples and one batch: LoadGen's expected latency and Offline rate); then per scenario a
 PerformanceOnly run and an AccuracyOnly run on the same system under test, each with its LoadGen logs in
-``<out>/loadgen/<engine>/<role>/<scenario>/{performance,accuracy}``. An Offline run that LoadGen finds too short
-for its minimum duration runs once more at the rate it measured (LoadGen's own recommendation). Scores and
-tiers against the reference are computed at the end (:mod:`.accuracy`).
+``<out>/loadgen/<engine>/<role>/<scenario>/{performance,accuracy}``, then the compliance tests the rules assign to
+the role (:mod:`.compliance`, ``compliance/TEST0x``). A run that LoadGen finds too short for its settings (an Offline
+query done before the minimum duration) runs once more with LoadGen's own advice (1.1x the rate it measured), a
+compliance run as a performance run. Where an energy counter is readable (:mod:`breaknli_fast.bench.energy`) the
+idle power is measured before the first engine loads and each performance run's energy beside it. Scores and
+tiers against the reference, and TEST07's accuracy, are computed at the end (:mod:`.accuracy`).
 """
 
 from __future__ import annotations
