@@ -684,7 +684,7 @@ def test_renamed_ids_and_truncated_pairs_are_counted_and_reported(tmp_path, tiny
     (["bench", "--scenario", "server", "--target-qps", "0", "--target-latency-ms", "5"], "must be above 0, not 0"),
     (["bench", "--gen-prompts", "0"], "--gen-prompts 0: the generate stage needs at least one prompt"),
     (["bench", "--compliance"], "--compliance runs with --scenario"),
-    (["bench", "--scenario", "offline", "--compliance", "--compliance-tests", "TEST02"], "--compliance TEST02"),
+    (["bench", "--scenario", "offline", "--compliance", "--compliance-tests", "TEST02"], "--compliance-tests TEST02"),
 ])
 def test_new_user_mistakes_get_one_line_before_any_model_loads(args, said, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

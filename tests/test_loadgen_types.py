@@ -82,6 +82,8 @@ def test_a_schema_2_scenario_bench_renders_as_before(name):
 
 
 def test_compare_of_two_schema_2_scenario_benches_renders_as_before():
+    """(The expected comparison lists the metrics in this version's order: the early-stopping estimate, the
+    scenarios' reported latency, before the raw percentiles.)"""
     a, b = BenchResult(payload("loadgen-roberta-base")), BenchResult(payload("loadgen-roberta-base-latency"))
     cmp = compare(a, b)
     assert cmp.kind == "scenarios" and cmp.rows == compare_rows(a.scenarios, b.scenarios)
@@ -107,7 +109,8 @@ def test_compliance_results_are_typed_and_serialise_as_before(tmp_path):
               log="x/TEST04")
     assert isinstance(c, ComplianceResult) and c.why == ["LoadGen did not read the audit.config"] and not c.passed
     assert list(to_json(c)) == ["test", "validity", "speed_ratio", "audit_config_read", "passed", "result", "why",
-                                "log"]
+                                "failed", "log"]
+    assert c.failed == ["LoadGen"]
     c1 = judge("TEST01", run, run, "offline", tmp_path, tmp_path)
     assert c1.outputs == OutputsMatch() and "no response logged" in " ".join(c1.why)
     assert list(to_json(c1))[4] == "outputs"

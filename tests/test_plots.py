@@ -140,3 +140,60 @@ def test_bench_png_draws_each_engine_s_interval_not_only_its_point(tmp_path, mon
     segments = bars[0].lines[2][0].get_segments()
     assert [round(float(x), 6) for x in segments[0][:, 0]] == [0.5, 32.0]
     assert ax.get_xlim()[1] >= 32.0
+
+
+def _scenario_bench(energy: bool = True) -> dict:
+    from breaknli_fast.bench.loadgen.metrics import definitions, values
+
+    def row(engine, scenario, acc, es=None, p90=None, sps=None, mj=None):
+        r = {"engine": engine, "role": "classifier", "scenario": scenario, "reasons": [], "warnings": [],
+             "metrics": values(result="VALID", early_stop_ms=es, p90_ms=p90, samples_per_s=sps, of_reference_pct=acc,
+                               energy_mj_per_query=mj if energy else None)}
+        if energy and mj is not None:
+            r["energy"] = {"joules": mj * 100 / 1e3, "seconds": 2.0, "queries": 100, "samples": 100}
+        return r
+
+    rows = [row("torch:fp32", "single-stream", 100.0, es=10.0, p90=9.5, mj=30.0),
+            row("ort:fp32", "single-stream", 100.0, es=4.0, p90=3.9, mj=12.0),
+            row("ort:int8", "single-stream", 99.5, es=2.0, p90=1.9, mj=9.0),
+            row("ort:int8:quantization=dynamic-batch", "single-stream", 98.0, es=2.5, p90=2.4, mj=8.0),
+            row("openvino:bf16", "single-stream", 99.4, es="too few queries (20 of 64)", p90=1.5, mj=20.0),
+            row("torch:fp32", "offline", 100.0, sps=500.0), row("ort:int8", "offline", 99.5, sps=1500.0)]
+    return {"schema": "breaknli-fast-bench/3", "kind": "scenarios", "reference": "torch:fp32",
+            "scenario_metrics": definitions(), "scenarios": rows, "engines": [], "passed": True, "failures": []}
+
+
+def test_the_scenario_bench_draws_accuracy_against_the_reported_figure_with_the_pareto_front(tmp_path):
+    """One point per engine x precision at its accuracy against the early-stopping latency (the raw percentile,
+    marked, where the run was too short for the estimate), samples/s in Offline, energy per query where measured;
+    the Pareto front is the engines that no other beats on both axes; bench.png and bench.html hold it."""
+    from breaknli_fast.bench.loadgen.plot import draw, panels, scenario_html
+    from breaknli_fast.bench.result import BenchResult
+
+    ps = {(p.role, p.scenario, p.axis.split(" ")[0]): p for p in panels(_scenario_bench())}
+    ss = ps[("classifier", "single-stream", "p90")]
+    pts = {q.engine: q for q in ss.points}
+    assert pts["ort:int8"].x == 2.0 and pts["torch:fp32"].x == 10.0  # the estimate, not the raw p90
+    assert pts["openvino:bf16"].x == 1.5 and not pts["openvino:bf16"].estimate  # raw p90, marked
+    assert {e for e, q in pts.items() if q.front} == {"openvino:bf16", "ort:int8", "ort:fp32"}
+    assert not pts["ort:int8:quantization=dynamic-batch"].front  # ort:int8 is faster and more accurate
+    off = {q.engine: q for q in ps[("classifier", "offline", "samples/s")].points}
+    assert off["ort:int8"].front and off["torch:fp32"].front  # faster, or more accurate: both on the front
+    energy = {q.engine: q for q in ps[("classifier", "single-stream", "energy")].points}
+    assert energy["ort:int8:quantization=dynamic-batch"].x == 8.0 and energy["ort:int8:quantization=dynamic-batch"].front
+    assert not energy["openvino:bf16"].front  # ort:int8 spends less and is more accurate
+    assert ("classifier", "single-stream", "energy") not in {
+        (p.role, p.scenario, p.axis.split(" ")[0]) for p in panels(_scenario_bench(energy=False))}
+    png = draw(_scenario_bench(), tmp_path / "bench.png")
+    assert png is not None and (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = scenario_html(_scenario_bench(), png)
+    assert "data:image/png;base64," in html and "<td>too few queries (20 of 64)</td>" in html
+    # random weights: no accuracy, no picture; the saved bench still has its HTML report
+    blind = _scenario_bench()
+    for r in blind["scenarios"]:
+        r["metrics"]["of_reference_pct"] = None
+    assert draw(blind) is None
+    paths = BenchResult(blind).save(tmp_path / "blind")
+    assert "plot" not in paths and paths["html"].exists() and not (tmp_path / "blind" / "bench.png").exists()
+    paths = BenchResult(_scenario_bench()).save(tmp_path / "saved")
+    assert paths["plot"].exists() and paths["html"].exists()

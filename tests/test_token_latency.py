@@ -71,7 +71,7 @@ def _events(monkeypatch, gen, batch_fn_name: str, target) -> list[str]:
         return inner(*a, **k)
 
     monkeypatch.setattr(target, batch_fn_name, spy)
-    gen.first_token_callback = lambda: events.append("first token")
+    gen.first_token_callback = lambda first: events.append("first token")
     return events
 
 
@@ -94,3 +94,17 @@ def test_the_cudagraph_generator_reports_the_first_token_after_its_last_batch(mo
     events = _events(monkeypatch, gen, "_decode", gen)
     gen.generate_ids(prompts[:3], 2, Decoding(max_new_tokens=4), [0, 1, 2])
     assert events == ["batch", "batch", "batch", "first token"]
+
+
+@pytest.mark.parametrize("engine, batches", [("torch", 2), ("torch", 1), ("cudagraph", 1)])
+def test_the_first_token_reported_is_each_rows_first_generated_token(engine, batches, prompts):
+    """The first-token callback carries every row's first token (a call cut into row batches, a prompt's rows split
+    over two of them, merged back in the call's prompts x n order): what LoadGen logs as the first-token response and
+    TEST06 checks against the output."""
+    gen = registry.load_generator(engine, "mini-t5", **({"workers": 1} if engine == "torch" else {"prompt_batch": 2}))
+    if engine == "torch":
+        gen.min_batches = batches
+    got: list[list[int]] = []
+    gen.first_token_callback = got.append
+    ids = gen.generate_ids(prompts[:3], 5, Decoding(max_new_tokens=6), [7, 8, 9])
+    assert len(got) == 1 and got[0] == [r[0] for rows in ids for r in rows]

@@ -122,6 +122,12 @@ def print_bench(result: Any) -> None:
             err_console.print(f"[bold red]INVALID[/] {where}: {escape(why)}", highlight=False)
         for w in r.warnings:
             err_console.print(f"[yellow]warning[/] {where}: {escape(w)}", highlight=False)
+    if result.scenarios is not None:
+        from breaknli_fast.bench.loadgen.report import energy_line
+
+        line = energy_line(result.scenarios)
+        if line:
+            console.print(escape(line), highlight=False)
     for n in result.typed.notes:
         console.print(f"[yellow]note:[/] {escape(n)}")
     for f in result.typed.failures if result.scenarios is None else []:

@@ -159,10 +159,11 @@ class BenchOptions(Options):
                                                             "(% of the torch fp32 reference's score).")
     cv_threshold: float = option(1.0, panel=LOADGEN, help="With --scenario: warn when the service time's coefficient "
                                                           "of variation exceeds this, percent (trtexec warns at 1 %).")
-    compliance: bool = option(False, panel=LOADGEN, help="With --scenario: MLPerf's compliance tests through "
-                                                         "LoadGen's audit.config, PASS / FAIL per row "
-                                                         "(docs/latency.md).")
-    compliance_tests: str = option("all", panel=LOADGEN, help="TEST01,TEST04,TEST05 or all.")
+    compliance: bool = option(False, panel=LOADGEN,
+                              help="With --scenario: compliance tests per role (MLPerf Inference v6.0).")
+    compliance_tests: Optional[str] = option(None, panel=LOADGEN,
+                                             help="Which (implies --compliance): TEST01,TEST04,TEST06,TEST07,TEST09, "
+                                                  "TEST05 (retired), or all (each role's).")
     suite: Optional[str] = option(None, metavar="NAMES", panel=SUITE,
                                   help="Instead of one bench: entries of the declared benchmark suite "
                                        "(benchmarks/suite.toml of a checkout), comma-separated, 'all', or 'list' to "
@@ -188,9 +189,10 @@ class BenchOptions(Options):
         from breaknli_fast.probes import probe_class
 
         self.check_bounds()
+        if self.scenario is None and (self.compliance or self.compliance_tests is not None):
+            raise UserError(f"{'--compliance' if self.compliance else '--compliance-tests'} runs with --scenario "
+                            "(LoadGen's audit tests)")
         settings = self.scenario_settings()
-        if self.scenario is None and self.compliance:
-            raise UserError("--compliance runs with --scenario (LoadGen's audit tests)")
         probe_class(self.probe)  # an unknown --probe is a one-line error
         if not [x for x in self.engines.split(",") if x.strip()]:
             raise BenchSpecError("--engines is empty: name the engines to measure against torch:fp32, e.g. "
@@ -252,14 +254,19 @@ class BenchOptions(Options):
         from breaknli_fast.bench.loadgen.compliance import parse_compliance
         from breaknli_fast.bench.loadgen.settings import ScenarioSettings, parse_roles, parse_scenarios
 
+        scenarios, roles = parse_scenarios(self.scenario), parse_roles(self.roles)
+        tests = (parse_compliance(self.compliance_tests, roles)
+                 if self.compliance or self.compliance_tests is not None else ())
+        if self.random_weights and self.compliance_tests is not None and "TEST07" in tests:
+            raise UserError("--compliance-tests TEST07 judges accuracy, which --random-weights models do not have: "
+                            "leave TEST07 out")
         import_loadgen()
         given = [n for n in ("min_duration", "min_queries") if self.mlperf_rules and self.is_given(n)]
         if given:
             raise UserError(f"{self.flag(given[0])} and --mlperf-rules: the official rules set it")
-        s = ScenarioSettings(parse_scenarios(self.scenario), parse_roles(self.roles), self.min_duration,
-                             self.min_queries, self.target_qps, self.target_latency_ms, self.mlperf_rules,
-                             self.accuracy_tier, self.cv_threshold,
-                             compliance=parse_compliance(self.compliance_tests) if self.compliance else ())
+        s = ScenarioSettings(scenarios, roles, self.min_duration, self.min_queries, self.target_qps,
+                             self.target_latency_ms, self.mlperf_rules, self.accuracy_tier, self.cv_threshold,
+                             compliance=tests)
         s.check()
         return s
 

@@ -96,7 +96,15 @@ class BenchResult:
         paths = {"json": out / "bench.json", "markdown": out / "bench.md"}
         paths["json"].write_text(self.to_json() + "\n")
         paths["markdown"].write_text(self.to_markdown())
-        if plot and not self.is_scenarios:
+        if self.scenarios is not None:  # the trade-off picture (where accuracy was scored) and the HTML report
+            from breaknli_fast.bench.loadgen.plot import draw, scenario_html
+
+            png = draw(self.scenarios, out / "bench.png") if plot else None
+            if png is not None:
+                paths["plot"] = out / "bench.png"
+            paths["html"] = out / "bench.html"
+            paths["html"].write_text(scenario_html(self.scenarios, png))
+        elif plot:
             from breaknli_fast.bench.report import plot_speed_vs_breakage
 
             png = plot_speed_vs_breakage(self.report, out / "bench.png")

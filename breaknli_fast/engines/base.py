@@ -357,11 +357,8 @@ class GeneratorBase:
         """:meth:`generate`'s texts, each prompt's generated tokens and how they were counted: the ids the engine
         generated (end-of-sequence tokens included, padding not) where it has them and decodes them
         (:meth:`decode_ids`), else its texts tokenised again (:meth:`count_tokens`: no end-of-sequence token)."""
-        if type(self).decode_ids is not GeneratorBase.decode_ids:  # an engine that decodes its own ids
-            ids = self.generate_ids(prompts, n, decoding, seeds)
-            if ids is not None:
-                return self.decode_ids(ids), [sum(len(r) for r in rows) for rows in ids], COUNTED_IDS
-        return _texts_counted(self, prompts, n, decoding, seeds)
+        texts, ids, counts, how = generate_with_ids(self, prompts, n, decoding, seeds)
+        return texts, counts, how
 
     def decode_ids(self, ids: list[list[list[int]]]) -> list[list[str]]:
         """The texts of :meth:`generate_ids`' rows as :meth:`generate` gives them (engines with ids override it)."""
@@ -404,6 +401,18 @@ def generate_counted(gen: Any, prompts: Sequence[str], n: int, decoding: Decodin
     if hasattr(gen, "generate_counted"):
         return gen.generate_counted(prompts, n, decoding, seeds)
     return _texts_counted(gen, prompts, n, decoding, seeds)
+
+
+def generate_with_ids(gen: Any, prompts: Sequence[str], n: int, decoding: Decoding,
+                      seeds: Sequence[int]) -> tuple[list[list[str]], list[list[list[int]]] | None, list[int], str]:
+    """:meth:`GeneratorBase.generate_counted` with the ids behind the texts: (texts, ids or None for an engine with
+    texts only, each prompt's generated tokens, how they were counted)."""
+    if isinstance(gen, GeneratorBase) and type(gen).decode_ids is not GeneratorBase.decode_ids:  # decodes its ids
+        ids = gen.generate_ids(prompts, n, decoding, seeds)
+        if ids is not None:
+            return gen.decode_ids(ids), ids, [sum(len(r) for r in rows) for rows in ids], COUNTED_IDS
+    texts, counts, how = _texts_counted(gen, prompts, n, decoding, seeds)
+    return texts, None, counts, how
 
 
 def _texts_counted(gen: Any, prompts: Sequence[str], n: int, decoding: Decoding,

@@ -145,7 +145,8 @@ class HFGenerator(GeneratorBase):
         self._steppers: queue.SimpleQueue | None = None  # one stepper per worker, taken and given back per batch
         # called once per call, when every row of its sampling batches has its first token (sampling only; a latency
         # benchmark's time to first token: breaknli_fast.bench.loadgen)
-        self.first_token_callback: Callable[[], None] | None = None
+        # with the first token of each of the call's prompts x n rows
+        self.first_token_callback: Callable[[list[int]], None] | None = None
 
     @property
     def model(self) -> Any:
@@ -170,26 +171,34 @@ class HFGenerator(GeneratorBase):
     def _parallel(self) -> bool:
         return self.workers.n > 1 and hasattr(self._stepper(), "fork")
 
-    def _first_token_hook(self, batches: int) -> Callable[[], None] | None:
-        """``first_token_callback`` for a call of ``batches`` batches: called once, when the last of them has its
-        first token (a call's first token is its every row's first token; batches may run one after another or
-        side by side on workers)."""
+    def _first_token_hook(self, batches: int, prompts: int, n: int,
+                          pad: int) -> Callable[[int, Sequence[int] | None], Callable[[list[int]], None] | None]:
+        """``first_token_callback`` for a call of ``batches`` batches over ``prompts`` prompts x ``n`` rows: per
+        batch (its first prompt, its rows among the batch's ``prompts x n``, None: all), the sampler's
+        ``on_first_token``. The callback is called once, when the last batch has its first token (a call's first
+        token is its every row's first token; batches may run one after another or side by side on workers), with
+        every row's first token of the call (``pad`` where none was reported)."""
         cb = self.first_token_callback
-        if cb is None or batches <= 1:
-            return cb
-        lock, left = threading.Lock(), [int(batches)]
+        if cb is None:
+            return lambda i, rows: None
+        lock, left, first = threading.Lock(), [int(batches)], [int(pad)] * (int(prompts) * int(n))
 
-        def one() -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                cb()
+        def batch(i: int, rows: Sequence[int] | None) -> Callable[[list[int]], None]:
+            def one(tokens: list[int]) -> None:
+                with lock:
+                    for r in (range(len(tokens)) if rows is None else rows):
+                        first[i * n + r] = int(tokens[r])
+                    left[0] -= 1
+                    last = left[0] == 0
+                if last:
+                    cb(list(first))
 
-        return one
+            return one
+
+        return batch
 
     def _sample_on_worker(self, enc: Any, n: int, decoding: Decoding, seeds: list[int], ids: tuple[int, int, int],
-                          rows: list[int] | None, on_first: Callable[[], None] | None = None) -> Any:
+                          rows: list[int] | None, on_first: Callable[[list[int]], None] | None = None) -> Any:
         st = self._steppers.get()  # the pool is filled by generate_ids before the first submit
         try:
             t0 = time.perf_counter()
@@ -258,7 +267,7 @@ class HFGenerator(GeneratorBase):
             plan = [(i, j, None, j - i) for i, j in
                     self._batches(len(prompts), per_call, self.min_batches if batched_sampling else 1)]
         out: list[list[list[int]]] = [[] for _ in prompts]
-        on_first = self._first_token_hook(len(plan))  # the sampler calls it; beam and greedy search do not
+        on_first = self._first_token_hook(len(plan), len(prompts), n, pad)  # the sampler calls it; beam and greedy do not
 
         def take(i: int, res: list[list[list[int]]]) -> None:
             for e, seqs in enumerate(res):
@@ -275,7 +284,7 @@ class HFGenerator(GeneratorBase):
                 enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
                                      max_length=self.max_input_length)
                 futures.append((i, done, self.workers.submit(self._sample_on_worker, enc, n, decoding,
-                                                             list(seeds[i:j]), (start, eos, pad), rows, on_first)))
+                                                             list(seeds[i:j]), (start, eos, pad), rows, on_first(i, rows))))
             try:
                 for i, done, fut in futures:
                     res, dt = fut.result()
@@ -295,7 +304,8 @@ class HFGenerator(GeneratorBase):
                     groups=decoding.num_beam_groups or beams, diversity_penalty=decoding.diversity_penalty)]]
             elif batched_sampling or (decoding.strategy == "sampling" and not self.has_model):
                 res = sample(self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, part_seeds,
-                             start, eos, pad, compact_share=self.compact_share, on_first_token=on_first, rows=rows)
+                             start, eos, pad, compact_share=self.compact_share, on_first_token=on_first(i, rows),
+                             rows=rows)
             elif not self.has_model:  # greedy / beam search over the stepper (engines without a transformers model)
                 res = self._search(enc, n, decoding, start, eos, pad)
             else:

@@ -242,7 +242,7 @@ def _hf_processors(decoding: Decoding, eos_id: int, device: Any) -> Any:
 def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, decoding: Decoding,
            seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int,
            compact_share: float | None = COMPACT_SHARE, sync_every: int | None = None,
-           on_first_token: Callable[[], None] | None = None,
+           on_first_token: Callable[[list[int]], None] | None = None,
            rows: Sequence[int] | None = None) -> list[list[list[int]]]:
     """``n`` sampled sequences per prompt (token ids after the decoder start token, up to and
     including eos, without padding), one random generator per prompt seeded with ``seeds[i]``.
@@ -257,7 +257,8 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
     (``fast`` sampler): look at the device's state every this many steps (default: every step on
     the CPU, :data:`CUDA_SYNC_EVERY` on CUDA); the tokens do not depend on it. ``on_first_token``:
     called once, when the first token of every row has been drawn (on CUDA after the device has
-    finished it): a latency benchmark's time to first token."""
+    finished it), with those tokens, one per row of the ``prompts x n`` layout (``pad_id`` for a row
+    outside ``rows``): a latency benchmark's time to first token, and the token it reports."""
     sampler = decoding.sampler
     if sampler not in Decoding.SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(Decoding.SAMPLERS)}")
@@ -308,7 +309,7 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
         last[active] = nxt
         unfinished[active] = act_unfinished & (nxt != eos_id)
         if t == 0 and on_first_token is not None:
-            on_first_token()
+            on_first_token([row[0] if row else pad_id for row in out])
         if not unfinished.any():
             break
         if compact_share is not None:
@@ -334,7 +335,7 @@ def uniforms(seeds: Sequence[int], steps: int, n: int) -> np.ndarray:
 
 def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, decoding: Decoding,
                  seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int, compact_share: float | None,
-                 sync_every: int | None, on_first_token: Callable[[], None] | None = None,
+                 sync_every: int | None, on_first_token: Callable[[list[int]], None] | None = None,
                  subset: Sequence[int] | None = None) -> list[list[list[int]]]:
     """The ``fast`` sampler (module notes): every tensor of the loop lives on the stepper's device. ``subset``:
     :func:`sample`'s ``rows``."""
@@ -391,7 +392,7 @@ def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torc
         if t == 0 and on_first_token is not None:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
-            on_first_token()
+            on_first_token(tokens[:, 0].tolist())
         last[active] = nxt
         unfinished[active] = act_unfinished & (nxt != eos_id)
         if (t + 1) % sync_every and t + 1 < steps:

@@ -172,13 +172,13 @@ class GraphGenerator(_GraphCounters, HFGenerator):
         ids = (int(cfg.decoder_start_token_id or 0), int(cfg.eos_token_id), int(self.tokenizer.pad_token_id))
         out: list[list[list[int]]] = []
         plan = self._batches(len(prompts), self.prompt_batch)
-        on_first = self._first_token_hook(len(plan))  # once: when the call's last batch has its first token
+        on_first = self._first_token_hook(len(plan), len(prompts), n, ids[2])  # once: the call's last batch's first token
         for i, j in plan:
             t0 = time.perf_counter()
             enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
                                  max_length=self.max_input_length)
             res = self._decode(enc["input_ids"], enc["attention_mask"], n, decoding, list(seeds[i:j]), greedy, *ids,
-                               on_first=on_first)
+                               on_first=on_first(i, None))
             self._count(res, j - i, time.perf_counter() - t0)
             out.extend(res)
         self.info.details["own_loop"][path] += len(prompts)
@@ -196,7 +196,7 @@ class GraphGenerator(_GraphCounters, HFGenerator):
                 greedy: bool, start_id: int, eos_id: int, pad_id: int,
                 on_first: Any = None) -> list[list[list[int]]]:
         """``n`` sequences of each of these prompts (one batch), through the bucket's step; ``on_first`` is called
-        when the batch's every row has its first token."""
+        when the batch's every row has its first token, with those tokens (prompts x n)."""
         p, length = (int(x) for x in input_ids.shape)
         pb, ok_p = bucket(p, self.prompt_ladder)
         lb, ok_l = bucket(length, ENCODER_LADDER)
@@ -248,7 +248,7 @@ class GraphGenerator(_GraphCounters, HFGenerator):
                 if t == 0 and on_first is not None:
                     if dev.type == "cuda":
                         torch.cuda.synchronize(dev)
-                    on_first()
+                    on_first(s.tokens[:p * n, 0].cpu().tolist())
                 if (t + 1) % self.sync_every == 0 and t + 1 < steps and not bool(s.unfinished.any()):
                     done = t + 1
                     break

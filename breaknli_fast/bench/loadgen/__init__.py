@@ -7,9 +7,11 @@ BreakNLI example through the whole loop), in the SingleStream, MultiStream, Offl
 (:mod:`.settings`), each followed by an AccuracyOnly pass on the same code (:mod:`.accuracy`: the score as a
 percentage of the torch fp32 reference's, with the 99 % and 99.9 % tiers). LoadGen schedules the queries, times
 them and judges the run (VALID / INVALID, early stopping, percentiles, TTFT / TPOT); :mod:`.logs` reads its log
-files, never recomputes them. :mod:`.runner` runs it all into the typed results of :mod:`.types`
-(serialised by :func:`breaknli_fast.bench.types.to_json`), :mod:`.metrics` defines every figure once for the JSON,
-the Markdown, the terminal table and ``--compare`` (:mod:`.report`). docs/latency.md explains how to read it.
+files, never recomputes them. :mod:`.compliance` runs and judges MLPerf's compliance tests per role
+(``--compliance``). :mod:`.runner` runs it all into the typed results of :mod:`.types` (serialised by
+:func:`breaknli_fast.bench.types.to_json`), :mod:`.metrics` defines every figure once for the JSON, the Markdown, the
+terminal table and ``--compare`` (:mod:`.report`), :mod:`.plot` draws the accuracy / latency trade-off (bench.png)
+and writes bench.html. docs/latency.md explains how to read it.
 """
 
 from __future__ import annotations

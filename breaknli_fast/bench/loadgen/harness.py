@@ -9,6 +9,7 @@ completes every outstanding query (empty answers), so LoadGen ends, and is then 
 from __future__ import annotations
 
 import array
+import json
 import queue
 import threading
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
+from breaknli_fast.bench.energy import Energy, Meter
 from breaknli_fast.bench.loadgen import logs
 from breaknli_fast.bench.loadgen.types import RunResult
 
@@ -23,14 +25,19 @@ from breaknli_fast.bench.loadgen.types import RunResult
 @dataclass
 class Output:
     """One sample's answer: ``value`` (kept for the accuracy score), ``payload`` (the bytes LoadGen receives and
-    writes to its accuracy log), ``tokens`` (a generator's output tokens, for TPOT and tokens/s)."""
+    writes to its accuracy log), ``tokens`` (a generator's output tokens, for TPOT and tokens/s), ``first`` (a
+    generator's first-token response as its output has it: sent at completion where the engine reported none)."""
 
     value: Any
     payload: bytes = b""
     tokens: int | None = None
+    first: bytes | None = None
 
 
-FirstToken = Callable[[Sequence[int]], None]  # positions (in the query's list) whose first token is out
+# positions (in the query's list) whose first tokens are out, with each position's first token ids (one per
+# candidate): LoadGen receives them as the first-token response (JSON) and logs them as ``token_data``
+FirstToken = Callable[[Sequence[int], Sequence[Sequence[int]]], None]
+NO_FIRST = b"[]"  # the first-token response of an answer without token ids
 
 
 class SampleRunner(Protocol):
@@ -50,6 +57,7 @@ class TestRun:
     samples: int = 0
     first_token_missing: int = 0
     wall_s: float = 0.0
+    energy: Energy | None = None  # the counters over the run, where a meter was given
 
 
 def _buffer(data: bytes) -> array.array:
@@ -57,12 +65,13 @@ def _buffer(data: bytes) -> array.array:
 
 
 def run_test(lg: Any, runner: SampleRunner, ts: Any, folder: str | Path, percentile: float | None,
-             tokens: bool = False, coalesce: int = 1, audit: str | None = None) -> TestRun:
+             tokens: bool = False, coalesce: int = 1, audit: str | None = None, meter: Meter | None = None) -> TestRun:
     """Run one LoadGen test (``ts``: its TestSettings) with ``runner`` as the system under test; logs go to
     ``folder``. ``coalesce``: queries waiting together are served as one batch of up to this many samples
     (Server; the other scenarios never have two queries waiting). ``audit``: the text of an ``audit.config``
     (compliance tests), written into ``folder`` and given to LoadGen; without it LoadGen is given a file name that
-    does not exist, since it would otherwise apply an ``audit.config`` it finds in the working directory."""
+    does not exist, since it would otherwise apply an ``audit.config`` it finds in the working directory.
+    ``meter``: energy counters read as LoadGen starts and once it has ended (``TestRun.energy``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     audit_path = folder / ("audit.config" if audit is not None else "no-audit.config")
@@ -91,6 +100,7 @@ def run_test(lg: Any, runner: SampleRunner, ts: Any, folder: str | Path, percent
             waiting.put(None)
 
     t0 = time.perf_counter()
+    reading = meter.start() if meter is not None else None
     thread = threading.Thread(target=drive, name="loadgen", daemon=True)
     thread.start()
     error: BaseException | None = None
@@ -117,6 +127,7 @@ def run_test(lg: Any, runner: SampleRunner, ts: Any, folder: str | Path, percent
             error = e
             lg.QuerySamplesComplete([lg.QuerySampleResponse(s.id, 0, 0) for s in item])
     thread.join()
+    run.energy = reading.stop() if reading is not None else None
     run.wall_s = time.perf_counter() - t0
     lg.DestroyQSL(qsl)
     lg.DestroySUT(sut)
@@ -134,16 +145,20 @@ def _serve(lg: Any, runner: SampleRunner, item: list[Any], run: TestRun, tokens:
     first_sent = [False] * len(item)
     keep: list[array.array] = []
 
-    def first_token(positions: Sequence[int]) -> None:
-        todo = [p for p in positions if not first_sent[p]]
-        if not todo:
-            return
-        buf = _buffer(b"\0\0\0\0")
-        keep.append(buf)
-        ptr, n = buf.buffer_info()
-        lg.FirstTokenComplete([lg.QuerySampleResponse(ids[p], ptr, n, 1) for p in todo])
-        for p in todo:
+    def send_first(todo: list[tuple[int, bytes]]) -> None:
+        responses = []
+        for p, data in todo:
+            buf = _buffer(data)
+            keep.append(buf)
+            ptr, n = buf.buffer_info()
+            responses.append(lg.QuerySampleResponse(ids[p], ptr, n, 1))
             first_sent[p] = True
+        if responses:
+            lg.FirstTokenComplete(responses)
+
+    def first_token(positions: Sequence[int], firsts: Sequence[Sequence[int]]) -> None:
+        send_first([(p, json.dumps([int(t) for t in f]).encode()) for p, f in zip(positions, firsts)
+                    if not first_sent[p]])
 
     t0 = time.perf_counter()
     outs = runner.process([s.index for s in item], first_token if tokens else None)
@@ -152,7 +167,8 @@ def _serve(lg: Any, runner: SampleRunner, item: list[Any], run: TestRun, tokens:
     if tokens:
         missing = [p for p, sent in enumerate(first_sent) if not sent]
         run.first_token_missing += len(missing)
-        first_token(missing)  # an engine that did not report it: its first token counts at completion
+        # an engine that did not report it: its first token counts at completion, as its output has it
+        send_first([(p, outs[p].first if outs[p].first is not None else NO_FIRST) for p in missing])
     responses = []
     for s, out in zip(item, outs):
         buf = _buffer(out.payload)

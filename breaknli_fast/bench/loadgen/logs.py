@@ -16,6 +16,7 @@ DETAIL, SUMMARY, ACCURACY, TRACE = ("mlperf_log_detail.txt", "mlperf_log_summary
                                     "mlperf_log_trace.json")
 PREFIX = ":::MLLOG"
 _ESTIMATE = re.compile(r"([\d.]+)th percentile estimate: (\d+)")
+_NEED = re.compile(r"at least (\d+) queries")
 AccuracyEntry = Mapping[str, Union[int, str]]  # one entry of mlperf_log_accuracy.json: seq_id, qsl_idx, data (hex)
 
 
@@ -56,6 +57,13 @@ def estimate_ms(text: Any, percentile: float | None) -> float | None:
         return None
     exact = [v for p, v in found if percentile is not None and abs(p - percentile) < 1e-6]
     return (exact or [found[0][1]])[0] / 1e6
+
+
+def needed_queries(text: Any) -> int | None:
+    """The queries LoadGen's early stopping says it needs ("Need to process at least 64 queries"), None where it
+    printed an estimate or said nothing of the kind."""
+    m = _NEED.search(str(text or ""))
+    return int(m.group(1)) if m and not _ESTIMATE.search(str(text or "")) else None
 
 
 def recommendations(summary: str) -> list[str]:
@@ -125,6 +133,7 @@ def read_run(folder: str | Path, percentile: float | None) -> RunResult:
         p50_ms=pct("50.00"), p90_ms=pct("90.00"), p99_ms=pct("99.00"),
         mean_ms=_ms(d.get(f"result_mean_{per}latency_ns") if per else d.get("result_mean_latency_ns")),
         early_stop_ms=estimate_ms(d.get("early_stopping_result"), percentile),
+        early_stop_needed=needed_queries(d.get("early_stopping_result")),
         samples_per_s=None if multi else (d.get("result_samples_per_second")
                                           or d.get("result_completed_samples_per_sec")
                                           or d.get("result_qps_without_loadgen_overhead")),

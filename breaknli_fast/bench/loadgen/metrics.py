@@ -45,12 +45,13 @@ TPOT = ("LoadGen's time per output token: (latency - TTFT) / (tokens - 1), token
         "(decoded together, so it is not the gap between two tokens of one candidate)")
 _DEFINED: tuple[Metric, ...] = (
     Metric("result", "result", "result", "s", terminal=True, doc="LoadGen's VALID / INVALID (reasons below the table)"),
+    Metric("early_stop_ms", "early-stopping estimate ms", "ES ms", ".2f", "lower", terminal=True,
+           doc="the scenario's reported latency: LoadGen's early-stopping estimate of its percentile (SingleStream "
+               "p90, MultiStream and Server p99), the bound it guarantees from this many queries; \"too few "
+               "queries\" below the count it needs (64 for p90, 662 for p99). The raw percentiles stand beside it"),
     Metric("p50_ms", "p50 ms", "p50", ".2f", "lower", doc=LAT),
     Metric("p90_ms", "p90 ms", "p90 ms", ".2f", "lower", terminal=True, doc=LAT),
     Metric("p99_ms", "p99 ms", "p99", ".2f", "lower", doc=LAT),
-    Metric("early_stop_ms", "early-stopping estimate ms", "ES", ".2f", "lower",
-           doc="LoadGen's early-stopping estimate of the scenario's percentile (SingleStream p90, MultiStream and "
-               "Server p99): the bound it guarantees from this many queries"),
     Metric("samples_per_s", "samples/s", "samples/s", ".1f", "higher", terminal=True,
            doc="LoadGen's throughput: QPS (SingleStream), samples/s (Offline), completed samples/s (Server); none for "
                "MultiStream, which LoadGen reports by latency"),
@@ -86,11 +87,20 @@ _DEFINED: tuple[Metric, ...] = (
     Metric("size_mib", "size on disk MiB", "MiB", ".1f", "lower", doc="the files the engine runs"),
     Metric("peak_rss_mib", "peak RSS MiB", "RSS", ".0f", "lower", doc="the process's peak resident memory in the run"),
     Metric("load_avg", "load average", "load", ".2f", doc="the machine's 1-minute load average at the end of the run"),
+    Metric("energy_mj_per_query", "energy mJ / query", "mJ/q", ".1f", "lower",
+           doc="energy of the performance run per LoadGen query (MLPerf Power's SingleStream / MultiStream figure; "
+               "an Offline query holds every sample), from the hardware's own counters: RAPL package and dram zones, "
+               "NVML's total-energy counter on an NVIDIA GPU; \"not measured\" with the reason where none is "
+               "readable, never an estimate. The idle power stands above the table"),
+    Metric("avg_power_w", "average power W", "W", ".1f", "lower",
+           doc="the counters' energy over the performance run's duration (MLPerf Power's Offline / Server figure)"),
 )
 ACCURACY = ("score_pct", "of_reference_pct", "tier_99", "tier_999", "tier", "label_agreement_pct", "verdict")
 EDGE = ("export_s", "load_s", "first_inference_s", "size_mib", "peak_rss_mib", "load_avg")
+ENERGY = ("energy_mj_per_query", "avg_power_w")
 METRICS: tuple[Metric, ...] = tuple(
-    replace(m, group="accuracy" if m.key in ACCURACY else "edge" if m.key in EDGE else "latency") for m in _DEFINED)
+    replace(m, group="accuracy" if m.key in ACCURACY else "edge" if m.key in EDGE else "energy" if m.key in ENERGY
+            else "latency") for m in _DEFINED)
 BY_KEY = {m.key: m for m in METRICS}
 
 
@@ -100,6 +110,14 @@ def values(**given: Scalar) -> dict[str, Scalar]:
     if unknown:
         raise KeyError(f"undefined scenario metrics: {', '.join(unknown)}")
     return {m.key: given.get(m.key) for m in METRICS}
+
+
+ES_QUERIES = {90.0: 64, 99.0: 662}  # the fewest queries from which LoadGen's early stopping bounds the percentile
+
+
+def too_few_queries(queries: int | None, needed: int | None) -> str:
+    """The early-stopping cell of a run too short for the estimate."""
+    return f"too few queries ({queries if queries is not None else '?'} of {needed or '?'})"
 
 
 def tier_reached(tier_99: bool | None, tier_999: bool | None) -> str | None:

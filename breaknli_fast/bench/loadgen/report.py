@@ -3,9 +3,11 @@ every column from the metric definitions (:mod:`.metrics`; a saved bench renders
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from breaknli_fast.bench.loadgen.compliance import ORDER, SPEED_TESTS, TESTS, label
 from breaknli_fast.bench.loadgen.metrics import METRICS, Metric
 from breaknli_fast.bench.loadgen.settings import ROLE_TITLES, SCENARIOS
 from breaknli_fast.bench.loadgen.types import ComplianceResult, MetricCell, ScenarioReport, ScenarioRow, read_report
@@ -15,7 +17,8 @@ Scenarios = ScenarioReport | Mapping[str, JSON]  # a scenario bench, or its JSON
 
 GROUPS = (("latency", "Latency and throughput (LoadGen's figures)"),
           ("accuracy", "Accuracy against the torch fp32 reference (AccuracyOnly pass)"),
-          ("edge", "Cold start, size and memory"))
+          ("edge", "Cold start, size and memory"),
+          ("energy", "Energy (the hardware's counters over each performance run)"))
 
 
 def metrics_of(data: Scenarios) -> tuple[Metric, ...]:
@@ -41,46 +44,81 @@ def _short_ident(row: ScenarioRow) -> list[str]:
     return [row.engine, SHORT_ROLE.get(row.role, row.role), row.scenario.replace("-stream", "")]
 
 
-def scenario_tables(data: ScenarioReport) -> list[str]:
-    """The scenarios table, one Markdown table per group of metrics (rows: engine x role x scenario)."""
+Table = tuple[str, list[str], list[list[str]]]  # (title, header, rows of cells)
+
+
+def scenario_table_cells(data: ScenarioReport) -> list[Table]:
+    """The scenarios table, one table per group of metrics (rows: engine x role x scenario), as cells: the Markdown
+    and the HTML report render the same."""
     ms = data.metric_definitions()
     rows = data.scenarios
-    out: list[str] = []
+    out: list[Table] = []
     for group, title in GROUPS:
         cols = [m for m in ms if m.group == group and any(r.metric(m.key) is not None for r in rows)]
-        if not cols:
-            continue
-        out += [f"### {title}", ""]
-        out += _md(["engine", "role", "scenario"] + [m.title for m in cols],
-                   [_ident(r) + [m.text(r.metric(m.key)) for m in cols] for r in rows]) + [""]
+        if cols:
+            out.append((title, ["engine", "role", "scenario"] + [m.title for m in cols],
+                        [_ident(r) + [m.text(r.metric(m.key)) for m in cols] for r in rows]))
+    return out
+
+
+def scenario_tables(data: ScenarioReport) -> list[str]:
+    """The scenarios table, one Markdown table per group of metrics (rows: engine x role x scenario)."""
+    out: list[str] = []
+    for title, header, rows in scenario_table_cells(data):
+        out += [f"### {title}", ""] + _md(header, rows) + [""]
     return out
 
 
 def compliance_cell(c: ComplianceResult) -> str:
-    """One compliance test of one row: PASS / FAIL, the speed against the performance run, TEST01's outputs."""
-    parts = [f"{(c.speed_ratio - 1) * 100:+.1f} %"] if c.speed_ratio else []
+    """One compliance test of one row: PASS / FAIL (what failed), the speed against the performance run, TEST01's
+    outputs, the generator tests' checks passed."""
+    parts = [f"{(c.speed_ratio - 1) * 100:+.1f} %"] if c.speed_ratio and c.test in SPEED_TESTS else []
     o = c.outputs
     if o:
         parts.append(f"{o.equal}/{o.compared} equal")
-    return c.result + (f" ({', '.join(parts)})" if parts else "")
+    if c.checks:
+        parts.append(f"{sum(x.passed for x in c.checks)}/{len(c.checks)} checks")
+    fail = f": {' and '.join(c.failed)}" if c.failed and c.result == "FAIL" else ""
+    return c.result + fail + (f" ({', '.join(parts)})" if parts else "")
 
 
 def compliance_rows(data: ScenarioReport) -> tuple[list[str], list[tuple[list[str], list[str]]]]:
-    """(tests, [(the row's short names, a cell per test)]) of the rows that ran compliance tests."""
+    """(tests as labelled, [(the row's short names, a cell per test)]) of the rows that ran compliance tests."""
     rows = [(r, r.compliance) for r in data.scenarios if r.compliance]
-    tests = sorted({t for _, c in rows for t in c})
-    return tests, [(_short_ident(r), [compliance_cell(c[t]) if t in c else "–" for t in tests]) for r, c in rows]
+    tests = sorted({t for _, c in rows for t in c}, key=lambda t: (ORDER.index(t) if t in ORDER else len(ORDER), t))
+    return [label(t) for t in tests], [(_short_ident(r), [compliance_cell(c[t]) if t in c else "–" for t in tests])
+                                       for r, c in rows]
+
+
+def compliance_legend(data: ScenarioReport) -> str:
+    """What each test that ran checks, under which rules."""
+    ran = {t for r in data.scenarios for t in (r.compliance or {})}
+    rules = data.loadgen.compliance_rules
+    return ((f"As {rules} assigns them to each role. " if rules else "")
+            + "; ".join(f"{label(t)}: {TESTS[t].what}" for t in TESTS if t in ran)
+            + ". PASS needs LoadGen's VALID too; a FAIL names what failed (outputs, speed, LoadGen). In brackets: "
+              "speed against the row's performance run (the tests with a speed criterion), TEST01's responses equal, "
+              "the generator tests' checks passed.")
 
 
 def compliance_tables(data: ScenarioReport) -> list[str]:
     tests, rows = compliance_rows(data)
     if not rows:
         return []
-    return (["### MLPerf compliance tests (LoadGen's audit.config)", "",
-             "TEST01: the responses LoadGen logged in performance mode equal the accuracy run's, performance within "
-             "±10 %; TEST04: the same sample repeated is not more than 10 % faster; TEST05: other seeds, "
-             "performance within ±10 %. In brackets: speed against the row's performance run.", ""]
+    return (["### MLPerf compliance tests (LoadGen's audit.config)", "", compliance_legend(data), ""]
             + _md(["engine", "role", "scenario"] + tests, [ident + cells for ident, cells in rows]) + [""])
+
+
+def energy_line(data: ScenarioReport) -> str | None:
+    """How energy was measured (the counters, the idle power), or why not; None for a bench saved before."""
+    e = data.energy
+    if e is None:
+        return None
+    if not e.measured:
+        return f"energy: not measured ({e.why_not})"
+    idle = f"idle power {e.idle_w:.1f} W (measured {e.idle_s:.1f} s at rest before the engines)" \
+        if e.idle_w is not None else "idle power not measured"
+    return f"energy: {e.source}; {idle}" + (f"; not counted: {e.why_not}" if e.why_not else "")
 
 
 def _header(data: ScenarioReport) -> list[str]:
@@ -106,8 +144,7 @@ def _header(data: ScenarioReport) -> list[str]:
         f"- accuracy: score as a percentage of `{data.reference}`'s on the same samples; tiers 99 % and "
         f"99.9 %; `--strict` requires the {data.accuracy_tier:g} % tier and VALID runs; paired "
         f"verdicts at ±{data.tolerance_pp} pp",
-        "",
-    ]
+    ] + ([f"- {energy_line(data)}"] if energy_line(data) else []) + [""]
 
 
 def _row_logs(r: ScenarioRow) -> str:
@@ -135,6 +172,7 @@ def scenario_markdown(data: Scenarios) -> str:
     lines += ["### Logs", "", "LoadGen's own logs (mlperf_log_summary.txt, mlperf_log_detail.txt, "
               "mlperf_log_accuracy.json) of each run, relative to this folder:", ""]
     lines += [_row_logs(r) for r in data.scenarios if r.logs] + [""]
+
     skipped = [e for e in data.engines if e.status != "ok"]
     if skipped:
         lines += ["## Skipped or failed engines", ""]
@@ -152,6 +190,12 @@ def scenario_markdown(data: Scenarios) -> str:
     lines += ["", "Scenarios: " + "; ".join(f"{s.name} ({s.loadgen}): {s.what}" for s in SCENARIOS.values())
               + ". docs/latency.md explains how to read them."]
     return "\n".join(lines) + "\n"
+
+
+def _narrow(text: str) -> str:
+    """A cell as the terminal's narrow column shows it: "too few queries (5 of 64)" as "too few (5/64)"."""
+    m = re.fullmatch(r"too few queries \((\S+) of (\S+)\)", text)
+    return f"too few ({m.group(1)}/{m.group(2)})" if m else text
 
 
 def scenario_rich_table(data: Scenarios) -> Any:
@@ -173,7 +217,7 @@ def scenario_rich_table(data: Scenarios) -> Any:
              "FAIL": "[bold red]FAIL[/]"}
     for r in rows:
         ident = _short_ident(r)
-        texts = [m.text(r.metric(m.key)) for m in ms]
+        texts = [_narrow(m.text(r.metric(m.key))) for m in ms]
         t.add_row(name_cell(ident[0]), *ident[1:], *[style.get(x, x) for x in texts])
     for e in data.engines:
         if e.status != "ok":
@@ -190,8 +234,11 @@ def compliance_rich_table(data: Scenarios, width: int | None = None) -> Any:
     tests, rows = compliance_rows(read_report(data))
     if not rows:
         return None
+    from rich.markup import escape
+
     from breaknli_fast.console import console, name_cell, name_width, tables_that_fit
 
+    rules = read_report(data).loadgen.compliance_rules
     total = width if width is not None else console.width
     widths = {"engine": name_width(ident[0] for ident, _ in rows), "role": len("study"), "scen.": len("single")}
     longest = {t: max((len(w) for _, cells in rows for w in cells[i].split()), default=4) for i, t in enumerate(tests)}
@@ -199,7 +246,7 @@ def compliance_rich_table(data: Scenarios, width: int | None = None) -> Any:
 
     def make(shown: Any) -> Table:
         part = "" if len(shown) == len(tests) else f" ({', '.join(shown)})"
-        t = Table(title=f"MLPerf compliance (audit.config){part}")
+        t = Table(title=f"MLPerf compliance (audit.config){', ' + rules if rules else ''}{part}")
         for name in ["engine", "role", "scen."]:
             t.add_column(name, overflow="fold", min_width=widths.get(name))
         # the tests share what is left of the width (rich crops, rather than wraps, a table a little too wide); a
@@ -210,7 +257,7 @@ def compliance_rich_table(data: Scenarios, width: int | None = None) -> Any:
         for ident, cells in rows:
             shown_cells = [cells[tests.index(n)] for n in shown]
             t.add_row(name_cell(ident[0]), *ident[1:],
-                      *[c.replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
+                      *[escape(c).replace("PASS", "[green]PASS[/]", 1).replace("FAIL", "[bold red]FAIL[/]", 1)
                         for c in shown_cells])
         return t
 
@@ -228,6 +275,7 @@ class ScenarioCompareRow:
     in_a: bool
     in_b: bool
     metrics: dict[str, MetricCell] = field(default_factory=dict)
+    compliance: dict[str, MetricCell] = field(default_factory=dict)  # test as labelled -> its cell in A and B
 
 
 def compare_rows(a: Scenarios, b: Scenarios) -> list[ScenarioCompareRow]:
@@ -245,8 +293,16 @@ def compare_rows(a: Scenarios, b: Scenarios) -> list[ScenarioCompareRow]:
             va, vb = x.metric(m.key) if x else None, y.metric(m.key) if y else None
             num = m.better is not None and isinstance(va, (int, float)) and isinstance(vb, (int, float))
             row.metrics[m.key] = MetricCell(va, vb, vb / va if num and va else None)  # type: ignore[operator]
+        row.compliance = _compare_compliance(x, y)
         out.append(row)
     return out
+
+
+def _compare_compliance(x: ScenarioRow | None, y: ScenarioRow | None) -> dict[str, MetricCell]:
+    ca, cb = (x.compliance or {}) if x else {}, (y.compliance or {}) if y else {}
+    tests = sorted(set(ca) | set(cb), key=lambda t: (ORDER.index(t) if t in ORDER else len(ORDER), t))
+    return {label(t): MetricCell(compliance_cell(ca[t]) if t in ca else None,
+                                 compliance_cell(cb[t]) if t in cb else None) for t in tests}
 
 
 def compare_table_rows(compared: list[ScenarioCompareRow], defs: tuple[Metric, ...] = METRICS) -> list[list[str]]:
@@ -261,4 +317,6 @@ def compare_table_rows(compared: list[ScenarioCompareRow], defs: tuple[Metric, .
                 continue
             ratio = v.ratio_b_over_a
             rows.append(["", m.title, m.text(v.a), m.text(v.b), f"{ratio:.2f}×" if ratio is not None else ""])
+        for test, v in r.compliance.items():
+            rows.append(["", f"compliance {test}", str(v.a or "–"), str(v.b or "–"), ""])
     return rows

@@ -24,7 +24,7 @@ import numpy as np
 
 from breaknli_fast.bench.loadgen.harness import FirstToken, Output
 from breaknli_fast.data.loaders import Example
-from breaknli_fast.engines.base import generate_counted
+from breaknli_fast.engines.base import generate_with_ids
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig, classify_premise_hypothesis, new_times, process_chunk
 from breaknli_fast.progress import ProgressHook
 
@@ -68,6 +68,7 @@ class ClassifierRunner:
     def __init__(self, clf: Any, pairs: Sequence[tuple[str, str]]):
         self.clf, self.pairs = clf, list(pairs)
         self.size = len(self.pairs)
+        self.lengths = [len(p) + len(h) for p, h in self.pairs]  # characters: which sample is longest (TEST04)
 
     def process(self, indices: Sequence[int], first_token: FirstToken | None = None) -> list[Output]:
         self.clf.clear_cache()
@@ -89,18 +90,22 @@ def first_token_source(gen: Any) -> str | None:
 
 
 class _FirstTokenTranslator:
-    """CTranslate2's translator with a per-token callback that reports each batch entry's first token."""
+    """CTranslate2's translator with a per-token callback that reports each batch entry's first tokens, once each of
+    its ``n`` hypotheses has one (``to_id``: CTranslate2's step result -> the model's token id)."""
 
-    def __init__(self, inner: Any, report: Callable[[int], None]):
-        self._inner, self._report = inner, report
+    def __init__(self, inner: Any, report: Callable[[int, list[int]], None], n: int, to_id: Callable[[Any], int]):
+        self._inner, self._report, self._n, self._to_id = inner, report, max(1, int(n)), to_id
 
     def translate_batch(self, *args: Any, **kwargs: Any) -> Any:
-        seen: set[int] = set()
+        firsts: dict[int, dict[int, int]] = {}
 
         def callback(step: Any) -> bool:
-            if step.batch_id not in seen:
-                seen.add(step.batch_id)
-                self._report(int(step.batch_id))
+            got = firsts.setdefault(int(step.batch_id), {})
+            hyp = int(getattr(step, "hypothesis_id", 0) or 0)
+            if hyp not in got and len(got) < self._n:
+                got[hyp] = self._to_id(step)
+                if len(got) == self._n:
+                    self._report(int(step.batch_id), [got[h] for h in sorted(got)])
             return False
 
         return self._inner.translate_batch(*args, callback=callback, **kwargs)
@@ -109,26 +114,69 @@ class _FirstTokenTranslator:
         return getattr(self._inner, name)
 
 
+def _ct2_token_id(target: Any) -> Callable[[Any], int]:
+    vocab = getattr(target, "vocab", None)
+    return lambda step: int(vocab[step.token]) if vocab is not None and step.token in vocab else int(step.token_id)
+
+
 @contextmanager
-def first_token_hook(gen: Any, positions: Sequence[int], first_token: FirstToken | None) -> Iterator[None]:
-    """While a call of ``gen`` on the prompts at ``positions`` of a query runs, report their first token."""
+def first_token_hook(gen: Any, positions: Sequence[int], first_token: FirstToken | None, n: int) -> Iterator[None]:
+    """While a call of ``gen`` on the prompts at ``positions`` of a query runs (``n`` candidates each), report their
+    first tokens: each prompt's ``n`` first token ids."""
     target = getattr(gen, "_engine", gen)
     how = first_token_source(gen) if first_token is not None else None
+    positions = list(positions)
     if how == "sampler callback":
-        target.first_token_callback = lambda: first_token(positions)
+        def report(first: list[int]) -> None:  # the call's prompts x n rows
+            first_token(positions, [first[k * n:(k + 1) * n] for k in range(len(positions))])
+
+        target.first_token_callback = report
         try:
             yield
         finally:
             target.first_token_callback = None
     elif how == "CTranslate2 callback":
         inner = target.translator
-        target.translator = _FirstTokenTranslator(inner, lambda b: first_token([positions[b]]))
+        target.translator = _FirstTokenTranslator(inner, lambda b, ids: first_token([positions[b]], [ids]), n,
+                                                  _ct2_token_id(target))
         try:
             yield
         finally:
             target.translator = inner
     else:
         yield
+
+
+def eos_token_id(gen: Any) -> int | None:
+    """The generator's end-of-sequence token id (its model config's, else its tokenizer's), None where it has
+    neither (an engine with texts only)."""
+    target = getattr(gen, "_engine", gen)
+    for owner in (getattr(target, "config", None), getattr(target, "tokenizer", None)):
+        v = getattr(owner, "eos_token_id", None)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def generator_payload(texts: Sequence[str], ids: Sequence[Sequence[int]] | None, tokens: int) -> bytes:
+    """What LoadGen receives for one prompt (and writes to its accuracy log): its K candidates' texts with their
+    token ids (``{"texts", "ids"}``), or with the engine's token count where it has texts only
+    (``{"texts", "tokens"}``). The compliance tests read it back (:func:`read_generator_payload`)."""
+    body: dict[str, Any] = {"texts": list(texts)}
+    if ids is not None:
+        body["ids"] = [list(map(int, r)) for r in ids]
+    else:
+        body["tokens"] = int(tokens)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def read_generator_payload(data: bytes) -> dict[str, Any] | None:
+    """:func:`generator_payload` read back (None for bytes that are not one)."""
+    try:
+        body = json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return body if isinstance(body, dict) and isinstance(body.get("texts"), list) else None
 
 
 class GeneratorRunner:
@@ -138,17 +186,23 @@ class GeneratorRunner:
         target = getattr(gen, "_engine", gen)
         # one engine call per batch of the engine's own size, so a first token belongs to known prompts
         self.per_call = max(1, int(getattr(target, "prompt_batch", 0) or 8))
+        self.eos_id = eos_token_id(gen)
+        self.lengths = [len(s.prompt) for s in self.samples]
 
     def process(self, indices: Sequence[int], first_token: FirstToken | None = None) -> list[Output]:
         out: list[Output] = []
+        k = self.loop.k
         for start in range(0, len(indices), self.per_call):
             part = [self.samples[i] for i in indices[start:start + self.per_call]]
-            with first_token_hook(self.gen, range(start, start + len(part)), first_token):
-                cands, counts, _ = generate_counted(self.gen, [s.prompt for s in part], self.loop.k,
-                                                    self.loop.decoding, [s.seed for s in part])
-            for cs, tokens in zip(cands, counts):  # the ids generated, end-of-sequence tokens included
+            with first_token_hook(self.gen, range(start, start + len(part)), first_token, k):
+                texts, ids, counts, _ = generate_with_ids(self.gen, [s.prompt for s in part], k,
+                                                          self.loop.decoding, [s.seed for s in part])
+            for j, (cs, tokens) in enumerate(zip(texts, counts)):  # the ids generated, end-of-sequence included
                 cs = list(cs)
-                out.append(Output(cs, json.dumps(cs).encode(), int(tokens)))
+                rows = ids[j] if ids is not None else None
+                first = [r[0] if r else -1 for r in rows] if rows is not None else None
+                out.append(Output(cs, generator_payload(cs, rows, int(tokens)), int(tokens),
+                                  first=json.dumps(first).encode() if first is not None else None))
         return out
 
 
@@ -158,6 +212,7 @@ class StudyRunner:
     def __init__(self, clf: Any, gen: Any, samples: Sequence[GenSample], loop: BreakNLIConfig):
         self.clf, self.gen, self.samples, self.loop = clf, gen, list(samples), loop
         self.size = len(self.samples)
+        self.lengths = [len(s.example.premise) + len(s.example.hypothesis) for s in self.samples]
         self.hook = ProgressHook()
 
     def process(self, indices: Sequence[int], first_token: FirstToken | None = None) -> list[Output]:

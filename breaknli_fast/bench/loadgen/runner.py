@@ -4,9 +4,12 @@ Per engine (the torch fp32 reference first), per role: load the role's models, t
 cached-export check, load and session creation, the first sample) and measuring the files on disk; calibrate
 (a few single samples and one batch: LoadGen's expected latency and Offline rate); then per scenario a
 PerformanceOnly run and an AccuracyOnly run on the same system under test, each with its LoadGen logs in
-``<out>/loadgen/<engine>/<role>/<scenario>/{performance,accuracy}``. An Offline run that LoadGen finds too short
-for its minimum duration runs once more at the rate it measured (LoadGen's own recommendation). Scores and
-tiers against the reference are computed at the end (:mod:`.accuracy`).
+``<out>/loadgen/<engine>/<role>/<scenario>/{performance,accuracy}``, then the compliance tests the rules assign to
+the role (:mod:`.compliance`, ``compliance/TEST0x``). A run that LoadGen finds too short for its settings (an Offline
+query done before the minimum duration) runs once more with LoadGen's own advice (1.1x the rate it measured), a
+compliance run as a performance run. Where an energy counter is readable (:mod:`breaknli_fast.bench.energy`) the
+idle power is measured before the first engine loads and each performance run's energy beside it. Scores and
+tiers against the reference, and TEST07's accuracy, are computed at the end (:mod:`.accuracy`).
 """
 
 from __future__ import annotations
@@ -20,18 +23,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from breaknli_fast.bench import energy as power
 from breaknli_fast.bench.loadgen import accuracy as acc
-from breaknli_fast.bench.loadgen import compliance
+from breaknli_fast.bench.loadgen import compliance, logs
 from breaknli_fast.bench.loadgen import import_loadgen, loadgen_version
 from breaknli_fast.bench.loadgen.coldstart import load_timed, size_on_disk
 from breaknli_fast.bench.loadgen.harness import SampleRunner, TestRun, run_test
-from breaknli_fast.bench.loadgen.metrics import METRICS, tier_reached, values
+from breaknli_fast.bench.loadgen.metrics import METRICS, Scalar, tier_reached, too_few_queries, values
 from breaknli_fast.bench.loadgen.roles import (ClassifierRunner, GeneratorRunner, GenSample, StudyRunner,
                                               first_token_source, gen_samples, reuse_off, reuse_on)
 from breaknli_fast.bench.loadgen.settings import SCENARIOS, Hints, ScenarioSettings, seeds_of, loadgen_settings
 from breaknli_fast.bench.loadgen.types import (Calibration, ColdStart, ComplianceResult, DataInfo, EarlyStopping,
-                                              LoadGenInfo, ModelsInfo, Retry, RowLogs, ScenarioEngine,
-                                              ScenarioReport, ScenarioRound, ScenarioRow, ScenarioSeeds, WorkloadInfo)
+                                              EnergyInfo, LoadGenInfo, ModelsInfo, Retry, RowEnergy, RowLogs,
+                                              RunResult, ScenarioEngine, ScenarioReport, ScenarioRound, ScenarioRow,
+                                              ScenarioSeeds, WorkloadInfo)
 from breaknli_fast.bench.measure import PeakMemory
 from breaknli_fast.bench.result import SCHEMA, BenchError, BenchResult
 from breaknli_fast.bench.runner import BenchConfig, prepare_models
@@ -75,6 +80,8 @@ class ScenarioContext:
     rows: list[ScenarioRow] = field(default_factory=list)
     row_of: dict[RowKey, ScenarioRow] = field(default_factory=dict)
     acc_out: dict[RowKey, dict[int, Any]] = field(default_factory=dict)  # a row's AccuracyOnly outputs by sample
+    meter: power.Meter | None = None  # the energy counters read around each performance run (None: none readable)
+    energy: EnergyInfo | None = None
 
     @property
     def ref(self) -> BenchEngine:
@@ -170,20 +177,28 @@ class _Perf:
     retry: Retry | None
 
 
-def _perf(ctx: ScenarioContext, runner: SampleRunner, scenario: str, hints: Hints, tokens: bool, folder: Path,
-          device: str) -> _Perf:
-    lg, s, sc = ctx.lg, ctx.settings, SCENARIOS[scenario]
+def performance_run(lg: Any, runner: SampleRunner, scenario: str, s: ScenarioSettings, hints: Hints, tokens: bool,
+                    folder: Path, device: str = "cpu", test: str | None = None, offline_qps: float | None = None,
+                    meter: power.Meter | None = None) -> _Perf:
+    """A performance run (``test``: a compliance test's, with its audit.config), repeated once where LoadGen finds it
+    too short for its settings, with LoadGen's own advice: an Offline query too small for the minimum duration runs
+    again at 1.1x the rate it measured, queries prepared too few again at a quarter of the expected latency.
+    ``offline_qps``: the expected Offline rate of the first attempt (a compliance run: the performance run's)."""
+    sc = SCENARIOS[scenario]
     coalesce = getattr(runner, "per_call", 64) if scenario == "server" else 1
     retry: Retry | None = None
     for attempt in range(2):
         ts = loadgen_settings(lg, scenario, "performance", s, hints, tokens,
-                              offline_qps=retry.expected_qps if retry else None)
+                              offline_qps=retry.expected_qps if retry and retry.expected_qps else offline_qps)
+        audit = None
+        if test is not None:
+            ts = compliance.apply(test, ts)
+            audit = compliance.audit_config(test, runner.size, int(ts.min_query_count),
+                                            getattr(runner, "lengths", None))
         mem = PeakMemory(device).start()
-        run = run_test(lg, runner, ts, folder, sc.percentile, tokens, coalesce)
+        run = run_test(lg, runner, ts, folder, sc.percentile, tokens, coalesce, audit=audit, meter=meter)
         peak = mem.read()
         res = run.result
-        # LoadGen's own advice, taken once: an Offline query too small for the minimum duration (raise the expected
-        # rate to the one measured), too few queries prepared (lower the expected latency)
         short = scenario == "offline" and bool(res.samples_per_s) and any(
             r.startswith("min duration not met") for r in res.reasons)
         ran_out = any("Ran out of generated queries" in r for r in res.reasons)
@@ -198,18 +213,50 @@ def _perf(ctx: ScenarioContext, runner: SampleRunner, scenario: str, hints: Hint
     raise AssertionError("unreachable")
 
 
+def _perf(ctx: ScenarioContext, runner: SampleRunner, scenario: str, hints: Hints, tokens: bool, folder: Path,
+          device: str, test: str | None = None, offline_qps: float | None = None) -> _Perf:
+    """:func:`performance_run` in the bench (the energy counters read around the performance runs, not the tests)."""
+    return performance_run(ctx.lg, runner, scenario, ctx.settings, hints, tokens, folder, device, test, offline_qps,
+                           meter=ctx.meter if test is None else None)
+
+
 ROUND_KEYS = ("result", "p50_ms", "p90_ms", "p99_ms", "early_stop_ms", "samples_per_s", "ttft_p50_ms", "ttft_p90_ms",
-              "tpot_p50_ms", "tpot_p90_ms", "tokens_per_s", "queries", "cv_pct")
+              "tpot_p50_ms", "tpot_p90_ms", "tokens_per_s", "queries", "cv_pct", "energy_mj_per_query", "avg_power_w")
+
+
+def _early_stop(res: RunResult, tokens: bool) -> Scalar:
+    """The row's reported latency: LoadGen's early-stopping estimate, or "too few queries" where LoadGen said it
+    needs more (None for the generator with token latencies, whose estimates are of TTFT and TPOT)."""
+    if tokens:
+        return None
+    if res.early_stop_ms is None and res.early_stop_needed:
+        return too_few_queries(res.queries, res.early_stop_needed)
+    return res.early_stop_ms
+
+
+def _energy(ctx: ScenarioContext, run: TestRun) -> tuple[Scalar, Scalar, RowEnergy | None]:
+    """(mJ per query, average W, what the counters measured) of a performance run; "not measured" and why where no
+    counter is readable."""
+    e = run.energy
+    if e is None:
+        why = ctx.energy.why_not if ctx.energy is not None else None
+        return (f"not measured ({why})" if why else None), ("not measured" if why else None), None
+    queries = run.result.queries
+    return (e.joules * 1e3 / queries if queries else None), e.watts, RowEnergy(
+        joules=e.joules, seconds=e.seconds, queries=queries, samples=run.samples, per_counter=dict(e.per_counter))
 
 
 def _round(run: TestRun, tokens: bool, folder: Path, out: Path) -> ScenarioRound:
     """One performance run's figures (a row's round)."""
     res = run.result
+    e = run.energy
     return ScenarioRound(
         result=res.validity, p50_ms=res.p50_ms, p90_ms=res.p90_ms, p99_ms=res.p99_ms,
         early_stop_ms=res.early_stop_ms if not tokens else None, samples_per_s=res.samples_per_s,
         ttft_p50_ms=res.ttft_p50_ms, ttft_p90_ms=res.ttft_p90_ms, tpot_p50_ms=res.tpot_p50_ms,
         tpot_p90_ms=res.tpot_p90_ms, tokens_per_s=res.tokens_per_s, queries=res.queries, cv_pct=_cv(run.service_s),
+        energy_mj_per_query=e.joules * 1e3 / res.queries if e is not None and res.queries else None,
+        avg_power_w=e.watts if e is not None else None,
         reasons=list(res.reasons), log=str(folder.relative_to(out)))
 
 
@@ -245,7 +292,10 @@ def finish_rounds(row: ScenarioRow) -> None:
         mid = ordered[(len(ordered) - 1) // 2]
         figures = [f for f, _ in ordered]
         m["spread_pct"] = 100.0 * (figures[-1] - figures[0]) / mid[0]
+        said = {k: m.get(k) for k in ("early_stop_ms", "energy_mj_per_query", "avg_power_w")
+                if isinstance(m.get(k), str)}  # "too few queries", "not measured": kept where no round has a figure
         m.update({k: getattr(rounds[mid[1]], k) for k in ROUND_KEYS if k in m})
+        m.update({k: v for k, v in said.items() if m.get(k) is None})
         row.median_round = mid[1] + 1
     bad = [i + 1 for i, r in enumerate(rounds) if r.result != "VALID"]
     if bad:
@@ -274,15 +324,18 @@ def _row(ctx: ScenarioContext, eng: _Engine, role: str, scenario: str, perf: _Pe
          first_s: float, hints: Hints, base: Path, source: str | None) -> ScenarioRow:
     """A row from its performance and accuracy runs (its compliance tests added by the caller)."""
     res, tokens, cold = perf.run.result, bool(source) and scenario != "server", _cold(eng, role)
+    mj, watts, energy = _energy(ctx, perf.run)
     return ScenarioRow(
         engine=eng.spec.label, role=role, scenario=scenario, reference=eng.spec is ctx.ref,
         metrics=values(
             result=res.validity, p50_ms=res.p50_ms, p90_ms=res.p90_ms, p99_ms=res.p99_ms,
-            early_stop_ms=res.early_stop_ms if not tokens else None, samples_per_s=res.samples_per_s,
+            early_stop_ms=_early_stop(res, tokens), samples_per_s=res.samples_per_s,
             ttft_p50_ms=res.ttft_p50_ms, ttft_p90_ms=res.ttft_p90_ms, tpot_p50_ms=res.tpot_p50_ms,
             tpot_p90_ms=res.tpot_p90_ms, tokens_per_s=res.tokens_per_s, queries=res.queries,
             cv_pct=_cv(perf.run.service_s), export_s=cold.export_s, load_s=cold.load_s, first_inference_s=first_s,
-            size_mib=cold.size_mib, peak_rss_mib=perf.peak_rss_mib, load_avg=_loadavg()),
+            size_mib=cold.size_mib, peak_rss_mib=perf.peak_rss_mib, load_avg=_loadavg(),
+            energy_mj_per_query=mj, avg_power_w=watts),
+        energy=energy,
         reasons=list(res.reasons), warnings=_warnings(ctx, perf.run, role, tokens, source),
         early_stopping=EarlyStopping(latency_ms=res.early_stop_ms, ttft_ms=res.ttft_early_stop_ms,
                                      tpot_ms=res.tpot_early_stop_ms),
@@ -312,29 +365,35 @@ def _role_rows(ctx: ScenarioContext, eng: _Engine, role: str, runner: SampleRunn
                             base / "accuracy", SCENARIOS[scenario].percentile, tokens)
         ctx.acc_out[(label, role, scenario)] = accuracy.outputs
         row = _row(ctx, eng, role, scenario, perf, accuracy, first_s, hints, base, source)
-        row.compliance = _compliance(ctx, runner, scenario, hints, tokens, base, perf)
+        row.compliance = _compliance(ctx, runner, role, scenario, hints, tokens, base, perf, eng.spec.config.device)
         ctx.rows.append(row)
         ctx.row_of[row.key] = row
 
 
-def _compliance(ctx: ScenarioContext, runner: SampleRunner, scenario: str, hints: Hints, tokens: bool, base: Path,
-                perf: _Perf) -> dict[str, ComplianceResult] | None:
-    """MLPerf's compliance tests of one row (:mod:`.compliance`): one performance run each, under the performance
-    run's settings and its audit.config, judged against the performance run and the accuracy run's log."""
-    s, lg = ctx.settings, ctx.lg
-    if not s.compliance:
+def _compliance(ctx: ScenarioContext, runner: SampleRunner, role: str, scenario: str, hints: Hints, tokens: bool,
+                base: Path, perf: _Perf, device: str) -> dict[str, ComplianceResult] | None:
+    """The compliance tests the rules assign to the row's role (:mod:`.compliance`): one performance run each, under
+    the performance run's settings and its audit.config, with its retry, judged against the performance run, the
+    accuracy run's log and (TEST09) the reference's."""
+    s = ctx.settings
+    tests, skipped = compliance.tests_for(role, scenario, s.compliance, tokens)
+    for why in skipped:
+        if why not in ctx.notes:
+            ctx.notes.append(why)
+    if not tests:
         return None
-    sc = SCENARIOS[scenario]
-    coalesce = getattr(runner, "per_call", 64) if scenario == "server" else 1
+    ref_accuracy = ctx.out / "loadgen" / slug(ctx.ref.label) / role / scenario / "accuracy"
     out: dict[str, ComplianceResult] = {}
-    for test in s.compliance:
+    for test in tests:
         folder = base / "compliance" / test
-        ctx.log(f"  compliance {test} ({scenario})")
-        ts = compliance.apply(test, loadgen_settings(lg, scenario, "performance", s, hints, tokens,
-                                                     offline_qps=perf.retry.expected_qps if perf.retry else None))
-        run = run_test(lg, runner, ts, folder, sc.percentile, tokens, coalesce, audit=compliance.audit_config(test))
-        out[test] = compliance.judge(test, run.result, perf.run.result, scenario, folder, base / "accuracy",
-                                     log=str(folder.relative_to(ctx.out)))
+        ctx.log(f"  compliance {compliance.label(test)} ({scenario})")
+        run = _perf(ctx, runner, scenario, hints, tokens, folder, device, test=test,
+                    offline_qps=perf.retry.expected_qps if perf.retry else None)
+        c = compliance.judge(test, run.run.result, perf.run.result, scenario, folder, base / "accuracy",
+                             log=str(folder.relative_to(ctx.out)), size=runner.size,
+                             eos_id=getattr(runner, "eos_id", None), reference_accuracy_folder=ref_accuracy)
+        c.retry = run.retry
+        out[test] = c
     return out
 
 
@@ -368,6 +427,16 @@ def _score(ctx: ScenarioContext, reference_classifier: Callable[[], Any]) -> Non
         m.update(score_pct=gate.score_pct, of_reference_pct=gate.of_reference_pct, tier_99=gate.tier("99"),
                  tier_999=gate.tier("99.9"), verdict=acc.verdict_text(gate),
                  tier=tier_reached(gate.tier("99"), gate.tier("99.9")))
+        test07 = (row.compliance or {}).get("TEST07")
+        if test07 is not None and test07.log:  # the accuracy of the answers given in performance mode
+            answers = compliance.performance_answers(logs.accuracy_entries(ctx.out / test07.log))
+            mine = acc.replay_records(ctx.samples, answers, reference_classifier(), loop)
+            g = acc.gate(acc.generator_scores(mine, loop.u), acc.generator_scores(records(rkey), loop.u), tol)
+            compliance.judge_accuracy(test07, g.of_reference_pct, ctx.settings.accuracy_tier, g.n)
+    for row in ctx.rows:  # a TEST07 that could not be scored (no reference row) fails, saying so
+        test07 = (row.compliance or {}).get("TEST07")
+        if test07 is not None and not any(c.check.startswith("accuracy") for c in test07.checks or []):
+            compliance.judge_accuracy(test07, None, ctx.settings.accuracy_tier, 0)
 
 
 def _checks(rows: list[ScenarioRow], engines: list[ScenarioEngine], s: ScenarioSettings,
@@ -380,7 +449,8 @@ def _checks(rows: list[ScenarioRow], engines: list[ScenarioEngine], s: ScenarioS
             fails.append(f"{r.where}: {result or 'no result'}: " + "; ".join(r.reasons))
         for test, c in (r.compliance or {}).items():
             if not c.passed:
-                fails.append(f"{r.where}: compliance {test} FAIL: " + "; ".join(c.why))
+                fails.append(f"{r.where}: compliance {compliance.label(test)} FAIL"
+                             + (f" ({', '.join(c.failed)})" if c.failed else "") + ": " + "; ".join(c.why))
         if meaningful and r.metric(tier) is False:
             fails.append(f"{r.where}: accuracy {r.metric('of_reference_pct'):.2f} % of the fp32 reference, below "
                          f"the {s.accuracy_tier:g} % tier")
@@ -451,6 +521,10 @@ def prepare(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path, log: Cal
     models: dict[str, str | None] = {"classifier": cfg.classifier, "generator": cfg.generator}
     notes: list[str] = []
     random_info = prepare_models(cfg, probe, data, models, notes, log)
+    if cfg.random_weights and "TEST07" in s.compliance:
+        s.compliance = tuple(t for t in s.compliance if t != "TEST07")
+        notes.append("TEST07 not run: random weights have no accuracy for it to check")
+    meter, energy = _energy_setup([cfg.engine.device] + [sp.config.device for sp in specs], log)
     loop = probe.cfg if isinstance(getattr(probe, "cfg", None), BreakNLIConfig) else BreakNLIConfig()
     examples = data.examples[: s.samples] if s.samples else data.examples
     n_gen = cfg.gen_prompts if cfg.gen_prompts is not None else 8  # the generator role's sample library
@@ -463,7 +537,20 @@ def prepare(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path, log: Cal
         lg=lg, cfg=cfg, settings=s, out=Path(out_dir), log=log, specs=specs, probe=probe, loop=loop, data=data,
         models=models, pairs=[(ex.premise, ex.hypothesis) for ex in examples], gold=[ex.label for ex in examples],
         samples=samples, meaningful=not cfg.random_weights, started=started, environment=env, notes=notes,
-        random_info=random_info or {})
+        random_info=random_info or {}, meter=meter, energy=energy)
+
+
+def _energy_setup(devices: list[str], log: Callable[[str], None]) -> tuple[power.Meter | None, EnergyInfo]:
+    """The energy counters of the engines' devices (:mod:`breaknli_fast.bench.energy`) and the idle power, measured
+    before any engine loads; or why nothing is measured."""
+    found = power.find_counters("cuda" if any(str(d).startswith("cuda") for d in devices) else "cpu")
+    if not found.readable:
+        return None, EnergyInfo(measured=False, why_not=found.reason())
+    meter = power.Meter(found.counters)
+    log(f"idle power: {power.IDLE_S:g} s at rest ({found.source()})")
+    idle = power.idle_power(meter)
+    return meter, EnergyInfo(measured=True, source=found.source(), why_not="; ".join(found.why_not) or None,
+                             idle_w=idle.watts, idle_s=idle.seconds)
 
 
 def run_rounds(ctx: ScenarioContext) -> list[ScenarioEngine]:
@@ -515,7 +602,8 @@ def scenario_report(ctx: ScenarioContext, engines: list[ScenarioEngine]) -> Scen
         finished=datetime.now(timezone.utc).isoformat(timespec="seconds"), environment=ctx.environment,
         probe=probe.name, config={**cfg.to_dict(), "scenarios": s.to_dict(),
                                   "probe_config": probe.cfg.to_dict() if hasattr(probe, "cfg") else None},
-        loadgen=LoadGenInfo(version=loadgen_version(), mlperf_rules=s.mlperf_rules, rules=_rules(cfg, s)),
+        loadgen=LoadGenInfo(version=loadgen_version(), mlperf_rules=s.mlperf_rules, rules=_rules(cfg, s),
+                            compliance_rules=compliance.RULES if s.compliance else None),
         seeds=ScenarioSeeds(loadgen=ctx.rows[0].seeds if ctx.rows else None, probe=probe.seed,
                             per_sample="derive_seed(seed, mode, example id)"),
         data=DataInfo(name=cfg.dataset, split=cfg.split, limit=cfg.limit, source=data.source,
@@ -527,7 +615,7 @@ def scenario_report(ctx: ScenarioContext, engines: list[ScenarioEngine]) -> Scen
                               decoding=loop.decoding.to_dict()),
         reference=ctx.ref.label, parity_meaningful=ctx.meaningful, tolerance_pp=cfg.tolerance,
         accuracy_tier=s.accuracy_tier, cv_threshold_pct=s.cv_threshold_pct, scenario_metrics=list(METRICS),
-        scenarios=ctx.rows, engines=engines, notes=ctx.notes, failures=failures, passed=not failures)
+        energy=ctx.energy, scenarios=ctx.rows, engines=engines, notes=ctx.notes, failures=failures, passed=not failures)
 
 
 def run_scenarios(cfg: BenchConfig, s: ScenarioSettings, out_dir: str | Path,

@@ -85,7 +85,9 @@ class ScenarioSettings:
     accuracy_tier: float = 99.0  # the tier --strict requires (99 or 99.9)
     cv_threshold_pct: float = 1.0  # warn above this coefficient of variation of the service times (trtexec: 1 %)
     samples: int | None = None  # samples of the classifier's library (None: the data's examples)
-    compliance: tuple[str, ...] = ()  # MLPerf's compliance tests to run after each row (TEST01, TEST04, TEST05)
+    # MLPerf's compliance tests to run after each row (compliance.parse_compliance); each role runs those the rules
+    # assign to it
+    compliance: tuple[str, ...] = ()
 
     def check(self) -> None:
         """One line for what cannot run, before any model loads. Every number finite: ``inf`` / ``nan`` would make
@@ -117,6 +119,11 @@ class ScenarioSettings:
             raise UserError(f"--accuracy-tier {self.accuracy_tier:g}: use 99 or 99.9")
         if self.cv_threshold_pct <= 0:
             raise UserError(f"--cv-threshold must be above 0, not {self.cv_threshold_pct:g}")
+        from breaknli_fast.bench.loadgen.compliance import TESTS
+
+        bad = [t for t in self.compliance if t not in TESTS]
+        if bad:
+            raise UserError(f"--compliance-tests {bad[0]}: unknown test; use {', '.join(TESTS)}")
 
     def check_limits(self) -> None:
         """The bounds of docs/limits.md: LoadGen prepares every query of a run before it starts and holds them in

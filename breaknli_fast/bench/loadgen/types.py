@@ -13,8 +13,9 @@ every key.
 - :class:`ScenarioEngine`: one ``--engines`` entry as it ran, with its :class:`ColdStart` per role;
 - :class:`ScenarioRow`: one engine x role x scenario: the metric registry's values (:mod:`.metrics`), LoadGen's
   reasons and warnings, :class:`EarlyStopping`, :class:`Retry`, :class:`RowLogs`, :class:`Calibration`, its
-  :class:`ScenarioRound` list, the accuracy tier (:class:`AccuracyGate` with its :class:`PairedDiff`) and its
-  compliance tests (:class:`ComplianceResult`, TEST01's :class:`OutputsMatch`);
+  :class:`ScenarioRound` list, the accuracy tier (:class:`AccuracyGate` with its :class:`PairedDiff`), its
+  compliance tests (:class:`ComplianceResult`, TEST01's :class:`OutputsMatch`, the generator tests'
+  :class:`ComplianceCheck`) and its :class:`RowEnergy`; the bench's :class:`EnergyInfo`;
 - :class:`RunResult`: one LoadGen run as its logs say (:func:`.logs.read_run`), from which the rows are built;
 - :class:`MetricCell`: one metric of a row in two benches (``--compare``'s rows, :func:`.report.compare_rows`).
 """
@@ -46,6 +47,7 @@ class RunResult:
     p99_ms: float | None = None
     mean_ms: float | None = None
     early_stop_ms: float | None = None
+    early_stop_needed: int | None = None  # the queries LoadGen said its estimate needs, where it printed none
     samples_per_s: float | None = None
     ttft_p50_ms: float | None = None
     ttft_p90_ms: float | None = None
@@ -82,6 +84,8 @@ class ScenarioRound:
     tokens_per_s: float | None = None
     queries: int | None = None
     cv_pct: float | None = None
+    energy_mj_per_query: float | None = field(default=None, metadata=OMIT)
+    avg_power_w: float | None = field(default=None, metadata=OMIT)
     reasons: list[str] = field(default_factory=list)
     log: str | None = None
     extra: dict[str, JSON] = field(default_factory=dict)
@@ -178,8 +182,25 @@ class OutputsMatch:
 
 
 @dataclass
+class ComplianceCheck:
+    """One check of a generator's compliance test (TEST06, TEST07, TEST09): what it checks, on how many responses or
+    samples, how many fail (the first failing sample), the figure and its bar where it has one."""
+
+    check: str = ""
+    compared: int | None = None
+    failing: int | None = None
+    first_failing_sample: int | None = field(default=None, metadata=OMIT)
+    value: float | None = field(default=None, metadata=OMIT)
+    reference: float | None = field(default=None, metadata=OMIT)
+    note: str | None = field(default=None, metadata=OMIT)
+    passed: bool = False
+    extra: dict[str, JSON] = field(default_factory=dict)
+
+
+@dataclass
 class ComplianceResult:
-    """One MLPerf compliance test of a row (:func:`.compliance.judge`): PASS / FAIL and why."""
+    """One MLPerf compliance test of a row (:func:`.compliance.judge`): PASS / FAIL, what failed (``outputs``,
+    ``speed``, ``LoadGen``) and why; ``retired``: when the rules dropped the test (TEST05)."""
 
     test: str = ""
     validity: str | None = None
@@ -187,10 +208,28 @@ class ComplianceResult:
     audit_config_read: bool = False
     seeds: dict[str, int] | None = field(default=None, metadata=OMIT)  # TEST05
     outputs: OutputsMatch | None = field(default=None, metadata=OMIT)  # TEST01
+    checks: list[ComplianceCheck] | None = field(default=None, metadata=OMIT)  # TEST06, TEST07, TEST09
     passed: bool = False
     result: str = ""
     why: list[str] = field(default_factory=list)
+    failed: list[str] | None = field(default=None, metadata=OMIT)  # outputs, speed, LoadGen
+    retired: str | None = field(default=None, metadata=OMIT)
+    retry: Retry | None = field(default=None, metadata=OMIT)  # the second run LoadGen advised
     log: str | None = None
+    extra: dict[str, JSON] = field(default_factory=dict)
+
+
+@dataclass
+class RowEnergy:
+    """What the energy counters measured over a row's performance run (:mod:`breaknli_fast.bench.energy`; the first
+    round's with ``--repeats``, whose rounds keep their own figures): joules in all and per counter, over the run's
+    seconds, with its queries and samples."""
+
+    joules: float | None = None
+    seconds: float | None = None
+    queries: int | None = None
+    samples: int | None = None
+    per_counter: dict[str, float] = field(default_factory=dict)
     extra: dict[str, JSON] = field(default_factory=dict)
 
 
@@ -217,6 +256,7 @@ class ScenarioRow:
     rounds: list[ScenarioRound] | None = field(default=None, metadata=OMIT)
     median_round: int | None = field(default=None, metadata=OMIT)  # 1-based, with several rounds
     accuracy: AccuracyGate | None = field(default=None, metadata=OMIT)  # the accuracy tier (not where not scored)
+    energy: RowEnergy | None = field(default=None, metadata=OMIT)  # where a counter was readable
     extra: dict[str, JSON] = field(default_factory=dict)
 
     @property
@@ -279,6 +319,21 @@ class LoadGenInfo:
     version: str | None = None
     mlperf_rules: bool | None = None
     rules: str | None = None
+    compliance_rules: str | None = field(default=None, metadata=OMIT)  # the rules the compliance tests follow
+    extra: dict[str, JSON] = field(default_factory=dict)
+
+
+@dataclass
+class EnergyInfo:
+    """How energy was measured in a scenario bench, or why not: the counters (``source``), the idle power measured
+    before the engines ran, and each reason a counter is missing (``why_not``: the whole reason where nothing was
+    readable)."""
+
+    measured: bool = False
+    source: str | None = None
+    why_not: str | None = None
+    idle_w: float | None = None
+    idle_s: float | None = None
     extra: dict[str, JSON] = field(default_factory=dict)
 
 
@@ -341,6 +396,7 @@ class ScenarioReport:
     accuracy_tier: float = 99.0
     cv_threshold_pct: float | None = None
     scenario_metrics: list[Metric] = field(default_factory=list)  # the definitions the rows were saved with
+    energy: EnergyInfo | None = field(default=None, metadata=OMIT)
     scenarios: list[ScenarioRow] = field(default_factory=list)
     engines: list[ScenarioEngine] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
