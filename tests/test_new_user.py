@@ -161,7 +161,8 @@ def test_auto_and_the_export_formats_skip_a_broken_backend(monkeypatch):
     (["-e", "ort:int8:workers=abc"], "engine 'ort:int8:workers=abc': workers= must be a number or 'auto'"),
     (["-e", "mlm=ort:fp32"], "the breaknli probe has no masked LM"),
     (["-e", "ort:int8:mlm.precision=fp32"], "mlm.precision=: the breaknli probe has no masked LM"),
-    (["-e", "openvino:fp32"], "the openvino engine has no generator role"),
+    (["--probe", "merge", "-e", "cudagraph:fp32"], "the cudagraph engine has no mask-filler role"),
+    (["-e", "openvino:fp16"], "the openvino engine's classifier runs fp32, bf16 or int8 on cpu, not 'fp16'"),
     (["-e", "ct2:fp16"], "the ct2 engine's generator runs fp32 or int8 on cpu, not 'fp16'"),
     (["--probe", "accuracy", "-e", "gen=ort:fp32/clf=torch:fp32"], "the accuracy probe has no generator"),
 ])
@@ -182,9 +183,9 @@ def test_the_hint_of_a_missing_role_is_a_bench_entry_in_bench():
     from breaknli_fast.bench.options import BenchOptions
     from breaknli_fast.errors import UserError
 
-    with pytest.raises(UserError, match=r"in --engines, gen=torch:fp32/clf=openvino:fp32 runs the generator"):
-        BenchOptions(engines="openvino:fp32").check()
-    BenchOptions(engines="gen=torch:fp32/clf=openvino:fp32").check()  # the hint itself is accepted
+    with pytest.raises(UserError, match=r"in --engines, mlm=torch:fp32/clf=cudagraph:fp32 runs the mlm"):
+        BenchOptions(probe="merge", engines="cudagraph:fp32").check()
+    BenchOptions(probe="merge", engines="mlm=torch:fp32/clf=cudagraph:fp32").check()  # the hint itself is accepted
 
 
 # -- make test on a fresh clone: SentencePiece trains once, on one thread ---------------------------------------

@@ -149,7 +149,9 @@ class EngineConfig:
             flag = "--mlm-engine" if role == MASK_FILLER else f"--{role}-engine"
             try:
                 registry.check(name, role, self.precision_of(role), self.device)
-            except (registry.EngineUnavailable, registry.PrecisionError) as e:
+            except registry.PrecisionError as e:  # its own line names the precisions the engine runs
+                raise UserError(first_line(e)) from None
+            except registry.EngineUnavailable as e:  # a role it does not run: say how to give it another engine
                 how = hint(role) if hint is not None else f"{flag} runs the {role} on another engine"
                 raise UserError(f"{first_line(e)} ({how})") from None
 
