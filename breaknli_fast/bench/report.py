@@ -293,7 +293,7 @@ def _breaknli_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
         assert e.speed is not None
         x = e.speed.end_to_end
         s = x.run.stage_seconds
-        ev = ", ".join(f"{m} {f['evaluated']}" for m, f in (x.funnel or {}).items())
+        ev = ", ".join(f"{m} {f.evaluated}" for m, f in (x.funnel or {}).items())
         lines.append(f"| {e.label} | {x.run.examples} | {x.median_wall_s:.2f} | {_f(x.examples_per_s, '.3f')} | "
                      f"{_f(x.run.classifier_pairs_per_s, '.1f')} | {_f(x.run.generated_tokens_per_s, '.1f')} | "
                      f"{s.get('classify_ph', 0):.2f} | {s.get('generate', 0):.2f} | {s.get('relation', 0):.2f} | "

@@ -35,9 +35,9 @@ from breaknli_fast.bench.recommend import recommendation
 from breaknli_fast.bench.result import BenchError, BenchResult
 from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
 from breaknli_fast.bench.state import Context, EngineRun, Reference, Workload, fail
-from breaknli_fast.bench.types import (BenchReport, Checks, DataSummary, EndToEnd, EngineResult, Memory, ModelsSummary,
-                                      Parity, RandomModel, RunFigures, Seeds, Speed, SpeedSummary, Speedup,
-                                      WorkloadSummary, from_json)
+from breaknli_fast.bench.types import (BenchReport, Checks, DataSummary, EndToEnd, EngineResult, Funnel, Memory,
+                                      ModelsSummary, Parity, RandomModel, RunFigures, Seeds, Speed, SpeedSummary,
+                                      Speedup, WorkloadSummary, from_json)
 from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData
 from breaknli_fast.data.slicing import describe as describe_slice, load_slice, show_counts
 from breaknli_fast.study.loading import EngineConfig, load_models
@@ -202,7 +202,7 @@ def _e2e_summary(eng: EngineRun, ctx: Context, warm_n: int) -> EndToEnd:
     if ctx.probe.name == "breaknli":
         loop = ctx.probe.cfg
         f = funnel(eng.records, ctx.data, loop.modes)
-        out.accuracy_ph, out.funnel = f.get("accuracy_ph"), {m: f[m] for m in loop.modes if m in f}
+        out.accuracy_ph, out.funnel = f.get("accuracy_ph"), {m: from_json(Funnel, f[m]) for m in loop.modes if m in f}
         out.metrics = mode_label_rates(eng.records)
     return out
 
