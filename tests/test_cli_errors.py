@@ -677,6 +677,7 @@ def test_renamed_ids_and_truncated_pairs_are_counted_and_reported(tmp_path, tiny
     (["bench", "--scenario", "offline", "--target-qps", "5"], "add server to --scenario"),
     (["bench", "--scenario", "server", "--target-qps", "0", "--target-latency-ms", "5"], "must be above 0, not 0"),
     (["bench", "--gen-prompts", "0"], "--gen-prompts 0: the generate stage needs at least one prompt"),
+    (["bench", "--ceilings", "always"], "--ceilings always: use cached, fresh, quick, off"),
     (["bench", "--compliance"], "--compliance runs with --scenario"),
     (["bench", "--scenario", "offline", "--compliance", "--compliance-tests", "TEST02"], "--compliance TEST02"),
 ])
