@@ -40,6 +40,22 @@ def test_the_classifier_count_matches_a_hand_count():
     assert c.rows == 16 and (16, 4, 12, 1.0) in c.gemms and (16, 8, 4, 1.0) in c.gemms
 
 
+def test_bart_and_deberta_classifiers_count_their_own_parts():
+    w = BatchWork()
+    w.add_pairs([2])
+    w.add_batch(1, 2)
+    bart = rl.Arch("bart", layers=1, hidden=4, ffn=8, heads=2, head_dim=2, vocab=10, decoder_layers=1)
+    c = rl.classifier_batches(bart, w, "fp32")
+    # encoder 2 x 128 op per token; decoder 2 x (128 + cross q, k, v, output 4 x 4 x 4) = 384 per token; attention:
+    # encoder 4 x 4 x 2 ** 2, decoder self and cross 2 x 4 x 4 x 2 ** 2; head 2 x 28
+    assert c.flops == (256 + 384) * 2 + 16 * 4 + 32 * 4 + 56 == 1528
+    assert c.bytes == (128 * 2 + 28 + 64) * 4 + 2 * 4 * 4 == 1424
+    deberta = rl.Arch("deberta", layers=2, hidden=4, ffn=8, heads=2, head_dim=2, vocab=10, relative_span=512)
+    # DeBERTa v1: content-to-position and position-to-content over 2 x length positions: 2 x 2 x 4 x 2 layers x
+    # (2 x 2 ** 2) more than the encoder
+    assert rl.classifier_batches(deberta, w, "fp32").flops == rl.classifier_batches(ENC, w, "fp32").flops + 16 * 2 * 8
+
+
 def test_the_decoder_step_count_matches_a_hand_count():
     step = rl.decoder_step(T5, rows=3, prompts=1, enc_len=5, position=2, precision="fp32")
     # weights per step: self q, k, v 48 + output 16, cross q 16 + output 16, gated feed-forward 2*4*6 + 6*4 = 72

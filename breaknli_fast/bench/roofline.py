@@ -178,7 +178,7 @@ def classifier_batches(a: Arch, work: BatchWork, precision: str) -> Counts:
     useful = _classifier_flops(a, work.tokens, work.token_squares, work.pairs)
     layers = a.layers + (a.decoder_layers if a.family == "bart" else 0)
     weights = _layer_weights(a) * layers + _head_weights(a) + (
-        2 * a.hidden * a.inner * a.decoder_layers if a.family == "bart" else 0)
+        4 * a.hidden * a.inner * a.decoder_layers if a.family == "bart" else 0)  # BART: cross q, k, v, output
     nbytes = work.batches * weights * WEIGHT_BYTES[precision] + work.padded_tokens * a.hidden * ACT_BYTES[precision]
     rows = snap_rows(work.padded_tokens / max(1, work.batches))
     return Counts(flops, useful, float(nbytes), _encoder_gemms(a, rows), rows)
