@@ -103,23 +103,18 @@ def arch(model: str) -> roofline.Arch:
     return a
 
 
-def peak_of(peaks: dict[str, Any] | None, precision: str) -> float | None:
-    """The datasheet's dense peak of ``precision``, operations per second."""
-    if not peaks:
-        return None
-    return (peaks["bf16_tflops"] if precision in ("bf16", "fp16") else peaks["fp32_tflops"]) * 1e12
+def bound(name: str, counts: roofline.Counts, seconds: float, gpu: str | None, device: str,
+          precision: str) -> dict[str, Any]:
+    """The row's roofline, as a bench stage's (``breaknli_fast.bench.roofline.roofline_of``, the same JSON): the
+    floor at the datasheet's peaks (``bench.ceilings.gpu_ceilings``: compute at the precision, HBM bandwidth),
+    which binds, and the share of it reached; without a datasheet (the CPU dry run) the counts alone."""
+    from breaknli_fast.bench.ceilings import gpu_ceilings
+    from breaknli_fast.bench.types import to_json
 
-
-def bound(flops: float, nbytes: float, seconds: float, peaks: dict[str, Any] | None, precision: str) -> dict[str, Any]:
-    """The row's roofline, as a bench stage's (``breaknli_fast.bench.roofline.against``): the floor at the
-    datasheet's peaks (compute at the precision, HBM bandwidth), which binds, and the share of it reached."""
-    out: dict[str, Any] = {"flops": flops, "bytes": nbytes, "intensity": flops / nbytes if nbytes else None,
-                           "attained_ops_per_s": flops / seconds if seconds else None}
-    floor, binding = roofline.against(flops, nbytes, peak_of(peaks, precision),
-                                      peaks["hbm_tb_s"] * 1e12 if peaks else None)
-    if floor is not None:
-        out.update(binding=binding, floor_ms=floor * 1000, pct_of_ceiling=100.0 * floor / seconds if seconds else None)
-    return out
+    ceilings = gpu_ceilings(gpu, [(precision, m, k, n) for m, k, n, _ in counts.gemms], device) if gpu else None
+    held = precision if ceilings is not None and ceilings.gemm else None
+    return to_json(roofline.roofline_of([(name, counts)], precision, held, seconds, ceilings,
+                                        None if held else "no datasheet peaks (a dry run)"))
 
 
 def classifier_bound(model: str, device: str, precision: str, reps: int, peaks: dict[str, Any] | None,
@@ -156,7 +151,7 @@ def classifier_bound(model: str, device: str, precision: str, reps: int, peaks: 
     out = {"kernels": profiled, "bucket": [b, length], "precision": precision, "median_ms": med * 1000,
            "min_ms": min(secs) * 1000, "reps": len(secs), "tflop": flops / 1e12, "tflops": flops / med / 1e12,
            "graph": clf.info.details["graphs"]["captured"] > 0, "pairs_per_s": b / med,
-           "roofline": bound(flops, counts.bytes, med, peaks, precision)}
+           "roofline": bound("classifier batch", counts, med, peaks and peaks["gpu"], device, precision)}
     if peaks:
         peak = peaks["bf16_tflops"] if precision in ("bf16", "fp16") else peaks["fp32_tflops"]
         out["pct_of_peak"] = 100.0 * out["tflops"] / peak
@@ -259,14 +254,16 @@ def decoder_bound(model: str, device: str, precision: str, reps: int, peaks: dic
     med = statistics.median(secs)
     # what a step at position ``at`` must read (the cache positions up to it; the step reads its span's, the later
     # ones masked): the package's count from the model's sizes
-    step_counts = roofline.decoder_step(arch(model), state.rows, state.prompts, state.enc_len, at, precision)
-    nbytes = {k: v for k, v in step_counts.items() if k != "flops"}
+    a = arch(model)
+    nbytes = {k: v for k, v in roofline.decoder_step(a, state.rows, state.prompts, state.enc_len, at,
+                                                     precision).items() if k != "flops"}
+    step_counts = roofline.decoder_step_counts(a, state.rows, state.prompts, state.enc_len, at, precision)
     out = {"rows": p * k, "prompts": p, "k": k, "encoder_tokens": enc_len, "cache_positions": steps, "position": at,
            "span": span,
            "precision": precision, "median_ms": med * 1000, "min_ms": min(secs) * 1000, "reps": len(secs),
            "bytes": nbytes, "graph": key is not None, "kernels_note": "one replay = the whole step (decoder, output "
            "layer, top-k, warping, draw, bookkeeping)", "kernels": profiled,
-           "roofline": bound(step_counts["flops"], nbytes["total"], med, peaks, precision)}
+           "roofline": bound("decoder step", step_counts, med, peaks and peaks["gpu"], device, precision)}
     if peaks:
         floor = nbytes["total"] / (peaks["hbm_tb_s"] * 1e12)
         out.update(floor_ms=floor * 1000, times_floor=med / floor)

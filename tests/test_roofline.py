@@ -308,3 +308,24 @@ def test_the_gpu_bounds_decoder_bytes_are_the_decoders_own_tensors():
     step = rl.decoder_step(a, state.rows, state.prompts, state.enc_len, at, "fp32")
     assert (step["weights"], step["self_cache_needed"], step["cross_kv"]) == (weights, cache, cross)
     assert isinstance(dec.lm_head, torch.Tensor)
+
+
+def test_the_gpu_bounds_rows_carry_a_bench_stage_roofline():
+    """scripts/gpu_bounds.py's dry run (the CPU, the mini models): its decoder row holds the package's counts and
+    the same roofline JSON as a bench stage; with a datasheet the row is held to its peaks."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_bounds
+
+    row = gpu_bounds.decoder_bound("mini-t5", "cpu", "fp32", 1, None)
+    a, _ = rl.arch_of(gpu_bounds.load_config("mini-t5"))
+    step = rl.decoder_step(a, row["rows"], row["prompts"], row["encoder_tokens"], row["position"], "fp32")
+    assert row["bytes"]["total"] == step["total"] and row["roofline"]["flops"] == step["flops"]
+    assert row["roofline"]["bytes"] == step["total"] and row["roofline"]["note"] == "no datasheet peaks (a dry run)"
+    assert set(row["roofline"]) == set(to_json(rl.StageRoofline("fp32", note="x")))
+    counts = rl.decoder_step_counts(a, 160, 8, 64, 24, "bf16")
+    held = gpu_bounds.bound("decoder step", counts, 1e-4, "NVIDIA H100 80GB HBM3", "cuda", "bf16")
+    floor = max(counts.flops / 989.4e12, counts.bytes / 3.35e12)
+    assert held["binding"] == "memory" and held["floor_s"] == pytest.approx(floor)
+    assert held["pct_of_ceiling"] == pytest.approx(100 * floor / 1e-4)

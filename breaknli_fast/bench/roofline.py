@@ -249,6 +249,15 @@ def decoder_step(a: Arch, rows: int, prompts: int, enc_len: int, position: int,
             "self_cache_needed": cache, "cross_kv": cross, "total": weights + cache + cross}
 
 
+def decoder_step_counts(a: Arch, rows: int, prompts: int, enc_len: int, position: int,
+                        precision: str = "fp32") -> Counts:
+    """:func:`decoder_step` as the counts of a part (every row useful)."""
+    w = DecodeWork()
+    w.add_step(rows, position, enc_len, prompts)
+    w.tokens, w.token_positions, w.token_cross = w.row_steps, w.row_positions, w.row_cross
+    return decoder_steps(a, w, precision)
+
+
 # -- against the ceilings -----------------------------------------------------------------------------------------
 
 def against(flops: float, nbytes: float, compute_ops_per_s: float | None,
@@ -298,6 +307,13 @@ def stage_roofline(stage: str, a: Arch, precision: str, ceiling: str | None, med
     parts = parts_of(stage, a, precision, clf, gen)
     if not parts or not median_s:
         return None
+    return roofline_of(parts, precision, ceiling, median_s, ceilings, note)
+
+
+def roofline_of(parts: Sequence[tuple[str, Counts]], precision: str, ceiling: str | None, median_s: float,
+                ceilings: MachineCeilings | None, note: str | None = None) -> StageRoofline:
+    """Parts that took ``median_s`` seconds in all, against the ceilings of ``ceiling`` (a bench stage; a row of
+    the GPU check's bounds)."""
     bw = ceilings.bandwidth.bytes_per_s if ceilings is not None and ceilings.bandwidth is not None else None
     out = StageRoofline(precision=precision, ceiling=ceiling, note=note)
     floors: list[tuple[float, str]] = []
