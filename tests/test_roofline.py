@@ -266,12 +266,15 @@ def test_bench_md_and_the_terminal_show_each_stage_share():
     row = next(line for line in md.splitlines() if line.startswith("| ort:int8 | classify_ph | int8 |"))
     assert "| 8 / 16 |" in row and row.endswith("| 57.3 | 0.0 (0.0) | 23 | compute | 0.0 | 12 % |")
     assert "2 threads" in md and "relation" not in md.split("## Stages against")[1].split("##")[0]
+    report.engines[0].label = "gen=ort:fp32/clf=ort:int8:quantization=dynamic-batch"  # a long name, at 80 columns
     console = Console(width=80, record=True, file=io.StringIO())
     console.print(BenchResult(report).table())
     text = console.export_text()
-    assert "each stage against this CPU's measured ceilings" in text and "12 %" in text
+    assert "each stage: % of this CPU's measured ceiling" in text
+    assert any(line.startswith("│ gen=ort:fp32/clf=ort:") and line.rstrip().endswith("12 % │")
+               for line in text.splitlines()), text
     # the same report read back from its JSON renders the same
-    assert bench_markdown(BenchResult(json.loads(json.dumps(to_json(report)))).report) == md
+    assert bench_markdown(BenchResult(json.loads(json.dumps(to_json(report)))).report) == bench_markdown(report)
 
 
 def test_results_without_ceilings_render_as_before():

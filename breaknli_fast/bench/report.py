@@ -586,11 +586,11 @@ def roofline_rich_table(data: BenchReport) -> Any:
     if not rows:
         return None
     c = data.ceilings
-    t = Table(title="each stage against this " + ("GPU's datasheet peaks" if c is not None and c.source == "datasheet"
-                                                  else "CPU's measured ceilings"))
-    widths = {"engine": name_width(e.label for e in data.engines)}
+    t = Table(title="each stage: % of this " + ("GPU's datasheet peak" if c is not None and c.source == "datasheet"
+                                                else "CPU's measured ceiling") + " (bench.md: how)")
+    widths = {"engine": name_width(e.label for e in data.engines), "%": 4}
     for name, just in (("engine", "left"), ("stage", "left"), ("G op/s", "right"), ("pad %", "right"),
-                       ("binds", "left"), ("% of ceiling", "right")):
+                       ("binds", "left"), ("%", "right")):
         t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
     last = None
     for r in rows:
