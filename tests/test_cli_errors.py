@@ -689,6 +689,14 @@ def test_new_user_mistakes_get_one_line_before_any_model_loads(args, said, tmp_p
     assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
 
 
+def test_a_bad_ceilings_mode_in_the_environment_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BREAKNLI_FAST_CEILINGS", "sometimes")
+    r = runner.invoke(app, ["bench"])
+    assert r.exit_code == 2 and "--ceilings sometimes (from $BREAKNLI_FAST_CEILINGS): use cached, fresh" in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
+
+
 def test_bench_on_a_device_this_machine_lacks_stops_before_loading(tmp_path, monkeypatch):
     import torch
 

@@ -191,10 +191,12 @@ class BenchOptions(Options):
         if self.scenario is not None and self.probe != "breaknli":
             raise BenchSpecError(f"--probe {self.probe} with --scenario: LoadGen's scenarios measure the engines' "
                                  "roles (--roles) on the data's pairs, not a probe; leave --probe out")
-        from breaknli_fast.bench.roofline import CEILING_MODES
+        from breaknli_fast.bench.roofline import CEILING_MODES, CEILINGS_ENV, default_ceilings_mode
 
-        if self.ceilings is not None and self.ceilings not in CEILING_MODES:
-            raise BenchSpecError(f"--ceilings {self.ceilings}: use {', '.join(CEILING_MODES)}")
+        mode = self.ceilings if self.ceilings is not None else default_ceilings_mode()
+        if mode not in CEILING_MODES:
+            given = "" if self.ceilings is not None else f" (from ${CEILINGS_ENV})"
+            raise BenchSpecError(f"--ceilings {mode}{given}: use {', '.join(CEILING_MODES)}")
         if self.gen_prompts == 0:
             raise BenchSpecError("--gen-prompts 0: the generate stage needs at least one prompt (leave it out for the "
                                  "default)")

@@ -387,6 +387,8 @@ def add_rooflines(engines: Sequence[Any], device: str, threads: int, mode: str,
     (measure again), ``quick`` (the smoke form), ``off``."""
     from breaknli_fast.bench.ceilings import gpu_ceilings, measure_ceilings, precision_status
 
+    if mode not in CEILING_MODES:
+        raise ValueError(f"ceilings mode {mode!r}: use {', '.join(CEILING_MODES)}")
     if mode == "off":
         return None
     archs: dict[str, tuple[Arch | None, str | None]] = {}
