@@ -83,7 +83,7 @@ def test_every_stage_has_its_share_of_the_ceilings(same_run):
                 assert w["padded_tokens"] >= w["tokens"] > 0 and w["pairs"] == st["items"]
     md = (out / "bench.md").read_text()
     assert "## Stages against this machine's ceilings" in md and "| torch:fp32 | generate | fp32 |" in md
-    assert "% of ceiling" in r.output
+    assert "each stage: % of this CPU's measured ceiling" in r.output
 
 
 def _contains(ci, x, eps=1e-9):
