@@ -20,9 +20,13 @@ built from the configs, as the benches build them, on the device):
   ten that take the most), which tell a graph's time spent in kernels from the gaps between them.
 
 Times are CUDA events around each replay, the median of ``--reps`` after 3 warm-up replays. The peaks are the
-datasheet figures of the GPU found (:data:`DATASHEET`, dense, no sparsity); a plain bf16 product of 8192^3 and a
-device copy of 2 GiB are measured too, as the peaks this GPU reaches here. ``--device cpu`` is the dry run
-(``--shapes mini``: the shipped mini models, perf_counter times, no peaks).
+datasheet figures of the GPU found (``breaknli_fast.bench.ceilings.DATASHEET``, dense, no sparsity); a plain bf16
+product of 8192^3 and a device copy of 2 GiB are measured too, as the peaks this GPU reaches here. ``--device cpu``
+is the dry run (``--shapes mini``: the shipped mini models, perf_counter times, no peaks).
+
+The operations and bytes are the package's analytic counts (``breaknli_fast.bench.roofline``: the same code the
+bench's per-stage rooflines use), and each row carries the same ``roofline`` figures as a bench stage: operations,
+bytes, operations per byte, which ceiling binds, the floor and the share of it reached.
 """
 
 from __future__ import annotations
@@ -39,23 +43,13 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# name fragment -> (bf16 dense TFLOP/s, fp32 TFLOP/s without TF32, HBM TB/s); NVIDIA's datasheets, dense figures
-DATASHEET = (
-    ("H100 PCIe", (756.0, 51.0, 2.0)), ("H100 NVL", (835.0, 60.0, 3.9)), ("H200 NVL", (835.0, 60.0, 4.8)),
-    ("H200", (989.4, 66.9, 4.8)), ("H100", (989.4, 66.9, 3.35)),
-)
+from breaknli_fast.bench import roofline  # noqa: E402 - the package's analytic counts
+from breaknli_fast.bench.ceilings import DATASHEET, datasheet  # noqa: E402,F401 - the GPUs' peaks
+
 SHAPES = {"base": ("flan-t5-base", "roberta-base"), "large": ("flan-t5-large", "roberta-large"),
           "mini": ("mini-t5", "mini-nli")}
 CLF_BUCKET = (512, 128)
 DEC_ROWS = (8, 20, 64, 48)  # prompts, K, encoder tokens, cache positions
-
-
-def datasheet(name: str | None) -> dict[str, Any] | None:
-    for frag, (bf16, fp32, bw) in DATASHEET:
-        if name and frag.lower() in name.lower():
-            return {"gpu": name, "matched": frag, "bf16_tflops": bf16, "fp32_tflops": fp32, "hbm_tb_s": bw,
-                    "source": "NVIDIA datasheet, dense (no sparsity)"}
-    return None
 
 
 def timer(device: str) -> Callable[[Callable[[], None], int], list[float]]:
@@ -102,11 +96,25 @@ def measured_peaks(device: str, reps: int) -> dict[str, Any]:
     return {"bf16_mm_8192_tflops": 2 * n**3 / mm / 1e12, "copy_2gib_tb_s": 2 * 2**31 / cp / 1e12}
 
 
-def encoder_flops(cfg: Any, batch: int, length: int) -> float:
-    d, ff, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-    tokens = batch * length
-    per_layer = 2 * tokens * d * (3 * d + d + 2 * ff) + 2 * 2 * batch * length * length * d
-    return float(layers * per_layer)
+def arch(model: str) -> roofline.Arch:
+    a, why = roofline.arch_of(load_config(model))
+    if a is None:
+        raise ValueError(why)
+    return a
+
+
+def bound(name: str, counts: roofline.Counts, seconds: float, gpu: str | None, device: str,
+          precision: str) -> dict[str, Any]:
+    """The row's roofline, as a bench stage's (``breaknli_fast.bench.roofline.roofline_of``, the same JSON): the
+    floor at the datasheet's peaks (``bench.ceilings.gpu_ceilings``: compute at the precision, HBM bandwidth),
+    which binds, and the share of it reached; without a datasheet (the CPU dry run) the counts alone."""
+    from breaknli_fast.bench.ceilings import gpu_ceilings
+    from breaknli_fast.bench.types import to_json
+
+    ceilings = gpu_ceilings(gpu, [(precision, m, k, n) for m, k, n, _ in counts.gemms], device) if gpu else None
+    held = precision if ceilings is not None and ceilings.gemm else None
+    return to_json(roofline.roofline_of([(name, counts)], precision, held, seconds, ceilings,
+                                        None if held else "no datasheet peaks (a dry run)"))
 
 
 def classifier_bound(model: str, device: str, precision: str, reps: int, peaks: dict[str, Any] | None,
@@ -133,7 +141,8 @@ def classifier_bound(model: str, device: str, precision: str, reps: int, peaks: 
 
     secs = timer(device)(replay, reps)
     med = statistics.median(secs)
-    flops = encoder_flops(load_config(model), b, length)
+    counts = roofline.classifier_batch(arch(model), b, length, precision)
+    flops = counts.flops
     try:
         with torch.inference_mode():
             profiled = kernel_profile(lambda: clf.net.forward(buf["ids"], buf["mask"], buf["types"]), device, reps=1)
@@ -141,7 +150,8 @@ def classifier_bound(model: str, device: str, precision: str, reps: int, peaks: 
         profiled = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     out = {"kernels": profiled, "bucket": [b, length], "precision": precision, "median_ms": med * 1000,
            "min_ms": min(secs) * 1000, "reps": len(secs), "tflop": flops / 1e12, "tflops": flops / med / 1e12,
-           "graph": clf.info.details["graphs"]["captured"] > 0, "pairs_per_s": b / med}
+           "graph": clf.info.details["graphs"]["captured"] > 0, "pairs_per_s": b / med,
+           "roofline": bound("classifier batch", counts, med, peaks and peaks["gpu"], device, precision)}
     if peaks:
         peak = peaks["bf16_tflops"] if precision in ("bf16", "fp16") else peaks["fp32_tflops"]
         out["pct_of_peak"] = 100.0 * out["tflops"] / peak
@@ -165,8 +175,8 @@ def classifier_eager(model: str, device: str, reps: int, bucket: tuple[int, int]
 
     secs = timer(device)(fwd, reps)
     med = statistics.median(secs)
-    flops = encoder_flops(load_config(model), b, length)
-    return {"bucket": [b, length], "precision": "fp32", "median_ms": med * 1000, "tflops": flops / med / 1e12,
+    counts = roofline.classifier_batch(arch(model), b, length, "fp32")
+    return {"bucket": [b, length], "precision": "fp32", "median_ms": med * 1000, "tflops": counts.flops / med / 1e12,
             "pairs_per_s": b / med}
 
 
@@ -200,20 +210,6 @@ def kernel_profile(fn: Callable[[], None], device: str, reps: int = 3) -> dict[s
     top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:10]
     return {"kernels_per_call": len(kernels) / reps, "kernel_us_per_call": sum(sum(v) for v in by.values()) / reps,
             "top": [{"name": k, "calls": len(v) / reps, "us_per_call": sum(v) / reps} for k, v in top]}
-
-
-def decoder_bytes(dec: Any, state: Any, at: int) -> dict[str, float]:
-    """Bytes one decoder step at position ``at`` must read: weights (decoder layers, final norm, output layer), the
-    self-attention cache up to that position, the prompts' cross-attention keys and values."""
-    weights = sum(t.numel() * t.element_size() for group in (dec.w_qkv, dec.w_o, dec.w_q_cross, dec.w_o_cross,
-                                                             dec.w_in, dec.w_out, dec.ln_self, dec.ln_cross, dec.ln_ff)
-                  for t in group)
-    weights += dec.lm_head.numel() * dec.lm_head.element_size() + dec.ln_final.numel() * dec.ln_final.element_size()
-    # the cache positions a step at position ``at`` needs (the step reads its span's, the later ones masked)
-    cache = state.self_kv.numel() * state.self_kv.element_size() * (at + 1) / state.steps
-    cross = state.cross.numel() * state.cross.element_size()
-    return {"weights": float(weights), "self_cache_needed": float(cache), "cross_kv": float(cross),
-            "total": float(weights + cache + cross)}
 
 
 def decoder_bound(model: str, device: str, precision: str, reps: int, peaks: dict[str, Any] | None) -> dict[str, Any]:
@@ -256,12 +252,18 @@ def decoder_bound(model: str, device: str, precision: str, reps: int, peaks: dic
         except Exception as e:  # noqa: BLE001 - informative only
             profiled = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     med = statistics.median(secs)
-    nbytes = decoder_bytes(gen.decoder, state, at)
+    # what a step at position ``at`` must read (the cache positions up to it; the step reads its span's, the later
+    # ones masked): the package's count from the model's sizes
+    a = arch(model)
+    nbytes = {k: v for k, v in roofline.decoder_step(a, state.rows, state.prompts, state.enc_len, at,
+                                                     precision).items() if k != "flops"}
+    step_counts = roofline.decoder_step_counts(a, state.rows, state.prompts, state.enc_len, at, precision)
     out = {"rows": p * k, "prompts": p, "k": k, "encoder_tokens": enc_len, "cache_positions": steps, "position": at,
            "span": span,
            "precision": precision, "median_ms": med * 1000, "min_ms": min(secs) * 1000, "reps": len(secs),
            "bytes": nbytes, "graph": key is not None, "kernels_note": "one replay = the whole step (decoder, output "
-           "layer, top-k, warping, draw, bookkeeping)", "kernels": profiled}
+           "layer, top-k, warping, draw, bookkeeping)", "kernels": profiled,
+           "roofline": bound("decoder step", step_counts, med, peaks and peaks["gpu"], device, precision)}
     if peaks:
         floor = nbytes["total"] / (peaks["hbm_tb_s"] * 1e12)
         out.update(floor_ms=floor * 1000, times_floor=med / floor)

@@ -231,9 +231,49 @@ def bench_speed(doc: Result) -> str:
              [f"{k} (median / best)" for k in STAGES] + ["clf pairs/s", "gen tokens/s", "examples/s (e2e)",
                                                         "load avg at start"]
     out = [bench_workload(p), "", table(header, rows)]
+    peaks = bench_rooflines(p)
+    if peaks:
+        out += ["", peaks]
     if p.get("notes"):
         out += ["", bench_notes(p)]
     return "\n".join(out)
+
+
+def _giga(x: Any, spec: str = ".1f") -> str:
+    return f(x / 1e9 if isinstance(x, (int, float)) else None, spec)
+
+
+def bench_rooflines(p: dict[str, Any]) -> str:
+    """Each stage's share of the machine's ceilings (bench files that hold them; an earlier file renders nothing
+    here): operations per iteration, padding, attained rate, what binds, the ceiling and the share of it."""
+    rows = []
+    for e in p.get("engines", []):
+        for k in STAGES:
+            r = get(e, "speed", "stages", k, "roofline")
+            if not r:
+                continue
+            if not r.get("parts"):
+                rows.append([e.get("label"), k, r.get("precision")] + ["–"] * 5 + [r.get("note") or "–"])
+                continue
+            rows.append([e.get("label"), k, r.get("precision"), _giga(r.get("flops"), ".2f"),
+                         f(r.get("padding_pct"), ".1f"), _giga(r.get("attained_ops_per_s")), r.get("binding") or "–",
+                         _giga(r.get("ceiling_ops_per_s")),
+                         f(r.get("pct_of_ceiling"), ".0f", " %") if r.get("pct_of_ceiling") is not None
+                         else (r.get("note") or "–")])
+    if not rows:
+        return ""
+    c = p.get("ceilings") or {}
+    bw = c.get("bandwidth") or {}
+    if c.get("source") == "datasheet":
+        how = "the GPU's datasheet peaks"
+    else:
+        won = sorted({g.get("kernel") for g in c.get("gemm") or [] if g.get("kernel")})
+        how = (f"measured on this CPU at {c.get('threads')} threads ({c.get('mode')} mode): memory "
+               f"{_giga(bw.get('bytes_per_s'))} GB/s, products by " + (", ".join(won) or "–"))
+    return "\n".join([f"Each stage against the machine's ceilings ({how}; G op: 10⁹ operations per iteration, "
+                      "docs/benchmarks.md):", "",
+                      table(["engine", "stage", "precision", "G op", "padding %", "G op/s", "binds", "ceiling G op/s",
+                             "% of ceiling"], rows)])
 
 
 def random_title(doc: Result) -> str:

@@ -68,6 +68,31 @@ def perm_run(tiny_t5, tiny_roberta, tiny_tsv, permuted, tmp_path_factory):
     return r, out
 
 
+def test_every_stage_has_its_share_of_the_ceilings(same_run):
+    """The suite's quick ceilings (conftest): every stage of the engines that ran holds its token work (real and
+    padded), its operations against the measured ceilings, and bench.md / the terminal show them."""
+    r, out = same_run
+    d = BenchResult.load(out).data
+    c = d["ceilings"]
+    assert c["source"] == "measured" and c["mode"] == "quick" and c["precisions"] == {"fp32": "measured"}
+    assert c["bandwidth"]["bytes_per_s"] > 0 and c["gemm"] and all(g["ops_per_s"] > 0 for g in c["gemm"])
+    for e in d["engines"][:2]:
+        for stage, st in e["speed"]["stages"].items():
+            rf = st["roofline"]
+            assert rf["ceiling"] == "fp32" and rf["flops"] >= rf["useful_flops"] > 0, (e["label"], stage)
+            assert 0 < rf["pct_of_ceiling"] and rf["binding"] in ("compute", "memory")
+            assert rf["attained_ops_per_s"] == pytest.approx(rf["flops"] / st["median_s"])
+            w = st["generator_work" if stage == "generate" else "classifier_work"]
+            if stage == "generate":
+                assert w["row_steps"] >= w["tokens"] == st["new_tokens_per_iteration"] > 0
+                assert [p["name"] for p in rf["parts"]] == ["encoder", "decoder steps"]
+            else:
+                assert w["padded_tokens"] >= w["tokens"] > 0 and w["pairs"] == st["items"]
+    md = (out / "bench.md").read_text()
+    assert "## Stages against this machine's ceilings" in md and "| torch:fp32 | generate | fp32 |" in md
+    assert "each stage: % of this CPU's measured ceiling" in r.output
+
+
 def _contains(ci, x, eps=1e-9):
     return ci is not None and ci[0] - eps <= x <= ci[1] + eps
 

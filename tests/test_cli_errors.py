@@ -683,6 +683,7 @@ def test_renamed_ids_and_truncated_pairs_are_counted_and_reported(tmp_path, tiny
     (["bench", "--scenario", "offline", "--target-qps", "5"], "add server to --scenario"),
     (["bench", "--scenario", "server", "--target-qps", "0", "--target-latency-ms", "5"], "must be above 0, not 0"),
     (["bench", "--gen-prompts", "0"], "--gen-prompts 0: the generate stage needs at least one prompt"),
+    (["bench", "--ceilings", "always"], "--ceilings always: use cached, fresh, quick, off"),
     (["bench", "--compliance"], "--compliance runs with --scenario"),
     (["bench", "--scenario", "offline", "--compliance", "--compliance-tests", "TEST02"], "--compliance-tests TEST02"),
 ])
@@ -691,6 +692,14 @@ def test_new_user_mistakes_get_one_line_before_any_model_loads(args, said, tmp_p
     r = runner.invoke(app, args)
     text = " ".join(r.output.split())
     assert r.exit_code != 0 and said in text, text
+    assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
+
+
+def test_a_bad_ceilings_mode_in_the_environment_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BREAKNLI_FAST_CEILINGS", "sometimes")
+    r = runner.invoke(app, ["bench"])
+    assert r.exit_code == 2 and "--ceilings sometimes (from $BREAKNLI_FAST_CEILINGS): use cached, fresh" in r.output
     assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
 
 

@@ -164,6 +164,24 @@ def test_render_every_section(results: Path, tmp_path: Path) -> None:
     assert md.rstrip().endswith("- probe: `%s/probe-x.json`, `python scripts/bench_probe.py --probe x`" % results)
 
 
+def test_a_bench_with_ceilings_shows_each_stage_share(results: Path, tmp_path: Path) -> None:
+    doc = json.loads((results / "bench-mini.json").read_text())
+    assert "against the machine's ceilings" not in make_benchmarks.bench_speed(doc)  # a file without them
+    eng = doc["payload"]["engines"][1]
+    eng["speed"]["stages"]["classify_ph"]["roofline"] = {
+        "precision": "int8", "ceiling": "int8", "parts": [{"name": "classifier batches"}], "flops": 12.5e9,
+        "padding_pct": 10.25, "attained_ops_per_s": 250e9, "binding": "compute", "ceiling_ops_per_s": 1000e9,
+        "pct_of_ceiling": 25.0}
+    eng["speed"]["stages"]["generate"]["roofline"] = {"precision": "bf16", "note": "not computed natively"}
+    doc["payload"]["ceilings"] = {"source": "measured", "mode": "full", "threads": 2,
+                                  "bandwidth": {"bytes_per_s": 40e9},
+                                  "gemm": [{"kernel": "onnxruntime MatMulInteger u8 x s8 (MLAS)"}]}
+    text = make_benchmarks.bench_speed(doc)
+    assert "measured on this CPU at 2 threads (full mode): memory 40.0 GB/s, products by onnxruntime MatMulInteger" in text
+    assert "| ort:int8 | classify_ph | int8 | 12.50 | 10.2 | 250.0 | compute | 1000.0 | 25 % |" in text
+    assert "| ort:int8 | generate | bf16 | – | – | – | – | – | not computed natively |" in text
+
+
 def test_empty_folder_says_not_measured_everywhere(tmp_path: Path) -> None:
     md = make_benchmarks.render([], "benchmarks/results", None)
     n_sub = sum(len(subs) for _, _, subs in make_benchmarks.SECTIONS)

@@ -107,6 +107,11 @@ class BenchOptions(Options):
     threads: Optional[int] = option(None, min=1, panel=SPEED,
                                     help="CPU threads in all, passed to every engine (which splits them into workers: "
                                          "ort:int8:workers=1 sets an engine's workers).")
+    ceilings: Optional[str] = option(
+        None, panel=TIMING, metavar="MODE",
+        help="Each stage's share of this machine's ceilings (BreakNLI's stages): cached (the measured peaks cached for "
+             "this CPU, measuring the product shapes they lack; a few seconds), fresh (measure them again: on a quiet "
+             "machine), quick (the smoke form), off. Default: cached, or $BREAKNLI_FAST_CEILINGS.")
     interleave: bool = option(False, panel=TIMING,
                               help="Load every engine first, then time them in rounds (A B A B ...): fairer on a busy "
                                    "machine; needs the memory of all engines at once.")
@@ -200,6 +205,12 @@ class BenchOptions(Options):
         if self.scenario is not None and self.probe != "breaknli":
             raise BenchSpecError(f"--probe {self.probe} with --scenario: LoadGen's scenarios measure the engines' "
                                  "roles (--roles) on the data's pairs, not a probe; leave --probe out")
+        from breaknli_fast.bench.roofline import CEILING_MODES, CEILINGS_ENV, default_ceilings_mode
+
+        mode = self.ceilings if self.ceilings is not None else default_ceilings_mode()
+        if mode not in CEILING_MODES:
+            given = "" if self.ceilings is not None else f" (from ${CEILINGS_ENV})"
+            raise BenchSpecError(f"--ceilings {mode}{given}: use {', '.join(CEILING_MODES)}")
         if self.gen_prompts == 0:
             raise BenchSpecError("--gen-prompts 0: the generate stage needs at least one prompt (leave it out for the "
                                  "default)")
@@ -300,7 +311,8 @@ class BenchOptions(Options):
             invariance_pairs=self.invariance_pairs, tolerance=self.tolerance, min_agreement=self.min_agreement,
             require_equivalence=self.require_equivalence, random_weights=parse_random_weights(self.random_weights),
             fixed_length=self.fixed_length, cache_dir=str(self.cache_dir) if self.cache_dir else None,
-            interleave=self.interleave, command=self.command_line())
+            interleave=self.interleave, command=self.command_line(),
+            **({"ceilings": self.ceilings} if self.ceilings is not None else {}))
 
     def out_dir(self) -> Path:
         return self.out or Path("runs") / f"bench-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

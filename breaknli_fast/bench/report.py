@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from breaknli_fast.bench.recommend import recommendation_lines, shown_to_match  # noqa: F401 (shown_to_match: re-exported)
-from breaknli_fast.bench.types import (BatchInvariance, BenchReport, ClassifierParity, Diff, EngineResult, Memory,
-                                      RecordAgreement, SpeedSummary, Speedup, TokenAgreement, TripleCell)
+from breaknli_fast.bench.types import (BatchInvariance, BenchReport, ClassifierParity, Diff, EngineResult,
+                                      MachineCeilings, Memory, RecordAgreement, SpeedSummary, Speedup, StageTiming,
+                                      TokenAgreement, TripleCell)
 from breaknli_fast.data.slicing import show_counts
 from breaknli_fast.plotting import pyplot
 
@@ -320,12 +321,116 @@ def _breaknli_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
         assert e.speed is not None
         x = e.speed.end_to_end
         s = x.run.stage_seconds
-        ev = ", ".join(f"{m} {f['evaluated']}" for m, f in (x.funnel or {}).items())
+        ev = ", ".join(f"{m} {f.evaluated}" for m, f in (x.funnel or {}).items())
         lines.append(f"| {e.label} | {x.run.examples} | {x.median_wall_s:.2f} | {_f(x.examples_per_s, '.3f')} | "
                      f"{_f(x.run.classifier_pairs_per_s, '.1f')} | {_f(x.run.generated_tokens_per_s, '.1f')} | "
                      f"{s.get('classify_ph', 0):.2f} | {s.get('generate', 0):.2f} | {s.get('relation', 0):.2f} | "
                      f"{s.get('evaluate', 0):.2f} | {_f(x.accuracy_ph, '.2f')} | {ev} |")
     return lines
+
+
+def _giga(x: float | None, fmt: str = ".1f") -> str:
+    return _f(x / 1e9 if x is not None else None, fmt)
+
+
+def _tokens(st: StageTiming) -> str:
+    """The tokens one iteration ran, real / computed (padding included): a classify stage's pair tokens; the
+    generate stage's prompt tokens and decoder rows (one per generated token)."""
+    c, g = st.classifier_work, st.generator_work
+    if c is not None:
+        return f"{c.tokens:,} / {c.padded_tokens:,}"
+    if g is not None:
+        return (f"prompts {g.prompt_tokens:,} / {g.encoder_padded:,}; generated {g.tokens:,} / "
+                + (f"{g.row_steps:,}" if g.computed else "?"))
+    return "–"
+
+
+def roofline_rows(data: BenchReport, parts: bool = True) -> list[list[str]]:
+    """Each stage's share of the ceilings: engine, stage, precision (and the ceiling held to), operations per
+    iteration (G), padding %, attained G op/s (computed, useful), op/byte, what binds, the ceiling's G op/s, % of
+    it; with ``parts``, a row per part of a stage of several (the generator's encoder and decoder steps)."""
+    rows = []
+    for e in data.engines:
+        if not e.ran or e.speed is None:
+            continue
+        for stage, st in (e.speed.stages or {}).items():
+            r = st.roofline
+            if r is None:
+                continue
+            prec = r.precision + (f" (held to {r.ceiling})" if r.ceiling and r.ceiling != r.precision else "")
+            if not r.parts:
+                rows.append([e.label, stage, prec] + ["–"] * 7 + [r.note or "–"])
+                continue
+            pct = _f(r.pct_of_ceiling, ".0f", " %") if r.pct_of_ceiling is not None else (r.note or "no ceiling")
+            rows.append([e.label, stage, prec, _tokens(st), _giga(r.flops, ".2f"), _f(r.padding_pct, ".1f"),
+                         f"{_giga(r.attained_ops_per_s)} ({_giga(r.useful_ops_per_s)})",
+                         _f(r.flops / r.bytes if r.bytes else None, ".0f"), r.binding or "–",
+                         _giga(r.ceiling_ops_per_s), pct])
+            if parts and len(r.parts) > 1:
+                for part in r.parts:
+                    share = (f"{100.0 * part.floor_s / r.floor_s:.0f} % of the floor"
+                             if part.floor_s is not None and r.floor_s else "–")
+                    rows.append(["", f"↳ {part.name}", f"{part.rows} rows" if part.rows else "", "",
+                                 _giga(part.flops, ".2f"),
+                                 _f(100.0 * (1 - part.useful_flops / part.flops) if part.flops else None, ".1f"),
+                                 "", _f(part.intensity, ".0f"), part.binding or "–",
+                                 _giga(part.compute_ops_per_s), share])
+    return rows
+
+
+def ceilings_text(c: MachineCeilings | None) -> list[str]:
+    """How the ceilings were measured: bandwidth, products per precision (the kernels that gave the peaks), the
+    cache, the load while measuring."""
+    if c is None:
+        return []
+    bw = c.bandwidth
+    if c.source == "datasheet":
+        head = f"Ceilings: the GPU's datasheet ({'; '.join(c.notes) or c.key.get('gpu')})."
+        return [head, ""]
+    loads = [g.load_average[0] for g in c.gemm if g.load_average] + (
+        [bw.load_average[0]] if bw is not None and bw.load_average else [])
+    out = [f"Ceilings of this CPU ({c.key.get('cpu')}, {c.threads} threads, mode {c.mode}), measured by "
+           "micro-benchmarks at the stages' product shapes (docs/benchmarks.md): "
+           + (f"memory bandwidth {_giga(bw.bytes_per_s)} GB/s (copy {_giga(bw.copy_bytes_per_s)}, triad "
+              f"{_giga(bw.triad_bytes_per_s)}; {bw.array_bytes / 2**20:.0f} MiB arrays, {bw.kernel})"
+              if bw is not None and bw.bytes_per_s else "memory bandwidth not measured") + "; "
+           + "; ".join(_precision_text(c, p) for p in c.precisions) + "."]
+    out.append(f"{c.measured_now} products measured by this bench in {c.seconds:.1f} s, "
+               f"{sum(g.reused for g in c.gemm)} read from the cache `{c.file}`"
+               + (f"; load average (1 min) while measuring {min(loads):.2f}-{max(loads):.2f}" if loads else "")
+               + " (figures measured on a busy machine are low: `--ceilings fresh` measures them again).")
+    out += [f"{n}" for n in c.notes]
+    return out + [""]
+
+
+def _precision_text(c: MachineCeilings, precision: str) -> str:
+    status = c.precisions.get(precision, "")
+    gs = [g for g in c.gemm if g.precision == precision and g.ops_per_s]
+    if not gs:
+        return f"{precision}: {status or 'not measured'}"
+    won: dict[str, int] = {}
+    for g in gs:
+        won[g.kernel or "?"] = won.get(g.kernel or "?", 0) + 1
+    lo, hi = min(g.ops_per_s or 0 for g in gs), max(g.ops_per_s or 0 for g in gs)
+    return (f"{precision} products: {len(gs)} shapes at {_giga(lo, '.0f')}-{_giga(hi, '.0f')} G op/s, fastest "
+            + ", ".join(f"{k} ({n})" for k, n in sorted(won.items(), key=lambda kv: -kv[1])))
+
+
+ROOFLINE_HEADER = ["engine", "stage", "precision", "tokens real / computed", "G op / iteration", "padding %", "G op/s (useful)", "op/byte",
+                   "binds", "ceiling G op/s", "% of ceiling"]
+
+
+def roofline_section(data: BenchReport, ok: list[EngineResult]) -> list[str]:
+    rows = roofline_rows(data)
+    if not rows:
+        return []
+    return (["", "## Stages against this machine's ceilings", "",
+             "Operations counted from each model's sizes and the tokens the engine ran (G op: 10⁹ multiplies or adds; "
+             "padding %: the share spent on padded tokens and finished rows), over the stage's median iteration; the "
+             "ceiling is the rate the binding limits allow each part: the compute peak of the engine's precision at "
+             "the part's product shapes, or the memory bandwidth times its operations per byte (a roofline); "
+             "% of ceiling: the time the stage would take at the ceilings over its median time.", ""]
+            + ceilings_text(data.ceilings) + _md_table(ROOFLINE_HEADER, rows))
 
 
 def _parity_sections(data: BenchReport, ok: list[EngineResult]) -> list[str]:
@@ -403,7 +508,7 @@ def bench_markdown(data: BenchReport) -> str:
         lines += ["**Random weights: the parity figures below are not meaningful and are not checked.**", ""]
     lines += _headline_sections(data, ok)
     if _breaknli(data):
-        lines += _breaknli_sections(data, ok) + _parity_sections(data, ok)
+        lines += _breaknli_sections(data, ok) + roofline_section(data, ok) + _parity_sections(data, ok)
     lines += _memory_section(ok)
     bad = [e for e in data.engines if not e.ran]
     if bad:
@@ -495,6 +600,30 @@ def rich_table(data: BenchReport, width: int | None = None) -> Any:
                  "batching changes": _batching(e.batch_invariance, "/"),
                  "verdicts": "reference" if e.reference else _verdict_counts(e), "result": st}
         t.add_row(*[cells[c] for c in keep])
+    return t
+
+
+def roofline_rich_table(data: BenchReport) -> Any:
+    """Each stage's share of the machine's ceilings, for the terminal (None where no stage has one)."""
+    from rich.table import Table
+
+    from breaknli_fast.console import name_cell, name_width
+
+    rows = [r for r in roofline_rows(data, parts=False)]
+    if not rows:
+        return None
+    c = data.ceilings
+    t = Table(title="each stage: % of this " + ("GPU's datasheet peak" if c is not None and c.source == "datasheet"
+                                                else "CPU's measured ceiling") + " (bench.md: how)")
+    widths = {"engine": name_width(e.label for e in data.engines), "%": 4}
+    for name, just in (("engine", "left"), ("stage", "left"), ("G op/s", "right"), ("pad %", "right"),
+                       ("binds", "left"), ("%", "right")):
+        t.add_column(name, justify=just, overflow="fold", min_width=widths.get(name))
+    last = None
+    for r in rows:
+        label = r[0] if r[0] != last else ""
+        last = r[0]
+        t.add_row(name_cell(label) if label else "", r[1], r[6].split(" ")[0], r[5], r[8], r[10])
     return t
 
 

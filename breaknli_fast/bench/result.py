@@ -86,9 +86,12 @@ class BenchResult:
             audits = compliance_rich_table(self.scenarios)
             table = scenario_rich_table(self.scenarios)
             return table if audits is None else Group(table, audits)
-        from breaknli_fast.bench.report import rich_table
+        from rich.console import Group
 
-        return rich_table(self.report)
+        from breaknli_fast.bench.report import rich_table, roofline_rich_table
+
+        peaks = roofline_rich_table(self.report)
+        return rich_table(self.report) if peaks is None else Group(rich_table(self.report), peaks)
 
     def save(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
         out = Path(out_dir)

@@ -30,15 +30,16 @@ import numpy as np
 
 import breaknli_fast.bench.parity as par
 import breaknli_fast.bench.agreement as agreement
+import breaknli_fast.bench.roofline as roofline
 import breaknli_fast.bench.stages as stages
 from breaknli_fast.bench.measure import PeakMemory, latency_stats, synchronize
 from breaknli_fast.bench.recommend import recommendation
 from breaknli_fast.bench.result import BenchError, BenchResult
 from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
 from breaknli_fast.bench.state import Context, EngineRun, Reference, Workload, fail
-from breaknli_fast.bench.types import (BenchReport, Checks, DataSummary, EndToEnd, EngineResult, Memory, ModelsSummary,
-                                      Parity, RandomModel, RunFigures, Seeds, Speed, SpeedSummary, Speedup,
-                                      WorkloadSummary, from_json)
+from breaknli_fast.bench.types import (BenchReport, Checks, DataSummary, EndToEnd, EngineResult, Funnel, Memory,
+                                      ModelsSummary, Parity, RandomModel, RunFigures, Seeds, Speed, SpeedSummary,
+                                      Speedup, WorkloadSummary, from_json)
 from breaknli_fast.data.loaders import SAMPLE_NAME, LoadedData
 from breaknli_fast.data.slicing import describe as describe_slice, load_slice, show_counts
 from breaknli_fast.study.loading import EngineConfig, load_models
@@ -91,6 +92,8 @@ class BenchConfig:
     fixed_length: bool = False  # min_new_tokens = max_new_tokens (forced on with random weights)
     cache_dir: str | None = None
     interleave: bool = False  # load every engine, then time them in rounds (A B A B ...)
+    # each stage against the machine's ceilings (bench.roofline): cached, fresh, quick or off
+    ceilings: str = field(default_factory=lambda: roofline.default_ceilings_mode())
     command: str | None = None
 
     @property
@@ -203,7 +206,7 @@ def _e2e_summary(eng: EngineRun, ctx: Context, warm_n: int) -> EndToEnd:
     if ctx.probe.name == "breaknli":
         loop = ctx.probe.cfg
         f = funnel(eng.records, ctx.data, loop.modes)
-        out.accuracy_ph, out.funnel = f.get("accuracy_ph"), {m: f[m] for m in loop.modes if m in f}
+        out.accuracy_ph, out.funnel = f.get("accuracy_ph"), {m: from_json(Funnel, f[m]) for m in loop.modes if m in f}
         out.metrics = mode_label_rates(eng.records)
     return out
 
@@ -492,10 +495,21 @@ def run_bench(cfg: BenchConfig, hook: ProgressHook | None = None, log: Callable[
     plan = plan_bench(cfg, log)
     ctx = Context(cfg, plan.probe, plan.data, plan.workload, Reference(), hook, log, plan.meaningful, by=plan.by)
     engines = measure_engines(plan, cfg, ctx)
+    ceilings = stage_rooflines(cfg, engines, log)
     failures = judge(plan, cfg, engines)
     report = bench_report(plan, cfg, ctx, engines, failures, started)
+    report.ceilings = ceilings
     report.recommendation = recommendation(report)
     return BenchResult(report)
+
+
+def stage_rooflines(cfg: BenchConfig, engines: list[EngineResult], log: Callable[[str], None]) -> Any:
+    """Each timed stage against the machine's ceilings (:func:`breaknli_fast.bench.roofline.add_rooflines`), after
+    every engine has run: the ceilings' micro-benchmarks time nothing of the engines'."""
+    from breaknli_fast.engines.cpu_features import physical_cores
+
+    threads = int(cfg.engine.threads) if cfg.engine.threads else physical_cores()
+    return roofline.add_rooflines(engines, cfg.engine.device, threads, cfg.ceilings, log)
 
 
 def judge(plan: BenchPlan, cfg: BenchConfig, engines: list[EngineResult]) -> list[str]:

@@ -10,6 +10,7 @@ evaluated (p, h, h') triples re-classified, greedy decoding of the same prompts.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Callable
 
@@ -67,6 +68,7 @@ def greedy_ids(gen: GeneratorBase, prompts: list[str], seeds: list[int],
 def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], StageTiming]]:
     clf = eng.clf
     batch_s: list[float] = []
+    work: list[Any] = []  # the token work of the last measured iteration (every iteration computes the same)
 
     def before() -> None:
         clf.clear_cache()
@@ -75,6 +77,7 @@ def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> t
     def after() -> None:
         if clf.stats is not None:
             batch_s.extend(clf.stats.batch_seconds)
+            work[:] = [copy.deepcopy(getattr(clf.stats, "work", None))]
 
     task = Task(lambda: clf.classify(pairs), before, after)
 
@@ -83,7 +86,7 @@ def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> t
         s = rep.summary()
         eng.batch_all.extend(batch_s)
         eng.logits[stage] = np.asarray(rep.result.logits, dtype=np.float32)
-        return StageTiming(len(pairs), "pairs", **s, extra={
+        return StageTiming(len(pairs), "pairs", **s, classifier_work=work[0] if work else None, extra={
             "pairs_per_s": len(pairs) / s["median_s"],
             "batches_per_iteration": (len(batch_s) // s["iterations"]) if batch_s else None,
             "batch_latency": latency_stats(batch_s if batch_s else rep.seconds),
@@ -99,6 +102,7 @@ def generate_task(eng: EngineRun, items: list[dict[str, Any]], loop: BreakNLICon
     calls: list[float] = []
     tokens: list[int] = []
     texts: list[list[list[str]]] = []
+    work: list[Any] = []  # the token work of the last measured iteration (seeded: every iteration computes the same)
 
     def before() -> None:
         gen.reset_stats()
@@ -107,6 +111,7 @@ def generate_task(eng: EngineRun, items: list[dict[str, Any]], loop: BreakNLICon
         if gen.stats is not None:
             tokens.append(int(gen.stats.new_tokens))
             calls.extend(gen.stats.call_seconds)
+            work[:] = [copy.deepcopy(getattr(gen.stats, "work", None))]
 
     def fn() -> list[list[str]]:
         out = gen.generate(prompts, loop.k, loop.decoding, seeds)
@@ -128,7 +133,7 @@ def generate_task(eng: EngineRun, items: list[dict[str, Any]], loop: BreakNLICon
         eng.cands = rep.result
         seqs = len(prompts) * loop.k
         calls_per_iter = (len(calls) / s["iterations"]) if calls else None
-        return StageTiming(len(prompts), "prompts", **s, extra={
+        return StageTiming(len(prompts), "prompts", **s, generator_work=work[0] if work else None, extra={
             "k": loop.k, "sequences_per_iteration": seqs, "new_tokens_per_iteration": tok_per_iter,
             "tokens_counted_by": how, "tokens_per_s": tok_per_iter / s["median_s"],
             "sequences_per_s": seqs / s["median_s"], "prompts_per_s": len(prompts) / s["median_s"],

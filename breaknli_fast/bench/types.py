@@ -9,8 +9,10 @@ keeps every key.
 
 - :class:`BenchReport`: the whole bench (data, models, workload, engines, notes, failures, the recommendation);
 - :class:`EngineResult`: one engine (its spec, status, speed, memory, parity, checks);
-- :class:`Speed` (:class:`EndToEnd`, :class:`StageTiming` per stage, :class:`Speedup`, :class:`SpeedSummary`),
-  :class:`Memory`, :class:`Checks`;
+- :class:`Speed` (:class:`EndToEnd`, :class:`StageTiming` per stage with its :class:`StageRoofline`,
+  :class:`Speedup`, :class:`SpeedSummary`), :class:`Memory`, :class:`Checks`;
+- :class:`MachineCeilings` (:class:`GemmCeiling` per precision and product shape, :class:`Bandwidth`): what the
+  stages' rooflines were held to;
 - :class:`Parity` (:class:`Diff`: one paired difference with its interval and verdict; :class:`TripleCell`,
   :class:`ClassifierParity`, :class:`GeneratorParity`, :class:`HeadlineParity`, :class:`VerdictCounts`) and
   :class:`BatchInvariance`;
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+
+from breaknli_fast.engines.base import BatchWork, DecodeWork  # the engines' own counters, as they count
 
 SCHEMA = "breaknli-fast-bench/3"
 READABLE = ("breaknli-fast-bench/1", "breaknli-fast-bench/2", SCHEMA)  # --compare and from_json read them all
@@ -109,12 +113,130 @@ def from_json(cls: Any, data: dict[str, JSON]) -> Any:
     return cls(**kwargs)
 
 
+# -- the machine's ceilings and each stage's share of them -------------------------------------------------------
+
+@dataclass
+class KernelTiming:
+    """One kernel's best time for one matrix product (``m`` x ``k`` by ``k`` x ``n``) at the engines' threads."""
+
+    kernel: str  # e.g. "torch F.linear (MKL)", "onnxruntime MatMulInteger u8 x s8 (MLAS)", "torch._int_mm s8 x s8"
+    seconds: float | None = None  # the fastest of the timed calls
+    ops_per_s: float | None = None  # 2 m k n / seconds
+    reps: int = 0
+    error: str | None = field(default=None, metadata=OMIT)  # the kernel did not run at this shape
+
+
+@dataclass
+class GemmCeiling:
+    """A precision's peak at one product shape: the fastest kernel found (``kernel``, ``ops_per_s``), every kernel
+    tried beside it, when it was measured and the machine's load then."""
+
+    precision: str
+    m: int
+    k: int
+    n: int
+    kernel: str | None = None
+    ops_per_s: float | None = None
+    seconds: float | None = None
+    kernels: list[KernelTiming] = field(default_factory=list)
+    measured_at: str | None = None
+    load_average: list[float] | None = None
+    reused: bool = False  # read from the cache (not measured by this bench)
+
+
+@dataclass
+class Bandwidth:
+    """The memory bandwidth reached by a large copy and a STREAM triad (``a = b + s c``; bytes counted as STREAM
+    counts them: 2 arrays for the copy, 3 for the triad) on ``array_bytes`` per array, the best of ``reps``."""
+
+    bytes_per_s: float | None = None  # the better of the two: the bandwidth ceiling
+    copy_bytes_per_s: float | None = None
+    triad_bytes_per_s: float | None = None
+    array_bytes: int = 0
+    reps: int = 0
+    kernel: str = ""
+    measured_at: str | None = None
+    load_average: list[float] | None = None
+    reused: bool = False
+
+
+@dataclass
+class MachineCeilings:
+    """The ceilings a bench's stages were held to: on the CPU measured (``source`` measured; micro-benchmarks at the
+    stages' product shapes, at the engines' threads, cached per CPU in ``file`` under ``key``), on a GPU the
+    datasheet's (``source`` datasheet). ``precisions``: per precision, ``measured`` or why it has no ceiling."""
+
+    source: str = "measured"
+    mode: str = "full"  # full or quick (the smoke form: one call per kernel, small arrays)
+    device: str = "cpu"
+    threads: int | None = None
+    key: dict[str, Any] = field(default_factory=dict)
+    file: str | None = None
+    precisions: dict[str, str] = field(default_factory=dict)
+    bandwidth: Bandwidth | None = None
+    gemm: list[GemmCeiling] = field(default_factory=list)
+    measured_now: int = 0  # products measured by this bench (the others came from the cache)
+    seconds: float = 0.0  # time this bench spent measuring
+    budget_s: float | None = None
+    not_measured: list[str] = field(default_factory=list)  # shapes left out when the time budget ran out
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def gemm_at(self, precision: str, m: int, k: int, n: int) -> GemmCeiling | None:
+        return next((g for g in self.gemm if (g.precision, g.m, g.k, g.n) == (precision, m, k, n)), None)
+
+
+@dataclass
+class RooflinePart:
+    """One part of a stage's work (the classifier's batches; the generator's encoder, its decoder steps): operations
+    from the model's sizes and the tokens counted (``flops``: as computed, padding included; ``useful_flops``: the
+    real tokens' alone), the bytes it must read at least (``bytes``: weights once per batch or step, the attention
+    caches), their ratio, the compute ceiling at its product shapes (``rows``: the typical rows of its products),
+    and whichever of compute and bandwidth binds it; ``floor_s``: its time at that ceiling."""
+
+    name: str
+    flops: float = 0.0
+    useful_flops: float = 0.0
+    bytes: float = 0.0
+    intensity: float | None = None  # flops / byte
+    rows: int | None = None
+    compute_ops_per_s: float | None = None
+    binding: str | None = None  # compute or memory
+    floor_s: float | None = None
+
+
+@dataclass
+class StageRoofline:
+    """A stage's share of the machine's ceilings, per iteration: ``attained_ops_per_s`` (operations computed,
+    padding included, over the median iteration), ``useful_ops_per_s`` (the real tokens' operations), the share of
+    the computed operations spent on padding, and ``pct_of_ceiling``: the time the stage would take at the ceilings
+    that bind each part (``floor_s``) over its median time, in percent. ``ceiling`` names the precision held to;
+    None, with ``note``, where there is none (bf16 on a CPU that does not compute it natively, ...)."""
+
+    precision: str
+    ceiling: str | None = None
+    parts: list[RooflinePart] = field(default_factory=list)
+    flops: float = 0.0
+    useful_flops: float = 0.0
+    bytes: float = 0.0
+    padding_pct: float | None = None
+    attained_ops_per_s: float | None = None
+    useful_ops_per_s: float | None = None
+    binding: str | None = None
+    floor_s: float | None = None
+    ceiling_ops_per_s: float | None = None  # the rate the floor stands for: flops / floor_s
+    pct_of_ceiling: float | None = None
+    note: str | None = field(default=None, metadata=OMIT)
+
+
 # -- speed ------------------------------------------------------------------------------------------------------
 
 @dataclass
 class StageTiming:
     """One stage of the fixed workload, timed: ``items`` (0: the stage had nothing to do, and nothing else is set),
-    the iterations' seconds, throughput and latency; the classify stages' and the generate stage's own figures."""
+    the iterations' seconds, throughput and latency; the classify stages' and the generate stage's own figures; the
+    token work one iteration computed, as the engine counted it (``classifier_work`` / ``generator_work``), and the
+    stage against the machine's ceilings (``roofline``)."""
 
     items: int
     unit: str | None = field(default=None, metadata=OMIT)
@@ -125,6 +247,9 @@ class StageTiming:
     mean_s: float | None = field(default=None, metadata=OMIT)
     min_s: float | None = field(default=None, metadata=OMIT)
     std_s: float | None = field(default=None, metadata=OMIT)
+    classifier_work: BatchWork | None = field(default=None, metadata=OMIT)
+    generator_work: DecodeWork | None = field(default=None, metadata=OMIT)
+    roofline: StageRoofline | None = field(default=None, metadata=OMIT)
     extra: dict[str, Any] = field(default_factory=dict)  # pairs_per_s, batch_latency; tokens_per_s, call_latency, ...
 
     @property
@@ -656,6 +781,7 @@ class BenchReport:
     failures: list[str] = field(default_factory=list)
     passed: bool = False
     recommendation: Recommendation | None = field(default=None, metadata=OMIT)
+    ceilings: MachineCeilings | None = field(default=None, metadata=OMIT)  # what the stages' rooflines were held to
     extra: dict[str, Any] = field(default_factory=dict)  # a LoadGen bench's scenarios, settings, cold starts, ...
 
     def engine(self, label: str) -> EngineResult:

@@ -27,7 +27,7 @@ an engine that implements only the protocols is completed with the defaults by t
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -257,35 +257,139 @@ def nonfinite_error(info: EngineInfo | None, detail: str) -> NonFiniteError:
 
 
 @dataclass
+class BatchWork:
+    """The token work of a classifier's batches, as counted by the engine (the analytic operation counts of
+    :mod:`breaknli_fast.bench.roofline` read it): the pairs' own tokens and the padded batches the engine ran.
+
+    The sums of squares are there for the attention, whose work grows with the square of a sequence's length: a
+    pair alone at its own length needs ``len`` tokens and ``len ** 2`` attention positions, a batch of ``rows`` at
+    ``width`` computes ``rows x width`` and ``rows x width ** 2``."""
+
+    pairs: int = 0  # pairs computed (after de-duplication)
+    tokens: int = 0  # their own tokens
+    token_squares: int = 0  # sum of len ** 2
+    batches: int = 0
+    rows: int = 0  # rows the batches ran (an engine may pad the row count too: the cudagraph engine's buckets)
+    padded_tokens: int = 0  # sum of rows x width over the batches
+    padded_token_squares: int = 0  # sum of rows x width ** 2
+
+    def add_pairs(self, lengths: Sequence[int]) -> None:
+        self.pairs += len(lengths)
+        self.tokens += sum(int(n) for n in lengths)
+        self.token_squares += sum(int(n) ** 2 for n in lengths)
+
+    def add_batch(self, rows: int, width: int) -> None:
+        self.batches += 1
+        self.rows += int(rows)
+        self.padded_tokens += int(rows) * int(width)
+        self.padded_token_squares += int(rows) * int(width) ** 2
+
+
+@dataclass
 class ClassifierStats:
-    """Counters kept by :class:`BatchedClassifier` (for throughput and latency figures)."""
+    """Counters kept by :class:`BatchedClassifier` (for throughput and latency figures, and the token work of
+    its batches)."""
 
     pairs_requested: int = 0
     pairs_computed: int = 0  # after de-duplication
     batches: int = 0
     seconds: float = 0.0  # summed over batches (with workers, more than the wall time)
     batch_seconds: list[float] = field(default_factory=list)
+    work: BatchWork = field(default_factory=BatchWork)
 
     def reset(self) -> None:
         self.pairs_requested = self.pairs_computed = self.batches = 0
         self.seconds = 0.0
         self.batch_seconds = []
+        self.work = BatchWork()
+
+
+@dataclass
+class DecodeWork:
+    """The token work of a generator's calls, as counted by the engine (read by the analytic operation counts of
+    :mod:`breaknli_fast.bench.roofline`).
+
+    *Computed* (what the model ran, padding included; counted by the sampler, or by an engine that steps its own
+    decoder): the encoder's padded prompts (``encoder_padded``: prompts x width per batch, and the sum of
+    prompts x width ** 2 for its attention), the decoder's steps (``steps``: one per batch and position),
+    ``row_steps`` (the rows each step ran, finished rows not yet dropped included), ``row_positions`` (the
+    self-attention positions they attended: rows x (position + 1)), ``row_cross`` (rows x the encoder width they
+    attended) and ``prompt_cross`` (prompts x encoder width per step: the cross-attention keys and values a step
+    reads); ``batches``: the encoder's passes. *Useful* (the prompts' own tokens and the tokens generated, counted from the outputs): ``prompt_tokens``
+    (and squares), ``tokens`` (generated ids, eos included), ``token_positions`` (n (n + 1) / 2 per sequence of n)
+    and ``token_cross`` (n x its prompt's length). ``computed`` is False where an engine counts only the useful
+    side (its padding is not known)."""
+
+    prompts: int = 0
+    prompt_tokens: int = 0
+    prompt_token_squares: int = 0
+    tokens: int = 0
+    token_positions: int = 0
+    token_cross: int = 0
+    computed: bool = True
+    batches: int = 0  # encoder passes (one per batch of prompts)
+    encoded_prompts: int = 0
+    encoder_padded: int = 0
+    encoder_padded_squares: int = 0
+    steps: int = 0
+    row_steps: int = 0
+    row_positions: int = 0
+    row_cross: int = 0
+    prompt_cross: int = 0
+
+    def add_encoder(self, prompts: int, width: int) -> None:
+        """A batch of ``prompts`` padded to ``width`` tokens, encoded."""
+        self.batches += 1
+        self.encoded_prompts += int(prompts)
+        self.encoder_padded += int(prompts) * int(width)
+        self.encoder_padded_squares += int(prompts) * int(width) ** 2
+
+    def add_step(self, rows: int, position: int, width: int, prompts: int) -> None:
+        """One decoder step of ``rows`` rows at ``position`` (0 for the first token) over an encoder output of
+        ``width`` tokens for ``prompts`` prompts."""
+        self.steps += 1
+        self.row_steps += int(rows)
+        self.row_positions += int(rows) * (int(position) + 1)
+        self.row_cross += int(rows) * int(width)
+        self.prompt_cross += int(prompts) * int(width)
+
+    def add_outputs(self, prompt_lengths: Sequence[int], outputs: Sequence[Sequence[Sequence[int]]]) -> None:
+        """The useful side of a call: its prompts' own lengths and the ids generated for each (per prompt, a list of
+        sequences)."""
+        self.prompts += len(prompt_lengths)
+        self.prompt_tokens += sum(int(n) for n in prompt_lengths)
+        self.prompt_token_squares += sum(int(n) ** 2 for n in prompt_lengths)
+        for n_prompt, seqs in zip(prompt_lengths, outputs):
+            for seq in seqs:
+                n = len(seq)
+                self.tokens += n
+                self.token_positions += n * (n + 1) // 2
+                self.token_cross += n * int(n_prompt)
+
+    def merge(self, other: "DecodeWork") -> None:
+        for f in fields(self):
+            if f.name == "computed":
+                self.computed = self.computed and other.computed
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass
 class GeneratorStats:
-    """Counters kept by a generator (for token rates and call latencies)."""
+    """Counters kept by a generator (for token rates and call latencies, and the token work of its calls)."""
 
     prompts: int = 0
     sequences: int = 0
     new_tokens: int = 0  # generated ids, padding excluded
     seconds: float = 0.0
     call_seconds: list[float] = field(default_factory=list)  # one entry per batch of prompts
+    work: DecodeWork = field(default_factory=DecodeWork)
 
     def reset(self) -> None:
         self.prompts = self.sequences = self.new_tokens = 0
         self.seconds = 0.0
         self.call_seconds = []
+        self.work = DecodeWork()
 
 
 def as_pairs(pairs: Iterable[Pair]) -> list[Pair]:

@@ -311,6 +311,12 @@ class BatchedClassifier(PaddedWidths, ClassifierBase):
         return plan_batches([self._width(n) for n in lengths], self.token_budget, self.max_batch,
                             self.batch_multiple, one_width=True)
 
+    def _batch_shape(self, lengths: Sequence[int]) -> tuple[int, int]:
+        """(rows, width) the engine runs for a batch of pairs of these token lengths: as many rows as pairs, padded
+        to :meth:`_width` of the longest (an engine that pads otherwise, such as the cudagraph engine's buckets,
+        overrides it). Counted in ``stats.work``."""
+        return len(lengths), self._width(max(lengths, default=1))
+
     @property
     def parallel_capable(self) -> bool:
         """True when the engine has the parts ``_tokenize`` / ``_feeds`` / ``_run`` (batches may run on workers)."""
@@ -377,10 +383,12 @@ class BatchedClassifier(PaddedWidths, ClassifierBase):
             self.stats.batches += 1
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
+            self.stats.work.add_batch(*self._batch_shape([lengths[i] for i in idx]))
 
         run_batches(self._plan(lengths), prepare, self._run if tokens is not None else self._logits, collect,
                     self.workers, self._synchronize)
         self.stats.pairs_computed += len(pairs)
+        self.stats.work.add_pairs(lengths)
         return res
 
 

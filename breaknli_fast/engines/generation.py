@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from breaknli_fast.engines.base import (GENERATOR, Decoding, EngineInfo, GeneratorBase, GeneratorStats, NonFiniteError, nonfinite_error)
+from breaknli_fast.engines.base import (GENERATOR, Decoding, DecodeWork, EngineInfo, GeneratorBase, GeneratorStats,
+                                        NonFiniteError, nonfinite_error)
 from breaknli_fast.engines.decoding import beam_search, greedy_search
 from breaknli_fast.engines.options import EngineOptions, option
 from breaknli_fast.engines.batching import Workers, clip_text
@@ -201,10 +202,11 @@ class HFGenerator(GeneratorBase):
                           rows: list[int] | None, on_first: Callable[[list[int]], None] | None = None) -> Any:
         st = self._steppers.get()  # the pool is filled by generate_ids before the first submit
         try:
+            work = DecodeWork()
             t0 = time.perf_counter()
             res = sample(st, enc["input_ids"], enc["attention_mask"], n, decoding, seeds, *ids,
-                         compact_share=self.compact_share, on_first_token=on_first, rows=rows)
-            return res, time.perf_counter() - t0
+                         compact_share=self.compact_share, on_first_token=on_first, rows=rows, work=work)
+            return res, time.perf_counter() - t0, work
         finally:
             self._steppers.put(st)
 
@@ -268,10 +270,17 @@ class HFGenerator(GeneratorBase):
                     self._batches(len(prompts), per_call, self.min_batches if batched_sampling else 1)]
         out: list[list[list[int]]] = [[] for _ in prompts]
         on_first = self._first_token_hook(len(plan), len(prompts), n, pad)  # the sampler calls it; beam and greedy do not
+        lengths: dict[int, int] = {}  # each prompt's own tokens (the useful side of the call's work)
 
         def take(i: int, res: list[list[list[int]]]) -> None:
             for e, seqs in enumerate(res):
                 out[i + e].extend(seqs)
+
+        def encode(i: int, j: int) -> Any:
+            enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
+                                 max_length=self.max_input_length)
+            lengths.update({i + e: int(m) for e, m in enumerate(enc["attention_mask"].sum(1).tolist())})
+            return enc
 
         if parallel:
             if self._steppers is None:
@@ -281,21 +290,23 @@ class HFGenerator(GeneratorBase):
                     self._steppers.put(st)
             futures = []
             for i, j, rows, done in plan:
-                enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
-                                     max_length=self.max_input_length)
+                enc = encode(i, j)
                 futures.append((i, done, self.workers.submit(self._sample_on_worker, enc, n, decoding,
                                                              list(seeds[i:j]), (start, eos, pad), rows, on_first(i, rows))))
             try:
                 for i, done, fut in futures:
-                    res, dt = fut.result()
-                    self._count(res, done, dt)
+                    res, dt, work = fut.result()
+                    self._count(res, done, dt, work)
                     take(i, res)
             finally:
                 self.workers.shutdown()  # see Workers: idle worker threads slow torch elsewhere
+            self._count_outputs(lengths, out)
             return out
         for i, j, rows, done in plan:
             part, part_seeds = list(prompts[i:j]), list(seeds[i:j])
-            enc = self.tokenizer(part, return_tensors="pt", padding=True, truncation=True, max_length=self.max_input_length)
+            enc = encode(i, j)
+            # the sampler counts what it computes; the other decodings' padding is not counted
+            work = DecodeWork(computed=batched_sampling or (decoding.strategy == "sampling" and not self.has_model))
             t0 = time.perf_counter()
             if decoding.strategy == "diverse-beam":
                 beams = max(decoding.num_beams or n, n)
@@ -305,7 +316,7 @@ class HFGenerator(GeneratorBase):
             elif batched_sampling or (decoding.strategy == "sampling" and not self.has_model):
                 res = sample(self._stepper(), enc["input_ids"], enc["attention_mask"], n, decoding, part_seeds,
                              start, eos, pad, compact_share=self.compact_share, on_first_token=on_first(i, rows),
-                             rows=rows)
+                             rows=rows, work=work)
             elif not self.has_model:  # greedy / beam search over the stepper (engines without a transformers model)
                 res = self._search(enc, n, decoding, start, eos, pad)
             else:
@@ -319,8 +330,9 @@ class HFGenerator(GeneratorBase):
                 flat = [_cut(row[1:].tolist(), eos, pad) for row in seqs.detach().cpu()]
                 res = [flat[j * n : (j + 1) * n] for j in range(len(part))]
             self._synchronize()
-            self._count(res, done, time.perf_counter() - t0)
+            self._count(res, done, time.perf_counter() - t0, work)
             take(i, res)
+        self._count_outputs(lengths, out)
         return out
 
     def _search(self, enc: Any, n: int, decoding: Decoding, start: int, eos: int, pad: int) -> list[list[list[int]]]:
@@ -345,13 +357,19 @@ class HFGenerator(GeneratorBase):
                                                          early_stopping=bool(early))]
                 for j in range(int(ids.shape[0]))]
 
-    def _count(self, res: list[list[list[int]]], prompts: int, dt: float) -> None:
+    def _count(self, res: list[list[list[int]]], prompts: int, dt: float, work: DecodeWork | None = None) -> None:
         for rows in res:
             self.stats.new_tokens += sum(len(r) for r in rows)
             self.stats.sequences += len(rows)
         self.stats.prompts += prompts
         self.stats.seconds += dt
         self.stats.call_seconds.append(dt)
+        if work is not None:
+            self.stats.work.merge(work)
+
+    def _count_outputs(self, lengths: dict[int, int], out: list[list[list[int]]]) -> None:
+        """The useful side of a call's work: each prompt's own tokens, once, and the ids generated for it."""
+        self.stats.work.add_outputs([lengths.get(i, 0) for i in range(len(out))], out)
 
     def generate(self, prompts: Sequence[str], n: int, decoding: Decoding, seeds: Sequence[int]) -> list[list[str]]:
         return self.decode_ids(self.generate_ids(prompts, n, decoding, seeds))

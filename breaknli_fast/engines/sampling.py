@@ -33,7 +33,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import torch
 
-from breaknli_fast.engines.base import Decoding, NonFiniteError
+from breaknli_fast.engines.base import Decoding, DecodeWork, NonFiniteError
 
 # drop finished rows from the model batch once they are at least this share of it
 COMPACT_SHARE = 0.25
@@ -243,7 +243,7 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
            seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int,
            compact_share: float | None = COMPACT_SHARE, sync_every: int | None = None,
            on_first_token: Callable[[list[int]], None] | None = None,
-           rows: Sequence[int] | None = None) -> list[list[list[int]]]:
+           rows: Sequence[int] | None = None, work: DecodeWork | None = None) -> list[list[list[int]]]:
     """``n`` sampled sequences per prompt (token ids after the decoder start token, up to and
     including eos, without padding), one random generator per prompt seeded with ``seeds[i]``.
 
@@ -258,18 +258,22 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
     the CPU, :data:`CUDA_SYNC_EVERY` on CUDA); the tokens do not depend on it. ``on_first_token``:
     called once, when the first token of every row has been drawn (on CUDA after the device has
     finished it), with those tokens, one per row of the ``prompts x n`` layout (``pad_id`` for a row
-    outside ``rows``): a latency benchmark's time to first token, and the token it reports."""
+    outside ``rows``): a latency benchmark's time to first token, and the token it reports. ``work``: the
+    encoder's padded prompts and every decoder step's rows are added to it
+    (:class:`~breaknli_fast.engines.base.DecodeWork`, the computed side)."""
     sampler = decoding.sampler
     if sampler not in Decoding.SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(Decoding.SAMPLERS)}")
     if sampler == "fast":
         return _sample_fast(stepper, input_ids, attention_mask, n, decoding, seeds, start_id, eos_id, pad_id,
-                            compact_share, sync_every, on_first_token, rows)
+                            compact_share, sync_every, on_first_token, rows, work)
     if rows is not None:
         raise ValueError("a subset of rows is sampled by the fast sampler only")
-    b = int(input_ids.shape[0])
+    b, width = (int(x) for x in input_ids.shape)
     rows = b * n
     stepper.start(input_ids, attention_mask, n)
+    if work is not None:
+        work.add_encoder(b, width)
     active = torch.arange(rows)  # global row ids of the stepper's batch, ascending
     unfinished = torch.ones(rows, dtype=torch.bool)
     last = torch.full((rows,), start_id, dtype=torch.long)
@@ -278,6 +282,8 @@ def sample(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tens
     procs, gens = None, []
     for t in range(decoding.max_new_tokens):
         logits = stepper.step(last[active])
+        if work is not None:
+            work.add_step(int(active.shape[0]), t, width, b)
         act_unfinished = unfinished[active]
         live = [e for e in range(b) if bool(unfinished[e * n : (e + 1) * n].any())]
         if procs is None:
@@ -336,15 +342,17 @@ def uniforms(seeds: Sequence[int], steps: int, n: int) -> np.ndarray:
 def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torch.Tensor, n: int, decoding: Decoding,
                  seeds: Sequence[int], start_id: int, eos_id: int, pad_id: int, compact_share: float | None,
                  sync_every: int | None, on_first_token: Callable[[list[int]], None] | None = None,
-                 subset: Sequence[int] | None = None) -> list[list[list[int]]]:
+                 subset: Sequence[int] | None = None, work: DecodeWork | None = None) -> list[list[list[int]]]:
     """The ``fast`` sampler (module notes): every tensor of the loop lives on the stepper's device. ``subset``:
     :func:`sample`'s ``rows``."""
-    b = int(input_ids.shape[0])
+    b, width_in = (int(x) for x in input_ids.shape)
     rows, steps = b * n, decoding.max_new_tokens
     dev = torch.device(getattr(stepper, "device", None) or "cpu")
     if sync_every is None:
         sync_every = CUDA_SYNC_EVERY if dev.type == "cuda" else 1
     stepper.start(input_ids, attention_mask, n)
+    if work is not None:
+        work.add_encoder(b, width_in)
     u = torch.from_numpy(uniforms(seeds, steps, n))
     u = u.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else u  # no wait for the copy either
     active = torch.arange(rows, device=dev)  # global row ids of the stepper's batch, ascending
@@ -386,6 +394,8 @@ def _sample_fast(stepper: Stepper, input_ids: torch.Tensor, attention_mask: torc
         totals = cdf[:, -1]
         bad[t] = (~(torch.isfinite(totals) & (totals > 0))).sum()
         width[t] = n_active
+        if work is not None:
+            work.add_step(n_active, t, width_in, b)
         act_unfinished = unfinished[active]
         nxt = torch.where(act_unfinished, fast_draw(idx, cdf, u[t].index_select(0, active)), pad_id)
         tokens[active, t] = nxt

@@ -185,6 +185,8 @@ class Ct2Generator(GeneratorBase):
             results = self.translator.translate_batch(sources, **kw)
             dt = time.perf_counter() - t0
             rows = [[[self.vocab[t] for t in hyp] for hyp in r.hypotheses[:n]] for r in results]
+            self.stats.work.computed = False  # CTranslate2's own batches: their padding is not known here
+            self.stats.work.add_outputs([len(x) for x in ids], rows)
             for r in rows:
                 self.stats.new_tokens += sum(len(h) for h in r)
                 self.stats.sequences += len(r)

@@ -30,7 +30,7 @@ from breaknli_fast.backends.cudagraph.encoder import BertFamilyEncoder, supporte
 from breaknli_fast.backends.cudagraph.graphs import MAX_GRAPHS, GraphRunner
 from breaknli_fast.backends.cudagraph.t5 import DecodeState, T5GraphDecoder
 from breaknli_fast.engines.blas import check_reproducible_blas
-from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, Decoding, EngineInfo, NonFiniteError
+from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, Decoding, DecodeWork, EngineInfo, NonFiniteError
 from breaknli_fast.engines.batching import BatchedClassifier, clip_text
 from breaknli_fast.engines.compat import load_seq2seq
 from breaknli_fast.engines.cuda import prepare as prepare_cuda, sdpa_state, tf32_state
@@ -173,14 +173,18 @@ class GraphGenerator(_GraphCounters, HFGenerator):
         out: list[list[list[int]]] = []
         plan = self._batches(len(prompts), self.prompt_batch)
         on_first = self._first_token_hook(len(plan), len(prompts), n, ids[2])  # once: the call's last batch's first token
+        lengths: dict[int, int] = {}
         for i, j in plan:
             t0 = time.perf_counter()
             enc = self.tokenizer(list(prompts[i:j]), return_tensors="pt", padding=True, truncation=True,
                                  max_length=self.max_input_length)
+            lengths.update({i + e: int(m) for e, m in enumerate(enc["attention_mask"].sum(1).tolist())})
+            work = DecodeWork()
             res = self._decode(enc["input_ids"], enc["attention_mask"], n, decoding, list(seeds[i:j]), greedy, *ids,
-                               on_first=on_first(i, None))
-            self._count(res, j - i, time.perf_counter() - t0)
+                               on_first=on_first(i, None), work=work)
+            self._count(res, j - i, time.perf_counter() - t0, work)
             out.extend(res)
+        self._count_outputs(lengths, out)
         self.info.details["own_loop"][path] += len(prompts)
         self.info.details["graphs"] = self.runner.stats.to_dict()
         return out
@@ -194,9 +198,10 @@ class GraphGenerator(_GraphCounters, HFGenerator):
 
     def _decode(self, input_ids: torch.Tensor, mask: torch.Tensor, n: int, decoding: Decoding, seeds: list[int],
                 greedy: bool, start_id: int, eos_id: int, pad_id: int,
-                on_first: Any = None) -> list[list[list[int]]]:
+                on_first: Any = None, work: DecodeWork | None = None) -> list[list[list[int]]]:
         """``n`` sequences of each of these prompts (one batch), through the bucket's step; ``on_first`` is called
-        when the batch's every row has its first token, with those tokens (prompts x n)."""
+        when the batch's every row has its first token, with those tokens (prompts x n). ``work``: the bucket's
+        encoder and steps are added to it (every row of the bucket, the cache span each step attends)."""
         p, length = (int(x) for x in input_ids.shape)
         pb, ok_p = bucket(p, self.prompt_ladder)
         lb, ok_l = bucket(length, ENCODER_LADDER)
@@ -242,9 +247,13 @@ class GraphGenerator(_GraphCounters, HFGenerator):
                 u[:steps, :p * n] = torch.from_numpy(uniforms(seeds, steps, n)).to(torch.float32)
                 _copy_in(s.u, u)
             done = steps
+            if work is not None:
+                work.add_encoder(pb, lb)
             for t in range(steps):
                 span = span_of(t, tb)
                 self.runner.run(key(span), steps_of[span])
+                if work is not None:
+                    work.add_step(pb * n, span - 1, lb, pb)
                 if t == 0 and on_first is not None:
                     if dev.type == "cuda":
                         torch.cuda.synchronize(dev)
@@ -346,6 +355,11 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
             idx, rows = groups[lb], self._max_rows(lb)
             out += [idx[a:a + rows] for a in range(0, len(idx), rows)]
         return out
+
+    def _batch_shape(self, lengths: Sequence[int]) -> tuple[int, int]:
+        """The bucket a batch of pairs of these lengths runs in (what :meth:`_feeds` pads it to)."""
+        return (bucket(len(lengths), self.batch_ladder)[0],
+                bucket(max(1, max(lengths, default=1)), self.length_ladder)[0])
 
     def _feeds(self, tokens: Mapping[str, Sequence[Sequence[int]]], rows: Sequence[int]) -> dict[str, Any]:
         rows = list(rows)
