@@ -89,7 +89,7 @@ def test_placeholders_resolve_for_full_and_smoke_sizes(suite: S.Suite, smoke: bo
     assert mini[mini.index("--limit") + 1] == ("10" if smoke else "200")
     lg = argv_of(suite.entry("loadgen-mini"), smoke, bf16)
     engines = lg[lg.index("--engines") + 1]
-    assert engines.endswith(",openvino:fp32,openvino:bf16" if bf16 else ",openvino:fp32")
+    assert engines.endswith(",openvino:fp32,openvino:bf16,openvino:int8" if bf16 else ",openvino:fp32,openvino:int8")
 
 
 def test_a_size_is_overridden_by_its_upper_case_environment_variable(suite: S.Suite) -> None:
