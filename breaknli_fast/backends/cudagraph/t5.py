@@ -34,6 +34,7 @@ projections in one product: one more graph per bucket, run once per call.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -41,6 +42,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from breaknli_fast.backends.cudagraph.fused import FUSED_MODES, compiled, fused_layer, fused_logits
 from breaknli_fast.engines.base import Decoding
 from breaknli_fast.engines.compat import t5_scales_output
 from breaknli_fast.engines.sampling import fast_draw, warp_top
@@ -96,6 +98,7 @@ class DecodeState:
     tokens: torch.Tensor  # (rows, steps) long: the drawn tokens, pad after a row's eos
     u: torch.Tensor  # (steps, rows) fp32: the uniform numbers of each step
     bad: torch.Tensor  # (steps,) long: rows whose scores were not finite, per step
+    dirty: torch.Tensor  # (1,) bool: a non-finite score in any row (the bucket's padding rows too) since cleaned
     self_kv: torch.Tensor  # (layers, rows, 2, heads, steps, d_kv)
     cross: torch.Tensor  # (layers, 2, prompts, heads, enc_len, d_kv)
     enc_bias: torch.Tensor  # (prompts, 1, 1, enc_len): 0 or -inf (padding of the prompt)
@@ -112,7 +115,10 @@ class T5GraphDecoder:
     transformers' module. ``step(state, decoding, ...)`` is one decoder step of every row of a :class:`DecodeState`,
     sampling included."""
 
-    def __init__(self, model: Any, dtype: torch.dtype, device: torch.device | str):
+    def __init__(self, model: Any, dtype: torch.dtype, device: torch.device | str, fused: str = "off"):
+        if fused not in FUSED_MODES:
+            raise ValueError(f"fused={fused!r}: use {', '.join(FUSED_MODES)}")
+        self.fused = fused
         cfg = model.config
         self.device = torch.device(device)
         self.dtype = dtype
@@ -188,6 +194,11 @@ class T5GraphDecoder:
                 self.lm_head_f32 = self.lm_head.float()
         self._bias_tables: dict[int, torch.Tensor] = {}
         self._enc_tables: dict[int, torch.Tensor] = {}
+        self._fused: Callable[..., torch.Tensor] | None = None
+        self.layer_fn: Callable[..., Any] | None = None
+        if fused != "off":
+            self.layer_fn = compiled(fused_layer) if fused == "compile" else fused_layer
+            self._fused = functools.partial(fused_logits, self, self.layer_fn)
 
     # -- per-call parts, outside the graphs ------------------------------------------------------------------------
     def self_bias(self, steps: int) -> torch.Tensor:
@@ -211,12 +222,33 @@ class T5GraphDecoder:
             unfinished=torch.zeros(rows, dtype=torch.bool, **zeros), real=torch.zeros(rows, dtype=torch.bool, **zeros),
             tokens=torch.zeros((rows, steps), dtype=torch.long, **zeros),
             u=torch.full((steps, rows), 0.5, dtype=torch.float32, **zeros),
-            bad=torch.zeros(steps, dtype=torch.long, **zeros),
+            bad=torch.zeros(steps, dtype=torch.long, **zeros), dirty=torch.zeros(1, dtype=torch.bool, **zeros),
             self_kv=torch.zeros((self.layers, rows, 2, self.heads, steps, self.d_kv), dtype=self.dtype, **zeros),
             cross=torch.zeros((self.layers, 2, prompts, self.heads, enc_len, self.d_kv), dtype=self.dtype, **zeros),
             enc_bias=torch.zeros((prompts, 1, 1, enc_len), dtype=self.dtype, **zeros),
             enc_ids=torch.zeros((prompts, enc_len), dtype=torch.long, **zeros),
             enc_mask=torch.ones((prompts, enc_len), dtype=torch.long, **zeros))
+
+    def fused_state(self) -> str:
+        """What the ``fused`` option runs: ``off``, ``eager``, ``compile`` or why compiling failed."""
+        failure = getattr(self.layer_fn, "failure", None)
+        return f"compile failed ({failure}): the fused step runs eagerly" if failure else self.fused
+
+    def state_bytes(self, prompts: int, k: int, enc_len: int, steps: int) -> int:
+        """The bytes :meth:`new_state` allocates for these shapes (before allocating them)."""
+        rows, item = prompts * k, torch.empty((), dtype=self.dtype).element_size()
+        longs = rows + 1 + rows * steps + prompts * enc_len * 2  # last, t, tokens, enc_ids, enc_mask
+        bools = rows * 2 + 1  # unfinished, real, dirty
+        cache = self.layers * 2 * self.heads * self.d_kv * (rows * steps + prompts * enc_len)  # self_kv, cross
+        return 8 * (longs + steps) + bools + 4 * steps * rows + item * (cache + prompts * enc_len)
+
+    def clean(self, s: DecodeState) -> None:
+        """Zero a state's caches and buffers in place (after a non-finite score: a NaN or inf left in a cache
+        position that a later call masks would still reach its scores, ``NaN + -inf`` being NaN, and its
+        attention output, ``0 x NaN`` being NaN). The addresses stay: the bucket's graphs remain valid."""
+        for t in (s.self_kv, s.cross, s.enc_bias, s.tokens, s.last, s.bad):
+            t.zero_()
+        s.dirty.zero_()
 
     def enc_bias(self, length: int) -> torch.Tensor:
         """``(heads, length, length)`` at the compute dtype: the encoder's (bidirectional) relative-position bias."""
@@ -255,7 +287,10 @@ class T5GraphDecoder:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 next-token logits of the decoder's last hidden states ``(rows, d_model)``."""
-        x = self._norm(x, self.ln_final)
+        return self.head(self._norm(x, self.ln_final))
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 next-token logits of the final layer norm's output ``(rows, d_model)``: the output layer."""
         if self.scaled:
             x = x * (self.d_model ** -0.5)
         if self.dtype == torch.float32:
@@ -290,12 +325,20 @@ class T5GraphDecoder:
             x.addmm_(g, self.w_out[i].t())
         return x
 
+    def step_logits(self, s: DecodeState, span: int | None = None) -> torch.Tensor:
+        """fp32 next-token logits of the step ``s.t`` of every row, its keys and values written into the cache: the
+        plain step (:meth:`hidden`) or, with ``fused``, the step written for fusion (:mod:`.fused`)."""
+        span = s.steps if span is None else int(span)
+        if self._fused is None:
+            return self.logits(self.hidden(s, span))
+        return self._fused(s.last, s.t, s.self_kv, s.cross, s.enc_bias, self.self_bias(s.steps), span)
+
     def step(self, s: DecodeState, decoding: Decoding, greedy: bool, eos_id: int, pad_id: int,
              span: int | None = None) -> None:
         """One step of every row: logits, the draw (or the most likely token), the bookkeeping of finished rows;
         all on the device, all in ``s`` (capturable: no host synchronisation, no shape that depends on data).
         ``span``: as :meth:`hidden`'s."""
-        logits = self.logits(self.hidden(s, span))
+        logits = self.step_logits(s, span)
         if decoding.min_new_tokens:  # no eos before min_new_tokens (the sampler's own rule)
             col = logits[:, eos_id]
             logits[:, eos_id] = torch.where(s.t < decoding.min_new_tokens, float("-inf"), col)
@@ -310,6 +353,7 @@ class T5GraphDecoder:
             bad = ~(torch.isfinite(totals) & (totals > 0))
             nxt = fast_draw(idx, cdf, s.u.index_select(0, s.t).squeeze(0))
         s.bad.index_add_(0, s.t, (bad & s.real).sum().view(1))
+        s.dirty.logical_or_(bad.any().view(1))  # any row, padding included: its cache is cleaned after the call
         nxt = torch.where(s.unfinished, nxt, pad_id)
         s.tokens.index_copy_(1, s.t, nxt.unsqueeze(1))
         s.last.copy_(nxt)
