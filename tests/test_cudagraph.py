@@ -43,10 +43,10 @@ def graph_gen():
 
 
 def test_declaration_refuses_before_loading():
-    with pytest.raises(PrecisionError, match="fp32 or bf16"):
+    with pytest.raises(PrecisionError, match="fp32, bf16, fp8 or int8 on cuda, not 'fp16'"):
         registry.check("cudagraph", "generator", "fp16", "cuda")  # T5 overflows in fp16
     with pytest.raises(PrecisionError):
-        registry.check("cudagraph", "classifier", "int8", "cpu")
+        registry.check("cudagraph", "classifier", "fp16", "cpu")
     with pytest.raises(EngineUnavailable, match="no mask-filler role"):
         registry.check("cudagraph", "mlm", "fp32", "cpu")
     registry.check("cudagraph", "classifier", "fp16", "cuda")

@@ -29,6 +29,7 @@ import torch
 from breaknli_fast.backends.cudagraph.encoder import BertFamilyEncoder, supported
 from breaknli_fast.backends.cudagraph.fused import FUSED_MODES
 from breaknli_fast.backends.cudagraph.graphs import MAX_GRAPHS, GraphRunner
+from breaknli_fast.backends.cudagraph.quant import kernels_used
 from breaknli_fast.backends.cudagraph.states import StateCache
 from breaknli_fast.backends.cudagraph.t5 import DecodeState, T5GraphDecoder
 from breaknli_fast.engines.blas import check_reproducible_blas
@@ -43,7 +44,9 @@ from breaknli_fast.engines.options import option
 from breaknli_fast.engines.sampling import CUDA_SYNC_EVERY, T5_FAMILIES, uniforms
 
 ENGINE = "cudagraph"
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+          "fp8": torch.bfloat16, "int8": torch.bfloat16}  # fp8 / int8: quantised products, the rest as at bf16
+QUANTISED = ("fp8", "int8")
 PROMPT_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # prompts per generator bucket (capped at gen_batch)
 ENCODER_LADDER = (16, 32, 64, 128, 256, 512)  # prompt tokens per generator bucket
 # tokens of a classifier pair's bucket: multiples of 8 to 128 (the torch engine's own padded widths there, where
@@ -174,7 +177,8 @@ class GraphGenerator(_GraphCounters, HFGenerator):
     def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str, o: GraphOptions, mode: str):
         super().__init__(model, tokenizer, info, device=device, max_input_length=o.max_input_length,
                          prompt_batch=o.prompt_batch)
-        self.decoder = T5GraphDecoder(model, model.dtype, device, fused=o.fused)
+        quant = info.precision if info.precision in QUANTISED else None
+        self.decoder = T5GraphDecoder(model, model.dtype, device, fused=o.fused, quant=quant)
         self.runner = GraphRunner(device, mode, o.max_graphs or MAX_GRAPHS, name=f"{ENGINE} generator")
         self.sync_every = int(o.sync_every)
         self.prompt_ladder = tuple(b for b in PROMPT_LADDER if b < self.prompt_batch) + (self.prompt_batch,)
@@ -188,7 +192,8 @@ class GraphGenerator(_GraphCounters, HFGenerator):
                         "cache_multiple": STEP_MULTIPLE},
             "compute": {"weights": str(self.decoder.dtype).replace("torch.", ""), "norms": "rms_norm, fp32 statistics",
                         "softmax": "fp32", "logits": self.decoder.logits_via, "sampling": "fp32",
-                        "activation": self.decoder.act_name, "fused": o.fused},
+                        "activation": self.decoder.act_name, "fused": o.fused,
+                        **_quant_details(quant, self.decoder.quantised())},
             "own_loop": {"sampling (fast sampler)": 0, "greedy": 0}, "transformers_fallback": self.fallbacks,
             "states": self.states.stats.to_dict(), "caches_cleaned": 0})
 
@@ -323,6 +328,15 @@ class GraphGenerator(_GraphCounters, HFGenerator):
         return [flat[e * n:(e + 1) * n] for e in range(p)]
 
 
+def _quant_details(quant: str | None, layers: Sequence[Any]) -> dict[str, Any]:
+    """What a quantised engine records: its scheme and which kernel its products run (:mod:`.quant`)."""
+    if quant is None:
+        return {}
+    return {"products": f"{quant}: weights per output channel, activations per row (fp32 scales)",
+            "product_kernels": kernels_used(layers),
+            "gpu_kernels": "torch._scaled_mm / torch._int_mm: not verified on a GPU"}
+
+
 def _state_budget(device: str, mib: float | None) -> int:
     """Bytes of decode states a generator holds (``state_mib``, else the device's default)."""
     if mib is not None:
@@ -343,8 +357,12 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     if config.model_type not in T5_FAMILIES:
         raise ModelLoadError(f"the {ENGINE} generator runs T5-family models (Flan-T5), not {config.model_type!r}; "
                              "use --engine torch")
-    if precision not in ("fp32", "bf16"):
-        raise ModelLoadError(f"the {ENGINE} generator runs fp32 or bf16, not {precision!r} (T5 overflows in fp16)")
+    if precision not in ("fp32", "bf16") + QUANTISED:
+        raise ModelLoadError(f"the {ENGINE} generator runs fp32, bf16, fp8 or int8, not {precision!r} (T5 overflows "
+                             "in fp16)")
+    if precision in QUANTISED and o.fused != "off":
+        raise ModelLoadError(f"cudagraph option fused={o.fused}: the fused step runs unquantised products; "
+                             f"use fused=off at {precision}")
     path = resolve_model(model)
     tok = load_tokenizer(path)
     m = load_seq2seq(path, DTYPES[precision], config).to(device).eval()
@@ -359,7 +377,7 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
     def __init__(self, model: str, precision: str, device: str, o: GraphOptions):
         mode = _check(device, o)
         if precision not in DTYPES:
-            raise ModelLoadError(f"the {ENGINE} classifier runs fp32, bf16 or fp16, not {precision!r}")
+            raise ModelLoadError(f"the {ENGINE} classifier runs fp32, bf16, fp16, fp8 or int8, not {precision!r}")
         super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=1, device=device)
         self.device = device
         config = load_config(model)
@@ -375,7 +393,8 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
         from transformers import AutoModelForSequenceClassification
 
         hf = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
-        self.net = BertFamilyEncoder(hf, DTYPES[precision], device)
+        quant = precision if precision in QUANTISED else None
+        self.net = BertFamilyEncoder(hf, DTYPES[precision], device, quant=quant)
         del hf
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
         self.pad_id = int(self.tokenizer.pad_token_id)
@@ -392,7 +411,8 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
             "buckets": {"pair_tokens": list(self.length_ladder), "pairs": list(self.batch_ladder),
                         "batch_tokens": self.batch_tokens},
             "compute": {"weights": precision, "norms": "layer_norm, fp32 statistics", "softmax": "fp32",
-                        "logits": "fp32 (head in fp32)"},
+                        "logits": "fp32 (head in fp32)",
+                        **_quant_details(quant, [v for p in self.net.layers for v in p.values()])},
             "token_budget": "not used: batches are the buckets (batch_tokens)", **limits, **_cuda_details(device)})
 
     def _synchronize(self) -> None:

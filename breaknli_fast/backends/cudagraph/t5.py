@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from breaknli_fast.backends.cudagraph.fused import FUSED_MODES, compiled, fused_layer, fused_logits
+from breaknli_fast.backends.cudagraph.quant import QuantLinear, linear
 from breaknli_fast.engines.base import Decoding
 from breaknli_fast.engines.compat import t5_scales_output
 from breaknli_fast.engines.sampling import fast_draw, warp_top
@@ -70,6 +71,15 @@ def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, num_bu
                          * (num_buckets - max_exact)).to(torch.long)
     large = torch.clamp(large, max=num_buckets - 1)
     return buckets + torch.where(relative < max_exact, relative, large)
+
+
+def add_product(x: torch.Tensor, a: torch.Tensor, weight: Any) -> None:
+    """``x += a @ weight^T`` in place: one ``addmm_`` of a plain weight (the product adds the residual), or the
+    quantised layer's product added (:mod:`.quant`)."""
+    if isinstance(weight, QuantLinear):
+        x.add_(weight(a))
+    else:
+        x.addmm_(a, weight.t())
 
 
 def mm_fp32_out(device: torch.device) -> bool:
@@ -115,10 +125,13 @@ class T5GraphDecoder:
     transformers' module. ``step(state, decoding, ...)`` is one decoder step of every row of a :class:`DecodeState`,
     sampling included."""
 
-    def __init__(self, model: Any, dtype: torch.dtype, device: torch.device | str, fused: str = "off"):
+    def __init__(self, model: Any, dtype: torch.dtype, device: torch.device | str, fused: str = "off",
+                 quant: str | None = None):
         if fused not in FUSED_MODES:
             raise ValueError(f"fused={fused!r}: use {', '.join(FUSED_MODES)}")
-        self.fused = fused
+        if quant is not None and fused != "off":
+            raise ValueError("the fused step runs unquantised products only (fused=off at fp8 / int8)")
+        self.fused, self.quant = fused, quant
         cfg = model.config
         self.device = torch.device(device)
         self.dtype = dtype
@@ -143,6 +156,10 @@ class T5GraphDecoder:
         def w(t: torch.Tensor) -> torch.Tensor:
             return t.detach().to(device=self.device, dtype=dtype).contiguous()
 
+        def lin(t: torch.Tensor) -> Any:
+            """A layer's product weight: at the compute dtype, or quantised (:mod:`.quant`)."""
+            return QuantLinear.of(t, None, quant, dtype, self.device) if quant else w(t)
+
         self.ln_self, self.ln_cross, self.ln_ff = [], [], []
         self.w_qkv, self.w_o, self.w_q_cross, self.w_o_cross, self.w_in, self.w_out = [], [], [], [], [], []
         kv_cross = []
@@ -151,27 +168,27 @@ class T5GraphDecoder:
             self.ln_self.append(w(blk.layer[0].layer_norm.weight))
             self.ln_cross.append(w(blk.layer[1].layer_norm.weight))
             self.ln_ff.append(w(blk.layer[-1].layer_norm.weight))
-            self.w_qkv.append(w(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
-            self.w_o.append(w(sa.o.weight))
-            self.w_q_cross.append(w(ca.q.weight))
-            self.w_o_cross.append(w(ca.o.weight))
+            self.w_qkv.append(lin(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
+            self.w_o.append(lin(sa.o.weight))
+            self.w_q_cross.append(lin(ca.q.weight))
+            self.w_o_cross.append(lin(ca.o.weight))
             kv_cross += [ca.k.weight, ca.v.weight]
             if self.gated:
-                self.w_in.append(w(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)))
+                self.w_in.append(lin(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)))
             else:
-                self.w_in.append(w(ff.wi.weight))
-            self.w_out.append(w(ff.wo.weight))
-        self.d_ff = int(self.w_out[0].shape[1])
+                self.w_in.append(lin(ff.wi.weight))
+            self.w_out.append(lin(ff.wo.weight))
+        self.d_ff = int(dec.block[0].layer[-1].DenseReluDense.wo.weight.shape[1])
         enc = model.get_encoder()
         self.enc_ln_att, self.enc_ln_ff, self.enc_qkv, self.enc_o, self.enc_in, self.enc_out = [], [], [], [], [], []
         for blk in enc.block:
             sa, ff = blk.layer[0].SelfAttention, blk.layer[-1].DenseReluDense
             self.enc_ln_att.append(w(blk.layer[0].layer_norm.weight))
             self.enc_ln_ff.append(w(blk.layer[-1].layer_norm.weight))
-            self.enc_qkv.append(w(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
-            self.enc_o.append(w(sa.o.weight))
-            self.enc_in.append(w(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)) if self.gated else w(ff.wi.weight))
-            self.enc_out.append(w(ff.wo.weight))
+            self.enc_qkv.append(lin(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
+            self.enc_o.append(lin(sa.o.weight))
+            self.enc_in.append(lin(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)) if self.gated else lin(ff.wi.weight))
+            self.enc_out.append(lin(ff.wo.weight))
         self.enc_ln_final = w(enc.final_layer_norm.weight)
         self.enc_embed = w(enc.embed_tokens.weight)
         self.enc_rel_bias = enc.block[0].layer[0].SelfAttention.relative_attention_bias.weight.detach().to(
@@ -229,6 +246,11 @@ class T5GraphDecoder:
             enc_ids=torch.zeros((prompts, enc_len), dtype=torch.long, **zeros),
             enc_mask=torch.ones((prompts, enc_len), dtype=torch.long, **zeros))
 
+    def quantised(self) -> list[Any]:
+        """Every product weight of the decoder and the encoder (quantised layers among them at fp8 / int8)."""
+        return [w for group in (self.w_qkv, self.w_o, self.w_q_cross, self.w_o_cross, self.w_in, self.w_out,
+                                self.enc_qkv, self.enc_o, self.enc_in, self.enc_out) for w in group]
+
     def fused_state(self) -> str:
         """What the ``fused`` option runs: ``off``, ``eager``, ``compile`` or why compiling failed."""
         failure = getattr(self.layer_fn, "failure", None)
@@ -269,13 +291,13 @@ class T5GraphDecoder:
         flat = x.view(p * length, self.d_model)  # the residual stream, added to by the products in place
         for i in range(len(self.enc_qkv)):
             y = self._norm(x, self.enc_ln_att[i])
-            qkv = F.linear(y, self.enc_qkv[i]).view(p, length, 3, h, d).permute(2, 0, 3, 1, 4)
+            qkv = linear(y, self.enc_qkv[i]).view(p, length, 3, h, d).permute(2, 0, 3, 1, 4)
             a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=bias, scale=1.0)
-            flat.addmm_(a.transpose(1, 2).reshape(p * length, self.inner), self.enc_o[i].t())
+            add_product(flat, a.transpose(1, 2).reshape(p * length, self.inner), self.enc_o[i])
             y = self._norm(x, self.enc_ln_ff[i])
-            g = F.linear(y, self.enc_in[i])
+            g = linear(y, self.enc_in[i])
             g = self.act(g[..., :self.d_ff]) * g[..., self.d_ff:] if self.gated else self.act(g)
-            flat.addmm_(g.view(p * length, -1), self.enc_out[i].t())
+            add_product(flat, g.view(p * length, -1), self.enc_out[i])
         hidden = self._norm(x, self.enc_ln_final)
         kv = F.linear(hidden, self.w_kv_cross).view(p, length, self.layers, 2, self.heads, self.d_kv)
         s.cross.copy_(kv.permute(2, 3, 0, 4, 1, 5))
@@ -309,20 +331,20 @@ class T5GraphDecoder:
         bias = self.self_bias(s.steps)[:, :, :span].index_select(1, s.t).unsqueeze(0)  # (1, heads, 1, span)
         for i in range(self.layers):
             y = self._norm(x, self.ln_self[i])
-            qkv = F.linear(y, self.w_qkv[i]).view(rows, 3, h, d)
+            qkv = linear(y, self.w_qkv[i]).view(rows, 3, h, d)
             kv = s.self_kv[i]
             kv.index_copy_(3, s.t, qkv[:, 1:].unsqueeze(3))
             a = F.scaled_dot_product_attention(qkv[:, 0].unsqueeze(2), kv[:, 0, :, :span], kv[:, 1, :, :span],
                                                attn_mask=bias, scale=1.0)
-            x.addmm_(a.reshape(rows, self.inner), self.w_o[i].t())  # the residual added by the product itself
+            add_product(x, a.reshape(rows, self.inner), self.w_o[i])  # the residual added by the product itself
             y = self._norm(x, self.ln_cross[i])
-            q = F.linear(y, self.w_q_cross[i]).view(s.prompts, s.k, h, d).transpose(1, 2)
+            q = linear(y, self.w_q_cross[i]).view(s.prompts, s.k, h, d).transpose(1, 2)
             a = F.scaled_dot_product_attention(q, s.cross[i, 0], s.cross[i, 1], attn_mask=s.enc_bias, scale=1.0)
-            x.addmm_(a.transpose(1, 2).reshape(rows, self.inner), self.w_o_cross[i].t())
+            add_product(x, a.transpose(1, 2).reshape(rows, self.inner), self.w_o_cross[i])
             y = self._norm(x, self.ln_ff[i])
-            g = F.linear(y, self.w_in[i])
+            g = linear(y, self.w_in[i])
             g = self.act(g[:, :self.d_ff]) * g[:, self.d_ff:] if self.gated else self.act(g)
-            x.addmm_(g, self.w_out[i].t())
+            add_product(x, g, self.w_out[i])
         return x
 
     def step_logits(self, s: DecodeState, span: int | None = None) -> torch.Tensor:
