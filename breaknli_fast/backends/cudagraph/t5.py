@@ -27,6 +27,11 @@ arithmetic beyond rounding:
   the project's per-prompt uniform numbers, so a token equals the torch engine's wherever the two distributions
   agree.
 
+At ``fp8`` / ``int8`` every product of the decoder's and the encoder's layers is a quantised layer (:mod:`.quant`;
+``add_product`` adds its output to the residual stream instead of ``addmm_``); ``fused`` runs the step written for
+fusion instead (:mod:`.fused`). A state's caches are zeroed after a step that produced a non-finite score in any
+row (:meth:`T5GraphDecoder.clean`).
+
 The encoder is transformers' T5 encoder written the same way (fused q / k / v, the bidirectional relative-position
 bias table computed once per length, padding as ``-inf``), followed by every decoder layer's cross-attention
 projections in one product: one more graph per bucket, run once per call.
