@@ -19,10 +19,12 @@ CPU) makes few kernels of a layer.
   values of :mod:`.t5`), the prompt's padding selected out.
 
 ``fused=eager`` runs these functions as plain torch operations (the CPU reference of the compiled path, and its
-numerics: equal to the plain step's but for the order of fp32 sums); ``fused=compile`` runs them through
-``torch.compile`` (dynamic shapes: one compilation serves every bucket and span), captured inside the bucket's
-CUDA graph like the plain step. :func:`count_launches` counts the kernels a compiled step launches from the code
-the compiler wrote (the CPU's stand-in for the profiler's count on a GPU).
+numerics: equal to the plain step's but for the order of fp32 sums); ``fused=compile`` runs each decoder layer
+(:func:`fused_layer`, every weight an argument, so one compilation serves every layer) through ``torch.compile``
+with dynamic shapes: one compilation serves every bucket and span but for four variants (the span equal to the
+cache's length or not; one sample per prompt or more), captured inside the bucket's CUDA graph like the plain
+step. :func:`count_launches` counts the kernels a compiled layer launches from the code the compiler wrote (the
+CPU's stand-in for the profiler's count on a GPU; :func:`step_kernels`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ The scheme (one code path for the scales, whatever computes the product):
   ``s_x = max|X[r, :]| / Q``, and ``X_q = quantise(X / s_x)``. ``quantise`` clamps to ``[-Q, Q]`` first and then
   casts (fp8: round to nearest e4m3; int8: round half to even): a value cannot leave the format's range, so an
   activation far beyond fp16's range (T5's feed-forward, where fp16 overflows to inf) is represented at its row's
-  scale, never as inf or NaN (e4m3 has no inf: a cast past 448 would be NaN). An all-zero row gets the smallest
+  scale, never as inf or NaN (e4m3 has no inf, and what torch's cast makes of a value past 448 -- 448 or NaN --
+  has differed between versions and devices: the clamp makes it one rule). An all-zero row gets the smallest
   normal fp32 scale (its product is 0). A row holding inf or NaN gives a NaN scale and NaN outputs, which the
   engines refuse as they refuse non-finite scores.
 * **Product** ``Y = (X_q W_q^T) * s_x s_w^T`` accumulated exactly (int8: int32; fp8 products of 4-bit significands
