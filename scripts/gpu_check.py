@@ -30,6 +30,13 @@ time is left in --budget than it needs:
   device-fp16-classifier  the classifier at fp16, the generator at fp32, on --device
   parity                  scripts/compare_runs.py: device fp32 against the CPU reference (fp32 tolerances), bf16 and
                           fp16 against device fp32 (the bench's verdicts)
+  fused-step, natural-eos, quantised
+                          the cudagraph engine's own checks (breaknli_fast/backends/cudagraph/check.py, each one
+                          JSON file): the decoder step written for fusion and compiled against the plain one (time,
+                          kernels, bytes), generation ended by the end-of-sequence token at real shapes (torch fp32
+                          against cudagraph fp32 / bf16, interleaved), the fp8 / int8 classifier against bf16
+  parity-scale            breaknli-fast bench --probe accuracy on the mini models: torch fp32 against cudagraph fp32,
+                          bf16 and fp8 on the device, every pair of the sample (--limit on the CPU)
 
 The timed steps (the benches) never run beside the background CPU reference: the untimed device runs go first
 while it runs. At the end, whatever happened, at most 8 files are written to --out (default $OUT when it is set):
@@ -65,13 +72,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 STEPS = ("env", "cpu-reference", "cuda-tests", "device-fp32", "bench-mini", "bench-real", "bench-large", "bounds",
-         "device-bf16", "device-fp16-classifier", "parity")
+         "device-bf16", "device-fp16-classifier", "parity", "fused-step", "natural-eos", "quantised", "parity-scale")
 # seconds: (cap, the least worth starting with). On an H200 (gpu-check-h200*.json): env 7, cuda-tests 26-30,
 # device-fp32 67 (all 2,724 examples), the CPU reference 165 in the background, bench-mini 128 at --limit 738,
 # bench-real 64-68, parity 2; the bf16 and fp16-classifier runs do the fp32 run's work, so they get 80
 CAPS = {"env": (45, 10), "cpu-reference": (210, 30), "cuda-tests": (100, 30), "device-fp32": (100, 30),
         "bench-mini": (150, 60), "bench-real": (150, 45), "bench-large": (180, 60), "bounds": (120, 40),
-        "device-bf16": (80, 25), "device-fp16-classifier": (80, 25), "parity": (30, 10)}
+        "device-bf16": (80, 25), "device-fp16-classifier": (80, 25), "parity": (30, 10),
+        # not yet run on a GPU (estimates): the compile of the fused layer per shape and precision, the random-weight
+        # T5's end-of-sequence factor found by bisection, four classifiers of the mini model, a bench of 4 engines
+        "fused-step": (240, 60), "natural-eos": (150, 45), "quantised": (120, 30), "parity-scale": (150, 45)}
+# the cudagraph engine's checks: its module's main, given the bench's random-weight builder for the real shapes
+CUDAGRAPH_CHECK = ("import sys; from breaknli_fast.bench.shapes import build_random_model as build; "
+                   "from breaknli_fast.backends.cudagraph.check import main; sys.exit(main(sys.argv[1:], build))")
+PARITY_ENGINES = "torch:fp32,cudagraph:fp32,cudagraph:bf16,cudagraph:fp8"  # parity-scale's (fp8: on the CPU emulated)
 RESERVE_S = 25  # kept at the end of --budget for the result file and the tarballs
 DEFAULT_BUDGET = 480  # fits `timeout 540` on the lent machine, start-up and transfers aside
 DEFAULT_REAL_SHAPES = "flan-t5-base,roberta-base"
@@ -434,12 +448,30 @@ def plan(c: Check) -> list[tuple[str, bool, Callable[[], None]]]:
         rec = c.run("parity", [cmd + ["--exit-zero"] for cmd in cmds], detail="; ".join(what))
         rec.detail = "; ".join(what) if rec.status == "ok" else rec.detail
 
+    def cudagraph_check(step: str, *extra: str) -> Callable[[], None]:
+        def go() -> None:
+            c.run(step, [[c.py, "-c", CUDAGRAPH_CHECK, step, "--device", dev, "--out", str(c.work / f"{step}.json"),
+                          "--cache-dir", str(c.work / "cache" / "random-weights"), *extra]])
+        return go
+
+    def parity_scale() -> None:
+        limit = str(a.limit) if tag == "cpu" else "0"  # on a GPU every pair of the sample (2,724)
+        cmd = bench_cmd(c, "bench-parity", limit, ["--probe", "accuracy"], PARITY_ENGINES)
+        for flag in ("--gen-prompts", "--greedy-prompts"):  # --bench-args' options of the BreakNLI loop only
+            while flag in cmd:
+                del cmd[cmd.index(flag):cmd.index(flag) + 2]
+        c.run("parity-scale", [cmd], detail=f"--limit {limit} --engines {PARITY_ENGINES}")
+
     # the measurements of the GPU engine first (a check stopped early keeps them), then the tests and the runs; a
     # timed step waits while the CPU reference runs in the background (the untimed ones go first then)
     steps: list[tuple[str, bool, Callable[[], None]]] = [
         ("bench-real", True, bench_shapes("bench-real", a.real_shapes, a.real_engines, "--real-shapes")),
         ("bench-large", True, bench_shapes("bench-large", a.large_shapes, a.large_engines, "--large-shapes")),
         ("bounds", True, bounds),
+        ("fused-step", True, cudagraph_check("fused-step")),
+        ("natural-eos", True, cudagraph_check("natural-eos", "--shapes", "mini" if tag == "cpu" else "base")),
+        ("quantised", True, cudagraph_check("quantised", "--shapes", "mini" if tag == "cpu" else "large")),
+        ("parity-scale", True, parity_scale),
         ("cuda-tests", False, lambda: c.run("cuda-tests", [[c.py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m",
                                                              "cuda", "-rs", "tests/test_cuda.py", "--junitxml",
                                                              str(c.work / "pytest-cuda.xml")]])),
@@ -477,7 +509,7 @@ def execute(c: Check) -> None:
         if dev_tag(a.device) == "cuda" and env and not cuda.get("available"):
             c.record(Record("device", "failed", f"--device {a.device} but torch {cuda.get('torch')} sees no CUDA GPU"))
             for s in ("cuda-tests", "device-fp32", "bench-mini", "bench-real", "bench-large", "bounds", "device-bf16",
-                      "device-fp16-classifier"):
+                      "device-fp16-classifier", "fused-step", "natural-eos", "quantised", "parity-scale"):
                 wanted.discard(s)
                 c.skip(s, "torch sees no CUDA GPU")
     ref_cmd = run_cmd(c, "reference-cpu-torch-fp32", "fp32", "cpu")
@@ -584,6 +616,8 @@ def payload(c: Check) -> dict[str, Any]:
                     "real": {"limit": c.args.real_limit, "bench": bench_summary(c.work / "bench-real")},
                     "large": {"limit": c.args.real_limit, "bench": bench_summary(c.work / "bench-large")}},
         "bounds": load_json(c.work / "bounds.json"),
+        "cudagraph": {step: load_json(c.work / f"{step}.json") for step in ("fused-step", "natural-eos", "quantised")},
+        "parity_scale": bench_summary(c.work / "bench-parity"),
         "work": str(c.work),
     }
 
@@ -592,7 +626,8 @@ BUNDLES = {  # tarball -> paths under the work folder
     "runs-reference.tar.gz": ["runs/reference-cpu-torch-fp32", "runs/device-*-torch-fp32"],
     "runs-precisions.tar.gz": ["runs/device-*-torch-bf16", "runs/device-*-torch-fp16-classifier"],
     "check.tar.gz": ["env.json", "nvidia-smi.txt", "pytest-cuda.xml", "parity-*.json", "logs", "bench-mini",
-                     "bench-real", "bench-large", "bounds.json", "summary.md"],
+                     "bench-real", "bench-large", "bounds.json", "summary.md", "fused-step.json", "natural-eos.json",
+                     "quantised.json", "bench-parity"],
 }
 
 
