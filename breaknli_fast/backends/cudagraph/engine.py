@@ -451,12 +451,11 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
                 a += size
         return out
 
-<<<<<<< HEAD
     def _batch_shape(self, lengths: Sequence[int]) -> tuple[int, int]:
         """The bucket a batch of pairs of these lengths runs in (what :meth:`_feeds` pads it to)."""
         return (bucket(len(lengths), self.batch_ladder)[0],
                 bucket(max(1, max(lengths, default=1)), self.length_ladder)[0])
-=======
+
     def padding(self, lengths: Sequence[int]) -> tuple[int, int]:
         """(real tokens, padded tokens) of one call's pairs of these token lengths: what the buckets compute."""
         padded = 0
@@ -464,7 +463,6 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
             width = bucket(max(max(1, int(lengths[r])) for r in rows), self.length_ladder)[0]
             padded += bucket(len(rows), self.batch_ladder)[0] * width
         return sum(max(1, int(n)) for n in lengths), padded
->>>>>>> i65
 
     def _feeds(self, tokens: Mapping[str, Sequence[Sequence[int]]], rows: Sequence[int]) -> dict[str, Any]:
         rows = list(rows)
