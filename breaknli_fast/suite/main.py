@@ -154,13 +154,14 @@ def _run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite_file or DEFAULT_SUITE)
     names = suite.select(args.names or None, args.skip)
     results = default_results(args.update_results, args.smoke, args.results, suite)
-    work = args.work or Path(tempfile.mkdtemp(prefix="breaknli-suite-"))
     if args.print_only:
+        work = args.work or Path("$WORK")
         for n in names:
             cmd, cwd, _, _ = entry_command(suite, n, python=args.python, results=Path(results), work=Path(work),
-                                           smoke=args.smoke)
+                                           smoke=args.smoke, checkout=False)
             print(f"{n}: {shlex.join(cmd)}" + (f"  (from {cwd})" if cwd != suite.path.parent.parent else ""))
         return 0
+    work = args.work or Path(tempfile.mkdtemp(prefix="breaknli-suite-"))
     rc = run_entries(suite, names, python=args.python, results=results, work=work, smoke=args.smoke)
     print(f"suite results in {results}" + (" (smoke sizes: each file says so)" if args.smoke else ""), file=sys.stderr)
     return rc

@@ -109,8 +109,9 @@ def is_committed_results(folder: str | Path) -> bool:
 
 
 def entry_command(suite: Suite, name: str, *, python: str, results: Path, work: Path, smoke: bool = False,
-                  python_tf5: str | None = None) -> tuple[list[str], Path, list[str], list[str]]:
-    """(the command that measures entry ``name``, the folder it runs from, what it requires, what it may use)."""
+                  python_tf5: str | None = None, checkout: bool = True) -> tuple[list[str], Path, list[str], list[str]]:
+    """(the command that measures entry ``name``, the folder it runs from, what it requires, what it may use);
+    an ``at_commit`` entry's copy of the checkout is made only with ``checkout``."""
     from breaknli_fast.suite.requirements import tf5_python
 
     e = suite.entry(name)
@@ -123,7 +124,8 @@ def entry_command(suite: Suite, name: str, *, python: str, results: Path, work: 
     py = tf5_python(python_tf5) if e.interpreter == "transformers5-venv" else python
     result = results / e.result
     if e.at_commit:  # measured by that commit's own script of the measurement
-        return [py, *m.legacy_argv(values, str(result))], _checkout_at(e.at_commit, work), required, optional
+        cwd = _checkout_at(e.at_commit, work) if checkout else work / f"checkout-{e.at_commit[:12]}"
+        return [py, *m.legacy_argv(values, str(result))], cwd, required, optional
     cmd = [py, "-m", "breaknli_fast.suite", "measure", m.name, *argv_of(m.arguments(values), values),
            "--result", str(result), "--scratch", str(work / e.name), "--entry", e.name]
     return cmd + (["--smoke"] if smoke else []), ROOT, required, optional

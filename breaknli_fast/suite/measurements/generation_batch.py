@@ -132,7 +132,7 @@ class GenerationBatch(Measurement):
             spec = parse_engine(text)
             kw = {"threads": config.threads} if config.threads else {}
             engines[text] = load_generator(spec.engine, spec.generator or config.generator, spec.precision, "cpu",
-                                           workers=1, **kw, **spec.opts)
+                                           workers=1, **kw, **spec.config.extra)
         variants = [(e, "before", 8) for e in engines] + [(e, "after", b) for e in engines for b in batches]
 
         def run(engine: str, kind: str, batch: int) -> list:
