@@ -328,6 +328,11 @@ def test_probe_benches_and_the_readme_parity_table(tmp_path: Path) -> None:
     readme.write_text("no block here\n")
     with pytest.raises(UserError, match="no parity-table block"):
         D.update_readme(readme, results)
+    # a bench of the schema bench writes today joins the table; one of the first schema's bootstraps does not
+    for schema, shown in (("breaknli-fast-bench/3", True), ("breaknli-fast-bench/1", False)):
+        write(folder, "probe-accuracy", "bench", "abcd1234", "x", {**payload, "schema": schema})
+        part = render(D.load(folder)[0]).split("### Parity per probe × engine on the evaluation slice")[1]
+        assert ("| accuracy | ort:int8 | 2724 | 1.80× |" in part.split("\n### ")[0]) is shown, schema
 
 
 def test_real_shapes_render_ratios_and_kernels(tmp_path: Path) -> None:
