@@ -33,7 +33,9 @@ def _declared(role: str) -> list[tuple[str, str]]:
 
 
 CLASSIFIERS = [(e, p, {}) for e, p in _declared(CLASSIFIER)] + [("ort", "int8", {"quantization": "static"})]
-GENERATORS = _declared(GENERATOR)
+# and the cudagraph generator's step written for fusion, compiled (backends/cudagraph/fused.py)
+GENERATORS = [(e, p, {}) for e, p in _declared(GENERATOR)] + [("cudagraph", p, {"fused": "compile"})
+                                                               for p in ("fp32", "bf16")]
 
 
 def _skip_unless_installed(engine: str) -> None:
@@ -79,8 +81,9 @@ PROMPTS = ["A man is sleeping on a bench in the park.", "Two dogs run.", "A woma
 
 
 @pytest.mark.parametrize("strategy", ["sampling", "greedy"])
-@pytest.mark.parametrize("engine,precision", GENERATORS, ids=[f"{e}-{p}" for e, p in GENERATORS])
-def test_a_prompt_s_candidates_do_not_depend_on_its_batch(engine, precision, strategy, tiny_t5, tmp_path,
+@pytest.mark.parametrize("engine,precision,opts", GENERATORS,
+                         ids=[f"{e}-{p}" + ("-" + "-".join(o.values()) if o else "") for e, p, o in GENERATORS])
+def test_a_prompt_s_candidates_do_not_depend_on_its_batch(engine, precision, opts, strategy, tiny_t5, tmp_path,
                                                            monkeypatch):
     _skip_unless_installed(engine)
     if engine == "ct2" and strategy == "sampling":
@@ -91,7 +94,7 @@ def test_a_prompt_s_candidates_do_not_depend_on_its_batch(engine, precision, str
              "openvino": {"cache_dir": tmp_path / "exports", "tolerances": RANDOM_WEIGHTS},
              "ct2": {"cache_dir": tmp_path / "exports"}}.get(engine, {})
     try:
-        gen = registry.load_generator(engine, tiny_t5, precision=precision, **extra)
+        gen = registry.load_generator(engine, tiny_t5, precision=precision, **extra, **opts)
     except registry.EngineUnavailable as e:  # ct2's generator needs CTranslate2, which its declaration cannot say
         pytest.skip(str(e))
     d = (Decoding(top_p=0.95, top_k=50, max_new_tokens=12) if strategy == "sampling"

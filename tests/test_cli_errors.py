@@ -138,7 +138,7 @@ def _cases(tmp: Path) -> list[Case]:
         ("negative limit", "15", ["--limit", "-1"], "--limit", {}, False),
         ("zero K", "15", ["--k", "0"], "--k", {}, False),
         ("bad workers", "15", ["--workers", "many"], "workers (--workers) must be a number or 'auto'", {}, False),
-        ("unknown precision", "16", ["--precision", "fp8"], "--precision 'fp8': use fp32, fp16, bf16, int8", {}, False),
+        ("unknown precision", "16", ["--precision", "fp4"], "--precision 'fp4': use fp32, fp16, bf16, int8, fp8", {}, False),
         ("misnamed premise column", "16", ["--premise-col", "nope"], "--premise-col nope: there is no such column (its columns: premise, hypothesis, label)", {}, False),
         ("misnamed id column", "45", ["--id-col", "nope"],
          "the id column nope (--id-col): there is no such column (its columns: premise, hypothesis, label)", {}, False),
@@ -195,9 +195,9 @@ def test_threads_beyond_the_cores_warn(tmp_path, monkeypatch):
     from breaknli_fast import limits
 
     monkeypatch.setattr(limits, "usable_cores", lambda: 2)
-    r = runner.invoke(app, ["run", "--threads", "6", "--precision", "fp8", "--out", str(tmp_path / "x")])
+    r = runner.invoke(app, ["run", "--threads", "6", "--precision", "fp4", "--out", str(tmp_path / "x")])
     assert "warning: --threads 6 is more than the 2 CPU cores" in " ".join(r.output.split())
-    _one_error_line(r, "--precision 'fp8'")
+    _one_error_line(r, "--precision 'fp4'")
     r = runner.invoke(app, ["run", "--threads", "512", "--out", str(tmp_path / "x")])  # beyond 4 per core: refused
     assert "warning" not in r.output
     _one_error_line(r, "--threads 512: at most 8 (4 per CPU core")

@@ -480,6 +480,83 @@ def test_cudagraph_bf16_on_cuda_agrees_with_fp32_and_keeps_fp32_logits(sample):
     assert not gen.info.details["graphs"]["capture_failures"]
 
 
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_compiled_fused_step_on_cuda_keeps_the_plain_steps_tokens(sample, precision):
+    """fused=compile (Triton kernels captured in the graphs) against the plain step on the same GPU: at fp32 the
+    same candidates but for one prompt (a draw within rounding of a boundary); at bf16 the same first tokens on
+    most rows; no capture failure, the compiler's code run (not its fallback)."""
+    _, prompts = sample
+    seeds = list(range(len(prompts)))
+    plain = registry.load_generator("cudagraph", "mini-t5", precision=precision, device="cuda")
+    fused = registry.load_generator("cudagraph", "mini-t5", precision=precision, device="cuda", fused="compile")
+    a, b = plain.generate_ids(prompts, 8, Decoding(), seeds), fused.generate_ids(prompts, 8, Decoding(), seeds)
+    assert fused.info.details["compute"]["fused"] == "compile", fused.info.details["compute"]["fused"]
+    stats = fused.info.details["graphs"]
+    assert stats["captured"] > 0 and not stats["capture_failures"] and stats["eager_runs"] == 0
+    if precision == "fp32":
+        assert sum(x != y for x, y in zip(a, b)) <= 1
+    else:
+        first = [(r[0] if r else None) for rows in a for r in rows], [(r[0] if r else None) for rows in b for r in rows]
+        assert np.mean(np.array(first[0]) == np.array(first[1])) >= 0.9
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_a_non_finite_call_leaves_the_next_replay_of_its_bucket_correct_on_cuda(sample):
+    """A NaN in one call's cache (a layer's q/k/v weights NaN for that call, replayed graphs) raises for that call;
+    the next call of the bucket, the weights restored, gives the tokens of a fresh engine."""
+    _, prompts = sample
+    d, seeds = Decoding(max_new_tokens=16), [1, 2, 3, 4]
+    want = registry.load_generator("cudagraph", "mini-t5", device="cuda").generate_ids(prompts[:4], 4, d, seeds)
+    gen = registry.load_generator("cudagraph", "mini-t5", device="cuda")
+    assert gen.generate_ids(prompts[:4], 4, d, seeds) == want  # the bucket's graphs captured
+    w = gen.decoder.w_qkv[0]
+    keep = w.clone()
+    w.fill_(float("nan"))
+    with pytest.raises(NonFiniteError):
+        gen.generate_ids(prompts[:4], 4, d, seeds)
+    w.copy_(keep)
+    assert gen.generate_ids(prompts[:4], 4, d, seeds) == want
+    assert gen.info.details["caches_cleaned"] == 1 and gen.info.details["graphs"]["replays"] > 0
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("fmt", ["fp8", "int8"])
+def test_the_quantised_classifier_on_cuda_runs_the_gpu_kernels_and_keeps_the_labels(sample, fmt):
+    """torch._scaled_mm / torch._int_mm on the GPU: the engine's products run them (not the emulation), their
+    numbers equal the CPU's exact emulation of the same quantised values (int8 to the bit; fp8 within one bf16
+    rounding), the labels agree with torch fp32 on at least 95 % of the pairs, and a pair alone gives its logits
+    in the call but for the last bits (another row count may pick another kernel)."""
+    from breaknli_fast.backends.cudagraph import quant
+
+    reason = quant.precision_gate(fmt, "cuda")
+    if reason:
+        pytest.skip(reason)
+    pairs, _ = sample
+    ref = registry.load_classifier("torch", "mini-nli", device="cuda").classify(pairs)
+    clf = registry.load_classifier("cudagraph", "mini-nli", precision=fmt, device="cuda")
+    clf.set_reuse(False)
+    kernel = "scaled_mm" if fmt == "fp8" else "int_mm"
+    assert clf.info.details["compute"]["product_kernels"] == {kernel: 20}
+    got = clf.classify(pairs)
+    assert np.mean(np.array(got.labels) == np.array(ref.labels)) >= 0.95
+    alone = np.concatenate([clf.classify([p]).logits for p in pairs[:16]])
+    print(f"cudagraph:{fmt} on cuda: alone against the call, max |Δlogit| {np.abs(alone - got.logits[:16]).max():.3g}")
+    assert clear_label_flips(got, Predictions(np.concatenate([alone, got.logits[16:]]))) == []
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(40, 256, generator=g), torch.randn(64, 256, generator=g)
+    gpu = quant.QuantLinear.of(w, None, fmt, torch.bfloat16, "cuda")
+    cpu = quant.QuantLinear.of(w, None, fmt, torch.bfloat16, "cpu")
+    a, b = gpu(x.cuda()).float().cpu(), cpu(x).float()
+    if fmt == "int8":
+        assert torch.equal(a, b)
+    else:
+        assert torch.allclose(a, b, rtol=2 ** -7, atol=1e-3 * float(b.abs().max()))
+
+
 def test_cuda_provider_options_switch_tf32_off(monkeypatch):
     ort = pytest.importorskip("onnxruntime")
     from breaknli_fast.backends.ort import runtime as ort_runtime

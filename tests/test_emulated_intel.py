@@ -69,9 +69,10 @@ def test_the_emulated_intel_cpu_needs_strict_mode_and_the_package_sets_it():
 
 def test_the_torch_engines_are_batch_invariant_on_the_emulated_intel_cpu(tmp_path):
     """tests/test_batch_independence.py's torch and cudagraph cases (every precision on the CPU) under the
-    emulated Intel CPU."""
+    emulated Intel CPU; not the cudagraph step compiled by torch.compile, whose C++ the host's compiler builds for
+    the host's CPU, not the emulated one."""
     r = _emulated(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
-                   "tests/test_batch_independence.py", "-k", "torch or cudagraph"], _env(), 900)
+                   "tests/test_batch_independence.py", "-k", "(torch or cudagraph) and not compile"], _env(), 900)
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail

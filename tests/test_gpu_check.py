@@ -97,6 +97,43 @@ def test_gpu_check_dry_run_on_the_cpu(tmp_path):
     assert "| device-bf16 | ok |" in summary and "torch fp32 on `cpu` against torch fp32 on the CPU" in summary
 
 
+@needs_shell
+def test_gpu_check_dry_run_runs_the_cudagraph_steps_inside_their_caps(tmp_path):
+    """The cudagraph engine's steps (fused-step, natural-eos, quantised, parity-scale) on the CPU's mini models, each
+    finished under its cap: the compiled fused step's kernels counted and its tokens those of the plain step at
+    fp32 where run, generation ended by the end-of-sequence token with the torch engine's candidates at fp32, the
+    fp8 / int8 classifiers batch-invariant to the bit, the accuracy bench of the four engines."""
+    r, out = _check(tmp_path, sys.executable, "--steps", "env,fused-step,natural-eos,quantised,parity-scale",
+                    *TINY_BENCH)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    _files_come_back(out)
+    doc = json.loads((out / "gpu-check.json").read_text())
+    steps, p = _steps(doc), doc["payload"]
+    for s in ("fused-step", "natural-eos", "quantised", "parity-scale"):
+        assert steps[s]["status"] == "ok" and steps[s]["cap_s"] <= 4 * gpu_check.CAPS[s][0], steps[s]
+    fused = p["cudagraph"]["fused-step"]["shapes"]["mini"]
+    assert set(fused) == {"generator", "bf16_off", "bf16_compile"}
+    assert fused["bf16_compile"]["fused"] == "compile" and fused["bf16_compile"]["kernels"]["per_layer"]["library"] == 6
+    assert fused["bf16_off"]["rows_identical_to_off_pct"] == 100.0 and fused["bf16_off"]["bytes"]["total"] > 0
+    eos = p["cudagraph"]["natural-eos"]
+    assert eos["reference"] == "torch:fp32" and "eos_bias" not in eos  # the trained mini model ends by itself
+    engines = eos["engines"]
+    assert set(engines) == {"torch:fp32", "cudagraph:fp32", "cudagraph:bf16"}
+    assert all(e["ended_by_eos_pct"] > 50 and e["mean_length"] < eos["max_new_tokens"] for e in engines.values())
+    assert engines["cudagraph:fp32"]["identical_to_first_pct"] == 100.0
+    quantised = p["cudagraph"]["quantised"]["precisions"]
+    assert set(quantised) == {"bf16", "fp8", "int8"} and "fp8" in p["cudagraph"]["quantised"]["speedup_vs_bf16"]
+    for fmt in ("fp8", "int8"):
+        assert quantised[fmt]["alone_vs_call_max_abs_diff"] == 0.0 and quantised[fmt]["labels_agree_pct"] >= 90
+        assert quantised[fmt]["compute"]["product_kernels"] == {"emulated": 20}
+    bench = p["parity_scale"]
+    assert [e["label"] for e in bench["engines"]] == gpu_check.PARITY_ENGINES.split(",")
+    assert all(e["status"] == "ok" for e in bench["engines"]) and bench["probe"] == "accuracy"
+    with tarfile.open(out / "check.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"fused-step.json", "natural-eos.json", "quantised.json", "bench-parity/bench.json"} <= names
+
+
 def _device_like_python(tmp_path: Path) -> str:
     """A Python like the lent machine's: itself a virtual environment, with the compat stack's packages
     (transformers 5.x, no optimum) and no breaknli-fast installed (the site folder is on its path through a .pth

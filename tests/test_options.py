@@ -33,7 +33,7 @@ def test_every_option_has_a_help_panel_and_help(cls):
     (BenchOptions(device="cuda:7"), "cuda"),
     (RunOptions(threads=0), "--threads 0: at least 1"),
     (RunOptions(probe="nope"), "nope"),
-    (RunOptions(precision="fp8"), "fp8"),
+    (RunOptions(precision="fp4"), "fp4"),
 ])
 def test_the_python_api_refuses_what_the_command_line_refuses(options, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):

@@ -209,6 +209,30 @@ def test_ceilings_are_cached_per_key_and_reused(tmp_path, monkeypatch):
     assert set(json.loads(Path(fresh.file).read_text())["gemm"]) == {"fp32 16x32x48", "fp32 16x48x32"}
 
 
+def test_a_product_is_also_measured_on_one_thread_counted_per_thread(tmp_path, monkeypatch):
+    """Engines that run batches side by side on one thread each can pass what one product reaches on all the
+    threads: each kernel's one-thread rate, counted once per thread, stands beside it, and the faster is the
+    ceiling (so no stage is above the machine's own figure because of how the products were timed)."""
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path))
+    calls = []
+    real = ceil._time
+
+    def timed(fn, b):
+        import torch
+
+        calls.append(torch.get_num_threads())
+        return real(fn, b)
+
+    monkeypatch.setattr(ceil, "_time", timed)
+    g = ceil.measure_ceilings([SHAPE], threads=2, mode="quick").gemm_at(*SHAPE)
+    names = [k.kernel for k in g.kernels]
+    one = [k for k in g.kernels if k.kernel.endswith(", 1 thread x 2")]
+    assert len(one) == len(names) // 2 and 1 in calls and 2 in calls
+    for k in one:
+        assert k.ops_per_s == pytest.approx(2.0 * 16 * 32 * 48 / k.seconds)
+    assert g.ops_per_s == max(k.ops_per_s for k in g.kernels if k.ops_per_s)
+
+
 def test_the_measuring_is_bounded_by_its_budget(tmp_path, monkeypatch):
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path))
     c = ceil.measure_ceilings([SHAPE, ("int8", 16, 32, 48)], threads=1, mode="quick", budget_s=0.0)

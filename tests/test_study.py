@@ -180,7 +180,7 @@ def test_each_role_on_its_own_engine_is_checked_before_loading_and_recorded(tiny
     r = runner.invoke(app, [*common, "--engine", "torch", "--generator-engine", "cudagraph", "--generator-precision",
                             "fp16", "--out", str(tmp_path / "bad")])
     said = " ".join(r.output.split())
-    assert r.exit_code != 0 and "generator runs fp32 or bf16 on cpu, not 'fp16'" in said
+    assert r.exit_code != 0 and "generator runs fp32, bf16, fp8 or int8 on cpu, not 'fp16'" in said
     assert not (tmp_path / "cache").exists() and not (tmp_path / "bad" / "config.json").exists()
     mixed = runner.invoke(app, [*common, "--engine", "torch", "--generator-engine", "ort", "--out", str(tmp_path / "m")])
     assert mixed.exit_code == 0, mixed.output

@@ -35,7 +35,7 @@ import breaknli_fast.bench.stages as stages
 from breaknli_fast.bench.measure import PeakMemory, latency_stats, synchronize
 from breaknli_fast.bench.recommend import recommendation
 from breaknli_fast.bench.result import BenchError, BenchResult
-from breaknli_fast.bench.specs import BenchEngine, parse_engines, with_reference
+from breaknli_fast.bench.specs import ROLE_FIELD, BenchEngine, parse_engines, with_reference
 from breaknli_fast.bench.state import Context, EngineRun, Reference, Workload, fail
 from breaknli_fast.bench.types import (BenchReport, Checks, DataSummary, EndToEnd, EngineResult, Funnel, Memory,
                                       ModelsSummary, Parity, RandomModel, RunFigures, Seeds, Speed, SpeedSummary,
@@ -370,15 +370,16 @@ def _checks(e: EngineResult, cfg: BenchConfig, meaningful: bool) -> Checks:
     return Checks(applied=True, failures=[f"engine {e.status}: {e.reason}"], passed=False)
 
 
-def _unverified(engine: str, device_kind: str) -> bool:
-    """Whether ``engine``'s declaration says it is not verified on ``device_kind``."""
+def _unverified(engine: str, device_kind: str, precision: str | None = None) -> bool:
+    """Whether ``engine``'s declaration says it is not verified on ``device_kind`` (all of it, or at
+    ``precision``)."""
     from breaknli_fast.engines import registry
 
     try:
         decl = registry.backend(engine)
     except registry.EngineUnavailable:
         return False
-    return decl is not None and device_kind in decl.unverified
+    return decl is not None and decl.is_unverified(device_kind, precision)
 
 
 @dataclass
@@ -446,6 +447,11 @@ def plan_bench(cfg: BenchConfig, log: Callable[[str], None]) -> BenchPlan:
             notes.append(f"{', '.join(unverified)} on {cfg.engine.device}: {NOT_VERIFIED} by this project (ONNX "
                          "Runtime's CUDA / TensorRT providers and TensorRT cannot be installed on its GPU machines); "
                          "each session records the providers it ran on")
+        precise = sorted({sp.label for sp in specs if sp.label not in unverified
+                          and any(_unverified(sp.engine, "cuda", sp.role_precision(r)) for r in ROLE_FIELD)})
+        if precise:
+            notes.append(f"{', '.join(precise)} on {cfg.engine.device}: {NOT_VERIFIED} by this project at that "
+                         "precision (its kernels have not run on a lent GPU yet)")
     random_info = prepare_models(cfg, probe, data, models, notes, log)
     used = sorted({models["classifier"], *([models["generator"]] if "generator" in roles else []), *models["mlm"]}
                   | {m for sp in specs for m in (sp.classifier, sp.generator) if m})

@@ -78,9 +78,14 @@ class Backend:
     # "module:function" (precision, device) -> None, or why this machine cannot run that precision (bf16 without
     # AVX-512 BF16 or AMX, say): asked by check() before anything loads
     gate: str | None = None
-    # device kinds it offers that no machine of this project has run it on: said "not verified on a GPU" wherever
-    # it is offered (bench notes, help), and no figure is claimed
+    # device kinds it offers that no machine of this project has run it on, or "kind:precision" for one precision
+    # there ("cuda:fp8"): said "not verified on a GPU" wherever it is offered (bench notes, help), and no figure is
+    # claimed
     unverified: tuple[str, ...] = ()
+
+    def is_unverified(self, kind: str, precision: str | None = None) -> bool:
+        """Whether this backend on device kind ``kind`` (at ``precision``, where given) is declared unverified."""
+        return kind in self.unverified or (precision is not None and f"{kind}:{precision}" in self.unverified)
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ _ENGINES: dict[str, str] = {
 AUTO = "auto"
 REFERENCE = "torch"  # the fp32 reference, and auto's fallback
 # every precision some backend runs (command-line choices); each backend's own are in its declaration
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 def precision_name(value: str, what: str = "precision") -> str:
     """``value`` when it names a precision some backend runs (lower-cased), else one line naming the choices; which
     precisions a backend runs for a role on a device is its declaration's (:meth:`Backend.check`)."""

@@ -6,7 +6,9 @@ The arithmetic is transformers' post-norm encoder (embeddings of words, position
 layer self-attention, residual and layer norm, feed-forward, residual and layer norm), the attention through
 ``scaled_dot_product_attention`` with the padding as an additive ``-inf`` mask (softmax accumulated in fp32 at every
 precision), and the classification head -- RoBERTa's dense + tanh + projection on ``<s>``, BERT's pooler + classifier
-on ``[CLS]`` -- in fp32 at every precision, so the logits and their softmax are fp32.
+on ``[CLS]`` -- in fp32 at every precision, so the logits and their softmax are fp32. At ``fp8`` / ``int8``
+(``quant``) every layer's four products are quantised (:mod:`.quant`: weights per output channel, activations per
+row), the rest runs as at bf16.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from breaknli_fast.backends.cudagraph.quant import QuantLinear, linear
 
 # model_type -> how positions are numbered ("roberta": from padding_idx + 1, skipping padding; "absolute": 0, 1, ...)
 FAMILIES = {"roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta", "bert": "absolute"}
@@ -37,7 +41,7 @@ def supported(config: Any) -> str | None:
 class BertFamilyEncoder:
     """``forward(ids, mask, types)`` -> fp32 logits in the model's own label order (module notes)."""
 
-    def __init__(self, model: Any, dtype: torch.dtype, device: torch.device | str):
+    def __init__(self, model: Any, dtype: torch.dtype, device: torch.device | str, quant: str | None = None):
         cfg = model.config
         why = supported(cfg)
         if why is not None:
@@ -62,18 +66,25 @@ class BertFamilyEncoder:
         self.type = w(emb.token_type_embeddings.weight)
         self.emb_ln = (w(emb.LayerNorm.weight), w(emb.LayerNorm.bias))
         self.layers = []
+        self.quant = quant
+
+        def lin(weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[Any, Any]:
+            """(weight, bias) of a layer's product: plain at the compute dtype, or quantised (its bias inside)."""
+            if quant is None:
+                return w(weight), w(bias)
+            return QuantLinear.of(weight, bias, quant, dtype, self.device), None
+
         for layer in base.encoder.layer:
             att = layer.attention
             sa = att.self
-            self.layers.append({
-                "w_qkv": w(torch.cat([sa.query.weight, sa.key.weight, sa.value.weight], 0)),
-                "b_qkv": w(torch.cat([sa.query.bias, sa.key.bias, sa.value.bias], 0)),
-                "w_o": w(att.output.dense.weight), "b_o": w(att.output.dense.bias),
-                "ln1": (w(att.output.LayerNorm.weight), w(att.output.LayerNorm.bias)),
-                "w_i": w(layer.intermediate.dense.weight), "b_i": w(layer.intermediate.dense.bias),
-                "w_f": w(layer.output.dense.weight), "b_f": w(layer.output.dense.bias),
-                "ln2": (w(layer.output.LayerNorm.weight), w(layer.output.LayerNorm.bias)),
-            })
+            p: dict[str, Any] = {"ln1": (w(att.output.LayerNorm.weight), w(att.output.LayerNorm.bias)),
+                                 "ln2": (w(layer.output.LayerNorm.weight), w(layer.output.LayerNorm.bias))}
+            p["w_qkv"], p["b_qkv"] = lin(torch.cat([sa.query.weight, sa.key.weight, sa.value.weight], 0),
+                                         torch.cat([sa.query.bias, sa.key.bias, sa.value.bias], 0))
+            p["w_o"], p["b_o"] = lin(att.output.dense.weight, att.output.dense.bias)
+            p["w_i"], p["b_i"] = lin(layer.intermediate.dense.weight, layer.intermediate.dense.bias)
+            p["w_f"], p["b_f"] = lin(layer.output.dense.weight, layer.output.dense.bias)
+            self.layers.append(p)
         if self.positions == "roberta":  # RobertaClassificationHead: dense, tanh, out_proj on <s>
             head = model.classifier
             self.head = [(w(head.dense.weight, True), w(head.dense.bias, True), torch.tanh),
@@ -102,11 +113,11 @@ class BertFamilyEncoder:
             ~mask.bool()[:, None, None, :], float("-inf"))
         h, d = self.heads, self.hidden // self.heads
         for p in self.layers:
-            qkv = F.linear(x, p["w_qkv"], p["b_qkv"]).view(b, length, 3, h, d).permute(2, 0, 3, 1, 4)
+            qkv = linear(x, p["w_qkv"], p["b_qkv"]).view(b, length, 3, h, d).permute(2, 0, 3, 1, 4)
             a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=bias)
-            x = self._ln(x + F.linear(a.transpose(1, 2).reshape(b, length, self.hidden), p["w_o"], p["b_o"]), p["ln1"])
-            y = self.act(F.linear(x, p["w_i"], p["b_i"]))
-            x = self._ln(x + F.linear(y, p["w_f"], p["b_f"]), p["ln2"])
+            x = self._ln(x + linear(a.transpose(1, 2).reshape(b, length, self.hidden), p["w_o"], p["b_o"]), p["ln1"])
+            y = self.act(linear(x, p["w_i"], p["b_i"]))
+            x = self._ln(x + linear(y, p["w_f"], p["b_f"]), p["ln2"])
         y = x[:, 0].float()
         for weight, bias_, act in self.head:
             y = F.linear(y, weight, bias_)

@@ -27,7 +27,10 @@ import numpy as np
 import torch
 
 from breaknli_fast.backends.cudagraph.encoder import BertFamilyEncoder, supported
+from breaknli_fast.backends.cudagraph.fused import FUSED_MODES
 from breaknli_fast.backends.cudagraph.graphs import MAX_GRAPHS, GraphRunner
+from breaknli_fast.backends.cudagraph.quant import kernels_used
+from breaknli_fast.backends.cudagraph.states import StateCache
 from breaknli_fast.backends.cudagraph.t5 import DecodeState, T5GraphDecoder
 from breaknli_fast.engines.blas import check_reproducible_blas
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, Decoding, DecodeWork, EngineInfo, NonFiniteError
@@ -41,31 +44,50 @@ from breaknli_fast.engines.options import option
 from breaknli_fast.engines.sampling import CUDA_SYNC_EVERY, T5_FAMILIES, uniforms
 
 ENGINE = "cudagraph"
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+          "fp8": torch.bfloat16, "int8": torch.bfloat16}  # fp8 / int8: quantised products, the rest as at bf16
+QUANTISED = ("fp8", "int8")
 PROMPT_LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # prompts per generator bucket (capped at gen_batch)
 ENCODER_LADDER = (16, 32, 64, 128, 256, 512)  # prompt tokens per generator bucket
-PAIR_LADDER = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # tokens of a classifier pair's bucket
+# tokens of a classifier pair's bucket: multiples of 8 to 128 (the torch engine's own padded widths there, where
+# NLI pairs lie), of 16 to 256, of 32 to 512: a pair pads at most 7 tokens below 128 (the former ladder, 16 / 32 /
+# 48 / 64 / 96 / 128 / ..., padded SNLI pairs 1.36-1.67x)
+PAIR_LADDER = tuple(range(8, 129, 8)) + tuple(range(144, 257, 16)) + tuple(range(288, 513, 32))
 BATCH_LADDER = (8, 16, 32, 64, 128, 256, 512)  # pairs per classifier bucket
+# ... and below 8 on CUDA: a length group's last pairs pad fewer rows (a GPU's products may change their last bits
+# with the row count anyway; on the CPU, batches of at least 8 rows keep a pair's logits the same bits whatever
+# its batch, tests/test_batch_independence.py)
+CUDA_SMALL_BATCHES = (1, 2, 4)
+MIN_PIECE = 8  # a length group's last pairs below this many go in one batch of the next ladder size (padded rows)
+CLASSIFIER_MAX_GRAPHS = 256  # the classifier's graphs by default (a graph's intermediates share one pool)
 STEP_MULTIPLE = 16  # the self-attention cache's length: max_new_tokens rounded up to this (aligned attention masks)
 GPU_BATCH_TOKENS = 65536  # padded tokens of a classifier batch on CUDA (512 pairs of 128 tokens)
 GRAPH_MODES = ("auto", "cuda", "eager", "standin")
+CPU_STATE_MIB = 2048  # decode states held on the CPU by default (state_mib)
+CUDA_STATE_SHARE = 0.25  # ... on CUDA: this share of the GPU's memory
 
 
 @dataclass
 class GraphOptions(GenerationOptions):
     """The options of the cudagraph engine's loaders. ``graphs``: ``auto`` (CUDA graphs on CUDA, eager steps on
     the CPU), ``cuda``, ``eager`` (the same steps without graphs, to compare) or ``standin`` (the CPU stand-in of
-    the graphs, for tests). ``max_graphs``: graphs one engine keeps (further buckets run eagerly, counted).
+    the graphs, for tests). ``max_graphs``: graphs one engine keeps (further buckets run eagerly, counted; default
+    :data:`~.graphs.MAX_GRAPHS` for the generator, :data:`CLASSIFIER_MAX_GRAPHS` for the classifier).
     ``sync_every``: generator steps between the host's looks at the device (all rows finished?).
     ``batch_tokens``: a classifier batch's padded tokens at most (default: 65,536 on CUDA, ``token_budget`` on the
-    CPU)."""
+    CPU). ``state_mib``: the generator's decode states held at most, in MiB (least recently used evicted first,
+    :mod:`.states`; default: a quarter of the GPU's memory on CUDA, :data:`CPU_STATE_MIB` on the CPU). ``fused``:
+    the generator's decoder step as written (``off``), written for fusion and run as plain torch operations
+    (``eager``) or compiled by ``torch.compile`` (``compile``; :mod:`.fused`)."""
 
     engine = ENGINE
 
     graphs: str = option("auto")
-    max_graphs: int = option(MAX_GRAPHS)
+    max_graphs: int | None = option(None)
     sync_every: int = option(CUDA_SYNC_EVERY, roles=(GENERATOR,))
     batch_tokens: int | None = option(None, roles=(CLASSIFIER,))
+    state_mib: float | None = option(None, roles=(GENERATOR,))
+    fused: str = option("off", roles=(GENERATOR,))
 
 
 OPTIONS = GraphOptions
@@ -85,8 +107,14 @@ def _check(device: str, o: GraphOptions) -> str:
     if mode == "cuda" and not device.startswith("cuda"):
         raise ModelLoadError("cudagraph option graphs=cuda needs --device cuda (on the CPU: graphs=eager or standin)")
     for name in ("max_graphs", "sync_every"):
-        if int(getattr(o, name)) < 1:
+        if getattr(o, name) is not None and int(getattr(o, name)) < 1:
             raise ModelLoadError(f"cudagraph option {name} must be at least 1, not {getattr(o, name)}")
+    fused = getattr(o, "fused", "off")
+    if fused not in FUSED_MODES:
+        raise ModelLoadError(f"cudagraph option fused={fused!r}: use {', '.join(FUSED_MODES)}")
+    mib = getattr(o, "state_mib", None)
+    if mib is not None and not (isinstance(mib, (int, float)) and 0 < float(mib) < float("inf")):
+        raise ModelLoadError(f"cudagraph option state_mib must be a positive number of MiB, not {mib!r}")
     return mode
 
 
@@ -96,6 +124,21 @@ def bucket(n: int, ladder: Sequence[int]) -> tuple[int, bool]:
         if b >= n:
             return int(b), True
     return int(n), False
+
+
+def split_rows(n: int, most: int, ladder: Sequence[int]) -> list[int]:
+    """Batch sizes for ``n`` rows of one length bucket: ``most`` (the largest ladder size that fits the token
+    budget) while that many are left, then the largest ladder size that fits what is left, down to fewer than
+    :data:`MIN_PIECE` rows, which go in one batch of the smallest ladder size that holds them (its padded rows)."""
+    sizes: list[int] = []
+    left = int(n)
+    while left > 0:
+        if left < MIN_PIECE and bucket(left, ladder)[0] <= most:
+            sizes.append(left)  # one batch, padded to the ladder size that holds it
+            break
+        sizes.append(max([b for b in ladder if b <= min(left, most)] or [min(left, most)]))
+        left -= sizes[-1]
+    return sizes
 
 
 def _copy_in(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -134,11 +177,14 @@ class GraphGenerator(_GraphCounters, HFGenerator):
     def __init__(self, model: Any, tokenizer: Any, info: EngineInfo, device: str, o: GraphOptions, mode: str):
         super().__init__(model, tokenizer, info, device=device, max_input_length=o.max_input_length,
                          prompt_batch=o.prompt_batch)
-        self.decoder = T5GraphDecoder(model, model.dtype, device)
-        self.runner = GraphRunner(device, mode, o.max_graphs, name=f"{ENGINE} generator")
+        quant = info.precision if info.precision in QUANTISED else None
+        self.decoder = T5GraphDecoder(model, model.dtype, device, fused=o.fused, quant=quant)
+        self.runner = GraphRunner(device, mode, o.max_graphs or MAX_GRAPHS, name=f"{ENGINE} generator")
         self.sync_every = int(o.sync_every)
         self.prompt_ladder = tuple(b for b in PROMPT_LADDER if b < self.prompt_batch) + (self.prompt_batch,)
-        self.states: dict[tuple[int, int, int, int], DecodeState] = {}
+        self.states = StateCache(_state_budget(device, o.state_mib), self._drop_graphs)
+        self.state_graphs: dict[tuple[int, int, int, int], set[Any]] = {}  # a state's key -> its graphs' keys
+        self.cleaned = 0  # calls after which a state's caches were cleaned (a non-finite score)
         self.fallbacks: dict[str, int] = {}
         info.details.update({
             "graphs": self.runner.stats.to_dict(), "graph_mode": mode, "sync_every": self.sync_every,
@@ -146,8 +192,10 @@ class GraphGenerator(_GraphCounters, HFGenerator):
                         "cache_multiple": STEP_MULTIPLE},
             "compute": {"weights": str(self.decoder.dtype).replace("torch.", ""), "norms": "rms_norm, fp32 statistics",
                         "softmax": "fp32", "logits": self.decoder.logits_via, "sampling": "fp32",
-                        "activation": self.decoder.act_name},
-            "own_loop": {"sampling (fast sampler)": 0, "greedy": 0}, "transformers_fallback": self.fallbacks})
+                        "activation": self.decoder.act_name, "fused": o.fused,
+                        **_quant_details(quant, self.decoder.quantised())},
+            "own_loop": {"sampling (fast sampler)": 0, "greedy": 0}, "transformers_fallback": self.fallbacks,
+            "states": self.states.stats.to_dict(), "caches_cleaned": 0})
 
     def _own(self, decoding: Decoding) -> str | None:
         if decoding.strategy == "greedy":
@@ -186,15 +234,28 @@ class GraphGenerator(_GraphCounters, HFGenerator):
             out.extend(res)
         self._count_outputs(lengths, out)
         self.info.details["own_loop"][path] += len(prompts)
-        self.info.details["graphs"] = self.runner.stats.to_dict()
+        self._record()
         return out
 
+    def _record(self) -> None:
+        self.info.details["graphs"] = self.runner.stats.to_dict()
+        self.info.details["states"] = self.states.stats.to_dict()
+        self.info.details["caches_cleaned"] = self.cleaned
+        self.info.details["compute"]["fused"] = self.decoder.fused_state()
+
     def _state(self, prompts: int, k: int, enc_len: int, steps: int) -> DecodeState:
+        """The bucket's decode state, from the budgeted cache (:mod:`.states`)."""
         key = (prompts, k, enc_len, steps)
-        if key not in self.states:
-            self.states[key] = self.decoder.new_state(prompts, k, enc_len, steps)
+
+        def build() -> DecodeState:
             self.decoder.self_bias(steps)  # the bias table exists before any capture reads it
-        return self.states[key]
+            return self.decoder.new_state(prompts, k, enc_len, steps)
+
+        return self.states.get(key, build, self.decoder.state_bytes(prompts, k, enc_len, steps))
+
+    def _drop_graphs(self, key: Any) -> None:
+        """An evicted state's graphs go with it (captured on its buffers)."""
+        self.runner.drop(self.state_graphs.pop(key, set()))
 
     def _decode(self, input_ids: torch.Tensor, mask: torch.Tensor, n: int, decoding: Decoding, seeds: list[int],
                 greedy: bool, start_id: int, eos_id: int, pad_id: int,
@@ -208,6 +269,7 @@ class GraphGenerator(_GraphCounters, HFGenerator):
         steps = decoding.max_new_tokens
         tb = math.ceil(steps / STEP_MULTIPLE) * STEP_MULTIPLE
         s = self._state(pb, n, lb, tb)
+        graphs = self.state_graphs.setdefault((pb, n, lb, tb), set())
         sig = (greedy, decoding.top_k, decoding.top_p, decoding.temperature, decoding.min_new_tokens)
         spans = sorted({span_of(t, tb) for t in range(steps)})
         steps_of = {span: (lambda span=span: self.decoder.step(s, decoding, greedy, eos_id, pad_id, span))
@@ -222,6 +284,7 @@ class GraphGenerator(_GraphCounters, HFGenerator):
             self.decoder.encode(s)
 
         enc_key = ("encoder", pb, n, lb, tb)
+        graphs.update([enc_key] + [key(span) for span in spans])
         with torch.inference_mode():
             self.runner.ensure(enc_key, encode, in_ladder=ok_p and ok_l)
             for span in spans:
@@ -263,11 +326,33 @@ class GraphGenerator(_GraphCounters, HFGenerator):
                     break
             tokens = s.tokens[:p * n, :done].cpu().tolist()
             bad = s.bad[:done].cpu().tolist()
+            if bool(s.dirty):  # a non-finite score in any row: its cache positions must not reach a later call
+                self.decoder.clean(s)
+                self.cleaned += 1
+                self._record()
         for t, c in enumerate(bad):
             if c:
                 raise NonFiniteError(f"next-token scores of {c} of {p * n} sequences at decoding step {t + 1}")
         flat = [[tok for tok in row if tok != pad_id] for row in tokens]
         return [flat[e * n:(e + 1) * n] for e in range(p)]
+
+
+def _quant_details(quant: str | None, layers: Sequence[Any]) -> dict[str, Any]:
+    """What a quantised engine records: its scheme and which kernel its products run (:mod:`.quant`)."""
+    if quant is None:
+        return {}
+    return {"products": f"{quant}: weights per output channel, activations per row (fp32 scales)",
+            "product_kernels": kernels_used(layers),
+            "gpu_kernels": "torch._scaled_mm / torch._int_mm: not verified on a GPU"}
+
+
+def _state_budget(device: str, mib: float | None) -> int:
+    """Bytes of decode states a generator holds (``state_mib``, else the device's default)."""
+    if mib is not None:
+        return max(1, int(float(mib) * 2**20))
+    if device.startswith("cuda"):
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory * CUDA_STATE_SHARE)
+    return CPU_STATE_MIB * 2**20
 
 
 def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **opts: Any) -> GraphGenerator:
@@ -281,8 +366,12 @@ def load_generator(model: str, precision: str = "fp32", device: str = "cpu", **o
     if config.model_type not in T5_FAMILIES:
         raise ModelLoadError(f"the {ENGINE} generator runs T5-family models (Flan-T5), not {config.model_type!r}; "
                              "use --engine torch")
-    if precision not in ("fp32", "bf16"):
-        raise ModelLoadError(f"the {ENGINE} generator runs fp32 or bf16, not {precision!r} (T5 overflows in fp16)")
+    if precision not in ("fp32", "bf16") + QUANTISED:
+        raise ModelLoadError(f"the {ENGINE} generator runs fp32, bf16, fp8 or int8, not {precision!r} (T5 overflows "
+                             "in fp16)")
+    if precision in QUANTISED and o.fused != "off":
+        raise ModelLoadError(f"cudagraph option fused={o.fused}: the fused step runs unquantised products; "
+                             f"use fused=off at {precision}")
     path = resolve_model(model)
     tok = load_tokenizer(path)
     m = load_seq2seq(path, DTYPES[precision], config).to(device).eval()
@@ -297,7 +386,7 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
     def __init__(self, model: str, precision: str, device: str, o: GraphOptions):
         mode = _check(device, o)
         if precision not in DTYPES:
-            raise ModelLoadError(f"the {ENGINE} classifier runs fp32, bf16 or fp16, not {precision!r}")
+            raise ModelLoadError(f"the {ENGINE} classifier runs fp32, bf16, fp16, fp8 or int8, not {precision!r}")
         super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=1, device=device)
         self.device = device
         config = load_config(model)
@@ -313,15 +402,17 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
         from transformers import AutoModelForSequenceClassification
 
         hf = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
-        self.net = BertFamilyEncoder(hf, DTYPES[precision], device)
+        quant = precision if precision in QUANTISED else None
+        self.net = BertFamilyEncoder(hf, DTYPES[precision], device, quant=quant)
         del hf
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.length_ladder = tuple(b for b in PAIR_LADDER if b < self.max_length) + (self.max_length,)
         cap = o.max_batch or max(BATCH_LADDER)
         self.batch_tokens = int(o.batch_tokens or (GPU_BATCH_TOKENS if device.startswith("cuda") else o.token_budget))
-        self.batch_ladder = tuple(b for b in BATCH_LADDER if b <= cap) or (int(cap),)
-        self.runner = GraphRunner(device, mode, o.max_graphs, name=f"{ENGINE} classifier")
+        small = CUDA_SMALL_BATCHES if device.startswith("cuda") else ()
+        self.batch_ladder = tuple(b for b in small + BATCH_LADDER if b <= cap) or (int(cap),)
+        self.runner = GraphRunner(device, mode, o.max_graphs or CLASSIFIER_MAX_GRAPHS, name=f"{ENGINE} classifier")
         self.buffers: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
         self.info = EngineInfo(ENGINE, "classifier", model, precision, device, {
             "kind": "seq-cls", "family": config.model_type, "workers": 1, "graph_mode": mode,
@@ -329,7 +420,8 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
             "buckets": {"pair_tokens": list(self.length_ladder), "pairs": list(self.batch_ladder),
                         "batch_tokens": self.batch_tokens},
             "compute": {"weights": precision, "norms": "layer_norm, fp32 statistics", "softmax": "fp32",
-                        "logits": "fp32 (head in fp32)"},
+                        "logits": "fp32 (head in fp32)",
+                        **_quant_details(quant, [v for p in self.net.layers for v in p.values()])},
             "token_budget": "not used: batches are the buckets (batch_tokens)", **limits, **_cuda_details(device)})
 
     def _synchronize(self) -> None:
@@ -345,21 +437,32 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
         return max(fits) if fits else min(self.batch_ladder)
 
     def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Pairs grouped by their own length bucket (shortest first), each group cut into batches of the largest
-        bucket size that fits ``batch_tokens``; the last batch of a group holds the rest."""
+        """Pairs grouped by their own length bucket (shortest first), each group cut into batches of ladder sizes
+        (:func:`split_rows`: the largest that fits ``batch_tokens`` first, then smaller ones, so a group's padded
+        rows are fewer than :data:`MIN_PIECE`)."""
         groups: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
             groups.setdefault(bucket(max(1, int(n)), self.length_ladder)[0], []).append(i)
         out: list[list[int]] = []
         for lb in sorted(groups):
-            idx, rows = groups[lb], self._max_rows(lb)
-            out += [idx[a:a + rows] for a in range(0, len(idx), rows)]
+            idx, a = groups[lb], 0
+            for size in split_rows(len(idx), self._max_rows(lb), self.batch_ladder):
+                out.append(idx[a:a + size])
+                a += size
         return out
 
     def _batch_shape(self, lengths: Sequence[int]) -> tuple[int, int]:
         """The bucket a batch of pairs of these lengths runs in (what :meth:`_feeds` pads it to)."""
         return (bucket(len(lengths), self.batch_ladder)[0],
                 bucket(max(1, max(lengths, default=1)), self.length_ladder)[0])
+
+    def padding(self, lengths: Sequence[int]) -> tuple[int, int]:
+        """(real tokens, padded tokens) of one call's pairs of these token lengths: what the buckets compute."""
+        padded = 0
+        for rows in self._plan(lengths):
+            width = bucket(max(max(1, int(lengths[r])) for r in rows), self.length_ladder)[0]
+            padded += bucket(len(rows), self.batch_ladder)[0] * width
+        return sum(max(1, int(n)) for n in lengths), padded
 
     def _feeds(self, tokens: Mapping[str, Sequence[Sequence[int]]], rows: Sequence[int]) -> dict[str, Any]:
         rows = list(rows)

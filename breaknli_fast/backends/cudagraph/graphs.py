@@ -86,11 +86,14 @@ class GraphStats:
     misses: dict[str, int] = field(default_factory=dict)  # why a bucket has no graph -> how many times
     failures: dict[str, str] = field(default_factory=dict)  # key -> the first line of its capture's error
     keys: list[str] = field(default_factory=list)  # the captured buckets, in capture order
+    dropped: int = 0  # graphs dropped with their buffers (an evicted decode state)
+    held: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"captured": self.captured, "capture_seconds": round(self.capture_seconds, 4),
                 "replays": self.replays, "eager_runs": self.eager_runs, "misses": dict(self.misses),
-                "capture_failures": dict(self.failures), "buckets": list(self.keys)}
+                "capture_failures": dict(self.failures), "buckets": list(self.keys), "dropped": self.dropped,
+                "held": self.held}
 
 
 class GraphRunner:
@@ -149,6 +152,14 @@ class GraphRunner:
         graph.replay()
         self.stats.replays += 1
 
+    def drop(self, keys: Any) -> None:
+        """Forget the graphs of ``keys`` (their static buffers are freed: a later :meth:`ensure` captures anew)."""
+        for key in keys:
+            if self.graphs.pop(key, None) is not None:
+                self.stats.dropped += 1
+            self.eager_keys.discard(key)
+        self.stats.held = len(self.graphs)
+
     def _miss(self, why: str, notice: str) -> None:
         self.stats.misses[why] = self.stats.misses.get(why, 0) + 1
         if why not in self._told:
@@ -176,4 +187,5 @@ class GraphRunner:
         self.stats.captured += 1
         self.stats.keys.append(str(key))
         self.graphs[key] = graph
+        self.stats.held = len(self.graphs)
         return graph

@@ -27,6 +27,11 @@ arithmetic beyond rounding:
   the project's per-prompt uniform numbers, so a token equals the torch engine's wherever the two distributions
   agree.
 
+At ``fp8`` / ``int8`` every product of the decoder's and the encoder's layers is a quantised layer (:mod:`.quant`;
+``add_product`` adds its output to the residual stream instead of ``addmm_``); ``fused`` runs the step written for
+fusion instead (:mod:`.fused`). A state's caches are zeroed after a step that produced a non-finite score in any
+row (:meth:`T5GraphDecoder.clean`).
+
 The encoder is transformers' T5 encoder written the same way (fused q / k / v, the bidirectional relative-position
 bias table computed once per length, padding as ``-inf``), followed by every decoder layer's cross-attention
 projections in one product: one more graph per bucket, run once per call.
@@ -34,6 +39,7 @@ projections in one product: one more graph per bucket, run once per call.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -41,6 +47,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from breaknli_fast.backends.cudagraph.fused import FUSED_MODES, compiled, fused_layer, fused_logits
+from breaknli_fast.backends.cudagraph.quant import QuantLinear, linear
 from breaknli_fast.engines.base import Decoding
 from breaknli_fast.engines.compat import t5_scales_output
 from breaknli_fast.engines.sampling import fast_draw, warp_top
@@ -70,6 +78,15 @@ def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, num_bu
     return buckets + torch.where(relative < max_exact, relative, large)
 
 
+def add_product(x: torch.Tensor, a: torch.Tensor, weight: Any) -> None:
+    """``x += a @ weight^T`` in place: one ``addmm_`` of a plain weight (the product adds the residual), or the
+    quantised layer's product added (:mod:`.quant`)."""
+    if isinstance(weight, QuantLinear):
+        x.add_(weight(a))
+    else:
+        x.addmm_(a, weight.t())
+
+
 def mm_fp32_out(device: torch.device) -> bool:
     """Whether ``torch.mm(a, b, out_dtype=torch.float32)`` takes bf16 operands on ``device`` (fp32 accumulation
     and output: the bf16 output layer's logits stay fp32)."""
@@ -96,6 +113,7 @@ class DecodeState:
     tokens: torch.Tensor  # (rows, steps) long: the drawn tokens, pad after a row's eos
     u: torch.Tensor  # (steps, rows) fp32: the uniform numbers of each step
     bad: torch.Tensor  # (steps,) long: rows whose scores were not finite, per step
+    dirty: torch.Tensor  # (1,) bool: a non-finite score in any row (the bucket's padding rows too) since cleaned
     self_kv: torch.Tensor  # (layers, rows, 2, heads, steps, d_kv)
     cross: torch.Tensor  # (layers, 2, prompts, heads, enc_len, d_kv)
     enc_bias: torch.Tensor  # (prompts, 1, 1, enc_len): 0 or -inf (padding of the prompt)
@@ -112,7 +130,13 @@ class T5GraphDecoder:
     transformers' module. ``step(state, decoding, ...)`` is one decoder step of every row of a :class:`DecodeState`,
     sampling included."""
 
-    def __init__(self, model: Any, dtype: torch.dtype, device: torch.device | str):
+    def __init__(self, model: Any, dtype: torch.dtype, device: torch.device | str, fused: str = "off",
+                 quant: str | None = None):
+        if fused not in FUSED_MODES:
+            raise ValueError(f"fused={fused!r}: use {', '.join(FUSED_MODES)}")
+        if quant is not None and fused != "off":
+            raise ValueError("the fused step runs unquantised products only (fused=off at fp8 / int8)")
+        self.fused, self.quant = fused, quant
         cfg = model.config
         self.device = torch.device(device)
         self.dtype = dtype
@@ -137,6 +161,10 @@ class T5GraphDecoder:
         def w(t: torch.Tensor) -> torch.Tensor:
             return t.detach().to(device=self.device, dtype=dtype).contiguous()
 
+        def lin(t: torch.Tensor) -> Any:
+            """A layer's product weight: at the compute dtype, or quantised (:mod:`.quant`)."""
+            return QuantLinear.of(t, None, quant, dtype, self.device) if quant else w(t)
+
         self.ln_self, self.ln_cross, self.ln_ff = [], [], []
         self.w_qkv, self.w_o, self.w_q_cross, self.w_o_cross, self.w_in, self.w_out = [], [], [], [], [], []
         kv_cross = []
@@ -145,27 +173,27 @@ class T5GraphDecoder:
             self.ln_self.append(w(blk.layer[0].layer_norm.weight))
             self.ln_cross.append(w(blk.layer[1].layer_norm.weight))
             self.ln_ff.append(w(blk.layer[-1].layer_norm.weight))
-            self.w_qkv.append(w(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
-            self.w_o.append(w(sa.o.weight))
-            self.w_q_cross.append(w(ca.q.weight))
-            self.w_o_cross.append(w(ca.o.weight))
+            self.w_qkv.append(lin(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
+            self.w_o.append(lin(sa.o.weight))
+            self.w_q_cross.append(lin(ca.q.weight))
+            self.w_o_cross.append(lin(ca.o.weight))
             kv_cross += [ca.k.weight, ca.v.weight]
             if self.gated:
-                self.w_in.append(w(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)))
+                self.w_in.append(lin(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)))
             else:
-                self.w_in.append(w(ff.wi.weight))
-            self.w_out.append(w(ff.wo.weight))
-        self.d_ff = int(self.w_out[0].shape[1])
+                self.w_in.append(lin(ff.wi.weight))
+            self.w_out.append(lin(ff.wo.weight))
+        self.d_ff = int(dec.block[0].layer[-1].DenseReluDense.wo.weight.shape[1])
         enc = model.get_encoder()
         self.enc_ln_att, self.enc_ln_ff, self.enc_qkv, self.enc_o, self.enc_in, self.enc_out = [], [], [], [], [], []
         for blk in enc.block:
             sa, ff = blk.layer[0].SelfAttention, blk.layer[-1].DenseReluDense
             self.enc_ln_att.append(w(blk.layer[0].layer_norm.weight))
             self.enc_ln_ff.append(w(blk.layer[-1].layer_norm.weight))
-            self.enc_qkv.append(w(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
-            self.enc_o.append(w(sa.o.weight))
-            self.enc_in.append(w(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)) if self.gated else w(ff.wi.weight))
-            self.enc_out.append(w(ff.wo.weight))
+            self.enc_qkv.append(lin(torch.cat([sa.q.weight, sa.k.weight, sa.v.weight], 0)))
+            self.enc_o.append(lin(sa.o.weight))
+            self.enc_in.append(lin(torch.cat([ff.wi_0.weight, ff.wi_1.weight], 0)) if self.gated else lin(ff.wi.weight))
+            self.enc_out.append(lin(ff.wo.weight))
         self.enc_ln_final = w(enc.final_layer_norm.weight)
         self.enc_embed = w(enc.embed_tokens.weight)
         self.enc_rel_bias = enc.block[0].layer[0].SelfAttention.relative_attention_bias.weight.detach().to(
@@ -188,6 +216,11 @@ class T5GraphDecoder:
                 self.lm_head_f32 = self.lm_head.float()
         self._bias_tables: dict[int, torch.Tensor] = {}
         self._enc_tables: dict[int, torch.Tensor] = {}
+        self._fused: Callable[..., torch.Tensor] | None = None
+        self.layer_fn: Callable[..., Any] | None = None
+        if fused != "off":
+            self.layer_fn = compiled(fused_layer) if fused == "compile" else fused_layer
+            self._fused = functools.partial(fused_logits, self, self.layer_fn)
 
     # -- per-call parts, outside the graphs ------------------------------------------------------------------------
     def self_bias(self, steps: int) -> torch.Tensor:
@@ -211,12 +244,38 @@ class T5GraphDecoder:
             unfinished=torch.zeros(rows, dtype=torch.bool, **zeros), real=torch.zeros(rows, dtype=torch.bool, **zeros),
             tokens=torch.zeros((rows, steps), dtype=torch.long, **zeros),
             u=torch.full((steps, rows), 0.5, dtype=torch.float32, **zeros),
-            bad=torch.zeros(steps, dtype=torch.long, **zeros),
+            bad=torch.zeros(steps, dtype=torch.long, **zeros), dirty=torch.zeros(1, dtype=torch.bool, **zeros),
             self_kv=torch.zeros((self.layers, rows, 2, self.heads, steps, self.d_kv), dtype=self.dtype, **zeros),
             cross=torch.zeros((self.layers, 2, prompts, self.heads, enc_len, self.d_kv), dtype=self.dtype, **zeros),
             enc_bias=torch.zeros((prompts, 1, 1, enc_len), dtype=self.dtype, **zeros),
             enc_ids=torch.zeros((prompts, enc_len), dtype=torch.long, **zeros),
             enc_mask=torch.ones((prompts, enc_len), dtype=torch.long, **zeros))
+
+    def quantised(self) -> list[Any]:
+        """Every product weight of the decoder and the encoder (quantised layers among them at fp8 / int8)."""
+        return [w for group in (self.w_qkv, self.w_o, self.w_q_cross, self.w_o_cross, self.w_in, self.w_out,
+                                self.enc_qkv, self.enc_o, self.enc_in, self.enc_out) for w in group]
+
+    def fused_state(self) -> str:
+        """What the ``fused`` option runs: ``off``, ``eager``, ``compile`` or why compiling failed."""
+        failure = getattr(self.layer_fn, "failure", None)
+        return f"compile failed ({failure}): the fused step runs eagerly" if failure else self.fused
+
+    def state_bytes(self, prompts: int, k: int, enc_len: int, steps: int) -> int:
+        """The bytes :meth:`new_state` allocates for these shapes (before allocating them)."""
+        rows, item = prompts * k, torch.empty((), dtype=self.dtype).element_size()
+        longs = rows + 1 + rows * steps + prompts * enc_len * 2  # last, t, tokens, enc_ids, enc_mask
+        bools = rows * 2 + 1  # unfinished, real, dirty
+        cache = self.layers * 2 * self.heads * self.d_kv * (rows * steps + prompts * enc_len)  # self_kv, cross
+        return 8 * (longs + steps) + bools + 4 * steps * rows + item * (cache + prompts * enc_len)
+
+    def clean(self, s: DecodeState) -> None:
+        """Zero a state's caches and buffers in place (after a non-finite score: a NaN or inf left in a cache
+        position that a later call masks would still reach its scores, ``NaN + -inf`` being NaN, and its
+        attention output, ``0 x NaN`` being NaN). The addresses stay: the bucket's graphs remain valid."""
+        for t in (s.self_kv, s.cross, s.enc_bias, s.tokens, s.last, s.bad):
+            t.zero_()
+        s.dirty.zero_()
 
     def enc_bias(self, length: int) -> torch.Tensor:
         """``(heads, length, length)`` at the compute dtype: the encoder's (bidirectional) relative-position bias."""
@@ -237,13 +296,13 @@ class T5GraphDecoder:
         flat = x.view(p * length, self.d_model)  # the residual stream, added to by the products in place
         for i in range(len(self.enc_qkv)):
             y = self._norm(x, self.enc_ln_att[i])
-            qkv = F.linear(y, self.enc_qkv[i]).view(p, length, 3, h, d).permute(2, 0, 3, 1, 4)
+            qkv = linear(y, self.enc_qkv[i]).view(p, length, 3, h, d).permute(2, 0, 3, 1, 4)
             a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=bias, scale=1.0)
-            flat.addmm_(a.transpose(1, 2).reshape(p * length, self.inner), self.enc_o[i].t())
+            add_product(flat, a.transpose(1, 2).reshape(p * length, self.inner), self.enc_o[i])
             y = self._norm(x, self.enc_ln_ff[i])
-            g = F.linear(y, self.enc_in[i])
+            g = linear(y, self.enc_in[i])
             g = self.act(g[..., :self.d_ff]) * g[..., self.d_ff:] if self.gated else self.act(g)
-            flat.addmm_(g.view(p * length, -1), self.enc_out[i].t())
+            add_product(flat, g.view(p * length, -1), self.enc_out[i])
         hidden = self._norm(x, self.enc_ln_final)
         kv = F.linear(hidden, self.w_kv_cross).view(p, length, self.layers, 2, self.heads, self.d_kv)
         s.cross.copy_(kv.permute(2, 3, 0, 4, 1, 5))
@@ -255,7 +314,10 @@ class T5GraphDecoder:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 next-token logits of the decoder's last hidden states ``(rows, d_model)``."""
-        x = self._norm(x, self.ln_final)
+        return self.head(self._norm(x, self.ln_final))
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 next-token logits of the final layer norm's output ``(rows, d_model)``: the output layer."""
         if self.scaled:
             x = x * (self.d_model ** -0.5)
         if self.dtype == torch.float32:
@@ -274,28 +336,36 @@ class T5GraphDecoder:
         bias = self.self_bias(s.steps)[:, :, :span].index_select(1, s.t).unsqueeze(0)  # (1, heads, 1, span)
         for i in range(self.layers):
             y = self._norm(x, self.ln_self[i])
-            qkv = F.linear(y, self.w_qkv[i]).view(rows, 3, h, d)
+            qkv = linear(y, self.w_qkv[i]).view(rows, 3, h, d)
             kv = s.self_kv[i]
             kv.index_copy_(3, s.t, qkv[:, 1:].unsqueeze(3))
             a = F.scaled_dot_product_attention(qkv[:, 0].unsqueeze(2), kv[:, 0, :, :span], kv[:, 1, :, :span],
                                                attn_mask=bias, scale=1.0)
-            x.addmm_(a.reshape(rows, self.inner), self.w_o[i].t())  # the residual added by the product itself
+            add_product(x, a.reshape(rows, self.inner), self.w_o[i])  # the residual added by the product itself
             y = self._norm(x, self.ln_cross[i])
-            q = F.linear(y, self.w_q_cross[i]).view(s.prompts, s.k, h, d).transpose(1, 2)
+            q = linear(y, self.w_q_cross[i]).view(s.prompts, s.k, h, d).transpose(1, 2)
             a = F.scaled_dot_product_attention(q, s.cross[i, 0], s.cross[i, 1], attn_mask=s.enc_bias, scale=1.0)
-            x.addmm_(a.transpose(1, 2).reshape(rows, self.inner), self.w_o_cross[i].t())
+            add_product(x, a.transpose(1, 2).reshape(rows, self.inner), self.w_o_cross[i])
             y = self._norm(x, self.ln_ff[i])
-            g = F.linear(y, self.w_in[i])
+            g = linear(y, self.w_in[i])
             g = self.act(g[:, :self.d_ff]) * g[:, self.d_ff:] if self.gated else self.act(g)
-            x.addmm_(g, self.w_out[i].t())
+            add_product(x, g, self.w_out[i])
         return x
+
+    def step_logits(self, s: DecodeState, span: int | None = None) -> torch.Tensor:
+        """fp32 next-token logits of the step ``s.t`` of every row, its keys and values written into the cache: the
+        plain step (:meth:`hidden`) or, with ``fused``, the step written for fusion (:mod:`.fused`)."""
+        span = s.steps if span is None else int(span)
+        if self._fused is None:
+            return self.logits(self.hidden(s, span))
+        return self._fused(s.last, s.t, s.self_kv, s.cross, s.enc_bias, self.self_bias(s.steps), span)
 
     def step(self, s: DecodeState, decoding: Decoding, greedy: bool, eos_id: int, pad_id: int,
              span: int | None = None) -> None:
         """One step of every row: logits, the draw (or the most likely token), the bookkeeping of finished rows;
         all on the device, all in ``s`` (capturable: no host synchronisation, no shape that depends on data).
         ``span``: as :meth:`hidden`'s."""
-        logits = self.logits(self.hidden(s, span))
+        logits = self.step_logits(s, span)
         if decoding.min_new_tokens:  # no eos before min_new_tokens (the sampler's own rule)
             col = logits[:, eos_id]
             logits[:, eos_id] = torch.where(s.t < decoding.min_new_tokens, float("-inf"), col)
@@ -310,6 +380,7 @@ class T5GraphDecoder:
             bad = ~(torch.isfinite(totals) & (totals > 0))
             nxt = fast_draw(idx, cdf, s.u.index_select(0, s.t).squeeze(0))
         s.bad.index_add_(0, s.t, (bad & s.real).sum().view(1))
+        s.dirty.logical_or_(bad.any().view(1))  # any row, padding included: its cache is cleaned after the call
         nxt = torch.where(s.unfinished, nxt, pad_id)
         s.tokens.index_copy_(1, s.t, nxt.unsqueeze(1))
         s.last.copy_(nxt)

@@ -30,6 +30,13 @@ left in ``budget`` than it needs. Built in, in the order ``--steps`` lists them:
   device-fp16-classifier  the classifier at fp16, the generator at fp32, on --device
   parity                  the compare-runs measurement: device fp32 against the CPU reference (fp32 tolerances),
                           bf16 and fp16 against device fp32 (the bench's verdicts)
+  fused-step, natural-eos, quantised
+                          the cudagraph engine's own checks (breaknli_fast/backends/cudagraph/check.py, each one
+                          JSON file): the decoder step written for fusion and compiled against the plain one (time,
+                          kernels, bytes), generation ended by the end-of-sequence token at real shapes (torch fp32
+                          against cudagraph fp32 / bf16, interleaved), the fp8 / int8 classifier against bf16
+  parity-scale            breaknli-fast bench --probe accuracy on the mini models: torch fp32 against cudagraph fp32,
+                          bf16 and fp8 on the device, every pair of the sample (--limit on the CPU)
 
 The timed steps (the benches) never run beside the background CPU reference: the untimed device runs go first while
 it runs. At the end, whatever happened, at most 8 files are in ``out`` (default $OUT when set, else the scratch
@@ -71,6 +78,11 @@ DEFAULT_LARGE_SHAPES = "flan-t5-large,roberta-large"
 # bench-mini's engines: torch fp32 (its reference), bf16, fp16 for the classifier only, the cudagraph engine
 BENCH_ENGINES = "torch:fp32,torch:bf16,torch:fp16:gen.precision=fp32,cudagraph:fp32,cudagraph:bf16"
 REAL_ENGINES = "torch:fp32,cudagraph:fp32,cudagraph:bf16"  # bench-real's
+# the cudagraph engine's checks: its module's main, given the bench's random-weight builder for the real shapes
+CUDAGRAPH_CHECK = ("import sys; from breaknli_fast.bench.shapes import build_random_model as build; "
+                   "from breaknli_fast.backends.cudagraph.check import main; sys.exit(main(sys.argv[1:], build))")
+CUDAGRAPH_STEPS = ("fused-step", "natural-eos", "quantised")
+PARITY_ENGINES = "torch:fp32,cudagraph:fp32,cudagraph:bf16,cudagraph:fp8"  # parity-scale's (fp8: on the CPU emulated)
 LARGE_ENGINES = "torch:fp32,cudagraph:bf16"  # bench-large's
 # the real-shape benches' timing: the end-to-end loop 3 times (its median; a CUDA graph's capture for a new shape
 # falls in one run), the fixed-workload stages at least twice, batch invariance on 200 pairs
@@ -547,6 +559,38 @@ def _parity(c: Check) -> None:
     rec.detail = "; ".join(what) if rec.status == "ok" else rec.detail
 
 
+# not yet run on a GPU (estimates): the compile of the fused layer per shape and precision, the random-weight T5's
+# end-of-sequence factor found by bisection, four classifiers of the mini model, a bench of 4 engines
+def _cudagraph_check(c: Check, name: str, *extra: str) -> None:
+    c.run(name, [[c.py, "-c", CUDAGRAPH_CHECK, name, "--device", c.args.device, "--out", str(c.work / f"{name}.json"),
+                  "--cache-dir", str(c.work / "cache" / "random-weights"), *extra]])
+
+
+@step("fused-step", cap=240, need=60, timed=True, gpu=True, priority=32)
+def _fused_step(c: Check) -> None:
+    _cudagraph_check(c, "fused-step")
+
+
+@step("natural-eos", cap=150, need=45, timed=True, gpu=True, priority=34)
+def _natural_eos(c: Check) -> None:
+    _cudagraph_check(c, "natural-eos", "--shapes", "mini" if c.tag == "cpu" else "base")
+
+
+@step("quantised", cap=120, need=30, timed=True, gpu=True, priority=36)
+def _quantised(c: Check) -> None:
+    _cudagraph_check(c, "quantised", "--shapes", "mini" if c.tag == "cpu" else "large")
+
+
+@step("parity-scale", cap=150, need=45, timed=True, gpu=True, priority=38)
+def _parity_scale(c: Check) -> None:
+    limit = str(c.args.limit) if c.tag == "cpu" else "0"  # on a GPU every pair of the sample (2,724)
+    cmd = c.bench_cmd("bench-parity", limit, ["--probe", "accuracy"], PARITY_ENGINES)
+    for flag in ("--gen-prompts", "--greedy-prompts"):  # --bench-args' options of the BreakNLI loop only
+        while flag in cmd:
+            del cmd[cmd.index(flag):cmd.index(flag) + 2]
+    c.run("parity-scale", [cmd], detail=f"--limit {limit} --engines {PARITY_ENGINES}")
+
+
 def execute(c: Check) -> None:
     """The start steps in order, then the queue by priority: a timed step never runs beside the background CPU
     reference (the untimed ones go first while it runs)."""
@@ -652,6 +696,8 @@ def payload(c: Check) -> dict[str, Any]:
                     "real": {"limit": c.args.real_limit, "bench": load_json(c.work / "bench-real" / "bench.json")},
                     "large": {"limit": c.args.real_limit, "bench": load_json(c.work / "bench-large" / "bench.json")}},
         "bounds": _payload_of(c.work / "bounds.json"),
+        "cudagraph": {name: load_json(c.work / f"{name}.json") for name in CUDAGRAPH_STEPS},
+        "parity_scale": load_json(c.work / "bench-parity" / "bench.json"),
         "work": str(c.work),
     }
 
@@ -660,7 +706,8 @@ BUNDLES = {  # tarball -> paths under the work folder
     "runs-reference.tar.gz": ["runs/reference-cpu-torch-fp32", "runs/device-*-torch-fp32"],
     "runs-precisions.tar.gz": ["runs/device-*-torch-bf16", "runs/device-*-torch-fp16-classifier"],
     "check.tar.gz": ["env.json", "nvidia-smi.txt", "pytest-cuda.xml", "parity-*.json", "logs", "bench-mini",
-                     "bench-real", "bench-large", "bounds.json", "summary.md"],
+                     "bench-real", "bench-large", "bounds.json", "summary.md", "fused-step.json", "natural-eos.json",
+                     "quantised.json", "bench-parity"],
 }
 
 
@@ -821,6 +868,8 @@ class GpuCheckPayload:
     parity: dict[str, Any] | None = None  # kernels / precisions: the compare-runs payloads
     benches: dict[str, GpuBench] | None = None
     bounds: dict[str, Any] | None = None  # the gpu-bounds payload
+    cudagraph: dict[str, Any] | None = None  # step -> the cudagraph engine's check's JSON (backends/cudagraph/check.py)
+    parity_scale: BenchReport | None = None  # the parity-scale step's bench.json
     work: str | None = None
     files: dict[str, Any] | None = None
     problems: list[str] | None = None
