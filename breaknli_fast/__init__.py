@@ -2,6 +2,10 @@
 
 import os
 
+# the variables below that the user set, before this package sets its defaults: a result file records only what
+# the user set (breaknli_fast.suite.provenance)
+USER_SET_ENV = frozenset(k for k in ("OMP_WAIT_POLICY", "MKL_CBWR") if k in os.environ)
+
 # torch's CPU build runs its intra-op threads on GNU OpenMP, whose idle threads spin. When other processes
 # share the cores (a second run, a CI job, a laptop's browser), spinning threads take the cores from the
 # threads that have work: with spinning threads, a `run --limit 300` that takes 21 s alone did not finish in

@@ -1,4 +1,4 @@
-"""Command line: ``breaknli-fast run | report | export | bench | env | generate | mini train | mini check`` (thin;
+"""Command line: ``breaknli-fast run | report | export | bench | suite | env | generate | mini train | mini check`` (thin;
 calls the library). Help and usage errors of every command: :mod:`breaknli_fast.cli_help`; the options each probe
 declares: :mod:`breaknli_fast.cli_options`."""
 
@@ -170,10 +170,13 @@ from breaknli_fast.cli_report import report  # noqa: E402
 from breaknli_fast.export.command import export  # noqa: E402
 from breaknli_fast.mini.command import EPILOG as MINI_TRAIN_EPILOG  # noqa: E402
 from breaknli_fast.mini.command import train as mini_train  # noqa: E402
+from breaknli_fast.suite.command import SETTINGS as SUITE_SETTINGS  # noqa: E402
+from breaknli_fast.suite.command import suite  # noqa: E402
 
 app.command("export")(export)
 app.command("bench")(opts.ProbeOptions(opts.OptionsCommand(bench, BenchOptions)))
 app.command("report")(report)
+app.command("suite", context_settings=SUITE_SETTINGS, add_help_option=False)(suite)
 
 mini_app = typer.Typer(help="The shipped mini models (train them again from SNLI).", add_completion=False)
 app.add_typer(mini_app, name="mini")

@@ -12,8 +12,9 @@ from typing import Any, Sequence
 
 PACKAGES = ("torch", "transformers", "tokenizers", "onnxruntime", "onnx", "onnxscript", "openvino", "ctranslate2",
             "tensorrt", "mlcommons-loadgen", "ray", "spacy", "datasets", "huggingface_hub", "numpy", "typer", "rich")
-# the entry-point groups plugins join by: the backends' and the probes' registries
-PLUGIN_GROUPS = {"backend": "breaknli_fast.backends", "probe": "breaknli_fast.probes"}
+# the entry-point groups plugins join by: the backends', the probes' and the suite's measurements' registries
+PLUGIN_GROUPS = {"backend": "breaknli_fast.backends", "probe": "breaknli_fast.probes",
+                 "measurement": "breaknli_fast.measurements"}
 OWN_DISTRIBUTION = "breaknli-fast"
 
 # ONNX Runtime's CUDA / TensorRT providers and TensorRT itself: the project's GPU machines cannot install them
@@ -34,7 +35,7 @@ def installed_entry_points(group: str) -> list[tuple[str, str]]:
 
 
 def installed_plugins() -> list[dict[str, Any]]:
-    """Every backend and probe another installed package declares (entry points of :data:`PLUGIN_GROUPS`): its
+    """Every backend, probe and measurement another installed package declares (entry points of :data:`PLUGIN_GROUPS`): its
     kind, name, module, package and version (the built-in ones, declared by this package, are left out)."""
     from importlib.metadata import entry_points
 

@@ -1,21 +1,18 @@
-"""scripts/bench_real_shapes.py end to end on tiny models (``--model``): every contender loaded, timed in rounds,
-the same fixed amount of work for each, each figure's ratios from the same run, and a result file with provenance.
-The CTranslate2 contenders run when CTranslate2 is installed, the ort ones when ONNX Runtime is, and optimum's
-ORTModel (a peer only: no path of the package uses optimum) where optimum-onnx is installed."""
+"""The real-shapes measurement end to end on tiny models (``--model``): every contender (the engines and the peers,
+loaders-only engines of the contract) loaded, timed in rounds, the same fixed amount of work for each, each figure's
+ratios from the same run, and a typed result file with provenance. The CTranslate2 contenders run when CTranslate2
+is installed, the ort ones when ONNX Runtime is, and optimum's ORTModel (a peer only: no path of the package uses
+optimum) where optimum-onnx is installed."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-
-import bench_real_shapes  # noqa: E402
+from breaknli_fast.suite.main import main as suite_main
 
 HAVE_CT2 = importlib.util.find_spec("ctranslate2") is not None
 HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None
@@ -24,9 +21,11 @@ HAVE_OPTIMUM = HAVE_ORT and importlib.util.find_spec("optimum") is not None
 
 def _run(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "result.json"
-    assert bench_real_shapes.main([*args, "--warmup", "0", "--min-iterations", "1", "--result", str(out)]) == 0
+    assert suite_main(["measure", "real-shapes", *args, "--warmup", "0", "--min-iterations", "1", "--result",
+                       str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["kind"] == "real_shapes" and doc["commit"] and doc["machine"]["cores"]
+    assert doc["measurement"]["name"] == "real-shapes" and doc["measurement"]["args"]["warmup"] == 0
     return doc["payload"]
 
 

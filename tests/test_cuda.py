@@ -7,7 +7,7 @@ is recorded).
 Tolerances (docs/stack.md, "GPU"): fp32 on CUDA against fp32 on the CPU differ by kernel rounding only (the torch
 engine switches TF32 off where it loads on CUDA, engines/cuda.py, and ONNX Runtime's CUDA provider gets
 ``use_tf32=0``): classifier logits within 1e-4, first-step generator logits within 1e-3, labels identical except
-near ties (the reference's two largest probabilities within ``compare_runs.TIE``, as scripts/compare_runs.py
+near ties (the reference's two largest probabilities within ``compare_runs.TIE``, as the compare-runs measurement
 allows); a sampled token can only change where a uniform number falls within that distance of a boundary of the
 cumulative distribution, so at most one prompt of the 16 here may differ. bf16 keeps 8 bits of mantissa: labels
 agree on at least 90 % of the sample pairs, and its effect on the study is judged by the bench's verdicts
@@ -23,9 +23,7 @@ on the CPU at small sizes (the tests without the mark), so the checks themselves
 from __future__ import annotations
 
 import importlib.util
-import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,8 +36,7 @@ from breaknli_fast.engines.base import Decoding, NonFiniteError, Predictions
 from breaknli_fast.engines.sampling import TorchStepper
 from breaknli_fast.prompts import CONTRADICT_PROMPT
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from compare_runs import TIE  # noqa: E402  (the near-tie gap the GPU check's comparison of runs allows)
+from breaknli_fast.suite.measurements.compare_runs import TIE  # the near-tie gap the GPU check's comparison allows
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason=f"no CUDA GPU visible to torch {torch.__version__} (built for CUDA "
@@ -66,7 +63,7 @@ def sample():
 
 def clear_label_flips(ref: Predictions, other: Predictions, tie: float = TIE) -> list[int]:
     """Rows whose labels differ although the reference's two largest probabilities lie more than ``tie`` apart:
-    a near tie may flip under another device's rounding (scripts/compare_runs.py leaves them out too)."""
+    a near tie may flip under another device's rounding (the compare-runs measurement leaves them out too)."""
     top2 = np.sort(ref.probs, axis=1)[:, -2:]
     clear = (top2[:, 1] - top2[:, 0]) > tie
     return [int(i) for i in np.flatnonzero(clear) if ref.label_ids[i] != other.label_ids[i]]

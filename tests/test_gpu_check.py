@@ -1,7 +1,8 @@
-"""scripts/gpu_check.sh: two dry runs on the CPU so the check cannot rot (this stack; and the lent machine's stack,
-transformers 5.x without optimum, from a Python that has no breaknli-fast installed), its time caps, budget,
-signals and files; the comparison of run directories it relies on (scripts/compare_runs.py); and the GPU section
-scripts/make_benchmarks.py writes from its result file (a synthetic file the test writes, not a measurement)."""
+"""scripts/gpu_check.sh (the gpu-check measurement): two dry runs on the CPU so the check cannot rot (this stack;
+and the lent machine's stack, transformers 5.x without optimum, from a Python that has no breaknli-fast installed),
+its time caps, budget, signals and files, and its steps' registry; the comparison of run directories it relies on
+(the compare-runs measurement); and the GPU section of BENCHMARKS.md rendered from its result file (a synthetic
+file the test writes, not a measurement)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+from breaknli_fast.suite import document as D
+from breaknli_fast.suite import provenance
+from breaknli_fast.suite.main import main as suite_main
+from breaknli_fast.suite.measurements import compare_runs
+from breaknli_fast.suite.measurements import gpu_check
 
-import compare_runs  # noqa: E402
-import gpu_check  # noqa: E402
-import make_benchmarks  # noqa: E402
-import provenance  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 TINY = ["--", "--k", "4", "--u", "2", "--s", "1", "--max-new-tokens", "6"]
@@ -184,7 +185,7 @@ def _bare_check(tmp_path: Path, budget: int = 300) -> gpu_check.Check:
     args = SimpleNamespace(budget=budget, device="cpu", limit=2, run_args=[], bench_args="", real_limit=64,
                            real_shapes="none", large_shapes="none", real_engines=gpu_check.REAL_ENGINES,
                            large_engines=gpu_check.LARGE_ENGINES, real_repeats=3, bound_shapes=None,
-                           steps=list(gpu_check.STEPS), cap_scale=1.0)
+                           steps=list(gpu_check.steps()), cap_scale=1.0, reference_background=False)
     (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
     return gpu_check.Check(args, tmp_path / "out", tmp_path, sys.executable)
 
@@ -266,7 +267,7 @@ def test_gpu_check_refuses_bad_options(tmp_path):
     for args, msg in ((["--device", "tpu"], "error: --device must be cpu or cuda"),
                       (["--steps", "env,nope"], "error: unknown step nope"),
                       (["--wheels", str(tmp_path)], "error: unrecognized arguments: --wheels"),
-                      (["--limit", "-1"], "error: --limit must be >= 0")):
+                      (["--limit", "-1"], "error: --limit -1: at least 0")):
         r = subprocess.run(["bash", str(SCRIPT), *args, "--out", str(tmp_path / "o")], capture_output=True, text=True,
                            timeout=60, env={**os.environ, "PYTHON": sys.executable})
         assert r.returncode == 2 and r.stderr.startswith(msg) and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -291,7 +292,7 @@ def test_the_commit_given_in_the_environment_wins_over_a_copy_and_its_git(tmp_pa
     assert envinfo.git_commit(tmp_path) == head.strip()
 
 
-# -- scripts/compare_runs.py -------------------------------------------------------------------------------------
+# -- the compare-runs measurement --------------------------------------------------------------------------------
 
 def _rec(mode, i, yhat, probs, generated, status="evaluated", inequality=False):
     r = {"mode": mode, "id": f"e{i}", "yhat": yhat, "ph_probs": probs, "generated": generated, "status": status}
@@ -332,12 +333,16 @@ def test_compare_runs_reads_a_run_stopped_while_it_wrote(tmp_path, capsys):
     lines = [json.dumps(_rec("entailed", i, "entailment", p, ["a"])) for i in range(3)]
     (ref / "samples.jsonl").write_text("\n".join(lines) + "\n")
     (run / "samples.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:17])  # torn last line
-    assert compare_runs.main([str(ref), str(run), "--json", str(tmp_path / "p.json")]) == 0
-    res = json.loads((tmp_path / "p.json").read_text())["runs"][str(run)]
+    out = tmp_path / "p.json"
+    assert suite_main(["measure", "compare-runs", "--reference", str(ref), "--run", str(run), "--result", str(out)]) == 0
+    res = json.loads(out.read_text())["payload"]["runs"][str(run)]
     assert res["examples_both"] == 2 and res["torn_last_line"] == {"reference": False, "run": True}
+    capsys.readouterr()
     (run / "samples.jsonl").write_text(lines[0][:10] + "\n" + lines[1] + "\n")  # a bad line elsewhere: an error
-    assert compare_runs.main([str(ref), str(run)]) == 2
-    assert "error: " in capsys.readouterr().err
+    assert suite_main(["measure", "compare-runs", "--reference", str(ref), "--run", str(run), "--result",
+                       str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "line 1 is not JSON" in err
 
 
 # -- the GPU section of BENCHMARKS.md --------------------------------------------------------------------------
@@ -386,15 +391,15 @@ def _gpu_section(md: str) -> str:
 
 def test_benchmarks_say_no_gpu_has_been_lent_without_a_gpu_result(tmp_path):
     _synthetic_gpu_check(tmp_path, device="cpu", gpu=None)  # a dry run on the CPU is no GPU measurement
-    results, _ = provenance.load_results(tmp_path)
-    section = _gpu_section(make_benchmarks.render(results, "benchmarks/results"))
+    results, _ = D.load(tmp_path)
+    section = _gpu_section(D.render(results, "benchmarks/results"))
     assert "Not measured: no GPU has been lent" in section and "Synthetic" not in section
 
 
 def test_benchmarks_gpu_section_from_a_gpu_check_result(tmp_path):
     _synthetic_gpu_check(tmp_path)
-    results, _ = provenance.load_results(tmp_path)
-    section = _gpu_section(make_benchmarks.render(results, "benchmarks/results"))
+    results, _ = D.load(tmp_path)
+    section = _gpu_section(D.render(results, "benchmarks/results"))
     assert "Synthetic GPU 80GB (`cuda`), torch 2.11.0+cu130" in section
     assert "| torch:bf16 | 1.37× | 15555.5 | 30303.0 |" in section  # loop speed-up, pairs/s, tokens/s
     assert "| torch:fp16:gen.precision=fp32 | 1.21× | 19999.9 | 21000.0 |" in section
@@ -417,8 +422,8 @@ def test_benchmarks_gpu_section_says_whether_attention_used_cudnn_and_the_commit
                      for role in ("classifier", "generator")}
     doc["payload"]["tf32"]["runs"] = {}  # the benches' engines alone record the switches
     path.write_text(json.dumps(doc))
-    results, _ = provenance.load_results(tmp_path)
-    section = _gpu_section(make_benchmarks.render(results, "benchmarks/results"))
+    results, _ = D.load(tmp_path)
+    section = _gpu_section(D.render(results, "benchmarks/results"))
     assert "cuDNN attention off in the torch engines" in section
     assert "allow_tf32: matmul False, cuDNN False" in section
     assert "commit `feedbeef` (the tree sent was commit 0123abc)" in section
@@ -452,8 +457,8 @@ def test_benchmarks_gpu_section_judges_the_cudagraph_targets_from_the_check_alon
                        "decoder_bf16": {"rows": 160, "median_ms": 1.4, "floor_ms": 0.36, "times_floor": 3.9,
                                         "bytes": {"total": 1.2e9}}}}}
     path.write_text(json.dumps(doc))
-    results, _ = provenance.load_results(tmp_path)
-    section = _gpu_section(make_benchmarks.render(results, "benchmarks/results"))
+    results, _ = D.load(tmp_path)
+    section = _gpu_section(D.render(results, "benchmarks/results"))
     assert "| flan-t5-base + roberta-base: cudagraph bf16 loop ≥ 5× torch fp32 eager | 6.10× | met |" in section
     assert ("| flan-t5-base + roberta-base: cudagraph fp32 loop ≥ 2×, records equal to eager fp32's | 2.50×, 98.5 % "
             "of records identical | met |") in section
@@ -462,3 +467,31 @@ def test_benchmarks_gpu_section_judges_the_cudagraph_targets_from_the_check_alon
     assert "| flan-t5-large: the bf16 decoder step within 3× its bandwidth floor | 3.9× | **not met** |" in section
     assert "mini models: no engine slower than torch fp32 eager end to end" in section and "| met |" in section
     assert "| large | decoder step flan-t5-large, 160 rows | cudagraph bf16 | 1.400 ms |" in section
+
+
+def test_a_new_step_is_a_function_and_its_registration(tmp_path, monkeypatch):
+    """A step of the check is one function registered with ``gpu_check.step`` (its cap, its place in the queue):
+    ``--steps`` names it, the queue runs it in its order under its cap, and its record lands in the payload."""
+    ran: list[str] = []
+
+    @gpu_check.step("hello", cap=30, need=1, priority=5)
+    def hello(c):
+        ran.append("hello")
+        c.run("hello", [[sys.executable, "-c", "print('hello')"]], detail="said hello")
+
+    try:
+        assert gpu_check.steps()[-1] == "hello" and gpu_check.CAPS["hello"] == (30, 1)
+        c = _bare_check(tmp_path)
+        c.args.steps = ["hello", "parity"]
+        gpu_check.execute(c)
+        recs = {r.step: r for r in c.records}
+        assert ran == ["hello"] and recs["hello"].status == "ok" and recs["hello"].detail == "said hello"
+        assert recs["bench-mini"].status == "skipped" and recs["parity"].status == "skipped"  # no runs to compare
+        assert [r.step for r in c.records if r.status != "skipped"] == ["hello"]
+        config = gpu_check.GpuCheck().config({"steps": "env,hello", "device": "cpu"})
+        assert config.steps == "env,hello"
+    finally:
+        gpu_check.STEP_REGISTRY.pop("hello", None)
+        gpu_check.CAPS.pop("hello", None)
+    with pytest.raises(Exception, match="unknown step hello"):
+        gpu_check.GpuCheck().config({"steps": "hello"})

@@ -20,9 +20,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("probes", ("breaknli_fast.probes",)),
     ("study", ("breaknli_fast.study",)),
     ("bench", ("breaknli_fast.bench", "breaknli_fast.mini")),
+    # the benchmark suite: the measurements (each a typed, registered part of the package), result files, BENCHMARKS.md
+    ("suite", ("breaknli_fast.suite",)),
     ("cli", ("breaknli_fast.cli", "breaknli_fast.cli_options", "breaknli_fast.cli_help", "breaknli_fast.cli_report",
              "breaknli_fast.bench.command", "breaknli_fast.export.command", "breaknli_fast.data.synthetic.command",
-             "breaknli_fast.mini.command")),
+             "breaknli_fast.mini.command", "breaknli_fast.suite.command")),
 )
 # modules that may import training code: the command line (its `mini train` / `mini check` commands)
 MAY_IMPORT_TRAINING = ("breaknli_fast.cli",)

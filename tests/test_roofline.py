@@ -342,12 +342,9 @@ def test_the_gpu_bounds_decoder_bytes_are_the_decoders_own_tensors():
 
 
 def test_the_gpu_bounds_rows_carry_a_bench_stage_roofline():
-    """scripts/gpu_bounds.py's dry run (the CPU, the mini models): its decoder row holds the package's counts and
-    the same roofline JSON as a bench stage; with a datasheet the row is held to its peaks."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import gpu_bounds
+    """The gpu-bounds measurement's dry run (the CPU, the mini models): its decoder row holds the package's counts
+    and the same roofline JSON as a bench stage; with a datasheet the row is held to its peaks."""
+    from breaknli_fast.suite.measurements import gpu_bounds
 
     row = gpu_bounds.decoder_bound("mini-t5", "cpu", "fp32", 1, None)
     a, _ = rl.arch_of(gpu_bounds.load_config("mini-t5"))

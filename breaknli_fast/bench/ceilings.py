@@ -400,5 +400,5 @@ def gpu_ceilings(name: str | None, shapes: Iterable[tuple[str, int, int, int]], 
             out.gemm.append(GemmCeiling(prec, m, k, n, kernel=f"{ds['matched']} datasheet, dense",
                                         ops_per_s=peak[prec]))
     out.notes.append(f"{ds['gpu']}: {ds['source']} (a GPU's ceilings are not measured by the bench; "
-                     "scripts/gpu_bounds.py measures a product and a copy on it)")
+                     "the gpu-bounds measurement measures a product and a copy on it)")
     return out

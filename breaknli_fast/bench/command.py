@@ -50,34 +50,27 @@ def bench(o: BenchOptions) -> None:
 
 
 def suite_command(o: BenchOptions) -> None:
-    """``bench --suite NAMES``: entries of the declared benchmark suite, each writing its result files (``list``:
-    the entries, their minutes, requirements and files)."""
+    """``bench --suite NAMES``: an alias of ``breaknli-fast suite run NAMES`` (``list``: the entries, their minutes,
+    requirements and files; ``all``: every entry), with ``--out`` for its ``--results``."""
     import sys
     import tempfile
 
-    from datetime import datetime
-    from pathlib import Path
-
     from rich.markup import escape
 
-    from breaknli_fast.bench.suite import DEFAULT_SUITE, load_suite, run_entries
     from breaknli_fast.console import console
+    from breaknli_fast.suite.runner import default_results, run_entries
+    from breaknli_fast.suite.spec import DEFAULT_SUITE, load_suite
 
     suite = load_suite(o.suite_file or DEFAULT_SUITE)
     if o.suite.strip() == "list":
         for e in suite.entries:
             about = ([f"~{e.minutes:g} min"] if e.minutes is not None else []) + (
                 [f"needs {', '.join(e.requires)}"] if e.requires else [])
-            console.print(f"{e.name}: {e.what}" + (f" ({'; '.join(about)})" if about else "") + " -> "
-                          + ", ".join(e.results), markup=False, highlight=False, soft_wrap=True)
+            console.print(f"{e.name}: {e.what}" + (f" ({'; '.join(about)})" if about else "") + " -> " + e.result,
+                          markup=False, highlight=False, soft_wrap=True)
         return
     names = None if o.suite.strip() == "all" else suite.select(o.suite, None)
-    if o.update_results and (o.smoke or o.out is not None):
-        raise UserError("--update-results writes the committed results; "
-                        + ("smoke figures mean nothing there" if o.smoke else "leave --out out"))
-    # the committed results only when asked; else a scratch folder, so that no run replaces a measurement by mistake
-    results = (suite.path.parent / "results" if o.update_results
-               else o.out or Path("runs") / f"suite-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    results = default_results(o.update_results, o.smoke, o.out, suite, flag="--out")
     rc = run_entries(suite, names, python=sys.executable, results=results, smoke=o.smoke,
                      work=tempfile.mkdtemp(prefix="breaknli-suite-"))
     console.print(f"suite results in [bold]{escape(str(results))}[/]" + (" (smoke sizes: each file says so)"

@@ -172,9 +172,9 @@ class BenchOptions(Options):
     suite: Optional[str] = option(None, metavar="NAMES", panel=SUITE,
                                   help="Instead of one bench: entries of the declared benchmark suite "
                                        "(benchmarks/suite.toml of a checkout), comma-separated, 'all', or 'list' to "
-                                       "list them; each writes its result files into --out (default: a new "
-                                       "runs/suite-<time>; --update-results: the checkout's benchmarks/results). See "
-                                       "docs/benchmarks.md.")
+                                       "list them; each writes its result file into --out (default: a new "
+                                       "runs/suite-<time>; --update-results: the checkout's benchmarks/results). An "
+                                       "alias of `breaknli-fast suite run` (docs/benchmarks.md).")
     update_results: bool = option(False, panel=SUITE,
                                   help="With --suite: write into the checkout's committed benchmarks/results "
                                        "(BENCHMARKS.md is rendered from them; not with --smoke).")

@@ -1,6 +1,6 @@
 """Analytic operation and byte counts of the models' stages, and a stage's share of the machine's ceilings (a
 roofline). One code path for the CPU bench (:func:`stage_roofline`) and the GPU check's bounds
-(``scripts/gpu_bounds.py``: :func:`classifier_batch`, :func:`decoder_step`, :func:`against`).
+(the gpu-bounds measurement, ``breaknli_fast.suite.measurements.gpu_bounds``: :func:`classifier_batch`, :func:`decoder_step`, :func:`against`).
 
 **Operations** are counted from the model's configuration (:class:`Arch`: layers, hidden size, feed-forward size,
 heads, vocabulary) and the tokens the engine counted (:class:`~breaknli_fast.engines.base.BatchWork`,

@@ -4,8 +4,10 @@ back by one (:func:`from_json`, which also reads the earlier schemas), and rende
 
 The layout of ``bench.json`` is these classes' fields, in order (schema ``breaknli-fast-bench/3``); a field marked
 ``omit_none`` is left out while it is None (a stage that did not run has only ``items``), and the keys a class does
-not declare are kept in its ``extra`` (what an earlier or later schema wrote), so a file read and written again
-keeps every key.
+not declare are kept in its ``extra`` (what an earlier or later schema wrote). An object read by :func:`from_json`
+remembers which of its fields the JSON held: written again, it gives back exactly those keys (a ``null`` an
+``omit_none`` field held included) and no field the JSON lacked unless the code has since given it a value, so a
+file read and written again keeps every key and gains none.
 
 - :class:`BenchReport`: the whole bench (data, models, workload, engines, notes, failures, the recommendation);
 - :class:`EngineResult`: one engine (its spec, status, speed, memory, parity, checks);
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -48,12 +50,18 @@ def to_json(obj: Any) -> JSON:
     out while None), numpy scalars and arrays as numbers and lists, paths as strings, tuples as lists."""
     if is_dataclass(obj) and not isinstance(obj, type):
         out: dict[str, JSON] = {}
+        read = getattr(obj, READ_KEYS, None)  # the keys the JSON it was read from held (None: built in code)
         for f in fields(obj):
             v = getattr(obj, f.name)
             if f.name == "extra":
                 out.update({k: to_json(x) for k, x in v.items()})
             elif f.metadata.get("flatten"):
                 out.update(to_json(v))  # type: ignore[arg-type]
+            elif read is not None and f.name in read:
+                out[f.name] = to_json(v)
+            elif read is not None:  # a key the JSON lacked: written once the code gave it a value of its own
+                if v is not None and v != _default(f):
+                    out[f.name] = to_json(v)
             elif not (v is None and f.metadata.get("omit_none")):
                 out[f.name] = to_json(v)
         return out
@@ -70,6 +78,18 @@ def to_json(obj: Any) -> JSON:
     if isinstance(obj, Path):
         return str(obj)
     return obj
+
+
+READ_KEYS = "_json_keys"  # the attribute in which an object read by from_json keeps the keys its JSON held
+
+
+def _default(f: Any) -> Any:
+    """A field's default (None where it has none)."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return None
 
 
 def _optional_of(hint: Any) -> Any:
@@ -97,10 +117,12 @@ def _read(hint: Any, value: Any) -> Any:
 
 def from_json(cls: Any, data: dict[str, JSON]) -> Any:
     """``cls`` from the JSON ``to_json`` wrote (or an earlier schema's): declared keys by their types, missing ones
-    at their defaults, the rest into ``extra``."""
+    at their defaults (None for a field without one: a partial file still reads), the rest into ``extra``. The
+    object remembers which keys the JSON held (:func:`to_json` gives back exactly those)."""
     hints = typing.get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     kwargs = {k: _read(hints[k], v) for k, v in data.items() if k in known and k != "extra"}
+    present = frozenset(kwargs)
     taken = set(kwargs)
     for f in fields(cls):
         if f.metadata.get("flatten"):
@@ -108,9 +130,13 @@ def from_json(cls: Any, data: dict[str, JSON]) -> Any:
             names = {g.name for g in fields(inner)}
             kwargs[f.name] = from_json(inner, {k: v for k, v in data.items() if k in names})
             taken |= names
+        elif f.name not in kwargs and f.name != "extra" and f.default is MISSING and f.default_factory is MISSING:
+            kwargs[f.name] = None
     if "extra" in known:
         kwargs["extra"] = {k: v for k, v in data.items() if k not in known and k not in taken}
-    return cls(**kwargs)
+    obj = cls(**kwargs)
+    object.__setattr__(obj, READ_KEYS, present)  # frozen dataclasses too
+    return obj
 
 
 # -- the machine's ceilings and each stage's share of them -------------------------------------------------------

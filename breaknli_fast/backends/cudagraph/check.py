@@ -1,4 +1,4 @@
-"""The cudagraph engine's steps of the GPU check, as functions of the package: scripts/gpu_check.py runs them in one
+"""The cudagraph engine's steps of the GPU check, as functions of the package: the GPU check runs them in one
 call on a lent GPU (``python -m`` style through :func:`main`), and ``--device cpu`` on the shipped mini models is
 their dry run (tests/test_gpu_check.py).
 
@@ -20,7 +20,7 @@ their dry run (tests/test_gpu_check.py).
   pair's logits alone against in the call, to the bit).
 
 Each writes one JSON file (``--out``); models are names or folders, or shapes (``base``, ``large``) that the
-caller's ``build`` turns into random-weight folders (scripts/gpu_check.py passes the bench's builder).
+caller's ``build`` turns into random-weight folders (the GPU check passes the bench's builder).
 """
 
 from __future__ import annotations
@@ -438,7 +438,7 @@ def _models(shapes: str, role: int, build: Callable[..., Any] | None, cache_dir:
         if shape == "mini":
             out[shape] = name
         elif build is None:
-            raise SystemExit(f"error: shape {shape!r} needs the random-weight builder (scripts/gpu_check.py passes "
+            raise SystemExit(f"error: shape {shape!r} needs the random-weight builder (the GPU check passes "
                              "it); name a model folder instead")
         else:
             out[shape] = str(build(name, cache_dir, seed=0))

@@ -1,7 +1,7 @@
 """Every figure of a scenario row, defined once: its key in bench.json, its titles in the Markdown and the terminal
 table, its format, and which way is better (``--compare``'s B / A ratio). The JSON rows are built through
 :func:`values`, the renderers and ``--compare`` read :data:`METRICS`, and bench.json carries the definitions
-(``scenario_metrics``) so that a reader without this package (scripts/make_benchmarks.py) renders them alike."""
+(``scenario_metrics``) so that a reader of the file alone (the suite's renderers, breaknli_fast.suite) renders them alike."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""How close the cudagraph engine's two hot paths run to the GPU's bounds (the GPU check's step ``bounds``).
-
-A script, not a bench option: it times the cudagraph engine's kernels against the GPU's peak FLOP/s and bandwidth,
-below bench's level.
-
-    python scripts/gpu_bounds.py --out bounds.json [--device cuda] [--shapes base,large] [--reps 20]
+"""How close the cudagraph engine's two hot paths run to the GPU's bounds (kind ``gpu_bounds``; the GPU check's
+step ``bounds``), below the bench's level.
 
 Per shape pair (``base``: flan-t5-base + roberta-base, ``large``: flan-t5-large + roberta-large; random weights
 built from the configs, as the benches build them, on the device):
@@ -19,10 +15,11 @@ built from the configs, as the benches build them, on the device):
 * the kernels of each (torch's profiler on the same step launched eagerly: how many, their summed GPU time, the
   ten that take the most), which tell a graph's time spent in kernels from the gaps between them.
 
-Times are CUDA events around each replay, the median of ``--reps`` after 3 warm-up replays. The peaks are the
+Times are CUDA events around each replay, the median of ``reps`` after 3 warm-up replays. The peaks are the
 datasheet figures of the GPU found (``breaknli_fast.bench.ceilings.DATASHEET``, dense, no sparsity); a plain bf16
-product of 8192^3 and a device copy of 2 GiB are measured too, as the peaks this GPU reaches here. ``--device cpu``
-is the dry run (``--shapes mini``: the shipped mini models, perf_counter times, no peaks).
+product of 8192^3 and a device copy of 2 GiB are measured too, as the peaks this GPU reaches here. ``device =
+"cpu"`` is the dry run (``shapes = "mini"``: the shipped mini models, perf_counter times, no peaks). The result file
+is written after each part (``recorder.checkpoint``), so a step stopped at its cap keeps what it measured.
 
 The operations and bytes are the package's analytic counts (``breaknli_fast.bench.roofline``: the same code the
 bench's per-stage rooflines use), and each row carries the same ``roofline`` figures as a bench stage: operations,
@@ -31,20 +28,17 @@ bytes, operations per byte, which ceiling binds, the floor and the share of it r
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from breaknli_fast.bench import roofline  # noqa: E402 - the package's analytic counts
-from breaknli_fast.bench.ceilings import DATASHEET, datasheet  # noqa: E402,F401 - the GPUs' peaks
+from breaknli_fast.bench import roofline  # the package's analytic counts
+from breaknli_fast.bench.ceilings import DATASHEET, datasheet  # noqa: F401 - the GPUs' peaks
+from breaknli_fast.errors import UserError
+from breaknli_fast.suite.base import Measurement, option
 
 SHAPES = {"base": ("flan-t5-base", "roberta-base"), "large": ("flan-t5-large", "roberta-large"),
           "mini": ("mini-t5", "mini-nli")}
@@ -299,65 +293,88 @@ def decoder_eager(model: str, device: str, reps: int) -> dict[str, Any]:
     return {"rows": p * k, "precision": "fp32", "median_ms": med * 1000, "reps": len(secs)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--shapes", default=None, help="base, large and/or mini, comma-separated (default base,large on "
-                    "CUDA, mini on the CPU)")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    import torch
-
-    from breaknli_fast.bench.shapes import build_random_model
-    from breaknli_fast.engines.cuda import prepare
-
-    dev = args.device
-    shapes = [s.strip() for s in (args.shapes or ("base,large" if dev.startswith("cuda") else "mini")).split(",")]
-    bad = [s for s in shapes if s not in SHAPES]
-    if bad:
-        print(f"error: unknown shape {', '.join(bad)}; use {', '.join(SHAPES)}", file=sys.stderr)
-        return 2
-    prepare(dev)
-    name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else None
-    peaks = datasheet(name)
-    result: dict[str, Any] = {"device": dev, "gpu": name, "datasheet": peaks, "reps": args.reps,
-                              "classifier_bucket": list(CLF_BUCKET), "decoder_rows": list(DEC_ROWS), "shapes": {}}
-    result["measured_peaks"] = measured_peaks(dev, args.reps)
-    print(json.dumps({"gpu": name, "datasheet": peaks, "measured": result["measured_peaks"]}), flush=True)
-    reps = args.reps if dev.startswith("cuda") else 2
-    bucket = CLF_BUCKET if dev.startswith("cuda") else (8, 32)
-    for shape in shapes:
-        gen_name, clf_name = SHAPES[shape]
-        if shape != "mini":
-            gen_name = str(build_random_model(gen_name, args.cache_dir, seed=args.seed))
-            clf_name = str(build_random_model(clf_name, args.cache_dir, seed=args.seed))
-        part: dict[str, Any] = {"generator": SHAPES[shape][0], "classifier": SHAPES[shape][1]}
-        result["shapes"][shape] = part
-        for what, fn in (("classifier_bf16", lambda: classifier_bound(clf_name, dev, "bf16", reps, peaks, bucket)),
-                         # fp32 batches of 65,536 tokens take most of a second each: fewer replays
-                         ("classifier_fp32", lambda: classifier_bound(clf_name, dev, "fp32", max(5, reps // 4), peaks,
-                                                                      bucket)),
-                         ("classifier_torch_fp32", lambda: classifier_eager(clf_name, dev, max(10, reps // 2), bucket)),
-                         ("decoder_bf16", lambda: decoder_bound(gen_name, dev, "bf16", reps, peaks)),
-                         ("decoder_fp32", lambda: decoder_bound(gen_name, dev, "fp32", reps, peaks)),
-                         ("decoder_torch_fp32", lambda: decoder_eager(gen_name, dev, reps))):
-            t0 = time.perf_counter()
-            gc.collect()
-            if dev.startswith("cuda"):
-                torch.cuda.empty_cache()
-            try:
-                part[what] = fn()
-            except Exception as e:  # noqa: BLE001 - recorded; the next measurement still runs
-                part[what] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"}
-            part[what]["seconds"] = round(time.perf_counter() - t0, 2)
-            print(json.dumps({"shape": shape, what: part[what]}), flush=True)
-            args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+@dataclass
+class GpuBoundsConfig:
+    device: str = option("cuda", help="cuda, cuda:N or cpu (a dry run)")
+    shapes: Optional[str] = option(None, help="base, large and/or mini, comma-separated (default base,large on CUDA, "
+                                              "mini on the CPU)")
+    reps: int = option(20, min=1, max=10_000, why="replays of one step", help="timed replays (median)")
+    cache_dir: Optional[str] = option(None, help="random-weight models (default: the bench's cache)")
+    seed: int = option(0, help="the random weights' seed")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@dataclass
+class GpuBoundsPayload:
+    """Per shape pair, each hot path's figures (``classifier_bf16``, ``decoder_fp32``, ...: its time, rate or
+    bound, kernels, or the error that stopped it), the datasheet's peaks and the peaks measured here."""
+
+    device: str | None = None
+    gpu: str | None = None
+    datasheet: dict[str, Any] | None = None
+    reps: int | None = None
+    classifier_bucket: list[int] | None = None
+    decoder_rows: list[int] | None = None
+    shapes: dict[str, dict[str, Any]] | None = None
+    measured_peaks: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class GpuBounds(Measurement):
+    name = "gpu-bounds"
+    summary = "the cudagraph engine's hot paths against the GPU's peak FLOP/s and memory bandwidth"
+    kind = "gpu_bounds"
+    config_class = GpuBoundsConfig
+    payload_class = GpuBoundsPayload
+    legacy_scripts = ("gpu_bounds.py",)
+
+    def engines(self, config: GpuBoundsConfig) -> list[str]:
+        return ["cudagraph", "torch"]
+
+    def run(self, config: GpuBoundsConfig, recorder: Any) -> GpuBoundsPayload:
+        import torch
+
+        from breaknli_fast.bench.shapes import build_random_model
+        from breaknli_fast.engines.cuda import prepare
+
+        dev = config.device
+        shapes = [s.strip() for s in (config.shapes or ("base,large" if dev.startswith("cuda") else "mini")).split(",")]
+        bad = [s for s in shapes if s not in SHAPES]
+        if bad:
+            raise UserError(f"unknown shape {', '.join(bad)}; use {', '.join(SHAPES)}")
+        prepare(dev)
+        name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else None
+        peaks = datasheet(name)
+        result = GpuBoundsPayload(device=dev, gpu=name, datasheet=peaks, reps=config.reps,
+                                  classifier_bucket=list(CLF_BUCKET), decoder_rows=list(DEC_ROWS), shapes={})
+        result.measured_peaks = measured_peaks(dev, config.reps)
+        print(json.dumps({"gpu": name, "datasheet": peaks, "measured": result.measured_peaks}), flush=True)
+        reps = config.reps if dev.startswith("cuda") else 2
+        bucket = CLF_BUCKET if dev.startswith("cuda") else (8, 32)
+        for shape in shapes:
+            gen_name, clf_name = SHAPES[shape]
+            if shape != "mini":
+                gen_name = str(build_random_model(gen_name, config.cache_dir, seed=config.seed))
+                clf_name = str(build_random_model(clf_name, config.cache_dir, seed=config.seed))
+            part: dict[str, Any] = {"generator": SHAPES[shape][0], "classifier": SHAPES[shape][1]}
+            result.shapes[shape] = part
+            for what, fn in (("classifier_bf16", lambda: classifier_bound(clf_name, dev, "bf16", reps, peaks, bucket)),
+                             # fp32 batches of 65,536 tokens take most of a second each: fewer replays
+                             ("classifier_fp32", lambda: classifier_bound(clf_name, dev, "fp32", max(5, reps // 4),
+                                                                          peaks, bucket)),
+                             ("classifier_torch_fp32", lambda: classifier_eager(clf_name, dev, max(10, reps // 2),
+                                                                                bucket)),
+                             ("decoder_bf16", lambda: decoder_bound(gen_name, dev, "bf16", reps, peaks)),
+                             ("decoder_fp32", lambda: decoder_bound(gen_name, dev, "fp32", reps, peaks)),
+                             ("decoder_torch_fp32", lambda: decoder_eager(gen_name, dev, reps))):
+                t0 = time.perf_counter()
+                gc.collect()
+                if dev.startswith("cuda"):
+                    torch.cuda.empty_cache()
+                try:
+                    part[what] = fn()
+                except Exception as e:  # noqa: BLE001 - recorded; the next measurement still runs
+                    part[what] = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"}
+                part[what]["seconds"] = round(time.perf_counter() - t0, 2)
+                print(json.dumps({"shape": shape, what: part[what]}), flush=True)
+                recorder.checkpoint(result)
+        return result

@@ -1,40 +1,50 @@
-"""Parity of BreakNLI run directories with a reference run on the same examples and seeds (the GPU check's
-comparisons: torch fp32 on the GPU against torch fp32 on the CPU, and the GPU's bf16 / fp16 runs against torch fp32
-on the GPU).
+"""Parity of BreakNLI run directories with a reference run on the same examples and seeds (kind ``compare_runs``;
+the GPU check's step ``parity``: torch fp32 on the GPU against torch fp32 on the CPU, and the GPU's bf16 / fp16
+runs against torch fp32 on the GPU). It compares run directories already written; it measures no speed.
 
-A script, not a bench option: it compares run directories already written (a step of the GPU check); it measures
-nothing.
-
-    python scripts/compare_runs.py REF_RUN RUN [RUN ...] [--tolerance 1.0] [--json OUT.json]
-
-Per run, against the reference, over the (mode, example) records both hold:
+Per run, against the ``reference``, over the (mode, example) records both hold:
 
 * the classifier on (p, h): label agreement, and max |Δ probability| (``ph_probs``); labels are also compared
-  leaving out near ties (the reference's two largest probabilities closer than ``--tie``), where rounding of
-  another device may legitimately flip them;
+  leaving out near ties (the reference's two largest probabilities closer than ``tie``), where rounding of another
+  device may legitimately flip them;
 * the generator: the share of examples whose K raw samples (``generated``) are identical;
 * end to end: the breakage rates (inequality, relaxed) per mode and reference label over the examples both runs
-  evaluated, paired, with the bench's 95 % interval and equivalence verdict within ``--tolerance`` percentage
-  points (:mod:`breaknli_fast.bench.parity`, :mod:`breaknli_fast.stats`).
+  evaluated, paired, with the bench's 95 % interval and equivalence verdict within ``tolerance`` points.
 
-A run stopped while it wrote (a step of the GPU check that reached its time cap) is compared on the records it
-finished: a torn last line of samples.jsonl is left out (``torn_last_line`` in the JSON).
-
-A run passes at fp32 when every label outside near ties agrees, max |Δ probability| <= ``--fp32-prob-tol`` and no
-end-to-end cell is *different*; at any other precision when no cell is *different* (what ``bench --strict``
-requires). Prints one line per run; with ``--json`` writes every figure.
+A run stopped while it wrote (a GPU check step that reached its time cap) is compared on the records it finished: a
+torn last line of samples.jsonl is left out (``torn_last_line``). A run passes at fp32 when every label outside
+near ties agrees, max |Δ probability| <= ``fp32_prob_tol`` and no end-to-end cell is *different*; at any other
+precision when no cell is *different* (what ``bench --strict`` requires).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from breaknli_fast.errors import UserError
+from breaknli_fast.suite.base import Measurement, option
+
 FP32_PROB_TOL = 1e-3
 TIE = 1e-3
+
+
+@dataclass
+class CompareRunsConfig:
+    reference: str = option("", help="the reference run directory")
+    run: tuple[str, ...] = option((), help="a run directory compared with the reference (repeatable)")
+    tolerance: float = option(1.0, min=0.0, help="equivalence margin, percentage points")
+    tie: float = option(TIE, min=0.0, help="labels whose top-two probabilities are closer are near ties")
+    fp32_prob_tol: float = option(FP32_PROB_TOL, min=0.0, help="the largest |Δ probability| at fp32")
+
+
+@dataclass
+class CompareRunsPayload:
+    reference: str | None = None
+    runs: dict[str, dict[str, Any]] | None = None  # run directory -> compare()'s figures, failures and verdict
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def read_records(run: Path) -> tuple[list[dict[str, Any]], bool]:
@@ -50,10 +60,6 @@ def read_records(run: Path) -> tuple[list[dict[str, Any]], bool]:
                 return out, True
             raise ValueError(f"{run}/samples.jsonl: line {i + 1} is not JSON") from None
     return out, False
-
-
-def load_records(run: Path) -> list[dict[str, Any]]:
-    return read_records(run)[0]
 
 
 def run_precision(run: Path) -> str:
@@ -126,34 +132,28 @@ def summary_line(name: str, res: dict[str, Any]) -> str:
             f"/ {v['different']} different" + (f" -- {'; '.join(res['failures'])}" if res["failures"] else ""))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("reference", type=Path)
-    ap.add_argument("runs", type=Path, nargs="+")
-    ap.add_argument("--tolerance", type=float, default=1.0, help="equivalence margin, percentage points")
-    ap.add_argument("--tie", type=float, default=TIE, help="labels whose top-two probabilities are closer are near ties")
-    ap.add_argument("--fp32-prob-tol", type=float, default=FP32_PROB_TOL)
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--exit-zero", action="store_true", help="exit 0 when a run does not pass (the verdicts are in "
-                    "the output): for callers that report them")
-    args = ap.parse_args(argv)
-    try:
-        ref, torn = read_records(args.reference)
-        loaded = {run: read_records(run) for run in args.runs}
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    results = {}
-    for run, (records, run_torn) in loaded.items():
-        res = compare(ref, records, args.tolerance, args.tie, args.fp32_prob_tol, run_precision(run))
-        res["torn_last_line"] = {"reference": torn, "run": run_torn}
-        results[str(run)] = res
-        print(summary_line(run.name, res))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"reference": str(args.reference), "runs": results}, indent=2) + "\n")
-    return 0 if args.exit_zero or all(r["passed"] for r in results.values()) else 1
+class CompareRuns(Measurement):
+    name = "compare-runs"
+    summary = "parity of run directories with a reference run on the same examples and seeds"
+    kind = "compare_runs"
+    config_class = CompareRunsConfig
+    payload_class = CompareRunsPayload
+    legacy_scripts = ("compare_runs.py",)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def run(self, config: CompareRunsConfig, recorder: Any) -> CompareRunsPayload:
+        """Every run against the reference (one line each on the terminal); a run that does not pass is a verdict
+        in the payload, not a failure of the measurement."""
+        if not config.reference or not config.run:
+            raise UserError("compare-runs: name the reference (--reference DIR) and at least one --run DIR")
+        try:
+            ref, torn = read_records(Path(config.reference))
+            loaded = {run: read_records(Path(run)) for run in config.run}
+        except (OSError, ValueError) as e:
+            raise UserError(str(e)) from None
+        results = {}
+        for run, (records, run_torn) in loaded.items():
+            res = compare(ref, records, config.tolerance, config.tie, config.fp32_prob_tol, run_precision(Path(run)))
+            res["torn_last_line"] = {"reference": torn, "run": run_torn}
+            results[str(run)] = res
+            print(summary_line(Path(run).name, res))
+        return CompareRunsPayload(reference=str(config.reference), runs=results)

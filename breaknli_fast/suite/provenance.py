@@ -1,14 +1,14 @@
-"""Result files of the benchmark scripts: one JSON file per measurement, carrying its own provenance.
+"""Provenance of a measurement: the :class:`Recorder` that measures around it (date, commit, machine, load average
+before and after) and writes its result file, and the helpers that keep a recorded command or path valid in any
+fresh clone (:func:`portable`, :func:`portable_command`, :func:`portable_strings`).
 
-A script, not a bench option: the scripts' shared module (the result file layout, the recorder), imported, never
-run.
-
-Layout of a result file (``benchmarks/results/<name>.json``)::
+A result file (``benchmarks/results/<name>.json``, :class:`breaknli_fast.suite.result.ResultFile`)::
 
     {
       "schema": "breaknli-fast-result/1",
-      "kind": "run_loop",                 # which script measured it (see KINDS)
-      "command": "python scripts/bench_run_loop.py --limit 200 ...",   # the exact command line
+      "kind": "run_loop",                 # the measurement's result kind (its payload type)
+      "command": "breaknli-fast suite measure run-loop --limit 200 ...",   # the command that measures it again
+      "measurement": {"name": "run-loop", "args": {"limit": 200, ...}, "entry": "run-loop"},
       "date": "2026-01-01T12:00:00+00:00",  # UTC, when the measurement started
       "finished": "2026-01-01T12:03:10+00:00",
       "duration_s": 190.2,
@@ -17,11 +17,11 @@ Layout of a result file (``benchmarks/results/<name>.json``)::
                   "platform": ..., "packages": {"torch": ..., "onnxruntime": ..., ...},
                   "env": {"OMP_WAIT_POLICY": ...},      # measurement-relevant variables that were set
                   "load_average_before": [1, 5, 15 min], "load_average_after": [...]},
-      "payload": {...}                   # what the script measured; its shape depends on "kind"
+      "payload": {...}                   # what was measured: the measurement's payload type
     }
 
-The scripts create a :class:`Recorder` before they measure and call :meth:`Recorder.save` after;
-``scripts/make_benchmarks.py`` reads the files with :func:`load_results`.
+Files written before the measurements joined the package record the script command that wrote them and no
+``measurement``; they read the same way.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent.parent  # the checkout (benchmarks/, scripts/, tests/ beside the package)
 SCHEMA = "breaknli-fast-result/1"
-KINDS = ("bench", "run_loop", "busy", "generation", "baselines", "classifier_shapes", "classifier_variants", "probe", "merge", "ray",
-         "ort_parity", "study", "real_shapes", "gpu_check", "generation_batch", "loadgen")
 # variables that change what a measurement sees; recorded (and put before the command) when set
 ENV_VARS = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 PACKAGES = ("torch", "onnxruntime", "transformers", "optimum", "numpy", "ctranslate2")  # optimum: a peer only
@@ -60,10 +59,14 @@ def utc_now() -> str:
 
 
 def _env_settings() -> dict[str, str]:
-    return {k: os.environ[k] for k in ENV_VARS if k in os.environ}
+    import breaknli_fast
+
+    # importing breaknli_fast sets OMP_WAIT_POLICY for its own process: recorded only where the user set it
+    return {k: os.environ[k] for k in ENV_VARS
+            if k in os.environ and (k not in PACKAGE_DEFAULTS or k in breaknli_fast.USER_SET_ENV)}
 
 
-# as the script was started: importing breaknli_fast sets OMP_WAIT_POLICY for its own process
+PACKAGE_DEFAULTS = ("OMP_WAIT_POLICY",)  # what importing breaknli_fast sets where the user did not
 _ENV_AT_START = _env_settings()
 
 
@@ -77,7 +80,7 @@ def portable(arg: str) -> str:
     path (a scratch folder of one machine) as ``$WORK/<its name>``, and the lent GPU's output folder as ``$OUT``."""
     if not arg.startswith("/"):
         return arg
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     p = Path(arg)
     try:
         return str(p.resolve().relative_to(root))
@@ -105,7 +108,7 @@ def checkout_relative(path: str, root: Path | None = None) -> str | None:
     """``path`` relative to the checkout it lies in, where it is a path into some checkout of the repository: the
     part from a top-level folder on, when this checkout has that file or folder (a cache such as
     ``~/.cache/breaknli_fast`` or an installed package under ``site-packages`` is not a checkout); else None."""
-    root = root or Path(__file__).resolve().parent.parent
+    root = root or ROOT
     parts = PurePosixPath(path).parts
     for i in range(1, len(parts)):
         if parts[i] in TOP_LEVEL:
@@ -137,13 +140,14 @@ def portable_command(command: str) -> str:
     return " ".join(w if w.startswith("$") else shlex.quote(w) for w in (portable(x) for x in words))
 
 
-def script_command(script: str, argv: list[str] | None = None) -> str:
-    """``python scripts/<script> ARGS`` as typed (``argv`` = the arguments; default ``sys.argv[1:]``), every path
-    portable (:func:`portable`), preceded by the measurement-relevant environment variables that are set."""
-    args = [portable(a) for a in (sys.argv[1:] if argv is None else list(argv))]
+def measure_command(measurement: str, argv: list[str]) -> str:
+    """``breaknli-fast suite measure NAME ARGS`` as it measures again (``argv``: the arguments, ``--result`` with
+    them), every path portable (:func:`portable`), preceded by the measurement-relevant environment variables
+    that are set."""
+    args = [portable(a) for a in argv]
     env = [f"{k}={v}" for k, v in env_settings().items()]
     return " ".join(env + [" ".join(a if a.startswith("$") else shlex.quote(a)
-                                    for a in ["python", f"scripts/{Path(script).name}", *args])])
+                                    for a in ["breaknli-fast", "suite", "measure", measurement, *args])])
 
 
 # what the measurements themselves write: a change there does not make the measured code differ from the commit
@@ -156,7 +160,7 @@ def commit(root: Path | None = None) -> str | None:
     and that alone must not mark the later steps' code as uncommitted. None outside a git checkout."""
     from breaknli_fast.envinfo import git_commit
 
-    return git_commit(root or Path(__file__).resolve().parent.parent, exclude=OUTPUTS)
+    return git_commit(root or ROOT, exclude=OUTPUTS)
 
 
 def machine(load_before: list[float] | None, load_after: list[float] | None) -> dict[str, Any]:
@@ -176,33 +180,54 @@ def machine(load_before: list[float] | None, load_after: list[float] | None) -> 
 
 
 class Recorder:
-    """Provenance of one measurement: created before it starts, :meth:`save` writes the result file."""
+    """Provenance of one measurement: created before it starts (its date, the commit, the load average), handed to
+    the measurement's ``run`` (which may note more: ``work`` is its scratch folder), and :meth:`save` writes the
+    result file around the payload the measurement returns.
 
-    def __init__(self, kind: str, command: str):
-        if kind not in KINDS:
-            raise ValueError(f"unknown result kind {kind!r} (one of {', '.join(KINDS)})")
-        self.kind, self.command = kind, command
+    ``kind``: the result's kind (the payload type a reader takes); ``command``: the command line that measures it
+    again; ``measurement``: the measurement's name and arguments (and the suite entry), recorded as such."""
+
+    def __init__(self, kind: str, command: str, measurement: dict[str, Any] | None = None,
+                 work: Path | None = None):
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", kind or ""):
+            raise ValueError(f"a result kind is a lower-case name, not {kind!r}")
+        self.kind, self.command, self.measurement, self.work = kind, command, measurement, work
+        self.exit_code = 0  # what the measure command exits with once the file is written (a strict bench: 1)
+        self.result_path: Path | None = None  # where the result file goes (set by the measure command)
         self.date = utc_now()
         self.commit = commit()  # the tree as it is when the measurement starts
         self.load_before = load_average()
         self._t0 = time.perf_counter()
 
-    def document(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """The result file's document; every path into the checkout relative to it (:func:`portable_strings`)."""
-        return portable_strings({
-            "schema": SCHEMA, "kind": self.kind, "command": self.command, "date": self.date, "finished": utc_now(),
-            "duration_s": round(time.perf_counter() - self._t0, 1), "commit": self.commit,
-            "machine": machine(self.load_before, load_average()), "payload": payload})
+    def document(self, payload: Any) -> dict[str, Any]:
+        """The result file's document (the payload through the one serialiser); every path into the checkout
+        relative to it (:func:`portable_strings`)."""
+        from breaknli_fast.bench.types import to_json
 
-    def save(self, path: str | Path, payload: dict[str, Any]) -> Path:
+        doc: dict[str, Any] = {"schema": SCHEMA, "kind": self.kind, "command": self.command}
+        if self.measurement is not None:
+            doc["measurement"] = self.measurement
+        doc.update({"date": self.date, "finished": utc_now(), "duration_s": round(time.perf_counter() - self._t0, 1),
+                    "commit": self.commit, "machine": machine(self.load_before, load_average()),
+                    "payload": to_json(payload)})
+        return portable_strings(doc)
+
+    def save(self, path: str | Path, payload: Any, quiet: bool = False) -> Path:
         doc = self.document(payload)
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(p.name + ".tmp")
         tmp.write_text(json.dumps(doc, indent=2, default=_json_default) + "\n")
         tmp.replace(p)
-        print(f"result written to {p}", file=sys.stderr)
+        if not quiet:
+            print(f"result written to {p}", file=sys.stderr)
         return p
+
+    def checkpoint(self, payload: Any) -> None:
+        """The result file so far, where one is to be written: a measurement that may be stopped (a step at its
+        time cap) keeps what it measured."""
+        if self.result_path is not None:
+            self.save(self.result_path, payload, quiet=True)
 
 
 def run_timed(cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None,
@@ -266,25 +291,3 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(type(o).__name__)
-
-
-def load_results(folder: str | Path, smoke: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every result file of ``folder`` (sorted by name), each with ``"file"`` set to its path; and one
-    line per JSON file that is not a result file, or that holds smoke figures (``"smoke": true``, written by the
-    suite's smoke sizes) unless ``smoke``."""
-    results, problems = [], []
-    for p in sorted(Path(folder).glob("*.json")):
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            problems.append(f"{p}: not readable JSON ({e})")
-            continue
-        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-            problems.append(f"{p}: not a result file (schema {SCHEMA})")
-            continue
-        if doc.get("smoke") and not smoke:  # written at the suite's smoke sizes: its figures mean nothing
-            problems.append(f"{p}: smoke figures (bench --suite --smoke), not a measurement: not rendered")
-            continue
-        doc["file"] = str(p)
-        results.append(doc)
-    return results, problems
