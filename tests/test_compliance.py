@@ -215,3 +215,44 @@ def test_test05_is_labelled_retired_in_every_rendering(tmp_path):
     from breaknli_fast.bench.loadgen.plot import scenario_html
 
     assert "TEST05 (retired 2024-11)" in scenario_html(result.scenarios)  # the HTML report
+
+
+@pytest.mark.parametrize("speeds, result, runs", [((80.0, 98.0), "PASS", 2), ((80.0, 85.0), "FAIL", 2),
+                                                   ((101.0,), "PASS", 1), ((70.0,), "FAIL", 1)])
+def test_a_test_failed_on_speed_alone_runs_once_more_and_keeps_both_figures(tmp_path, monkeypatch, speeds, result,
+                                                                           runs):
+    """A compliance run 20 % slower than the performance run, outputs equal: one more run, judged alone (its cell
+    names the first run's speed); a second failure stands; a failure on the outputs (the last case: the logged
+    response differs) is not run again."""
+    from types import SimpleNamespace
+
+    from breaknli_fast.bench.loadgen import runner as lr
+
+    base = tmp_path / "row"
+    _logs(base / "accuracy", [{"qsl_idx": 0, "data": "0A"}])
+    answer = "0B" if speeds == (70.0,) else "0A"
+    calls: list[Path] = []
+
+    def fake_perf(ctx, runner, scenario, hints, tokens, folder, device, test=None, offline_qps=None):
+        _logs(folder, [{"qsl_idx": 0, "data": answer}])
+        calls.append(folder)
+        return SimpleNamespace(run=SimpleNamespace(result=RunResult(validity="VALID",
+                                                                    samples_per_s=speeds[len(calls) - 1])),
+                               retry=None)
+
+    monkeypatch.setattr(lr, "_perf", fake_perf)
+    ctx = SimpleNamespace(settings=SimpleNamespace(compliance=("TEST01",)), notes=[], out=tmp_path,
+                          ref=SimpleNamespace(label="torch:fp32"), log=lambda *_: None)
+    perf = SimpleNamespace(run=SimpleNamespace(result=RunResult(validity="VALID", samples_per_s=100.0)), retry=None)
+    c = lr._compliance(ctx, SimpleNamespace(size=4), "classifier", "offline", None, False, base, perf, "cpu")["TEST01"]
+    assert len(calls) == runs and c.result == result
+    assert [p.name for p in calls] == ["TEST01", "TEST01-rerun"][:runs]
+    from breaknli_fast.bench.loadgen.report import compliance_cell
+
+    if runs == 2:
+        assert c.first_speed_ratio == pytest.approx(0.8) and c.first_log == "row/compliance/TEST01"
+        assert compliance_cell(c).startswith(f"{result}") and "on a re-run after -20.0 %" in compliance_cell(c)
+    else:
+        assert c.first_speed_ratio is None and "re-run" not in compliance_cell(c)
+    if speeds == (70.0,):
+        assert c.failed == ["speed", "outputs"]

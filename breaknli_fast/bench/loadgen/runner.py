@@ -385,14 +385,24 @@ def _compliance(ctx: ScenarioContext, runner: SampleRunner, role: str, scenario:
     ref_accuracy = ctx.out / "loadgen" / slug(ctx.ref.label) / role / scenario / "accuracy"
     out: dict[str, ComplianceResult] = {}
     for test in tests:
-        folder = base / "compliance" / test
-        ctx.log(f"  compliance {compliance.label(test)} ({scenario})")
-        run = _perf(ctx, runner, scenario, hints, tokens, folder, device, test=test,
-                    offline_qps=perf.retry.expected_qps if perf.retry else None)
-        c = compliance.judge(test, run.run.result, perf.run.result, scenario, folder, base / "accuracy",
-                             log=str(folder.relative_to(ctx.out)), size=runner.size,
-                             eos_id=getattr(runner, "eos_id", None), reference_accuracy_folder=ref_accuracy)
-        c.retry = run.retry
+        first: ComplianceResult | None = None
+        for attempt in (1, 2):
+            folder = base / "compliance" / (test if attempt == 1 else f"{test}-rerun")
+            ctx.log(f"  compliance {compliance.label(test)} ({scenario})"
+                    + (" once more: the first run failed on speed alone" if attempt == 2 else ""))
+            run = _perf(ctx, runner, scenario, hints, tokens, folder, device, test=test,
+                        offline_qps=perf.retry.expected_qps if perf.retry else None)
+            c = compliance.judge(test, run.run.result, perf.run.result, scenario, folder, base / "accuracy",
+                                 log=str(folder.relative_to(ctx.out)), size=runner.size,
+                                 eos_id=getattr(runner, "eos_id", None), reference_accuracy_folder=ref_accuracy)
+            c.retry = run.retry
+            if first is not None:
+                c.first_speed_ratio, c.first_log = first.speed_ratio, first.log
+            # a machine's speed drifts between runs (a shared VM's by 5-10 %): a test whose outputs passed and whose
+            # speed alone fell outside the band runs once more, as a submitter reruns it; both runs are recorded
+            if attempt == 2 or c.failed != ["speed"]:
+                break
+            first = c
         out[test] = c
     return out
 
