@@ -463,6 +463,14 @@ def test_the_faithful_column_ranks_only_engines_that_keep_the_answer(tmp_path: P
     ok, why = RS.faithful(results, "ort:fp32:clf.precision=int8:validate=false")
     assert ok and "100.26 % of fp32's accuracy" in why and "not shown to differ" in why
     assert RS.faithful(results, "ort:int8", "classifier")[0]  # its classifier alone
+    # an engine per role: each role judged alone, the label cleaned per role
+    ok, why = RS.faithful(results, "gen=ort:fp32:validate=false/clf=ort:int8:validate=false")
+    assert ok and why.startswith("generator fp32 (token-identical); classifier int8 at 100.26 %"), why
+    assert RS.spec_parts("gen=ort:fp32:validate=false/clf=ort:int8:label=x")["base"] == "gen=ort:fp32/clf=ort:int8"
+    assert RS.faithful(results, "gen=ort:int8/clf=ort:int8")[1] == "generator ort int8 (not token-identical)"
+    # a classifier whose answer depends on its batch never keeps the answer, whatever its accuracy
+    ok, why = RS.faithful(results, "ort:int8:quantization=dynamic-batch", "classifier")
+    assert not ok and "depend on the batch" in why
     md = render(results, "benchmarks/results", None)
     part = md.split("### The targets at the sizes users run")[1].split("\n### ")[0]
     rows = [line for line in part.splitlines() if line.startswith("| ") and "ffff6666" in line]

@@ -389,7 +389,11 @@ TIER = 99.9  # % of the reference's accuracy a lower-precision classifier keeps 
 def spec_parts(label: str) -> dict[str, str]:
     """engine, precision and role precisions of an engine label (``ort:fp32:clf.precision=int8``; options that do
     not change the arithmetic, ``validate=`` / ``label=``, dropped)."""
-    parts = [x for x in str(label).replace(PROJECT, "").split(":") if x and not x.startswith(("validate=", "label="))]
+    bare = str(label).replace(PROJECT, "")
+    if "/" in bare and bare.startswith(("gen=", "clf=")):  # an engine per role: base is the label, cleaned per role
+        return {"engine": bare, "precision": "", "clf": "", "gen": "",
+                "base": "/".join(spec_parts(x)["base"] for x in bare.split("/"))}
+    parts = [x for x in bare.split(":") if x and not x.startswith(("validate=", "label="))]
     out = {"engine": parts[0] if parts else "", "precision": parts[1] if len(parts) > 1 else "fp32",
            "base": ":".join(parts)}
     opts = dict(x.split("=", 1) for x in parts[2:] if "=" in x)
@@ -405,12 +409,68 @@ def classifier_labels(sp: dict[str, str]) -> list[str]:
     return [sp["base"], f"{sp['engine']}:{sp['clf']} classifier only"]
 
 
-def faithful(results: Results, label: str, role: str | None = None) -> tuple[bool, str]:
+def batch_dependent(results: Results, sp: dict[str, str]) -> str | None:
+    """Why the engine's classifier answers depend on the other pairs of its call, or None: measured in the
+    batch-invariance file (a pair alone / batched / reversed / chunks of 7 not bit-equal), else known from its
+    options (ONNX Runtime's per-tensor dynamic int8)."""
+    base = f"{sp['engine']}:{sp['clf']}"
+    opts = [x for x in sp["base"].split(":")[2:] if not x.startswith(("clf.precision=", "gen.precision="))]
+    name = ":".join([base, *opts])
+    for doc in (r for r in results if r.kind == "bench" and feeds("2/batch-invariance")(r)):
+        for e in dig(doc, "payload", "engines") or []:
+            if getattr(e, "label", None) == name and getattr(e, "batch_invariance", None) is not None:
+                b = e.batch_invariance
+                diffs = [b.max_abs_logit_diff, b.reversed_max_abs_logit_diff, b.chunked_max_abs_logit_diff]
+                if b.labels_changed or any(d for d in diffs if d):
+                    return (f"its answers depend on the batch ({b.labels_changed} of {b.pairs} labels change, "
+                            f"`{doc.name}`)")
+                return None
+    if "quantization=dynamic-batch" in opts:
+        return "its answers depend on the batch (per-tensor dynamic int8)"
+    return None
+
+
+def contender_spec(doc: ResultFile, contender: str) -> str:
+    """A real-shape row's engine spec: its label (``label=NAME`` of the recorded contenders) resolved to the spec
+    it names, so that the label does not hide its precision and options."""
+    name = contender.replace(PROJECT, "")
+    for item in str(dig(doc, "measurement", "args", "contenders") or "").split(","):
+        if f"label={name}" in item.split(":"):
+            return PROJECT + item
+    return contender
+
+
+def mixed_faithful(results: Results, label: str, role: str | None = None) -> tuple[bool, str] | None:
+    """:func:`faithful` of an engine per role (``gen=ort:fp32/clf=openvino:int8``): each role's engine judged alone,
+    the BreakNLI file searched under the whole label too; None for a plain label."""
+    bare = str(label).replace(PROJECT, "")
+    if "/" not in bare or not bare.startswith(("gen=", "clf=")):
+        return None
+    parts = dict(x.split("=", 1) for x in bare.split("/") if "=" in x)
+    why = []
+    for r in ("generator", "classifier"):
+        spec = parts.get({"generator": "gen", "classifier": "clf"}[r])
+        if spec is None or role not in (None, r):
+            continue
+        ok, because = faithful(results, spec, r, also=[bare] if r == "classifier" else None)
+        if not ok:
+            return False, because
+        why.append(because)
+    return True, "; ".join(why)
+
+
+def faithful(results: Results, label: str, role: str | None = None,
+             also: list[str] | None = None) -> tuple[bool, str]:
     """Whether an engine keeps the reference's answer (the issue's "faithful"), and why: its generator is the
     torch, ort or openvino engine at fp32 (token-identical to torch's: tests and the trained-model BreakNLI file); its
     classifier is fp32, or reaches the :data:`TIER` % of torch fp32's accuracy on all 2,724 evaluation pairs
     (probe-accuracy) and is not shown to differ on BreakNLI with all its cells judged together (the trained-model
-    BreakNLI file), the same engine label measured there. ``role``: judge one role only."""
+    BreakNLI file), the same engine label measured there (or, for the classifier, beside an fp32 generator:
+    ``gen=ort:fp32/clf=...``; ``also``: more labels to look for); an engine whose answers depend on the batch is not
+    (:func:`batch_dependent`). ``role``: judge one role only; an engine per role is judged per role."""
+    mixed = mixed_faithful(results, label, role)
+    if mixed is not None:
+        return mixed
     sp = spec_parts(label)
     why = []
     if role in (None, "generator"):
@@ -418,6 +478,9 @@ def faithful(results: Results, label: str, role: str | None = None) -> tuple[boo
             return False, f"generator {sp['engine']} {sp['gen']} (not token-identical)"
         why.append("generator fp32 (token-identical)")
     if role in (None, "classifier"):
+        dependent = batch_dependent(results, sp)
+        if dependent:
+            return False, f"classifier {sp['clf']}: {dependent}"
         if sp["clf"] == "fp32":
             why.append("classifier fp32")
         else:
@@ -431,6 +494,8 @@ def faithful(results: Results, label: str, role: str | None = None) -> tuple[boo
             alone = f"{sp['engine']}:{sp['clf']} classifier only"
             labels = ([alone, sp["base"]] if role == "classifier" else classifier_labels(sp) if sp["gen"] == "fp32"
                       else [sp["base"]])
+            if role == "classifier":
+                labels += [*(also or []), *(f"gen={g}:fp32/clf={sp['base']}" for g in ("torch", "ort", "openvino"))]
             brk = trained_engine(results, "breaknli", labels)
             if brk is None:
                 return False, f"classifier {sp['clf']}: {tier:.2f} % of fp32's accuracy; BreakNLI not measured"
@@ -455,9 +520,11 @@ def _contender(r: RealRow) -> str:
     return str(r.contender if r.contender is not None else "")
 
 
-def invariant_row(rows: list[dict[str, Any]], doc: ResultFile, ours: list[RealRow], bar: RealRow, key: str) -> None:
+def invariant_row(rows: list[dict[str, Any]], doc: ResultFile, ours: list[RealRow], bar: RealRow, key: str,
+                  faithful_best: tuple[str, float | None, str]) -> None:
     """The default batch-invariant int8 classifier of a real-shape file against torch fp32 and, in the same run,
-    ONNX Runtime's per-tensor int8 (met when both bars hold)."""
+    ONNX Runtime's per-tensor int8 (met when both bars hold); beside it the file's best faithful classifier, as
+    the classify row's."""
     by = {spec_parts(_contender(r).replace(PROJECT, ""))["base"]: r for r in ours}
     by.update({str(dig(r, "label")): r for r in ours if dig(r, "label")})
     mine = next((by[e] for e in DEFAULT_INT8 if e in by), None)
@@ -472,7 +539,7 @@ def invariant_row(rows: list[dict[str, Any]], doc: ResultFile, ours: list[RealRo
                            + (f"{vs_tensor:.2f}× the per-tensor int8 ({getattr(tensor, key):,.0f})" if tensor
                               else "per-tensor int8 not in this run"),
                  "ratio": ratio, "met": ratio >= 3.0 and vs_tensor is not None and vs_tensor >= 1.0,
-                 "doc": doc, "faithful": None})
+                 "doc": doc, "faithful": faithful_best})
 
 
 def real_target_rows(results: Results) -> list[dict[str, Any]]:
@@ -505,14 +572,14 @@ def real_target_rows(results: Results) -> list[dict[str, Any]]:
             continue
         best, bar = max(ours, key=lambda r: getattr(r, key)), max(bars, key=lambda r: getattr(r, key))
         unit = "tokens/s" if gen else "pairs/s"
-        fb = best_faithful(ours, _contender, lambda r: getattr(r, key) / getattr(bar, key),
+        fb = best_faithful(ours, lambda r: contender_spec(doc, _contender(r)), lambda r: getattr(r, key) / getattr(bar, key),
                            "generator" if gen else "classifier")
         rows.append({"job": p.job, "shape": p.shape, "best": _contender(best)[len(PROJECT):],
                      "figure": f"{getattr(best, key):,.0f} {unit} vs {_contender(bar).replace(PROJECT, '')} "
                                f"{getattr(bar, key):,.0f}",
                      "ratio": getattr(best, key) / getattr(bar, key), "doc": doc, "faithful": fb})
         if not gen:
-            invariant_row(rows, doc, ours, bar, key)
+            invariant_row(rows, doc, ours, bar, key, fb)
     for doc in real_loop_files(results):
         engines = [e for e in dig(doc, "payload", "engines") or [] if e.status == "ok"]
         speed = lambda e: dig(e, "speed", "speedup", "end_to_end")  # noqa: E731
