@@ -61,27 +61,29 @@ def test_what_it_does_not_run_is_one_line_before_anything_loads(tmp_path, monkey
     assert not (tmp_path / "cache").exists() and not (tmp_path / "a" / "config.json").exists()
 
 
-def test_the_generator_on_ort_and_the_classifier_on_openvino(tiny_t5, tiny_tsv, tmp_path, monkeypatch):
+@pytest.mark.parametrize("gen_engine", ["ort", "openvino"])
+def test_the_generator_on_ort_or_openvino_and_the_classifier_on_openvino(gen_engine, tiny_t5, tiny_tsv, tmp_path,
+                                                                         monkeypatch):
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
     precision = "bf16" if has_native_bf16() else "fp32"
     # mini-nli (trained: its bf16 labels pass the export's judgement, a random tiny model's near-ties do not)
     common = ["run", "-g", tiny_t5, "-c", "mini-nli", "-d", str(tiny_tsv), "--limit", "4", "--k", "4", "--u", "2",
               "--s", "1", "--max-new-tokens", "6"]
     runner = CliRunner()
-    r = runner.invoke(app, [*common, "--generator-engine", "ort", "--classifier-engine", "openvino",
+    r = runner.invoke(app, [*common, "--generator-engine", gen_engine, "--classifier-engine", "openvino",
                             "--classifier-precision", precision, "--out", str(tmp_path / "mixed")])
     assert r.exit_code == 0, r.output
     ref = runner.invoke(app, [*common, "--engine", "torch", "--out", str(tmp_path / "torch")])
     assert ref.exit_code == 0, ref.output
     cfg = json.loads((tmp_path / "mixed" / "config.json").read_text())
     roles = cfg["roles"]
-    assert roles["generator"]["engine"] == "ort" and roles["classifier"]["engine"] == "openvino"
+    assert roles["generator"]["engine"] == gen_engine and roles["classifier"]["engine"] == "openvino"
     assert roles["classifier"]["precision"] == precision and roles["classifier"]["runtime"]["openvino"]
     assert cfg["environment"]["packages"]["openvino"]
     mine = [json.loads(x) for x in (tmp_path / "mixed" / "samples.jsonl").read_text().splitlines()]
     theirs = [json.loads(x) for x in (tmp_path / "torch" / "samples.jsonl").read_text().splitlines()]
     assert any(m.get("candidates") for m in mine)
-    # the generator's candidates are the torch reference's (ort fp32): only the classifier differs
+    # the generator's candidates are the torch reference's (ort / openvino fp32): only the classifier differs
     assert [(m["id"], m.get("candidates")) for m in mine if m.get("candidates")] == \
         [(t["id"], t.get("candidates")) for t in theirs if t.get("candidates") and t["id"] in
          {m["id"] for m in mine if m.get("candidates")}]
