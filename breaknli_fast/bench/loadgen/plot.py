@@ -130,9 +130,11 @@ def draw(data: Scenarios, path: str | Path | None = None) -> bytes | None:
     for ax, p in zip(axes.flat, ps):
         _panel(ax, p)
     rep = read_report(data)
-    fig.suptitle(f"Accuracy (% of {rep.reference}) against the reported figure, one point per engine x precision",
-                 fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    title = f"Accuracy (% of {rep.reference}) against the reported figure, one point per engine x precision"
+    if cols < 2:  # one panel's width holds about 60 characters at this size: the title on two lines
+        title = title.replace(" against", "\nagainst")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.96 if cols > 1 else 0.93))
     for ax, p in zip(axes.flat, ps):  # once the axes are where they stay
         _labels(ax, p)
     buf = io.BytesIO()
