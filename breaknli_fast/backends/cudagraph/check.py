@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from breaknli_fast.engines.timer import timer
+
 STEP_ROWS = (8, 20, 64, 48)  # prompts, K, encoder tokens, cache positions (the bounds step's decoder step)
 SHAPES = {"mini": ("mini-t5", "mini-nli"), "base": ("flan-t5-base", "roberta-base"),
           "large": ("flan-t5-large", "roberta-large")}
@@ -42,35 +44,6 @@ CLF_BUCKET_CUDA, CLF_BUCKET_CPU = (512, 128), (16, 32)
 
 
 # -- timing and kernels ------------------------------------------------------------------------------------------
-
-def timer(device: str) -> Callable[[Callable[[], Any], int], list[float]]:
-    """Seconds of each of ``reps`` calls of a function after warm-up: CUDA events on CUDA, perf_counter else."""
-    import torch
-
-    def cuda_time(fn: Callable[[], Any], reps: int) -> list[float]:
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        out = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) / 1000.0)
-        return out
-
-    def cpu_time(fn: Callable[[], Any], reps: int) -> list[float]:
-        fn()
-        out = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-        return out
-
-    return cuda_time if device.startswith("cuda") else cpu_time
 
 
 def cuda_kernels(fn: Callable[[], Any], reps: int = 3) -> dict[str, Any] | None:

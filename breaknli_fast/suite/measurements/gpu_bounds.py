@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional
 
 from breaknli_fast.bench import roofline  # the package's analytic counts
 from breaknli_fast.bench.ceilings import DATASHEET, datasheet  # noqa: F401 - the GPUs' peaks
+from breaknli_fast.engines.timer import timer
 from breaknli_fast.errors import UserError
 from breaknli_fast.suite.base import Measurement, option
 
@@ -44,35 +45,6 @@ SHAPES = {"base": ("flan-t5-base", "roberta-base"), "large": ("flan-t5-large", "
           "mini": ("mini-t5", "mini-nli")}
 CLF_BUCKET = (512, 128)
 DEC_ROWS = (8, 20, 64, 48)  # prompts, K, encoder tokens, cache positions
-
-
-def timer(device: str) -> Callable[[Callable[[], None], int], list[float]]:
-    import torch
-
-    def cuda_time(fn: Callable[[], None], reps: int) -> list[float]:
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        out = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) / 1000.0)
-        return out
-
-    def cpu_time(fn: Callable[[], None], reps: int) -> list[float]:
-        fn()
-        out = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-        return out
-
-    return cuda_time if device.startswith("cuda") else cpu_time
 
 
 def measured_peaks(device: str, reps: int) -> dict[str, Any]:
