@@ -217,13 +217,14 @@ def test_test05_is_labelled_retired_in_every_rendering(tmp_path):
     assert "TEST05 (retired 2024-11)" in scenario_html(result.scenarios)  # the HTML report
 
 
-@pytest.mark.parametrize("speeds, result, runs", [((80.0, 98.0), "PASS", 2), ((80.0, 85.0), "FAIL", 2),
+# the figures of the runs in order: the test, and after a failure on speed alone a performance run and the test again
+@pytest.mark.parametrize("speeds, result, runs", [((80.0, 90.0, 88.0), "PASS", 3), ((80.0, 100.0, 85.0), "FAIL", 3),
                                                    ((101.0,), "PASS", 1), ((70.0,), "FAIL", 1)])
 def test_a_test_failed_on_speed_alone_runs_once_more_and_keeps_both_figures(tmp_path, monkeypatch, speeds, result,
                                                                            runs):
-    """A compliance run 20 % slower than the performance run, outputs equal: one more run, judged alone (its cell
-    names the first run's speed); a second failure stands; a failure on the outputs (the last case: the logged
-    response differs) is not run again."""
+    """A compliance run 20 % slower than the performance run, outputs equal: a performance run made for it and the
+    test once more, judged against that performance run (its cell names the first run's speed); a second failure
+    stands; a failure on the outputs (the last case: the logged response differs) is not run again."""
     from types import SimpleNamespace
 
     from breaknli_fast.bench.loadgen import runner as lr
@@ -234,6 +235,7 @@ def test_a_test_failed_on_speed_alone_runs_once_more_and_keeps_both_figures(tmp_
     calls: list[Path] = []
 
     def fake_perf(ctx, runner, scenario, hints, tokens, folder, device, test=None, offline_qps=None):
+        assert (test is None) == (folder.name == "performance")
         _logs(folder, [{"qsl_idx": 0, "data": answer}])
         calls.append(folder)
         return SimpleNamespace(run=SimpleNamespace(result=RunResult(validity="VALID",
@@ -246,12 +248,17 @@ def test_a_test_failed_on_speed_alone_runs_once_more_and_keeps_both_figures(tmp_
     perf = SimpleNamespace(run=SimpleNamespace(result=RunResult(validity="VALID", samples_per_s=100.0)), retry=None)
     c = lr._compliance(ctx, SimpleNamespace(size=4), "classifier", "offline", None, False, base, perf, "cpu")["TEST01"]
     assert len(calls) == runs and c.result == result
-    assert [p.name for p in calls] == ["TEST01", "TEST01-rerun"][:runs]
+    assert [str(p.relative_to(base)) for p in calls] == ["compliance/TEST01", "compliance/TEST01-rerun/performance",
+                                                         "compliance/TEST01-rerun"][:runs]
     from breaknli_fast.bench.loadgen.report import compliance_cell
 
-    if runs == 2:
+    if runs == 3:
         assert c.first_speed_ratio == pytest.approx(0.8) and c.first_log == "row/compliance/TEST01"
+        assert c.speed_ratio == pytest.approx(speeds[2] / speeds[1])  # against the performance run made for it
+        assert c.rerun_performance == {"log": "row/compliance/TEST01-rerun/performance", "validity": "VALID",
+                                       "samples_per_s": speeds[1]}
         assert compliance_cell(c).startswith(f"{result}") and "on a re-run after -20.0 %" in compliance_cell(c)
+        assert "against a performance run made for it" in compliance_cell(c)
     else:
         assert c.first_speed_ratio is None and "re-run" not in compliance_cell(c)
     if speeds == (70.0,):

@@ -386,25 +386,40 @@ def _compliance(ctx: ScenarioContext, runner: SampleRunner, role: str, scenario:
     out: dict[str, ComplianceResult] = {}
     for test in tests:
         first: ComplianceResult | None = None
+        against = perf
         for attempt in (1, 2):
             folder = base / "compliance" / (test if attempt == 1 else f"{test}-rerun")
-            ctx.log(f"  compliance {compliance.label(test)} ({scenario})"
-                    + (" once more: the first run failed on speed alone" if attempt == 2 else ""))
+            if attempt == 2:
+                # the re-run is judged against a performance run made just before it: a shared VM's speed drifts
+                # between runs a minute apart by as much as the band, and it is the pair's difference -- logging the
+                # responses or not -- that the test measures
+                ctx.log(f"  compliance {compliance.label(test)} ({scenario}): the first run failed on speed alone, "
+                        "so a performance run and the test once more")
+                against = _perf(ctx, runner, scenario, hints, tokens, folder / "performance", device)
+            else:
+                ctx.log(f"  compliance {compliance.label(test)} ({scenario})")
             run = _perf(ctx, runner, scenario, hints, tokens, folder, device, test=test,
-                        offline_qps=perf.retry.expected_qps if perf.retry else None)
-            c = compliance.judge(test, run.run.result, perf.run.result, scenario, folder, base / "accuracy",
+                        offline_qps=against.retry.expected_qps if against.retry else None)
+            c = compliance.judge(test, run.run.result, against.run.result, scenario, folder, base / "accuracy",
                                  log=str(folder.relative_to(ctx.out)), size=runner.size,
                                  eos_id=getattr(runner, "eos_id", None), reference_accuracy_folder=ref_accuracy)
             c.retry = run.retry
             if first is not None:
                 c.first_speed_ratio, c.first_log = first.speed_ratio, first.log
-            # a machine's speed drifts between runs (a shared VM's by 5-10 %): a test whose outputs passed and whose
-            # speed alone fell outside the band runs once more, as a submitter reruns it; both runs are recorded
+                c.rerun_performance = {"log": str((folder / "performance").relative_to(ctx.out)),
+                                       **_headline_of(against.run.result, scenario)}
+            # a test whose outputs passed and whose speed alone fell outside the band runs once more, as a submitter
+            # reruns it; both runs are recorded, and a second failure stands
             if attempt == 2 or c.failed != ["speed"]:
                 break
             first = c
         out[test] = c
     return out
+
+
+def _headline_of(res: RunResult, scenario: str) -> dict[str, JSON]:
+    value, higher = compliance.headline(res, scenario)
+    return {"validity": res.validity, ("samples_per_s" if higher else "latency_ms"): value}
 
 
 def _score(ctx: ScenarioContext, reference_classifier: Callable[[], Any]) -> None:

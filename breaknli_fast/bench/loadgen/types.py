@@ -215,10 +215,12 @@ class ComplianceResult:
     failed: list[str] | None = field(default=None, metadata=OMIT)  # outputs, speed, LoadGen
     retired: str | None = field(default=None, metadata=OMIT)
     retry: Retry | None = field(default=None, metadata=OMIT)  # the second run LoadGen advised
-    # a test failed on speed alone runs once more (its outputs passed): the first run's speed against the
-    # performance run, its log folder; the figures above are the second run's
+    # a test failed on speed alone runs once more (its outputs passed), after a performance run made for it: the first
+    # run's speed against the row's performance run, its log folder, and the performance run the second run was judged
+    # against (its log folder, validity and headline figure); the figures above are the second run's
     first_speed_ratio: float | None = field(default=None, metadata=OMIT)
     first_log: str | None = field(default=None, metadata=OMIT)
+    rerun_performance: dict[str, JSON] | None = field(default=None, metadata=OMIT)
     log: str | None = None
     extra: dict[str, JSON] = field(default_factory=dict)
 
