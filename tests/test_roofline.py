@@ -129,6 +129,34 @@ def test_a_stage_share_is_its_floor_over_its_median_time():
     assert none.pct_of_ceiling is None and none.note == "not native" and none.attained_ops_per_s == 12400
 
 
+def test_the_largest_bucket_is_held_to_the_ceilings_alone():
+    """The width whose batches hold the most tokens per batch, timed by its batches' own seconds over the workers
+    that ran side by side: here 2 batches of 2 rows at width 8 (16 tokens each) beat 4 rows at width 2 in one batch
+    (8 tokens), took 0.4 s on their workers, so 0.2 s of the stage's time with 2 workers."""
+    w = BatchWork(workers=2)
+    w.add_pairs([3, 5, 8, 8, 1, 1, 2, 2])
+    w.add_batch(2, 8, 0.1)
+    w.add_batch(2, 8, 0.3)
+    w.add_batch(4, 2, 0.5)
+    assert w.by_width == {"8": [2, 4, pytest.approx(0.4)], "2": [1, 4, pytest.approx(0.5)]}
+    r = rl.stage_roofline("classify_ph", ENC, "int8", "int8", 1.0, w, None, _ceilings(1e5, 1e9))
+    b = r.largest_bucket
+    assert (b.width, b.batches, b.rows) == (8, 2, 2.0) and b.seconds == pytest.approx(0.2)
+    one = BatchWork()
+    one.add_pairs([8, 8])
+    one.add_batch(2, 8)
+    flops = rl.classifier_batches(ENC, one, "int8").flops * 2  # two such batches
+    assert b.flops == pytest.approx(flops) and b.attained_ops_per_s == pytest.approx(flops / 0.2)
+    assert b.binding == "compute" and b.pct_of_ceiling == pytest.approx(100 * flops / 1e5 / 0.2)
+    # its shapes are among those the ceilings are measured at; a bucket alone at a shape without a figure has none
+    needed = set(rl.needed_gemms("classify_ph", ENC, "int8", w, None))
+    assert {(m, k, n) for m, k, n, _ in rl._encoder_gemms(ENC, 16)} <= needed
+    assert rl.stage_roofline("classify_ph", ENC, "int8", "int8", 1.0, w, None, None).largest_bucket.pct_of_ceiling is None
+    # an engine that timed no batch by width (an earlier file, a stage without batches): no bucket
+    w.by_width = {}
+    assert rl.stage_roofline("classify_ph", ENC, "int8", "int8", 1.0, w, None, _ceilings(1e5, 1e9)).largest_bucket is None
+
+
 # -- the engines count what they ran ------------------------------------------------------------------------------
 
 def test_the_classifier_counts_its_pairs_and_padded_batches(tiny_roberta):

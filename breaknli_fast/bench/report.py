@@ -375,6 +375,12 @@ def roofline_rows(data: BenchReport, parts: bool = True) -> list[list[str]]:
                                  _f(100.0 * (1 - part.useful_flops / part.flops) if part.flops else None, ".1f"),
                                  "", _f(part.intensity, ".0f"), part.binding or "–",
                                  _giga(part.compute_ops_per_s), share])
+            b = r.largest_bucket
+            if b is not None:
+                rows.append(["", "↳ largest bucket", f"{b.width} tokens x {b.rows:.1f} rows",
+                             f"{b.batches} batch{'es' if b.batches != 1 else ''}", _giga(b.flops, ".2f"), "–",
+                             _giga(b.attained_ops_per_s), "", b.binding or "–", _giga(b.compute_ops_per_s),
+                             _f(b.pct_of_ceiling, ".0f", " %") if b.pct_of_ceiling is not None else "no ceiling"])
     return rows
 
 
@@ -429,7 +435,9 @@ def roofline_section(data: BenchReport, ok: list[EngineResult]) -> list[str]:
              "padding %: the share spent on padded tokens and finished rows), over the stage's median iteration; the "
              "ceiling is the rate the binding limits allow each part: the compute peak of the engine's precision at "
              "the part's product shapes, or the memory bandwidth times its operations per byte (a roofline); "
-             "% of ceiling: the time the stage would take at the ceilings over its median time.", ""]
+             "% of ceiling: the time the stage would take at the ceilings over its median time. A classify stage's largest "
+             "bucket (the width whose batches hold the most tokens) is held to the ceilings alone, timed by its "
+             "batches' own seconds over the workers that ran them side by side.", ""]
             + ceilings_text(data.ceilings) + _md_table(ROOFLINE_HEADER, rows))
 
 

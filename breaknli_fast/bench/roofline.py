@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from breaknli_fast.bench.types import MachineCeilings, RooflinePart, StageRoofline
+from breaknli_fast.bench.types import BucketRoofline, MachineCeilings, RooflinePart, StageRoofline
 from breaknli_fast.engines.base import BatchWork, DecodeWork
 
 ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet")
@@ -307,7 +307,47 @@ def stage_roofline(stage: str, a: Arch, precision: str, ceiling: str | None, med
     parts = parts_of(stage, a, precision, clf, gen)
     if not parts or not median_s:
         return None
-    return roofline_of(parts, precision, ceiling, median_s, ceilings, note)
+    out = roofline_of(parts, precision, ceiling, median_s, ceilings, note)
+    if stage != "generate" and clf is not None:
+        out.largest_bucket = largest_bucket(a, clf, precision, ceiling, ceilings)
+    return out
+
+
+def _largest(work: BatchWork) -> tuple[int, int, int, float] | None:
+    """(width, batches, rows, seconds) of the width whose batches hold the most padded tokens per batch (the wider on
+    a tie), among the widths the engine timed."""
+    timed = {int(w): b for w, b in (work.by_width or {}).items() if b[0] and b[2] > 0}
+    if not timed:
+        return None
+    width = max(timed, key=lambda w: (timed[w][1] * w / timed[w][0], w))
+    return width, int(timed[width][0]), int(timed[width][1]), float(timed[width][2])
+
+
+def _bucket_work(width: int, batches: int, rows: int) -> BatchWork:
+    """The token work of ``batches`` batches of ``rows`` rows in all at ``width`` (every row counted as useful: the
+    pairs' own lengths are not kept by width)."""
+    return BatchWork(pairs=rows, tokens=rows * width, token_squares=rows * width ** 2, batches=batches, rows=rows,
+                     padded_tokens=rows * width, padded_token_squares=rows * width ** 2)
+
+
+def largest_bucket(a: Arch, work: BatchWork, precision: str, ceiling: str | None,
+                   ceilings: MachineCeilings | None) -> BucketRoofline | None:
+    """The classifier's largest bucket (the width whose batches hold the most padded tokens per batch; the wider on
+    a tie) against the ceilings, timed by its batches' own seconds over the workers that ran side by side; None
+    where the engine timed no batch by width."""
+    bucket = _largest(work)
+    if bucket is None:
+        return None
+    width, batches, rows, seconds = bucket
+    c = classifier_batches(a, _bucket_work(width, batches, rows), precision)
+    t = seconds / max(1, int(work.workers or 1))
+    out = BucketRoofline(width=width, batches=batches, rows=rows / batches, flops=c.flops, seconds=t,
+                         attained_ops_per_s=c.flops / t if t > 0 else None)
+    part = roofline_of([("largest bucket", c)], precision, ceiling, t, ceilings).parts[0]
+    out.compute_ops_per_s, out.binding, out.floor_s = part.compute_ops_per_s, part.binding, part.floor_s
+    if part.floor_s is not None and t > 0:
+        out.pct_of_ceiling = 100.0 * part.floor_s / t
+    return out
 
 
 def roofline_of(parts: Sequence[tuple[str, Counts]], precision: str, ceiling: str | None, median_s: float,
@@ -352,8 +392,14 @@ def roofline_of(parts: Sequence[tuple[str, Counts]], precision: str, ceiling: st
 
 def needed_gemms(stage: str, a: Arch, precision: str, clf: BatchWork | None,
                  gen: DecodeWork | None) -> list[tuple[int, int, int]]:
-    """The product shapes (m, k, n) a stage's ceiling is measured at."""
-    return [(m, k, n) for _, c in parts_of(stage, a, precision, clf, gen) for m, k, n, _ in c.gemms]
+    """The product shapes (m, k, n) a stage's ceiling is measured at (a classify stage's largest bucket's too)."""
+    shapes = [(m, k, n) for _, c in parts_of(stage, a, precision, clf, gen) for m, k, n, _ in c.gemms]
+    bucket = _largest(clf) if stage != "generate" and clf is not None else None
+    if bucket is not None:
+        width, batches, rows, _ = bucket
+        more = classifier_batches(a, _bucket_work(width, batches, rows), precision).gemms
+        shapes += [(m, k, n) for m, k, n, _ in more if (m, k, n) not in shapes]
+    return shapes
 
 
 # -- a bench's stages -----------------------------------------------------------------------------------------------

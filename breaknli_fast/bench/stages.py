@@ -65,10 +65,22 @@ def greedy_ids(gen: GeneratorBase, prompts: list[str], seeds: list[int],
     return [[vocab.setdefault(w, len(vocab)) for w in t[0].split()] for t in texts], "whitespace words (engine has no generate_ids)"
 
 
+def median_work(works: list[Any]) -> Any:
+    """The token work of the measured iterations of a classify stage: the last one's counts (every iteration
+    computes the same batches), each width's seconds the median over the iterations."""
+    works = [w for w in works if w is not None]
+    if not works:
+        return None
+    out = works[-1]
+    for width, b in out.by_width.items():
+        b[2] = float(np.median([w.by_width[width][2] for w in works if width in w.by_width]))
+    return out
+
+
 def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> tuple[Task, Callable[[], StageTiming]]:
     clf = eng.clf
     batch_s: list[float] = []
-    work: list[Any] = []  # the token work of the last measured iteration (every iteration computes the same)
+    work: list[Any] = []  # the token work of each measured iteration (every iteration computes the same batches)
 
     def before() -> None:
         clf.clear_cache()
@@ -77,7 +89,7 @@ def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> t
     def after() -> None:
         if clf.stats is not None:
             batch_s.extend(clf.stats.batch_seconds)
-            work[:] = [copy.deepcopy(getattr(clf.stats, "work", None))]
+            work.append(copy.deepcopy(getattr(clf.stats, "work", None)))
 
     task = Task(lambda: clf.classify(pairs), before, after)
 
@@ -86,7 +98,7 @@ def classify_task(eng: EngineRun, stage: str, pairs: list[tuple[str, str]]) -> t
         s = rep.summary()
         eng.batch_all.extend(batch_s)
         eng.logits[stage] = np.asarray(rep.result.logits, dtype=np.float32)
-        return StageTiming(len(pairs), "pairs", **s, classifier_work=work[0] if work else None, extra={
+        return StageTiming(len(pairs), "pairs", **s, classifier_work=median_work(work), extra={
             "pairs_per_s": len(pairs) / s["median_s"],
             "batches_per_iteration": (len(batch_s) // s["iterations"]) if batch_s else None,
             "batch_latency": latency_stats(batch_s if batch_s else rep.seconds),

@@ -232,6 +232,25 @@ class RooflinePart:
 
 
 @dataclass
+class BucketRoofline:
+    """A classify stage's largest bucket against the ceilings: the width whose batches hold the most padded tokens
+    per batch, its ``batches`` of ``rows`` rows on average, their operations (padding included) and ``seconds`` (the
+    batches' own seconds, each on its worker, over the workers that ran side by side: its share of the stage's
+    time), the compute ceiling at its product shapes, what binds, and its ``pct_of_ceiling``."""
+
+    width: int = 0
+    batches: int = 0
+    rows: float = 0.0
+    flops: float = 0.0
+    seconds: float = 0.0
+    attained_ops_per_s: float | None = None
+    compute_ops_per_s: float | None = None
+    binding: str | None = None
+    floor_s: float | None = None
+    pct_of_ceiling: float | None = None
+
+
+@dataclass
 class StageRoofline:
     """A stage's share of the machine's ceilings, per iteration: ``attained_ops_per_s`` (operations computed,
     padding included, over the median iteration), ``useful_ops_per_s`` (the real tokens' operations), the share of
@@ -253,6 +272,7 @@ class StageRoofline:
     ceiling_ops_per_s: float | None = None  # the rate the floor stands for: flops / floor_s
     pct_of_ceiling: float | None = None
     note: str | None = field(default=None, metadata=OMIT)
+    largest_bucket: BucketRoofline | None = field(default=None, metadata=OMIT)  # a classify stage's
 
 
 # -- speed ------------------------------------------------------------------------------------------------------

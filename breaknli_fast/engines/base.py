@@ -272,17 +272,26 @@ class BatchWork:
     rows: int = 0  # rows the batches ran (an engine may pad the row count too: the cudagraph engine's buckets)
     padded_tokens: int = 0  # sum of rows x width over the batches
     padded_token_squares: int = 0  # sum of rows x width ** 2
+    # the batches by width (str(width) -> [batches, rows, seconds]): each width's share of the time, from the
+    # seconds each batch took on its worker (preparing its inputs and running it); ``workers``: how many ran side by
+    # side, each on its share of the threads
+    by_width: dict[str, list[float]] = field(default_factory=dict)
+    workers: int = 1
 
     def add_pairs(self, lengths: Sequence[int]) -> None:
         self.pairs += len(lengths)
         self.tokens += sum(int(n) for n in lengths)
         self.token_squares += sum(int(n) ** 2 for n in lengths)
 
-    def add_batch(self, rows: int, width: int) -> None:
+    def add_batch(self, rows: int, width: int, seconds: float = 0.0) -> None:
         self.batches += 1
         self.rows += int(rows)
         self.padded_tokens += int(rows) * int(width)
         self.padded_token_squares += int(rows) * int(width) ** 2
+        b = self.by_width.setdefault(str(int(width)), [0, 0, 0.0])
+        b[0] += 1
+        b[1] += int(rows)
+        b[2] += float(seconds)
 
 
 @dataclass

@@ -306,6 +306,13 @@ def bench_rooflines(p: BenchReport) -> str:
                          dig(r, "binding") or "–", _giga(dig(r, "ceiling_ops_per_s")),
                          f(dig(r, "pct_of_ceiling"), ".0f", " %") if dig(r, "pct_of_ceiling") is not None
                          else (dig(r, "note") or "–")])
+            b = dig(r, "largest_bucket")
+            if not blank(b):
+                rows.append(["", f"↳ largest bucket ({dig(b, 'width')} tokens x {f(dig(b, 'rows'), '.1f')} rows)", "",
+                             _giga(dig(b, "flops"), ".2f"), "–", _giga(dig(b, "attained_ops_per_s")),
+                             dig(b, "binding") or "–", _giga(dig(b, "compute_ops_per_s")),
+                             f(dig(b, "pct_of_ceiling"), ".0f", " %") if dig(b, "pct_of_ceiling") is not None
+                             else "no ceiling"])
     if not rows:
         return ""
     c = dig(p, "ceilings")
