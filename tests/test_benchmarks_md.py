@@ -481,6 +481,36 @@ def test_the_faithful_column_ranks_only_engines_that_keep_the_answer(tmp_path: P
     assert "| 2.60× | met |" in faithful_loop
 
 
+@pytest.mark.parametrize("pct, verdict", [(55.2, "met"), (45.0, "**not met**")])
+def test_the_largest_bucket_target_reads_the_default_int8_classifiers_buckets(tmp_path: Path, pct: float,
+                                                                              verdict: str) -> None:
+    """The default batch-invariant int8 classifier's largest bucket against the int8 ceiling: per engine the bucket
+    with the most tokens per batch over its classify stages (not the best share), an engine whose classifier is not
+    the default int8 left out however high its share."""
+    def bucket(width: int, rows: float, share: float, ceiling: str = "int8") -> dict:
+        return {"roofline": {"precision": ceiling, "ceiling": ceiling, "pct_of_ceiling": share,
+                             "largest_bucket": {"width": width, "batches": 2, "rows": rows, "flops": 1e12,
+                                                "seconds": 1.0, "attained_ops_per_s": share * 2e10,
+                                                "compute_ops_per_s": 2e12, "binding": "compute",
+                                                "floor_s": share / 100, "pct_of_ceiling": share}}}
+
+    mixed = bench_engine("gen=ort:fp32:validate=false/clf=openvino:int8:validate=false", False, 1 / 4.1)
+    mixed["speed"]["stages"]["relation"].update(bucket(80, 15.0, pct))
+    mixed["speed"]["stages"]["classify_ph"].update(bucket(40, 13.0, 99.0))  # fewer tokens a batch: not the largest
+    fp32 = bench_engine("ort:fp32", False, 1 / 2.3)
+    fp32["speed"]["stages"]["relation"].update(bucket(80, 15.0, 86.0, "fp32"))
+    rw = {"generator": {"shape": "flan-t5-small", "parameters": 77_000_000},
+          "classifier": {"shape": "roberta-base", "parameters": 125_000_000}}
+    write(tmp_path, "bench-real-loop-small", "bench", "ffff6666", "python scripts/bench_save.py -- --random-weights x",
+          {"reference": "torch:fp32", "data": {"name": "sample", "examples": 50}, "models": {"random_weights": rw},
+           "engines": [bench_engine("torch:fp32", True, 1.0), fp32, mixed]})
+    md = render(load(tmp_path), "benchmarks/results", None)
+    part = md.split("### The targets at the sizes users run")[1].split("\n### ")[0]
+    row = next(line for line in part.splitlines() if "largest bucket ≥ 50 %" in line and "ffff6666" in line)
+    assert "gen=ort:fp32:validate=false/clf=openvino:int8:validate=false: relation's 80 tokens x 15.0 rows" in row
+    assert f"| {pct:.1f} % | {verdict} |" in row
+
+
 def test_the_generator_per_stack_compares_with_ctranslate2_in_the_same_run(tmp_path: Path) -> None:
     """One row per stack and prompt count (the transformers version from the file's machine record), tokens/s of each
     contender and the ratios to CTranslate2 at the same precision; the files stay out of the targets' rows."""

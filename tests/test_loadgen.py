@@ -401,7 +401,7 @@ def test_repeats_run_rounds_with_the_engines_in_turn_and_report_the_median_round
     A B), takes the median round's figures and shows the spread; each round's LoadGen logs are kept."""
     code, output, d = _bench(tmp_path, "--scenario", "single-stream", "--engines",
                              "sleep:fp32:sleep_ms=2,sleep:fp32:sleep_ms=20:label=slow", "--min-duration", "0.2",
-                             "--min-queries", "70", "--repeats", "3")
+                             "--min-queries", "24", "--repeats", "3")
     rows = {r["engine"]: r for r in d["scenarios"]}
     assert set(rows) == {"torch:fp32", "sleep:fp32:sleep_ms=2", "slow"}
     for r in rows.values():

@@ -83,5 +83,5 @@ class OvSession:
         names = output_names or [o.name for o in self._outputs]
         with INFER_LOCK:
             req = self._request()
-            req.infer(feeds)
+            req.infer(feeds, share_inputs=True)  # the feeds outlive the call: no copy into the request
             return [np.array(req.get_tensor(n).data) for n in names]
