@@ -140,3 +140,22 @@ def test_an_int8_export_whose_answers_depend_on_the_batch_is_refused(tmp_path, m
     monkeypatch.setattr(eng, "compile_properties", runtime.compile_properties)
     with pytest.raises(ExportValidationError, match="not batch-invariant on this CPU"):
         registry.load_classifier("openvino", "mini-nli", precision="int8")
+
+
+def test_auto_gives_the_int8_classifier_to_openvino_only_on_a_cpu_with_vnni(monkeypatch):
+    """--engine auto at int8: OpenVINO for the classifier and the masked LM where the CPU has VNNI; without it
+    (OpenVINO's int8 depended on the batch on the emulated AVX2 CPU) the batch-invariant ort int8; the generator on
+    ort either way; fp32 never OpenVINO."""
+    from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER
+    from breaknli_fast.engines.cpu_features import FLAGS_ENV
+
+    monkeypatch.setenv(FLAGS_ENV, "avx2 avx512f avx512_vnni")
+    assert [registry.resolve_engine("auto", "int8", "cpu", r) for r in (CLASSIFIER, MASK_FILLER, GENERATOR)] == [
+        "openvino", "openvino", "ort"]
+    assert registry.resolve_engine("auto", "fp32", "cpu", CLASSIFIER) == "ort"
+    monkeypatch.setenv(FLAGS_ENV, "avx2 fma")  # an AVX2 CPU without VNNI
+    assert [registry.resolve_engine("auto", "int8", "cpu", r) for r in (CLASSIFIER, MASK_FILLER, GENERATOR)] == [
+        "ort", "ort", "ort"]
+    why = registry.backend("openvino").auto_refusal("int8", "cpu")
+    assert why.startswith("this CPU has none of avx512_vnni") and "depends on the batch" in why
+    assert registry.backend("openvino").auto_refusal("fp32", "cpu") is None

@@ -78,6 +78,9 @@ class Backend:
     # "module:function" (precision, device) -> None, or why this machine cannot run that precision (bf16 without
     # AVX-512 BF16 or AMX, say): asked by check() before anything loads
     gate: str | None = None
+    # "module:function" (precision, device) -> None, or why --engine auto does not pick it on this machine at that
+    # precision though it runs there (an int8 known to depend on the batch on this CPU's kernels, say)
+    auto_gate: str | None = None
     # device kinds it offers that no machine of this project has run it on, or "kind:precision" for one precision
     # there ("cuda:fp8"): said "not verified on a GPU" wherever it is offered (bench notes, help), and no figure is
     # claimed
@@ -131,7 +134,16 @@ class Backend:
             fits = not self.auto_roles
         else:
             fits = role in self.precisions and (not self.auto_roles or role in self.auto_roles)
-        return device_kind(device) == "cpu" and precision in self.auto and fits and self.installed()
+        if not (device_kind(device) == "cpu" and precision in self.auto and fits and self.installed()):
+            return False
+        return self.auto_refusal(precision, device) is None
+
+    def auto_refusal(self, precision: str, device: str) -> str | None:
+        """Why ``--engine auto`` passes this backend over at ``precision`` on this machine (None: it does not)."""
+        if not self.auto_gate:
+            return None
+        module, _, fn = self.auto_gate.partition(":")
+        return getattr(importlib.import_module(module), fn)(precision, device)
 
     def options_class(self) -> Any:
         if self.options is None:

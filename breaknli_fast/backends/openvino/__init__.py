@@ -26,4 +26,7 @@ BACKEND = Backend(
     # speed, BENCHMARKS.md); the generator's int8 step graphs stay on ort (faster there)
     auto=("int8",),
     auto_roles=(CLASSIFIER, MASK_FILLER),
+    # ... on a CPU with VNNI only: without it the CPU plugin's int8 kernels gave a pair other logits alone than in its
+    # batch (docs/export.md), so the export would be refused there, and auto keeps the batch-invariant ort int8
+    auto_gate="breaknli_fast.backends.openvino.exporter:auto_gate",
 )
