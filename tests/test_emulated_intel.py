@@ -77,3 +77,20 @@ def test_the_torch_engines_are_batch_invariant_on_the_emulated_intel_cpu(tmp_pat
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail
+
+
+def test_openvino_int8_is_refused_or_invariant_on_the_emulated_avx2_cpu(tmp_path):
+    """OpenVINO's int8 classifier and masked LM on the emulated AVX2 CPU (no VNNI): each export is judged there and
+    refused where a pair's answer depends on its batch (the test then skips it, saying so), never used when it does.
+    The package reads the CPU's flags from /proc/cpuinfo, which QEMU passes through from the host: the flags are
+    given as the emulated CPU's."""
+    pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install 'breaknli-fast[openvino]'")
+    r = _emulated(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
+                   "tests/test_batch_independence.py", "-k", "openvino and int8 and (pair or item)"],
+                  _env(BREAKNLI_FAST_CPU_FLAGS="avx2 fma"), 900)
+    tail = (r.stdout + r.stderr)[-3000:]
+    assert r.returncode == 0, tail
+    assert "failed" not in tail and ("passed" in tail or "skipped" in tail)
+    for line in tail.splitlines():
+        if line.startswith("SKIPPED"):
+            assert "refused on this CPU without VNNI, as documented" in line, line
