@@ -174,6 +174,26 @@ def test_the_classifier_counts_its_pairs_and_padded_batches(tiny_roberta):
     assert w.batches == clf.stats.batches and w.rows == 4
     assert w.padded_tokens == sum(widths) and w.padded_token_squares == sum(x * x for x in widths)
     assert w.padded_tokens > w.tokens  # padding to a multiple of 8 is waste
+    assert sum(b[0] for b in w.by_width.values()) == w.batches and sum(b[1] for b in w.by_width.values()) == 4
+    assert all(b[2] > 0 for b in w.by_width.values())  # each width's batches timed
+
+
+def test_the_workers_side_by_side_are_those_a_call_used(tiny_roberta):
+    """Two workers: a call of several batches runs them side by side (2), a call of one batch on the calling thread
+    (1): the largest bucket's time is divided by what really ran."""
+    from breaknli_fast.engines import registry
+
+    clf = registry.load_classifier("torch", tiny_roberta, max_batch=2, workers=2, threads=2)
+    if clf.workers.n != 2:
+        pytest.skip("the torch engine runs one worker here")
+    pairs = [("A man sleeps.", "A man rests."), ("A dog runs.", "An animal plays."), ("x", "y"), ("A cat.", "A dog.")]
+    clf.reset_stats()
+    clf.classify(pairs[:1])
+    assert clf.stats.work.workers == 1
+    clf.reset_stats()
+    clf.clear_cache()
+    clf.classify(pairs)
+    assert clf.stats.batches >= 2 and clf.stats.work.workers == 2
 
 
 def test_the_cudagraph_classifier_counts_its_buckets(tiny_roberta):

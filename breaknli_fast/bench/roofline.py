@@ -186,10 +186,14 @@ def classifier_batches(a: Arch, work: BatchWork, precision: str) -> Counts:
 
 def classifier_batch(a: Arch, rows: int, width: int, precision: str = "fp32") -> Counts:
     """One batch of ``rows`` pairs at ``width`` tokens (the GPU check's largest bucket)."""
-    w = BatchWork()
-    w.add_pairs([width] * rows)
-    w.add_batch(rows, width)
-    return classifier_batches(a, w, precision)
+    return classifier_batches(a, _bucket_work(width, 1, rows), precision)
+
+
+def _bucket_work(width: int, batches: int, rows: int) -> BatchWork:
+    """The token work of ``batches`` batches of ``rows`` rows in all at ``width`` (every row counted as useful: the
+    pairs' own lengths are not kept by width)."""
+    return BatchWork(pairs=rows, tokens=rows * width, token_squares=rows * width ** 2, batches=batches, rows=rows,
+                     padded_tokens=rows * width, padded_token_squares=rows * width ** 2)
 
 
 def _encoder_flops(a: Arch, tokens: float, squares: float) -> float:
@@ -313,33 +317,26 @@ def stage_roofline(stage: str, a: Arch, precision: str, ceiling: str | None, med
     return out
 
 
-def _largest(work: BatchWork) -> tuple[int, int, int, float] | None:
-    """(width, batches, rows, seconds) of the width whose batches hold the most padded tokens per batch (the wider on
-    a tie), among the widths the engine timed."""
+def _largest(a: Arch, work: BatchWork, precision: str) -> tuple[int, int, int, float, Counts] | None:
+    """(width, batches, rows, seconds, counts) of the width whose batches hold the most padded tokens per batch (the
+    wider on a tie), among the widths the engine timed; None where it timed none."""
     timed = {int(w): b for w, b in (work.by_width or {}).items() if b[0] and b[2] > 0}
     if not timed:
         return None
     width = max(timed, key=lambda w: (timed[w][1] * w / timed[w][0], w))
-    return width, int(timed[width][0]), int(timed[width][1]), float(timed[width][2])
-
-
-def _bucket_work(width: int, batches: int, rows: int) -> BatchWork:
-    """The token work of ``batches`` batches of ``rows`` rows in all at ``width`` (every row counted as useful: the
-    pairs' own lengths are not kept by width)."""
-    return BatchWork(pairs=rows, tokens=rows * width, token_squares=rows * width ** 2, batches=batches, rows=rows,
-                     padded_tokens=rows * width, padded_token_squares=rows * width ** 2)
+    batches, rows = int(timed[width][0]), int(timed[width][1])
+    return width, batches, rows, float(timed[width][2]), classifier_batches(a, _bucket_work(width, batches, rows),
+                                                                            precision)
 
 
 def largest_bucket(a: Arch, work: BatchWork, precision: str, ceiling: str | None,
                    ceilings: MachineCeilings | None) -> BucketRoofline | None:
-    """The classifier's largest bucket (the width whose batches hold the most padded tokens per batch; the wider on
-    a tie) against the ceilings, timed by its batches' own seconds over the workers that ran side by side; None
-    where the engine timed no batch by width."""
-    bucket = _largest(work)
+    """The classifier's largest bucket (:func:`_largest`) against the ceilings, timed by its batches' own seconds
+    over the workers that ran side by side; None where the engine timed no batch by width."""
+    bucket = _largest(a, work, precision)
     if bucket is None:
         return None
-    width, batches, rows, seconds = bucket
-    c = classifier_batches(a, _bucket_work(width, batches, rows), precision)
+    width, batches, rows, seconds, c = bucket
     t = seconds / max(1, int(work.workers or 1))
     out = BucketRoofline(width=width, batches=batches, rows=rows / batches, flops=c.flops, seconds=t,
                          attained_ops_per_s=c.flops / t if t > 0 else None)
@@ -394,11 +391,9 @@ def needed_gemms(stage: str, a: Arch, precision: str, clf: BatchWork | None,
                  gen: DecodeWork | None) -> list[tuple[int, int, int]]:
     """The product shapes (m, k, n) a stage's ceiling is measured at (a classify stage's largest bucket's too)."""
     shapes = [(m, k, n) for _, c in parts_of(stage, a, precision, clf, gen) for m, k, n, _ in c.gemms]
-    bucket = _largest(clf) if stage != "generate" and clf is not None else None
+    bucket = _largest(a, clf, precision) if stage != "generate" and clf is not None else None
     if bucket is not None:
-        width, batches, rows, _ = bucket
-        more = classifier_batches(a, _bucket_work(width, batches, rows), precision).gemms
-        shapes += [(m, k, n) for m, k, n, _ in more if (m, k, n) not in shapes]
+        shapes += [(m, k, n) for m, k, n, _ in bucket[4].gemms if (m, k, n) not in shapes]
     return shapes
 
 

@@ -123,8 +123,7 @@ class Backend:
             raise PrecisionError(f"the {self.name} engine's {role} runs {_words(per_device[kind])} on {kind}, "
                                  f"not {precision!r}")
         if self.gate:
-            module, _, fn = self.gate.partition(":")
-            why = getattr(importlib.import_module(module), fn)(precision, device)
+            why = _ask(self.gate, precision, device)
             if why:
                 raise PrecisionError(f"the {self.name} engine's {role} at {precision}: {why}")
 
@@ -140,16 +139,19 @@ class Backend:
 
     def auto_refusal(self, precision: str, device: str) -> str | None:
         """Why ``--engine auto`` passes this backend over at ``precision`` on this machine (None: it does not)."""
-        if not self.auto_gate:
-            return None
-        module, _, fn = self.auto_gate.partition(":")
-        return getattr(importlib.import_module(module), fn)(precision, device)
+        return _ask(self.auto_gate, precision, device) if self.auto_gate else None
 
     def options_class(self) -> Any:
         if self.options is None:
             return None
         module, _, name = self.options.partition(":")
         return getattr(importlib.import_module(module), name)
+
+
+def _ask(gate: str, precision: str, device: str) -> str | None:
+    """A gate's answer (``"module:function"`` (precision, device) -> None, or why not)."""
+    module, _, fn = gate.partition(":")
+    return getattr(importlib.import_module(module), fn)(precision, device)
 
 
 def _words(items: tuple[str, ...]) -> str:

@@ -273,8 +273,8 @@ class BatchWork:
     padded_tokens: int = 0  # sum of rows x width over the batches
     padded_token_squares: int = 0  # sum of rows x width ** 2
     # the batches by width (str(width) -> [batches, rows, seconds]): each width's share of the time, from the
-    # seconds each batch took on its worker (preparing its inputs and running it); ``workers``: how many ran side by
-    # side, each on its share of the threads
+    # seconds each batch took on its worker (preparing its inputs and running it); ``workers``: the most that ran side
+    # by side in a call, each on its share of the threads (a call of one batch runs on the calling thread alone)
     by_width: dict[str, list[float]] = field(default_factory=dict)
     workers: int = 1
 

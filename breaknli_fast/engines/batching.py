@@ -136,13 +136,14 @@ class Workers:
 
 def run_batches(batches: Iterable[list[int]], prepare: Callable[[list[int]], tuple[tuple[Any, ...], Any] | None],
                 run: Callable[..., Any], collect: Callable[[list[int], Any, np.ndarray, float], None],
-                workers: Workers, synchronize: Callable[[], None] = lambda: None) -> None:
+                workers: Workers, synchronize: Callable[[], None] = lambda: None) -> int:
     """The batching pipeline of every engine: for each batch of item indices, ``prepare(idx)`` builds the model's
     inputs on the calling thread (``(args of run, context for collect)``, or None when there is nothing to run),
     ``run(*args)`` runs the model on a worker thread while the next batch is prepared, and ``collect(idx, context,
     output, seconds)`` takes the outputs in batch order on the calling thread. ``seconds``: preparing plus running
     the batch (``synchronize`` waits for queued device work before the timer stops). At most two batches per worker
-    wait in memory; the workers end with the call."""
+    wait in memory; the workers end with the call. Returns how many workers ran batches side by side (1 for a call
+    of one batch, which runs on the calling thread)."""
     pending: deque[tuple[list[int], Any, Future]] = deque()
 
     def timed(args: tuple[Any, ...], prepare_seconds: float) -> tuple[np.ndarray, float]:
@@ -175,6 +176,7 @@ def run_batches(batches: Iterable[list[int]], prepare: Callable[[list[int]], tup
             take()
     finally:
         pool.shutdown()
+    return workers.n
 
 
 def split_threads(threads: int, workers: int | str | None,
@@ -390,10 +392,10 @@ class BatchedClassifier(PaddedWidths, ClassifierBase):
             self.stats.seconds += dt
             self.stats.batch_seconds.append(dt)
             self.stats.work.add_batch(*self._batch_shape([lengths[i] for i in idx]), dt)
-            self.stats.work.workers = self.workers.n
 
-        run_batches(self._plan(lengths), prepare, self._run if tokens is not None else self._logits, collect,
-                    self.workers, self._synchronize)
+        side_by_side = run_batches(self._plan(lengths), prepare, self._run if tokens is not None else self._logits,
+                                   collect, self.workers, self._synchronize)
+        self.stats.work.workers = max(self.stats.work.workers, side_by_side)
         self.stats.pairs_computed += len(pairs)
         self.stats.work.add_pairs(lengths)
         return res
