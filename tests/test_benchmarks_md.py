@@ -16,7 +16,7 @@ from breaknli_fast.suite import provenance
 from breaknli_fast.suite.main import main as suite_main
 from breaknli_fast.suite.measurements import bench as B
 from breaknli_fast.suite.measurements import loadgen as LG
-from breaknli_fast.suite.measurements import real_shapes as RS
+from breaknli_fast.suite.measurements import real_targets as RS
 from breaknli_fast.suite.result import ResultFile, result_of
 
 ROOT = Path(__file__).resolve().parent.parent
