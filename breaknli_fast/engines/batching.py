@@ -160,7 +160,8 @@ def run_batches(batches: Iterable[list[int]], prepare: Callable[[list[int]], tup
     pool = workers
     if len(batches) <= 1:
         # one batch gains nothing from a worker, and starting one costs more than a small model's whole batch (the
-        # mini classifier at one pair: 2.0 ms on a worker, 0.87 ms here); the same session computes it either way
+        # mini classifier on ort fp32 at one pair: 2.0 ms on a worker, 1.1-1.6 ms here); the same session computes it
+        # either way
         workers = Workers(1)
     try:
         for idx in batches:
