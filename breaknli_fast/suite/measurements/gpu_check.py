@@ -592,7 +592,7 @@ def _parity_scale(c: Check) -> None:
 
 
 def execute(c: Check) -> None:
-    """The start steps in order, then the queue by priority: a timed step never runs beside the background CPU
+    """The start steps in order, then the queue by priority (or as --steps lists them, ``--order listed``): a timed step never runs beside the background CPU
     reference (the untimed ones go first while it runs)."""
     wanted = set(c.args.steps)
     for name in STEP_REGISTRY:
@@ -606,7 +606,9 @@ def execute(c: Check) -> None:
                     if g.gpu and g.name in wanted:
                         wanted.discard(g.name)
                         c.skip(g.name, "torch sees no CUDA GPU")
-    queue = sorted((s for s in STEP_REGISTRY.values() if not s.start and s.name in wanted), key=lambda s: s.priority)
+    listed = {name: i for i, name in enumerate(c.args.steps)}
+    rank = (lambda s: listed[s.name]) if c.args.order == "listed" else (lambda s: s.priority)
+    queue = sorted((s for s in STEP_REGISTRY.values() if not s.start and s.name in wanted), key=rank)
     while queue:
         running = c.poll_background()
         pick = next((s for s in queue if not (running and s.timed)), None)
@@ -799,6 +801,9 @@ class GpuCheckConfig:
     budget: int = option(DEFAULT_BUDGET, min=RESERVE_S + 10, max=86_400, why="a day",
                          help=f"seconds for the whole check ({RESERVE_S} of them kept for the files at the end)")
     steps: str = option("", help="the steps to run, comma-separated (default: all)")
+    order: str = option("priority", help="the queue after the start steps: priority (each step's place, the "
+                                         "default) or listed (the order --steps gives, so that what matters most "
+                                         "runs first in a short budget)")
     real_shapes: Optional[str] = option(None, help=f"bench-real's --random-weights (default {DEFAULT_REAL_SHAPES} on "
                                                    "CUDA, none on the CPU)")
     real_limit: int = option(64, min=1, help="bench-real's and bench-large's --limit")
@@ -892,6 +897,8 @@ class GpuCheck(Measurement):
             raise UserError(f"--device must be cpu or cuda[:N], not {c.device}")
         if c.cap_scale <= 0:
             raise UserError("--cap-scale must be > 0")
+        if c.order not in ("priority", "listed"):
+            raise UserError(f"--order must be priority or listed, not {c.order}")
         names = [s.strip() for s in c.steps.split(",") if s.strip()] if c.steps else list(STEP_REGISTRY)
         bad = [s for s in names if s not in STEP_REGISTRY]
         if bad or not names:
