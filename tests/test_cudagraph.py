@@ -194,6 +194,30 @@ def test_pair_buckets_follow_the_pairs_own_length(data):
     assert clf.length_ladder[-1] == clf.max_length and set(clf.length_ladder[:-1]) <= set(PAIR_LADDER)
 
 
+def test_the_same_pairs_in_any_order_make_the_same_batches(data):
+    """A group is ordered by its pairs' tokens, not by their place in the call: reversed or shuffled, the call's
+    batches hold the same pairs at the same row counts (on a GPU a row's bits can depend on its batch's row count,
+    which made a reversed call differ on the H200 before). Without the call's tokens the plan follows the call's
+    order, so the same pairs reversed land in other batches: the test can tell the two apart."""
+    pairs, _ = data
+    clf = registry.load_classifier("cudagraph", "mini-nli", max_batch=8)
+
+    def batches(ps):
+        tokens = clf._tokenize(ps)
+        lengths = [len(x) for x in tokens["input_ids"]]
+        plan = clf._plan(lengths, tokens)
+        assert sorted(i for b in plan for i in b) == list(range(len(ps)))
+        return sorted(tuple(sorted(ps[i] for i in b)) for b in plan), clf._plan(lengths)
+
+    (whole, by_place), (rev, rev_by_place) = batches(pairs), batches(pairs[::-1])
+    shuffled = [pairs[i] for i in np.random.default_rng(0).permutation(len(pairs))]
+    assert whole == rev == batches(shuffled)[0]
+    n = len(pairs)
+    place = sorted(tuple(sorted(pairs[i] for i in b)) for b in by_place)
+    place_rev = sorted(tuple(sorted(pairs[n - 1 - i] for i in b)) for b in rev_by_place)
+    assert place != place_rev  # the order of the call alone moves pairs between batches
+
+
 def test_graph_runner_copies_in_and_out_through_the_stand_in():
     runner = GraphRunner("cpu", "standin")
     x, y = torch.zeros(4), torch.zeros(4)

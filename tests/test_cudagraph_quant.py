@@ -135,7 +135,7 @@ def test_the_quantised_classifier_keeps_torch_fp32s_labels(pairs, fmt):
     assert agree >= 0.95
     compute = clf.info.details["compute"]
     assert compute["product_kernels"] == {"emulated": 4 * 5} and "per row" in compute["products"]
-    assert "not verified on a GPU" in compute["gpu_kernels"]
+    assert "ran on a lent H200" in compute["gpu_kernels"]  # the classifier's kernels ran there; the generator's not
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -151,6 +151,7 @@ def test_the_quantised_generator_runs_t5_through_its_loop(fmt):
     assert sum(a[0][:2] == b[0][:2] for a, b in zip(got, ref)) >= 6
     dec = gen.decoder
     assert gen.info.details["compute"]["product_kernels"] == {"emulated": 6 * dec.layers + 4 * len(dec.enc_qkv)}
+    assert "not verified on a GPU" in gen.info.details["compute"]["gpu_kernels"]
 
 
 def test_quantised_precisions_are_declared_and_refused_in_one_line(monkeypatch):
@@ -158,8 +159,10 @@ def test_quantised_precisions_are_declared_and_refused_in_one_line(monkeypatch):
         for fmt in FMTS:
             registry.check("cudagraph", role, fmt, "cpu")
     backend = registry.backend("cudagraph")
-    assert backend.is_unverified("cuda", "fp8") and backend.is_unverified("cuda", "int8")
-    assert not backend.is_unverified("cuda", "bf16") and not backend.is_unverified("cpu", "fp8")
+    # the classifier's fp8 / int8 kernels ran on a lent H200; the generator's quantised products have not run on a GPU
+    assert backend.is_unverified("cuda", "fp8", "generator") and backend.is_unverified("cuda", "int8", "generator")
+    assert not backend.is_unverified("cuda", "fp8", "classifier") and not backend.is_unverified("cuda", "fp8")
+    assert not backend.is_unverified("cuda", "bf16", "generator") and not backend.is_unverified("cpu", "fp8", "generator")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Some GPU")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (8, 0))
@@ -177,8 +180,9 @@ def test_quantised_precisions_are_declared_and_refused_in_one_line(monkeypatch):
         registry.load_generator("cudagraph", "mini-t5", precision="int8", fused="compile")
 
 
-def test_a_bench_of_quantised_cuda_engines_says_they_are_not_verified_on_a_gpu():
+def test_a_bench_of_quantised_cuda_generators_says_they_are_not_verified_on_a_gpu():
     from breaknli_fast.bench.runner import _unverified
 
-    assert _unverified("cudagraph", "cuda", "fp8") and _unverified("cudagraph", "cuda", "int8")
-    assert not _unverified("cudagraph", "cuda", "bf16") and not _unverified("cudagraph", "cuda")
+    assert _unverified("cudagraph", "cuda", "fp8", "generator") and _unverified("cudagraph", "cuda", "int8", "generator")
+    assert not _unverified("cudagraph", "cuda", "fp8", "classifier") and not _unverified("cudagraph", "cuda", "bf16")
+    assert not _unverified("cudagraph", "cuda")

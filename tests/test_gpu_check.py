@@ -185,7 +185,8 @@ def _bare_check(tmp_path: Path, budget: int = 300) -> gpu_check.Check:
     args = SimpleNamespace(budget=budget, device="cpu", limit=2, run_args=[], bench_args="", real_limit=64,
                            real_shapes="none", large_shapes="none", real_engines=gpu_check.REAL_ENGINES,
                            large_engines=gpu_check.LARGE_ENGINES, real_repeats=3, bound_shapes=None,
-                           steps=list(gpu_check.steps()), cap_scale=1.0, reference_background=False)
+                           steps=list(gpu_check.steps()), order="priority", cap_scale=1.0,
+                           reference_background=False)
     (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
     return gpu_check.Check(args, tmp_path / "out", tmp_path, sys.executable)
 
@@ -495,3 +496,79 @@ def test_a_new_step_is_a_function_and_its_registration(tmp_path, monkeypatch):
         gpu_check.CAPS.pop("hello", None)
     with pytest.raises(Exception, match="unknown step hello"):
         gpu_check.GpuCheck().config({"steps": "hello"})
+
+
+def test_order_listed_runs_the_queue_as_steps_lists_it(tmp_path):
+    """``--order listed`` queues the steps as ``--steps`` gives them (what matters most first in a short budget);
+    the default queues them by their registered priority; another word is a one-line error."""
+    ran: list[str] = []
+    for name, prio in (("first-reg", 5), ("second-reg", 6)):
+        gpu_check.step(name, cap=30, need=1, priority=prio)(lambda c, name=name: ran.append(name))
+    try:
+        for order, want in (("priority", ["first-reg", "second-reg"]), ("listed", ["second-reg", "first-reg"])):
+            ran.clear()
+            c = _bare_check(tmp_path / order)
+            c.args.steps, c.args.order = ["second-reg", "first-reg"], order
+            gpu_check.execute(c)
+            assert ran == want, order
+    finally:
+        for name in ("first-reg", "second-reg"):
+            gpu_check.STEP_REGISTRY.pop(name, None)
+            gpu_check.CAPS.pop(name, None)
+    with pytest.raises(Exception, match="--order must be priority or listed"):
+        gpu_check.GpuCheck().config({"order": "random", "device": "cpu"})
+
+
+def test_benchmarks_gpu_section_renders_the_cudagraph_steps_and_judges_issues_65_66(tmp_path):
+    """The cudagraph engine's own steps (fused-step, natural-eos, quantised, parity-scale) in section 6, and the
+    targets of issues 65 / 66 each from the check's figures: a decoder step above 3× its floor, an fp8 classifier
+    fast enough but not bit-invariant, parity cells too few, and a bar passed are each judged as they are."""
+    _synthetic_gpu_check(tmp_path)
+    path = tmp_path / "gpu-check-cuda.json"
+    doc = json.loads(path.read_text())
+    p = doc["payload"]
+    p["steps"] += [{"step": s, "status": "ok", "detail": ""} for s in ("fused-step", "natural-eos", "quantised",
+                                                                        "parity-scale")]
+    step = {"precision": "bf16", "median_ms": 1.2, "times_floor_at_copy_bandwidth": 4.5, "rows_identical_to_off_pct": 100.0,
+            "kernels": {"kernels_per_call": 233.0}, "capture_s": 0.4}
+    p["cudagraph"] = {
+        "fused-step": {"rows": [8, 20, 64, 48], "copy_bytes_per_s": 4.2e12, "shapes": {
+            "base": {"generator": "g", "bf16_off": {**step, "fused": "off"},
+                     "bf16_compile": {**step, "fused": "compile", "times_floor_at_copy_bandwidth": 2.5}},
+            "large": {"generator": "g", "bf16_off": {**step, "fused": "off", "times_floor_at_copy_bandwidth": 9.2}}}},
+        "natural-eos": {"prompts": 64, "k": 20, "max_new_tokens": 40, "rounds": 3, "reference": "torch:fp32",
+                        "engines": {"torch:fp32": {"median_s": 0.76, "seconds": [0.72, 0.76, 0.96], "mean_length": 19.6,
+                                                   "ended_by_eos_pct": 62.3, "identical_to_first_pct": 100.0,
+                                                   "tokens_per_s": 32936},
+                                    "cudagraph:bf16": {"error": "RuntimeError: boom"}}},
+        "quantised": {"model": "roberta-large", "pairs": 512, "bucket": [512, 128], "speedup_vs_bf16": {"fp8": 1.7},
+                      "precisions": {"bf16": {"speed": {"pairs_per_s": 5000}, "labels_agree_pct": 99.8,
+                                              "max_abs_logit_diff_vs_torch_fp32": 0.02, "alone_vs_call_max_abs_diff": 0.01},
+                                     "fp8": {"speed": {"pairs_per_s": 8500}, "labels_agree_pct": 99.9,
+                                             "max_abs_logit_diff_vs_torch_fp32": 0.2, "alone_vs_call_max_abs_diff": 4e-7,
+                                             "compute": {"product_kernels": {"scaled_mm": 96}}}}}}
+    acc = lambda label, ref, x, eq: {**_bench_engine(label, ref, x, 1000.0 * x, 0.0, {}),  # noqa: E731
+                                     "parity": {"verdicts": {"equivalent": eq, "different": 0, "inconclusive": 0,
+                                                             "too_small": 0},
+                                                "headline": {"records": {"identical_pct": 99.5,
+                                                                         "label_agreement_pct": 99.5}}}}
+    p["parity_scale"] = {"data": {"name": "sample", "examples": 2724}, "models": {"classifier": "mini-nli"},
+                         "reference": "torch:fp32", "workload": {}, "probe": "accuracy",
+                         "engines": [acc("torch:fp32", True, 1.0, 0), acc("cudagraph:fp32", False, 0.7, 1),
+                                     acc("cudagraph:bf16", False, 1.1, 1)]}
+    path.write_text(json.dumps(doc))
+    results, _ = D.load(tmp_path)
+    section = _gpu_section(D.render(results, "benchmarks/results"))
+    assert "| base | bf16, fused=compile | 1.200 ms | 2.5× | 233 | 100.0 % | 0.4 s |" in section
+    assert "| torch:fp32 | 0.760 s (0.720-0.960) | reference | 19.6 | 62.3 % | 100.0 % | 32936 |" in section
+    assert "| cudagraph:bf16 | – | – | – | – | – | failed: RuntimeError: boom |" in section
+    assert "| fp8 | 8500 | 1.70× | 99.9 % | 0.2 | 4e-07 | scaled_mm 96 |" in section
+    assert "| cudagraph:bf16 | 1100 | 1.10× | 99.50 % | 99.50 % | 1 / 0 / 0 (0) |" in section
+    targets = section.split("Issues 65 and 66's targets")[1]
+    assert "| base shapes: the bf16 decoder step (160 rows) ≤ 3× its bandwidth floor | 2.5× (fused-step, the faster mode) | met |" in targets
+    assert "| large shapes: the bf16 decoder step (160 rows) ≤ 3× its bandwidth floor | 9.2× (fused-step, the faster mode) | **not met** |" in targets
+    assert "| mini models: the fp32 classifier ≥ 1.0× eager at every bucket | 0.70×" in targets and "**not met**" in targets
+    assert ("| the fp8 classifier ≥ 1.6× cudagraph bf16 at the largest bucket, batch-invariant to the bit | 1.70×; alone "
+            "vs in one call 4e-07 | **not met** |") in targets
+    assert ("≥ 10 cells equivalent, none different | 1 equivalent, 0 different of 1 cells; labels 99.50 % as torch fp32 "
+            "| **not met** |") in targets

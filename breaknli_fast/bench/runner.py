@@ -370,16 +370,16 @@ def _checks(e: EngineResult, cfg: BenchConfig, meaningful: bool) -> Checks:
     return Checks(applied=True, failures=[f"engine {e.status}: {e.reason}"], passed=False)
 
 
-def _unverified(engine: str, device_kind: str, precision: str | None = None) -> bool:
-    """Whether ``engine``'s declaration says it is not verified on ``device_kind`` (all of it, or at
-    ``precision``)."""
+def _unverified(engine: str, device_kind: str, precision: str | None = None, role: str | None = None) -> bool:
+    """Whether ``engine``'s declaration says it is not verified on ``device_kind`` (all of it, at ``precision``, or
+    for ``role`` at it)."""
     from breaknli_fast.engines import registry
 
     try:
         decl = registry.backend(engine)
     except registry.EngineUnavailable:
         return False
-    return decl is not None and decl.is_unverified(device_kind, precision)
+    return decl is not None and decl.is_unverified(device_kind, precision, role)
 
 
 @dataclass
@@ -448,10 +448,11 @@ def plan_bench(cfg: BenchConfig, log: Callable[[str], None]) -> BenchPlan:
                          "Runtime's CUDA / TensorRT providers and TensorRT cannot be installed on its GPU machines); "
                          "each session records the providers it ran on")
         precise = sorted({sp.label for sp in specs if sp.label not in unverified
-                          and any(_unverified(sp.engine, "cuda", sp.role_precision(r)) for r in ROLE_FIELD)})
+                          and any(_unverified(sp.engine, "cuda", sp.role_precision(r), r) for r in ROLE_FIELD
+                                  if r in roles)})
         if precise:
             notes.append(f"{', '.join(precise)} on {cfg.engine.device}: {NOT_VERIFIED} by this project at that "
-                         "precision (its kernels have not run on a lent GPU yet)")
+                         "precision in that role (its kernels have not run there on a lent GPU yet)")
     random_info = prepare_models(cfg, probe, data, models, notes, log)
     used = sorted({models["classifier"], *([models["generator"]] if "generator" in roles else []), *models["mlm"]}
                   | {m for sp in specs for m in (sp.classifier, sp.generator) if m})

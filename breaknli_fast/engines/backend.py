@@ -81,14 +81,17 @@ class Backend:
     # "module:function" (precision, device) -> None, or why --engine auto does not pick it on this machine at that
     # precision though it runs there (an int8 known to depend on the batch on this CPU's kernels, say)
     auto_gate: str | None = None
-    # device kinds it offers that no machine of this project has run it on, or "kind:precision" for one precision
-    # there ("cuda:fp8"): said "not verified on a GPU" wherever it is offered (bench notes, help), and no figure is
-    # claimed
+    # device kinds it offers that no machine of this project has run it on, "kind:precision" for one precision
+    # there ("cuda:fp8"), or "kind:precision:role" for one role at it ("cuda:fp8:generator"): said "not verified on
+    # a GPU" wherever it is offered (bench notes, help), and no figure is claimed
     unverified: tuple[str, ...] = ()
 
-    def is_unverified(self, kind: str, precision: str | None = None) -> bool:
-        """Whether this backend on device kind ``kind`` (at ``precision``, where given) is declared unverified."""
-        return kind in self.unverified or (precision is not None and f"{kind}:{precision}" in self.unverified)
+    def is_unverified(self, kind: str, precision: str | None = None, role: str | None = None) -> bool:
+        """Whether this backend on device kind ``kind`` (at ``precision``, for ``role``, where given) is declared
+        unverified."""
+        return kind in self.unverified or (precision is not None and (
+            f"{kind}:{precision}" in self.unverified
+            or (role is not None and f"{kind}:{precision}:{role}" in self.unverified)))
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -314,9 +314,11 @@ class BatchedClassifier(PaddedWidths, ClassifierBase):
     def _synchronize(self) -> None:
         """Wait for queued device work (GPU engines override); called before a timer stops."""
 
-    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
-        """The batches of one call's pairs of these token lengths: one padded width per batch (:func:`plan_batches`;
-        an engine with shapes of its own, such as the cudagraph engine's buckets, overrides it)."""
+    def _plan(self, lengths: Sequence[int], tokens: Mapping[str, Sequence[Sequence[int]]] | None = None
+              ) -> list[list[int]]:
+        """The batches of one call's pairs of these token lengths (``tokens``: the call's tokens, where the engine
+        tokenised it): one padded width per batch (:func:`plan_batches`; an engine with shapes of its own, such as
+        the cudagraph engine's buckets, overrides it)."""
         return plan_batches([self._width(n) for n in lengths], self.token_budget, self.max_batch,
                             self.batch_multiple, one_width=True)
 
@@ -394,7 +396,7 @@ class BatchedClassifier(PaddedWidths, ClassifierBase):
             self.stats.batch_seconds.append(dt)
             self.stats.work.add_batch(*self._batch_shape([lengths[i] for i in idx]), dt)
 
-        side_by_side = run_batches(self._plan(lengths), prepare, self._run if tokens is not None else self._logits,
+        side_by_side = run_batches(self._plan(lengths, tokens), prepare, self._run if tokens is not None else self._logits,
                                    collect, self.workers, self._synchronize)
         self.stats.work.workers = max(self.stats.work.workers, side_by_side)
         self.stats.pairs_computed += len(pairs)

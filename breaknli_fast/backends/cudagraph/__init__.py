@@ -4,7 +4,7 @@ prompt's K samples, the sampler's draw on the device) and the classifier a BERT 
 each captured as one CUDA graph per bucket and replayed (docs/export.md, "The cudagraph engine"). fp32 keeps the
 torch reference's answers (TF32 off, as the torch engine); bf16 (and fp16 for the classifier) keeps norms, softmax,
 logits and sampling in fp32; fp8 / int8 quantise the products (weights per output channel, activations per row:
-quant.py; their GPU kernels not verified on a GPU). On the CPU the same steps run eagerly: the tests and dry
+quant.py; the classifier's GPU kernels ran on a lent H200, the generator's are not verified on a GPU). On the CPU the same steps run eagerly: the tests and dry
 runs."""
 
 from breaknli_fast.engines.backend import Backend
@@ -20,8 +20,9 @@ BACKEND = Backend(
                 CLASSIFIER: {"cuda": ("fp32", "bf16", "fp16", "fp8", "int8"), "cpu": ("fp32", "bf16", "fp8", "int8")}},
     # fp8 needs compute capability 8.9 (Ada / Hopper), int8 8.0: refused in one line before anything loads
     gate="breaknli_fast.backends.cudagraph.quant:precision_gate",
-    # torch._scaled_mm / torch._int_mm have not run on a lent GPU yet
-    unverified=("cuda:fp8", "cuda:int8"),
+    # the classifier's torch._scaled_mm / torch._int_mm ran on a lent H200 (gpu-check-h200-cudagraph-steps.json);
+    # the generator's quantised products have not run on a GPU
+    unverified=("cuda:fp8:generator", "cuda:int8:generator"),
     missing_roles={MASK_FILLER: "the cudagraph engine has no mask-filler role (MERGE's masked LMs): use --engine torch"},
     requires=("torch", "transformers"),
     install="pip install breaknli-fast",

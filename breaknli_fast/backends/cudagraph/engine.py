@@ -193,7 +193,7 @@ class GraphGenerator(_GraphCounters, HFGenerator):
             "compute": {"weights": str(self.decoder.dtype).replace("torch.", ""), "norms": "rms_norm, fp32 statistics",
                         "softmax": "fp32", "logits": self.decoder.logits_via, "sampling": "fp32",
                         "activation": self.decoder.act_name, "fused": o.fused,
-                        **_quant_details(quant, self.decoder.quantised())},
+                        **_quant_details(quant, self.decoder.quantised(), GENERATOR)},
             "own_loop": {"sampling (fast sampler)": 0, "greedy": 0}, "transformers_fallback": self.fallbacks,
             "states": self.states.stats.to_dict(), "caches_cleaned": 0})
 
@@ -337,13 +337,15 @@ class GraphGenerator(_GraphCounters, HFGenerator):
         return [flat[e * n:(e + 1) * n] for e in range(p)]
 
 
-def _quant_details(quant: str | None, layers: Sequence[Any]) -> dict[str, Any]:
-    """What a quantised engine records: its scheme and which kernel its products run (:mod:`.quant`)."""
+def _quant_details(quant: str | None, layers: Sequence[Any], role: str) -> dict[str, Any]:
+    """What a quantised engine records: its scheme, which kernel its products run (:mod:`.quant`) and whether those
+    kernels have run in this role on a lent GPU (the classifier's: on an H200; the generator's: not)."""
     if quant is None:
         return {}
+    ran = ("ran on a lent H200 (benchmarks/results/gpu-check-h200-cudagraph-steps.json)" if role == CLASSIFIER
+           else "not verified on a GPU")
     return {"products": f"{quant}: weights per output channel, activations per row (fp32 scales)",
-            "product_kernels": kernels_used(layers),
-            "gpu_kernels": "torch._scaled_mm / torch._int_mm: not verified on a GPU"}
+            "product_kernels": kernels_used(layers), "gpu_kernels": f"torch._scaled_mm / torch._int_mm: {ran}"}
 
 
 def _state_budget(device: str, mib: float | None) -> int:
@@ -421,7 +423,7 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
                         "batch_tokens": self.batch_tokens},
             "compute": {"weights": precision, "norms": "layer_norm, fp32 statistics", "softmax": "fp32",
                         "logits": "fp32 (head in fp32)",
-                        **_quant_details(quant, [v for p in self.net.layers for v in p.values()])},
+                        **_quant_details(quant, [v for p in self.net.layers for v in p.values()], CLASSIFIER)},
             "token_budget": "not used: batches are the buckets (batch_tokens)", **limits, **_cuda_details(device)})
 
     def _synchronize(self) -> None:
@@ -436,16 +438,23 @@ class GraphClassifier(_GraphCounters, BatchedClassifier):
         fits = [b for b in self.batch_ladder if b * length <= self.batch_tokens]
         return max(fits) if fits else min(self.batch_ladder)
 
-    def _plan(self, lengths: Sequence[int]) -> list[list[int]]:
+    def _plan(self, lengths: Sequence[int], tokens: Mapping[str, Sequence[Sequence[int]]] | None = None
+              ) -> list[list[int]]:
         """Pairs grouped by their own length bucket (shortest first), each group cut into batches of ladder sizes
         (:func:`split_rows`: the largest that fits ``batch_tokens`` first, then smaller ones, so a group's padded
-        rows are fewer than :data:`MIN_PIECE`)."""
+        rows are fewer than :data:`MIN_PIECE`). With the call's ``tokens`` a group is ordered by its pairs' tokens,
+        not by their place in the call: the same pairs in any order make the same batches. On a GPU a product's
+        rows can differ with the batch's row count (the library picks its kernel by the shape), so a pair that
+        moved from a batch of 128 rows to one of 16 when the call was reversed could get other bits."""
         groups: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
             groups.setdefault(bucket(max(1, int(n)), self.length_ladder)[0], []).append(i)
         out: list[list[int]] = []
         for lb in sorted(groups):
             idx, a = groups[lb], 0
+            if tokens is not None:
+                types = tokens.get("token_type_ids")
+                idx = sorted(idx, key=lambda i: (list(tokens["input_ids"][i]), list(types[i]) if types else []))
             for size in split_rows(len(idx), self._max_rows(lb), self.batch_ladder):
                 out.append(idx[a:a + size])
                 a += size

@@ -5,11 +5,12 @@ issue's targets from the check's own figures, the runs and their parity, the CUD
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
 from breaknli_fast.suite.base import Results, Section
-from breaknli_fast.suite.format import blank, dig, f, table, yes_no
+from breaknli_fast.suite.format import blank, dig, f, model_label, table, yes_no
 from breaknli_fast.suite.measurements.bench import (confirmed, engine_name, notes_text, random_shapes,
                                                     shown_to_match, workload_text)
 from breaknli_fast.suite.result import ResultFile
@@ -160,6 +161,13 @@ def gpu_check_body(p: Any) -> str:
     targets = gpu_targets(p)
     if targets:
         out += ["", f"**Issue 53's targets on {dev}** (every ratio from this one check):", "", targets]
+    own = cudagraph_checks_text(p, steps, dev)
+    if own:
+        out += ["", own]
+    targets = cudagraph_targets(p)
+    if targets:
+        out += ["", f"**Issues 65 and 66's targets on {dev}** (every figure from this one check; a target whose "
+                "figure the check did not measure is not listed):", "", targets]
     out += ["", "**The runs** (`breaknli-fast run`, same examples and seeds) and their parity:", "", _gpu_runs(p, dev)]
     return "\n".join(out)
 
@@ -250,6 +258,185 @@ def gpu_targets(p: Any) -> str:
         line("mini models: no engine slower than torch fp32 eager end to end",
              ", ".join(f"{e.label} {f(dig(e, 'speed', 'speedup', 'end_to_end'), '.2f', '×')}" for e in mini),
              not slow)
+    return table(["target", "measured", ""], rows) if rows else ""
+
+
+def _asked(steps: dict[str, Any], name: str) -> bool:
+    """Whether ``--steps`` named the step (a step not asked for is left out of the section, not 'not measured')."""
+    return name in steps and dig(steps[name], "detail") != "not in --steps"
+
+
+def _kernels_per_call(m: Any) -> Any:
+    k = dig(m, "kernels")
+    return dig(k, "kernels_per_call") if isinstance(k, dict) and "error" not in k else None
+
+
+def cudagraph_checks_text(p: Any, steps: dict[str, Any], dev: str) -> str:
+    """The cudagraph engine's own steps (backends/cudagraph/check.py): the decoder step plain and compiled, natural
+    end of sequence at real shapes, the fp8 / int8 classifier against bf16, the accuracy bench at scale."""
+    cg, out = dig(p, "cudagraph") or {}, []
+    fused = dig(cg, "fused-step", "shapes") or {}
+    if fused or _asked(steps, "fused-step"):
+        rows = []
+        for shape, part in fused.items():
+            for name, m in part.items():
+                if not isinstance(m, dict):
+                    continue
+                if "error" in m:
+                    rows.append([shape, name, "–", "–", "–", "–", f"failed: {m['error'][:120]}"])
+                    continue
+                rows.append([shape, f"{m.get('precision')}, fused={m.get('fused')}", f(m.get("median_ms"), ".3f", " ms"),
+                             f(m.get("times_floor_at_copy_bandwidth"), ".1f", "×"), f(_kernels_per_call(m), ".0f"),
+                             f(m.get("rows_identical_to_off_pct"), ".1f", " %"), f(m.get("capture_s"), ".1f", " s")])
+        bw = dig(cg, "fused-step", "copy_bytes_per_s")
+        out += [f"**The decoder step, plain and compiled** (`fused-step`: {dig(cg, 'fused-step', 'rows', 0)} prompts × "
+                f"K = {dig(cg, 'fused-step', 'rows', 1)}, {dig(cg, 'fused-step', 'rows', 2)} encoder tokens, at the "
+                f"middle of a {dig(cg, 'fused-step', 'rows', 3)}-position cache; the floor is the bytes the step must "
+                f"read at the device copy's {f(bw and bw / 1e12, '.2f', ' TB/s')}):", ""]
+        out.append(table(["shape", "step", "time (median)", "× the floor", "kernels", "candidates identical to "
+                          "fused=off", "capture (compile included)"], rows) if rows
+                   else _not_measured("fused-step", steps.get("fused-step")))
+    eos = dig(cg, "natural-eos") or {}
+    if eos or _asked(steps, "natural-eos"):
+        rows = []
+        for label, m in (eos.get("engines") or {}).items():
+            if "error" in m:
+                rows.append([label, "–", "–", "–", "–", "–", f"failed: {m['error'][:120]}"])
+                continue
+            secs = m.get("seconds") or []
+            rows.append([label, f(m.get("median_s"), ".3f", " s") + (f" ({min(secs):.3f}-{max(secs):.3f})" if secs else ""),
+                         f(m.get("speedup_vs_first"), ".2f", "×") if "speedup_vs_first" in m else "reference",
+                         f(m.get("mean_length"), ".1f"), f(m.get("ended_by_eos_pct"), ".1f", " %"),
+                         f(m.get("identical_to_first_pct"), ".1f", " %"), f(m.get("tokens_per_s"), ".0f")])
+        bias = eos.get("eos_bias")
+        head = (f"**Generation ended by the end-of-sequence token** (`natural-eos`: {eos.get('prompts')} prompts × "
+                f"K = {eos.get('k')}, at most {eos.get('max_new_tokens')} new tokens, {eos.get('rounds')} rounds "
+                "interleaved" + (f"; the random-weight T5's end-of-sequence row scaled by {bias.get('factor'):.2f} so "
+                                 f"that greedy candidates average {bias.get('mean_greedy_length')} tokens"
+                                 if isinstance(bias, dict) and bias.get("factor") else "") + "):")
+        out += ["", head, "", table(["engine", "median (min-max)", f"speed-up vs {eos.get('reference')}",
+                                     "mean length", "ended by EOS", f"candidates identical to {eos.get('reference')}",
+                                     "tokens/s"], rows) if rows else _not_measured("natural-eos", steps.get("natural-eos"))]
+    q = dig(cg, "quantised") or {}
+    if q or _asked(steps, "quantised"):
+        rows = []
+        for prec, m in (q.get("precisions") or {}).items():
+            if "error" in m:
+                rows.append([prec, "–", "–", "–", "–", "–", f"failed: {m['error'][:120]}"])
+                continue
+            kern = dig(m, "compute", "product_kernels")
+            rows.append([prec, f(dig(m, "speed", "pairs_per_s"), ".0f"),
+                         f((q.get("speedup_vs_bf16") or {}).get(prec, 1.0 if prec == "bf16" else None), ".2f", "×"),
+                         f(m.get("labels_agree_pct"), ".1f", " %"), f(m.get("max_abs_logit_diff_vs_torch_fp32"), ".3g"),
+                         f(m.get("alone_vs_call_max_abs_diff"), ".3g"),
+                         ", ".join(f"{k} {v}" for k, v in kern.items()) if isinstance(kern, dict) else "–"])
+        bucket = q.get("bucket") or []
+        out += ["", f"**The quantised classifier** (`quantised`: {model_label(q.get('model'))}, "
+                    f"{q.get('pairs')} pairs against torch fp32 on {dev}; speed at the bucket of "
+                    + " × ".join(str(b) for b in bucket) + " pairs × tokens, one graph replay):", "",
+                table(["precision", "pairs/s", "vs bf16", "labels as torch fp32", "largest |logit difference|",
+                       "alone vs in one call (largest difference)", "product kernels"], rows)
+                if rows else _not_measured("quantised", steps.get("quantised"))]
+    bench = dig(p, "parity_scale")
+    if bench is not None or _asked(steps, "parity-scale"):
+        out += ["", f"**Parity at scale** (`parity-scale`: `bench --probe accuracy` on the trained mini models "
+                    f"({dig(bench, 'models', 'classifier') or 'mini-nli'}), {dig(bench, 'data', 'examples')} pairs of "
+                    f"`{dig(bench, 'data', 'name')}`, against torch fp32 on {dev}):", "", _parity_scale(bench, steps, dev)]
+    return "\n".join(out)
+
+
+def _parity_scale(bench: Any, steps: dict[str, Any], dev: str) -> str:
+    if bench is None:
+        return _not_measured("parity-scale", steps.get("parity-scale"))
+    rows = []
+    for e in dig(bench, "engines", default=[]):
+        if e.status != "ok":
+            rows.append([e.label] + ["–"] * 5 + [f"did not run ({e.status}: {e.reason})"])
+            continue
+        rec, v = dig(e, "parity", "headline", "records"), dig(e, "parity", "verdicts")
+        ref = bool(e.reference)
+        rows.append([engine_name(e), f(dig(e, "speed", "summary", "classifier_pairs_per_s"), ".0f"),
+                     f(dig(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
+                     "reference" if ref else f(dig(rec, "identical_pct"), ".2f", " %"),
+                     "reference" if ref else f(dig(rec, "label_agreement_pct"), ".2f", " %"),
+                     "reference" if ref else f"{dig(v, 'equivalent', default=0)} / {dig(v, 'different', default=0)} / "
+                                             f"{dig(v, 'inconclusive', default=0)} ({dig(v, 'too_small', default=0)})",
+                     "reference" if ref else shown_to_match(e)])
+    out = [table(["engine", "pairs/s", "vs torch fp32", "records identical", "labels as torch fp32",
+                  "cells equivalent / different / inconclusive (too few)", f"shown to match torch fp32 on {dev}?"],
+                 rows)]
+    if dig(bench, "notes"):
+        out += ["", notes_text(bench)]
+    return "\n".join(out)
+
+
+def _verdicts(bench: Any, label: str) -> Any:
+    return dig(_engine_row({"bench": bench}, label), "parity", "verdicts")
+
+
+def cudagraph_targets(p: Any) -> str:
+    """Issues 65 and 66's done-when, each from this check's own figures (a figure the check lacks: no row)."""
+    rows: list[list[Any]] = []
+    cg, benches = dig(p, "cudagraph") or {}, dig(p, "benches") or {}
+
+    def line(what: str, value: Any, ok: bool | None) -> None:
+        rows.append([what, value, "–" if ok is None else ("met" if ok else "**not met**")])
+
+    for shape in ("base", "large"):
+        bound = dig(p, "bounds", "shapes", shape, "decoder_bf16", "times_floor")
+        fused = dig(cg, "fused-step", "shapes", shape) or {}
+        best = min((m["times_floor_at_copy_bandwidth"] for m in fused.values()
+                    if isinstance(m, dict) and m.get("precision") == "bf16" and m.get("times_floor_at_copy_bandwidth")),
+                   default=None)
+        x = bound if bound is not None else best
+        if x is not None:
+            src = "bounds step" if bound is not None else "fused-step, the faster mode"
+            line(f"{shape} shapes: the bf16 decoder step (160 rows) ≤ 3× its bandwidth floor", f"{x:.1f}× ({src})",
+                 x <= 3)
+    for key, bar in (("real", 400.0), ("large", 140.0)):
+        bf = _engine_row(benches.get(key), "cudagraph:bf16")
+        ref = next((e for e in dig(benches, key, "bench", "engines") or [] if e.reference and e.status == "ok"), None)
+        rate = dig(bf, "speed", "end_to_end", "examples_per_s")
+        if rate is None:
+            continue
+        walls = dig(ref, "speed", "end_to_end", "wall_s") or []
+        spread = (f"; torch fp32 eager's runs {min(walls):.2f}-{max(walls):.2f} s (median "
+                  f"{statistics.median(walls):.2f})" if walls else "")
+        inter = "interleaved" if dig(benches, key, "bench", "config", "interleave") else "one engine after another"
+        line(f"{'base' if key == 'real' else 'large'} shapes: the bf16 loop ≥ {bar:.0f} examples/s",
+             f"{rate:.0f} examples/s ({inter}{spread})", rate >= bar)
+    for shape in ("base", "large"):
+        fp, eager = (dig(p, "bounds", "shapes", shape, k, "median_ms") for k in ("classifier_fp32", "classifier_torch_fp32"))
+        if fp and eager:
+            line(f"{shape} shapes: the fp32 classifier ≥ 1.0× eager at every bucket",
+                 f"{eager / fp:.2f}× at the largest bucket (the other buckets not timed apart)", None)
+    mini = _engine_row({"bench": dig(p, "parity_scale")}, "cudagraph:fp32")
+    x = dig(mini, "speed", "speedup", "end_to_end")
+    if x is not None:
+        line("mini models: the fp32 classifier ≥ 1.0× eager at every bucket",
+             f"{x:.2f}× over the parity-scale bench's whole call (every bucket together)",
+             False if x < 1 else None)  # slower as a whole: slower at some bucket; faster: not each bucket known
+    q = dig(cg, "quantised") or {}
+    for prec, x in (q.get("speedup_vs_bf16") or {}).items():
+        m = dig(q, "precisions", prec) or {}
+        diff = m.get("alone_vs_call_max_abs_diff")
+        line(f"the {prec} classifier ≥ 1.6× cudagraph bf16 at the largest bucket, batch-invariant to the bit",
+             f"{x:.2f}×; alone vs in one call {f(diff, '.3g')}", x >= 1.6 and diff == 0)
+    bench = dig(p, "parity_scale")
+    if bench is not None:
+        n = dig(bench, "data", "examples")
+        for label in ("cudagraph:bf16", "cudagraph:fp8", "cudagraph:int8"):
+            v = _verdicts(bench, label)
+            if v is None:
+                continue
+            eq, diff = dig(v, "equivalent", default=0), dig(v, "different", default=0)
+            agree = dig(_engine_row({"bench": bench}, label), "parity", "headline", "records", "label_agreement_pct")
+            text = f"{eq} equivalent, {diff} different of {sum(dig(v, k, default=0) for k in ('equivalent', 'different', 'inconclusive', 'too_small'))} cells; labels {f(agree, '.2f', ' %')} as torch fp32"
+            if label == "cudagraph:bf16":
+                line(f"{label} against torch fp32 on the trained mini models, ≥ 1,000 pairs ({n}): ≥ 10 cells "
+                     "equivalent, none different", text, (n or 0) >= 1000 and eq >= 10 and diff == 0)
+            else:
+                line(f"{label} beside it (shown, no bar)", text, None)
     return table(["target", "measured", ""], rows) if rows else ""
 
 
