@@ -70,7 +70,8 @@ def measure(name: str, argv: Sequence[str], *, result: str | Path | None = None,
         raise UserError(f"breaknli-fast suite measure {name}: --result FILE names the result file to write")
     words = argv_of(m.arguments(values), values)
     recorder = Recorder(m.kind, measure_command(name, [*words, "--result", str(path)]),
-                        measurement={"name": name, "args": values, **({"entry": entry} if entry else {})},
+                        measurement={"name": name, "args": without_scratch(m, values),
+                                     **({"entry": entry} if entry else {})},
                         work=work)
     recorder.exit_code = 0
     recorder.result_path = path
@@ -199,6 +200,13 @@ def default_results(update: bool, smoke: bool, out: str | Path | None, suite: Su
     return Path(out) if out is not None else Path("runs") / f"suite-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
+def without_scratch(m: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The arguments that define a measurement's figures: those naming a scratch folder of one machine (its
+    ``scratch_flags``: where the files went, ``--out`` on the lent GPU) left out."""
+    scratch = {f.lstrip("-").replace("-", "_") for f in m.scratch_flags}
+    return {k: v for k, v in values.items() if k not in scratch}
+
+
 def recorded_args(doc: Any) -> tuple[str, dict[str, Any]]:
     """(the measurement, its arguments) that wrote a result file: what a file written by ``suite measure`` records,
     or, for a file of the scripts that measured before the measurements joined the package, its recorded command
@@ -207,7 +215,9 @@ def recorded_args(doc: Any) -> tuple[str, dict[str, Any]]:
     from breaknli_fast.suite.registry import by_kind, measurements
 
     if doc.measurement is not None:
-        return doc.measurement.name, dict(doc.measurement.args)
+        from breaknli_fast.suite.registry import get_measurement
+
+        return doc.measurement.name, without_scratch(get_measurement(doc.measurement.name), dict(doc.measurement.args))
     words = shlex.split(str(doc.command))
     while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value before the command
         words = words[1:]
