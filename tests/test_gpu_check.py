@@ -552,10 +552,18 @@ def test_benchmarks_gpu_section_renders_the_cudagraph_steps_and_judges_issues_65
                                                              "too_small": 0},
                                                 "headline": {"records": {"identical_pct": 99.5,
                                                                          "label_agreement_pct": 99.5}}}}
-    p["parity_scale"] = {"data": {"name": "sample", "examples": 2724}, "models": {"classifier": "mini-nli"},
+    bf16 = acc("cudagraph:bf16", False, 1.1, 1)
+    verdict = lambda v, small=False: {"accuracy (p, h)": {"verdict": v, **({"too_small": True} if small else {})}}  # noqa: E731
+    bf16["parity"]["headline"]["by"] = {  # a category: only the group where it holds counts (the complement not)
+        "negation_logic": {"kind": "category", "groups": [
+            {"group": "negation_logic", "value": "1", "examples": 900, "metrics": verdict("equivalent")},
+            {"group": "not negation_logic", "value": "0", "examples": 9000, "metrics": verdict("equivalent")}]},
+        "taxonomic_knowledge": {"kind": "category", "groups": [
+            {"group": "taxonomic_knowledge", "value": "1", "examples": 34, "metrics": verdict("inconclusive", True)},
+            {"group": "not taxonomic_knowledge", "value": "0", "examples": 9866, "metrics": verdict("equivalent")}]}}
+    p["parity_scale"] = {"data": {"name": "taxinli", "examples": 10071}, "models": {"classifier": "mini-nli"},
                          "reference": "torch:fp32", "workload": {}, "probe": "accuracy",
-                         "engines": [acc("torch:fp32", True, 1.0, 0), acc("cudagraph:fp32", False, 0.7, 1),
-                                     acc("cudagraph:bf16", False, 1.1, 1)]}
+                         "engines": [acc("torch:fp32", True, 1.0, 0), acc("cudagraph:fp32", False, 0.7, 1), bf16]}
     path.write_text(json.dumps(doc))
     results, _ = D.load(tmp_path)
     section = _gpu_section(D.render(results, "benchmarks/results"))
@@ -563,12 +571,12 @@ def test_benchmarks_gpu_section_renders_the_cudagraph_steps_and_judges_issues_65
     assert "| torch:fp32 | 0.760 s (0.720-0.960) | reference | 19.6 | 62.3 % | 100.0 % | 32936 |" in section
     assert "| cudagraph:bf16 | – | – | – | – | – | failed: RuntimeError: boom |" in section
     assert "| fp8 | 8500 | 1.70× | 99.9 % | 0.2 | 4e-07 | scaled_mm 96 |" in section
-    assert "| cudagraph:bf16 | 1100 | 1.10× | 99.50 % | 99.50 % | 1 / 0 / 0 (0) |" in section
+    assert "| cudagraph:bf16 | 1100 | 1.10× | 99.50 % | 99.50 % | 2 / 0 / 1 (1) |" in section  # overall + 2 categories
     targets = section.split("Issues 65 and 66's targets")[1]
     assert "| base shapes: the bf16 decoder step (160 rows) ≤ 3× its bandwidth floor | 2.5× (fused-step, the faster mode) | met |" in targets
     assert "| large shapes: the bf16 decoder step (160 rows) ≤ 3× its bandwidth floor | 9.2× (fused-step, the faster mode) | **not met** |" in targets
     assert "| mini models: the fp32 classifier ≥ 1.0× eager at every bucket | 0.70×" in targets and "**not met**" in targets
     assert ("| the fp8 classifier ≥ 1.6× cudagraph bf16 at the largest bucket, batch-invariant to the bit | 1.70×; alone "
             "vs in one call 4e-07 | **not met** |") in targets
-    assert ("≥ 10 cells equivalent, none different | 1 equivalent, 0 different of 1 cells; labels 99.50 % as torch fp32 "
-            "| **not met** |") in targets
+    assert ("≥ 1,000 pairs (10071): ≥ 10 cells equivalent, none different | 2 equivalent, 0 different of 3 cells "
+            "(overall and per group); labels 99.50 % as torch fp32 | **not met** |") in targets

@@ -35,8 +35,9 @@ left in ``budget`` than it needs. Built in, in the order ``--steps`` lists them:
                           JSON file): the decoder step written for fusion and compiled against the plain one (time,
                           kernels, bytes), generation ended by the end-of-sequence token at real shapes (torch fp32
                           against cudagraph fp32 / bf16, interleaved), the fp8 / int8 classifier against bf16
-  parity-scale            breaknli-fast bench --probe accuracy on the mini models: torch fp32 against cudagraph fp32,
-                          bf16 and fp8 on the device, every pair of the sample (--limit on the CPU)
+  parity-scale            breaknli-fast bench --probe accuracy --dataset taxinli on the mini models: torch fp32 against
+                          cudagraph fp32, bf16 and fp8 on the device, every pair of TaxiNLI (10,071; --limit on the
+                          CPU), the paired verdicts overall and per reasoning category (its 15 cells)
 
 The timed steps (the benches) never run beside the background CPU reference: the untimed device runs go first while
 it runs. At the end, whatever happened, at most 8 files are in ``out`` (default $OUT when set, else the scratch
@@ -83,6 +84,9 @@ CUDAGRAPH_CHECK = ("import sys; from breaknli_fast.bench.shapes import build_ran
                    "from breaknli_fast.backends.cudagraph.check import main; sys.exit(main(sys.argv[1:], build))")
 CUDAGRAPH_STEPS = ("fused-step", "natural-eos", "quantised")
 PARITY_ENGINES = "torch:fp32,cudagraph:fp32,cudagraph:bf16,cudagraph:fp8"  # parity-scale's (fp8: on the CPU emulated)
+# parity-scale's pairs: TaxiNLI, whose 15 reasoning categories each give a cell (the embedded SNLI sample gives the
+# accuracy probe one cell: on the H200 its 2,724 pairs judged one cell per engine)
+PARITY_DATASET = "taxinli"
 LARGE_ENGINES = "torch:fp32,cudagraph:bf16"  # bench-large's
 # the real-shape benches' timing: the end-to-end loop 3 times (its median; a CUDA graph's capture for a new shape
 # falls in one run), the fixed-workload stages at least twice, batch invariance on 200 pairs
@@ -583,12 +587,12 @@ def _quantised(c: Check) -> None:
 
 @step("parity-scale", cap=150, need=45, timed=True, gpu=True, priority=38)
 def _parity_scale(c: Check) -> None:
-    limit = str(c.args.limit) if c.tag == "cpu" else "0"  # on a GPU every pair of the sample (2,724)
-    cmd = c.bench_cmd("bench-parity", limit, ["--probe", "accuracy"], PARITY_ENGINES)
+    limit = str(c.args.limit) if c.tag == "cpu" else "0"  # on a GPU every pair of TaxiNLI (10,071)
+    cmd = c.bench_cmd("bench-parity", limit, ["--probe", "accuracy", "--dataset", PARITY_DATASET], PARITY_ENGINES)
     for flag in ("--gen-prompts", "--greedy-prompts"):  # --bench-args' options of the BreakNLI loop only
         while flag in cmd:
             del cmd[cmd.index(flag):cmd.index(flag) + 2]
-    c.run("parity-scale", [cmd], detail=f"--limit {limit} --engines {PARITY_ENGINES}")
+    c.run("parity-scale", [cmd], detail=f"--dataset {PARITY_DATASET} --limit {limit} --engines {PARITY_ENGINES}")
 
 
 def execute(c: Check) -> None:

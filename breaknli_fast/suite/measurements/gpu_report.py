@@ -353,17 +353,18 @@ def _parity_scale(bench: Any, steps: dict[str, Any], dev: str) -> str:
         if e.status != "ok":
             rows.append([e.label] + ["–"] * 5 + [f"did not run ({e.status}: {e.reason})"])
             continue
-        rec, v = dig(e, "parity", "headline", "records"), dig(e, "parity", "verdicts")
+        rec, v = dig(e, "parity", "headline", "records"), parity_cells(e)
         ref = bool(e.reference)
         rows.append([engine_name(e), f(dig(e, "speed", "summary", "classifier_pairs_per_s"), ".0f"),
                      f(dig(e, "speed", "speedup", "end_to_end"), ".2f", "×"),
                      "reference" if ref else f(dig(rec, "identical_pct"), ".2f", " %"),
                      "reference" if ref else f(dig(rec, "label_agreement_pct"), ".2f", " %"),
-                     "reference" if ref else f"{dig(v, 'equivalent', default=0)} / {dig(v, 'different', default=0)} / "
-                                             f"{dig(v, 'inconclusive', default=0)} ({dig(v, 'too_small', default=0)})",
+                     "reference" if ref else f"{v['equivalent']} / {v['different']} / {v['inconclusive']} "
+                                             f"({v['too_small']})",
                      "reference" if ref else shown_to_match(e)])
     out = [table(["engine", "pairs/s", "vs torch fp32", "records identical", "labels as torch fp32",
-                  "cells equivalent / different / inconclusive (too few)", f"shown to match torch fp32 on {dev}?"],
+                  "cells equivalent / different / inconclusive (too few), overall and per group",
+                  f"shown to match torch fp32 on {dev}?"],
                  rows)]
     if dig(bench, "notes"):
         out += ["", notes_text(bench)]
@@ -372,6 +373,26 @@ def _parity_scale(bench: Any, steps: dict[str, Any], dev: str) -> str:
 
 def _verdicts(bench: Any, label: str) -> Any:
     return dig(_engine_row({"bench": bench}, label), "parity", "verdicts")
+
+
+def parity_cells(e: Any) -> dict[str, int]:
+    """An engine's parity cells by verdict: its headline cells (the bench's verdicts) and, per ``--by`` column, each
+    group's metrics -- of a category column only the group where it holds (its complement is nearly the whole set
+    again) -- as ``{"equivalent": n, "different": n, "inconclusive": n, "too_small": n}``."""
+    cells = {k: int(dig(e, "parity", "verdicts", k, default=0) or 0)
+             for k in ("equivalent", "different", "inconclusive", "too_small")}
+    for spec in (dig(e, "parity", "headline", "by") or {}).values():
+        for g in dig(spec, "groups", default=[]) or []:
+            if dig(spec, "kind") == "category" and str(dig(g, "value")) != "1":
+                continue
+            for m in (dig(g, "metrics") or {}).values():
+                v = dig(m, "verdict")
+                key = "too_small" if dig(m, "too_small") else v if v in cells else None
+                if key == "too_small":
+                    cells["inconclusive"] += 1
+                if key is not None:
+                    cells[key] += 1
+    return cells
 
 
 def cudagraph_targets(p: Any) -> str:
@@ -429,9 +450,12 @@ def cudagraph_targets(p: Any) -> str:
             v = _verdicts(bench, label)
             if v is None:
                 continue
-            eq, diff = dig(v, "equivalent", default=0), dig(v, "different", default=0)
-            agree = dig(_engine_row({"bench": bench}, label), "parity", "headline", "records", "label_agreement_pct")
-            text = f"{eq} equivalent, {diff} different of {sum(dig(v, k, default=0) for k in ('equivalent', 'different', 'inconclusive', 'too_small'))} cells; labels {f(agree, '.2f', ' %')} as torch fp32"
+            row = _engine_row({"bench": bench}, label)
+            cells = parity_cells(row)
+            eq, diff = cells["equivalent"], cells["different"]
+            agree = dig(row, "parity", "headline", "records", "label_agreement_pct")
+            text = (f"{eq} equivalent, {diff} different of {eq + diff + cells['inconclusive']} cells (overall and per "
+                    f"group); labels {f(agree, '.2f', ' %')} as torch fp32")
             if label == "cudagraph:bf16":
                 line(f"{label} against torch fp32 on the trained mini models, ≥ 1,000 pairs ({n}): ≥ 10 cells "
                      "equivalent, none different", text, (n or 0) >= 1000 and eq >= 10 and diff == 0)
