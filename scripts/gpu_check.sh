@@ -7,7 +7,7 @@
 #
 # Every step has a hard time cap inside --budget (default 480 s); at most 8 files land in --out (default $OUT when
 # set). `bash scripts/gpu_check.sh --help` lists the options; the steps are in
-# breaknli_fast/suite/measurements/gpu_check.py. --device cpu is the dry run that tests/test_gpu_check.py runs.
+# breaknli_fast/suite/measurements/gpu_steps.py. --device cpu is the dry run that tests/test_gpu_check.py runs.
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 exec "${PYTHON:-python3}" -m breaknli_fast.suite measure gpu-check "$@"

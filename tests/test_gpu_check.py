@@ -24,7 +24,7 @@ from breaknli_fast.suite import document as D
 from breaknli_fast.suite import provenance
 from breaknli_fast.suite.main import main as suite_main
 from breaknli_fast.suite.measurements import compare_runs
-from breaknli_fast.suite.measurements import gpu_check
+from breaknli_fast.suite.measurements import gpu_check, gpu_core, gpu_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,7 @@ def test_gpu_check_dry_run_on_the_cpu(tmp_path):
     steps, p = _steps(doc), doc["payload"]
     for s in ("env", "cpu-reference", "cuda-tests", "device-fp32", "device-bf16", "device-fp16-classifier", "parity"):
         assert steps[s]["status"] == "ok", steps[s]
-        assert steps[s]["cap_s"] <= 4 * gpu_check.CAPS[s][0]  # each step ran under its hard cap
+        assert steps[s]["cap_s"] <= 4 * gpu_core.CAPS[s][0]  # each step ran under its hard cap
     assert steps["bench-mini"]["status"] == "skipped" and steps["bench-mini"]["detail"] == "not in --steps"
     assert p["device"] == "cpu" and p["gpu"] is None and p["package_path"] == "breaknli_fast"  # this checkout's, relative
     t = p["cuda_tests"]
@@ -110,7 +110,7 @@ def test_gpu_check_dry_run_runs_the_cudagraph_steps_inside_their_caps(tmp_path):
     doc = json.loads((out / "gpu-check.json").read_text())
     steps, p = _steps(doc), doc["payload"]
     for s in ("fused-step", "natural-eos", "quantised", "parity-scale"):
-        assert steps[s]["status"] == "ok" and steps[s]["cap_s"] <= 4 * gpu_check.CAPS[s][0], steps[s]
+        assert steps[s]["status"] == "ok" and steps[s]["cap_s"] <= 4 * gpu_core.CAPS[s][0], steps[s]
     fused = p["cudagraph"]["fused-step"]["shapes"]["mini"]
     assert set(fused) == {"generator", "bf16_off", "bf16_compile"}
     assert fused["bf16_compile"]["fused"] == "compile" and fused["bf16_compile"]["kernels"]["per_layer"]["library"] == 6
@@ -127,7 +127,7 @@ def test_gpu_check_dry_run_runs_the_cudagraph_steps_inside_their_caps(tmp_path):
         assert quantised[fmt]["alone_vs_call_max_abs_diff"] == 0.0 and quantised[fmt]["labels_agree_pct"] >= 90
         assert quantised[fmt]["compute"]["product_kernels"] == {"emulated": 20}
     bench = p["parity_scale"]
-    assert [e["label"] for e in bench["engines"]] == gpu_check.PARITY_ENGINES.split(",")
+    assert [e["label"] for e in bench["engines"]] == gpu_core.PARITY_ENGINES.split(",")
     assert all(e["status"] == "ok" for e in bench["engines"]) and bench["probe"] == "accuracy"
     with tarfile.open(out / "check.tar.gz") as tar:
         names = set(tar.getnames())
@@ -175,32 +175,32 @@ def test_gpu_check_dry_run_on_the_lent_machines_stack_needs_nothing_installed(tm
     assert p["package_path"] == "breaknli_fast"  # this checkout's, relative and p["optimum"] is False
     assert p["environment"]["packages"]["transformers"].startswith("5.")
     bench = p["benches"]["mini"]["bench"]
-    assert [e["label"] for e in bench["engines"]] == gpu_check.BENCH_ENGINES.split(",")
+    assert [e["label"] for e in bench["engines"]] == gpu_core.BENCH_ENGINES.split(",")
     assert all(e["status"] == "ok" and e["device"] == "cpu" for e in bench["engines"])
     assert bench["engines"][2]["classifier_precision"] == "fp16" and bench["engines"][2]["generator_precision"] == "fp32"
     assert p["parity"]["kernels"]["runs"] and p["parity"]["precisions"] is None
 
 
-def _bare_check(tmp_path: Path, budget: int = 300) -> gpu_check.Check:
+def _bare_check(tmp_path: Path, budget: int = 300) -> gpu_core.Check:
     args = SimpleNamespace(budget=budget, device="cpu", limit=2, run_args=[], bench_args="", real_limit=64,
-                           real_shapes="none", large_shapes="none", real_engines=gpu_check.REAL_ENGINES,
-                           large_engines=gpu_check.LARGE_ENGINES, real_repeats=3, bound_shapes=None,
-                           steps=list(gpu_check.steps()), order="priority", cap_scale=1.0,
+                           real_shapes="none", large_shapes="none", real_engines=gpu_core.REAL_ENGINES,
+                           large_engines=gpu_core.LARGE_ENGINES, real_repeats=3, bound_shapes=None,
+                           steps=list(gpu_core.steps()), order="priority", cap_scale=1.0,
                            reference_background=False)
     (tmp_path / "logs").mkdir(parents=True, exist_ok=True)
-    return gpu_check.Check(args, tmp_path / "out", tmp_path, sys.executable)
+    return gpu_core.Check(args, tmp_path / "out", tmp_path, sys.executable)
 
 
 def test_a_step_stops_at_its_cap_and_a_step_that_does_not_fit_is_skipped(tmp_path, monkeypatch):
-    monkeypatch.setitem(gpu_check.CAPS, "bench-mini", (2, 1))
-    monkeypatch.setitem(gpu_check.CAPS, "device-bf16", (2, 1))
+    monkeypatch.setitem(gpu_core.CAPS, "bench-mini", (2, 1))
+    monkeypatch.setitem(gpu_core.CAPS, "device-bf16", (2, 1))
     c = _bare_check(tmp_path)
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     rec = c.run("bench-mini", [sleep])
     assert rec.status == "failed" and "stopped at its cap of 2s (nothing kept)" in rec.detail
     rec = c.run("device-bf16", [sleep], partial_ok=True)  # a run's finished records are kept
     assert rec.status == "stopped" and "partial output kept" in rec.detail
-    monkeypatch.setitem(gpu_check.CAPS, "cpu-reference", (2, 1))  # in the background: stopped at its cap too
+    monkeypatch.setitem(gpu_core.CAPS, "cpu-reference", (2, 1))  # in the background: stopped at its cap too
     c.start_background("cpu-reference", sleep)
     assert c.poll_background() is True  # still running: the untimed steps may go beside it
     assert c.poll_background(wait=True) is False and c.bg is None
@@ -208,7 +208,7 @@ def test_a_step_stops_at_its_cap_and_a_step_that_does_not_fit_is_skipped(tmp_pat
     c.start_background("cpu-reference", sleep)
     c.poll_background(stop_now="stopped by SIGTERM")  # the check was stopped: so is the reference
     assert c.records[-1].status == "stopped" and c.records[-1].detail.startswith("stopped by SIGTERM")
-    c.args.budget = gpu_check.RESERVE_S + int(c.elapsed()) + 5  # 5 s left; parity needs 10
+    c.args.budget = gpu_core.RESERVE_S + int(c.elapsed()) + 5  # 5 s left; parity needs 10
     rec = c.run("parity", [[sys.executable, "-c", "pass"]])
     assert rec.status == "skipped" and rec.detail.startswith("budget: ")
 
@@ -221,14 +221,14 @@ def test_the_bench_limit_is_what_the_device_runs_rate_fits(tmp_path, monkeypatch
     (run / "samples.jsonl").write_text("".join(json.dumps({"id": f"e{i}", "mode": m}) + "\n"
                                                for i in range(300) for m in ("contradictive", "entailed")))
     # unfinished (no report.json): the rate is the step's seconds less a run's start-up
-    limit, why = gpu_check.bench_limit(c, run, 15 + 3.0)  # 300 examples in 3 s: 100/s
-    avail = gpu_check.CAPS["bench-mini"][0] * 0.8
-    engines = len(gpu_check.BENCH_ENGINES.split(","))
-    want = int(100 * ((avail - gpu_check.BENCH_START_S) / engines - gpu_check.BENCH_ENGINE_EXTRA_S)
-               / (gpu_check.MINI_REPEATS + gpu_check.BENCH_LOOP_EXTRA))
+    limit, why = gpu_steps.bench_limit(c, run, 15 + 3.0)  # 300 examples in 3 s: 100/s
+    avail = gpu_core.CAPS["bench-mini"][0] * 0.8
+    engines = len(gpu_core.BENCH_ENGINES.split(","))
+    want = int(100 * ((avail - gpu_core.BENCH_START_S) / engines - gpu_core.BENCH_ENGINE_EXTRA_S)
+               / (gpu_core.MINI_REPEATS + gpu_core.BENCH_LOOP_EXTRA))
     assert limit == str(want) and "100.0/s" in why
     (run / "report.json").write_text(json.dumps({"throughput": {"wall_seconds": 0.5}}))  # finished, and fast
-    assert gpu_check.bench_limit(c, run, 20.0)[0] == "0"  # all of the run's examples fit: --limit as given
+    assert gpu_steps.bench_limit(c, run, 20.0)[0] == "0"  # all of the run's examples fit: --limit as given
 
 
 def test_bundles_larger_than_what_comes_back_leave_their_largest_files_out(tmp_path, monkeypatch):
@@ -471,17 +471,17 @@ def test_benchmarks_gpu_section_judges_the_cudagraph_targets_from_the_check_alon
 
 
 def test_a_new_step_is_a_function_and_its_registration(tmp_path, monkeypatch):
-    """A step of the check is one function registered with ``gpu_check.step`` (its cap, its place in the queue):
+    """A step of the check is one function registered with ``gpu_core.step`` (its cap, its place in the queue):
     ``--steps`` names it, the queue runs it in its order under its cap, and its record lands in the payload."""
     ran: list[str] = []
 
-    @gpu_check.step("hello", cap=30, need=1, priority=5)
+    @gpu_core.step("hello", cap=30, need=1, priority=5)
     def hello(c):
         ran.append("hello")
         c.run("hello", [[sys.executable, "-c", "print('hello')"]], detail="said hello")
 
     try:
-        assert gpu_check.steps()[-1] == "hello" and gpu_check.CAPS["hello"] == (30, 1)
+        assert gpu_core.steps()[-1] == "hello" and gpu_core.CAPS["hello"] == (30, 1)
         c = _bare_check(tmp_path)
         c.args.steps = ["hello", "parity"]
         gpu_check.execute(c)
@@ -492,8 +492,8 @@ def test_a_new_step_is_a_function_and_its_registration(tmp_path, monkeypatch):
         config = gpu_check.GpuCheck().config({"steps": "env,hello", "device": "cpu"})
         assert config.steps == "env,hello"
     finally:
-        gpu_check.STEP_REGISTRY.pop("hello", None)
-        gpu_check.CAPS.pop("hello", None)
+        gpu_core.STEP_REGISTRY.pop("hello", None)
+        gpu_core.CAPS.pop("hello", None)
     with pytest.raises(Exception, match="unknown step hello"):
         gpu_check.GpuCheck().config({"steps": "hello"})
 
@@ -503,7 +503,7 @@ def test_order_listed_runs_the_queue_as_steps_lists_it(tmp_path):
     the default queues them by their registered priority; another word is a one-line error."""
     ran: list[str] = []
     for name, prio in (("first-reg", 5), ("second-reg", 6)):
-        gpu_check.step(name, cap=30, need=1, priority=prio)(lambda c, name=name: ran.append(name))
+        gpu_core.step(name, cap=30, need=1, priority=prio)(lambda c, name=name: ran.append(name))
     try:
         for order, want in (("priority", ["first-reg", "second-reg"]), ("listed", ["second-reg", "first-reg"])):
             ran.clear()
@@ -513,8 +513,8 @@ def test_order_listed_runs_the_queue_as_steps_lists_it(tmp_path):
             assert ran == want, order
     finally:
         for name in ("first-reg", "second-reg"):
-            gpu_check.STEP_REGISTRY.pop(name, None)
-            gpu_check.CAPS.pop(name, None)
+            gpu_core.STEP_REGISTRY.pop(name, None)
+            gpu_core.CAPS.pop(name, None)
     with pytest.raises(Exception, match="--order must be priority or listed"):
         gpu_check.GpuCheck().config({"order": "random", "device": "cpu"})
 
