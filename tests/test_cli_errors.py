@@ -153,7 +153,8 @@ def _cases(tmp: Path) -> list[Case]:
     ]
 
 
-CASE_NAMES = [c[0] for c in _cases(Path(tempfile.mkdtemp(prefix="breaknli-case-names-")))]
+with tempfile.TemporaryDirectory(prefix="breaknli-case-names-") as _folder:  # the names only: removed at once
+    CASE_NAMES = [c[0] for c in _cases(Path(_folder))]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
@@ -184,10 +185,10 @@ def test_run_bad_input_is_one_line(tmp_path, name, monkeypatch):
     assert not (tmp_path / "run").exists()  # refused before anything was written: no directory, no .lock left
 
 
-def test_the_error_table_covers_the_issue():
+def test_the_error_table_covers_the_issue(tmp_path):
     """Items 1-3, 7-10, 13, 15 and 16 of the new-user review each have a row (4-6 are bench's; 11, 12 are the
     README, 14 the help tests in test_cli_probes.py, 17 the run-directory test below)."""
-    items = {c[1] for c in _cases(Path(tempfile.mkdtemp(prefix="breaknli-case-items-")))}
+    items = {c[1] for c in _cases(tmp_path)}
     assert {"1", "2", "3", "7", "8", "9", "10", "13", "15", "16", "45"} <= items
 
 

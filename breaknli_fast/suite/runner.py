@@ -79,6 +79,11 @@ def measure(name: str, argv: Sequence[str], *, result: str | Path | None = None,
     recorder.save(path, payload)
     if smoke:
         mark_smoke(path)
+    if not scratch:
+        try:  # a scratch folder of its own that the measurement left empty is not left behind
+            work.rmdir()
+        except OSError:
+            pass
     return int(recorder.exit_code or 0)
 
 
