@@ -580,3 +580,21 @@ def test_benchmarks_gpu_section_renders_the_cudagraph_steps_and_judges_issues_65
             "vs in one call 4e-07 | **not met** |") in targets
     assert ("≥ 1,000 pairs (10071): ≥ 10 cells equivalent, none different | 2 equivalent, 0 different of 3 cells "
             "(overall and per group); labels 99.50 % as torch fp32 | **not met** |") in targets
+
+
+def test_an_option_value_that_starts_with_a_dash_is_read_as_the_value():
+    """``--bench-args --interleave``: argparse alone reads the value as another option and refuses the line; the
+    measurement's parser joins it to its option, and the command it writes back (a suite entry's, the result
+    file's) gives the same values again. A flag of the measurement itself stays an option."""
+    from breaknli_fast.suite.args import argv_of
+    from breaknli_fast.suite.registry import get_measurement
+    from breaknli_fast.suite.runner import parse_measurement_args
+
+    m = get_measurement("gpu-check")
+    for argv in (["--bench-args", "--interleave", "--budget", "330"], ["--bench-args=--interleave", "--budget", "330"]):
+        values = parse_measurement_args(m, argv)
+        assert values == {"bench_args": "--interleave", "budget": 330}
+        again = argv_of(m.arguments(values), values)
+        assert "--bench-args=--interleave" in again and parse_measurement_args(m, again) == values
+    with pytest.raises(Exception, match="--bench-args: expected one argument"):
+        parse_measurement_args(m, ["--bench-args", "--budget", "330"])

@@ -170,9 +170,29 @@ def parser(args: Sequence[Arg], prog: str, description: str = "") -> argparse.Ar
     return ap
 
 
+def join_dash_values(args: Sequence[Arg], argv: Sequence[str]) -> list[str]:
+    """``argv`` with an option's value that starts with ``-`` joined to it (``--bench-args --interleave`` ->
+    ``--bench-args=--interleave``): argparse reads such a value as the next option, then says the option expected
+    one argument. A word that is itself one of ``args``' flags stays an option."""
+    flags = {f for a in args for f in (a.flag, a.spec.short, a.off_flag) if f}
+    takes = {f for a in args if a.type is not bool for f in (a.flag, a.spec.short) if f}
+    out: list[str] = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in takes and i + 1 < len(words) and words[i + 1].startswith("-") and words[i + 1] not in flags:
+            out.append(f"{w}={words[i + 1]}")
+            i += 2
+            continue
+        out.append(w)
+        i += 1
+    return out
+
+
 def parse_argv(args: Sequence[Arg], argv: Sequence[str], prog: str) -> dict[str, Any]:
     """The values of a command line (only the options it names); a bad one is a one-line :class:`UserError`."""
-    values = vars(parser(args, prog).parse_args(list(argv)))
+    values = vars(parser(args, prog).parse_args(join_dash_values(args, argv)))
     return check_values(args, values, None)
 
 
@@ -190,9 +210,9 @@ def argv_of(args: Sequence[Arg], values: Mapping[str, Any]) -> list[str]:
                 out.append(a.off_flag)
         elif a.type is list:
             for x in v:
-                out += [a.flag, str(x)]
+                out += [f"{a.flag}={x}"] if str(x).startswith("-") else [a.flag, str(x)]
         else:
-            out += [a.flag, str(v)]
+            out += [f"{a.flag}={v}"] if str(v).startswith("-") else [a.flag, str(v)]  # a value like an option
     return out
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from breaknli_fast.errors import UserError
-from breaknli_fast.suite.args import argv_of, parse_argv, parser
+from breaknli_fast.suite.args import argv_of, join_dash_values, parse_argv, parser
 from breaknli_fast.suite.provenance import ROOT, Recorder, measure_command
 from breaknli_fast.suite.result import mark_smoke
 from breaknli_fast.suite.spec import COMMITTED_RESULTS, Suite
@@ -39,7 +39,8 @@ def parse_measurement_args(m: Any, argv: Sequence[str]) -> dict[str, Any]:
         if m.remainder is None:
             raise UserError(f"{m.name} takes no words after --")
     prog = f"breaknli-fast suite measure {m.name}"
-    hint, _ = parser(m.arguments({}), prog).parse_known_args(words)  # e.g. the bench's probe, for its options
+    first = m.arguments({})
+    hint, _ = parser(first, prog).parse_known_args(join_dash_values(first, words))  # e.g. the bench's probe
     values = parse_argv(m.arguments(vars(hint)), words, prog)
     if rest:
         values[m.remainder] = list(values.get(m.remainder, [])) + rest
