@@ -218,11 +218,9 @@ def recorded_args(doc: Any) -> tuple[str, dict[str, Any]]:
     or, for a file of the scripts that measured before the measurements joined the package, its recorded command
     read as the measurement's arguments (the scripts had the same options; those that named a scratch folder or
     the result file left out)."""
-    from breaknli_fast.suite.registry import by_kind, measurements
+    from breaknli_fast.suite.registry import by_kind, get_measurement, measurements
 
     if doc.measurement is not None:
-        from breaknli_fast.suite.registry import get_measurement
-
         return doc.measurement.name, without_scratch(get_measurement(doc.measurement.name), dict(doc.measurement.args))
     words = shlex.split(str(doc.command))
     while words and "=" in words[0] and not words[0].startswith("-"):  # VAR=value before the command

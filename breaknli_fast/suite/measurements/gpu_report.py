@@ -266,6 +266,11 @@ def _asked(steps: dict[str, Any], name: str) -> bool:
     return name in steps and dig(steps[name], "detail") != "not in --steps"
 
 
+def _failed(first: list[Any], m: dict[str, Any], width: int) -> list[Any]:
+    """A table row of a measurement that raised: its name cells, dashes, and the error's first 120 characters."""
+    return first + ["–"] * (width - len(first) - 1) + [f"failed: {m['error'][:120]}"]
+
+
 def _kernels_per_call(m: Any) -> Any:
     k = dig(m, "kernels")
     return dig(k, "kernels_per_call") if isinstance(k, dict) and "error" not in k else None
@@ -283,7 +288,7 @@ def cudagraph_checks_text(p: Any, steps: dict[str, Any], dev: str) -> str:
                 if not isinstance(m, dict):
                     continue
                 if "error" in m:
-                    rows.append([shape, name, "–", "–", "–", "–", f"failed: {m['error'][:120]}"])
+                    rows.append(_failed([shape, name], m, 7))
                     continue
                 rows.append([shape, f"{m.get('precision')}, fused={m.get('fused')}", f(m.get("median_ms"), ".3f", " ms"),
                              f(m.get("times_floor_at_copy_bandwidth"), ".1f", "×"), f(_kernels_per_call(m), ".0f"),
@@ -301,7 +306,7 @@ def cudagraph_checks_text(p: Any, steps: dict[str, Any], dev: str) -> str:
         rows = []
         for label, m in (eos.get("engines") or {}).items():
             if "error" in m:
-                rows.append([label, "–", "–", "–", "–", "–", f"failed: {m['error'][:120]}"])
+                rows.append(_failed([label], m, 7))
                 continue
             secs = m.get("seconds") or []
             rows.append([label, f(m.get("median_s"), ".3f", " s") + (f" ({min(secs):.3f}-{max(secs):.3f})" if secs else ""),
@@ -322,7 +327,7 @@ def cudagraph_checks_text(p: Any, steps: dict[str, Any], dev: str) -> str:
         rows = []
         for prec, m in (q.get("precisions") or {}).items():
             if "error" in m:
-                rows.append([prec, "–", "–", "–", "–", "–", f"failed: {m['error'][:120]}"])
+                rows.append(_failed([prec], m, 7))
                 continue
             kern = dig(m, "compute", "product_kernels")
             rows.append([prec, f(dig(m, "speed", "pairs_per_s"), ".0f"),
@@ -339,9 +344,10 @@ def cudagraph_checks_text(p: Any, steps: dict[str, Any], dev: str) -> str:
                 if rows else _not_measured("quantised", steps.get("quantised"))]
     bench = dig(p, "parity_scale")
     if bench is not None or _asked(steps, "parity-scale"):
-        out += ["", f"**Parity at scale** (`parity-scale`: `bench --probe accuracy` on the trained mini models "
-                    f"({dig(bench, 'models', 'classifier') or 'mini-nli'}), {dig(bench, 'data', 'examples')} pairs of "
-                    f"`{dig(bench, 'data', 'name')}`, against torch fp32 on {dev}):", "", _parity_scale(bench, steps, dev)]
+        what = (f" ({dig(bench, 'models', 'classifier')}), {dig(bench, 'data', 'examples')} pairs of "
+                f"`{dig(bench, 'data', 'name')}`" if bench is not None else "")
+        out += ["", f"**Parity at scale** (`parity-scale`: `bench --probe accuracy` on the trained mini models{what}, "
+                    f"against torch fp32 on {dev}):", "", _parity_scale(bench, steps, dev)]
     return "\n".join(out)
 
 
@@ -369,10 +375,6 @@ def _parity_scale(bench: Any, steps: dict[str, Any], dev: str) -> str:
     if dig(bench, "notes"):
         out += ["", notes_text(bench)]
     return "\n".join(out)
-
-
-def _verdicts(bench: Any, label: str) -> Any:
-    return dig(_engine_row({"bench": bench}, label), "parity", "verdicts")
 
 
 def parity_cells(e: Any) -> dict[str, int]:
@@ -447,10 +449,9 @@ def cudagraph_targets(p: Any) -> str:
     if bench is not None:
         n = dig(bench, "data", "examples")
         for label in ("cudagraph:bf16", "cudagraph:fp8", "cudagraph:int8"):
-            v = _verdicts(bench, label)
-            if v is None:
-                continue
             row = _engine_row({"bench": bench}, label)
+            if dig(row, "parity", "verdicts") is None:
+                continue
             cells = parity_cells(row)
             eq, diff = cells["equivalent"], cells["different"]
             agree = dig(row, "parity", "headline", "records", "label_agreement_pct")
