@@ -7,6 +7,7 @@ Needs ``qemu-x86_64`` (Debian's ``qemu-user``; ``.ci/run`` installs it); skipped
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import shutil
@@ -42,9 +43,27 @@ LINEAR = textwrap.dedent("""
 """)
 
 
-def _emulated(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([QEMU, "-cpu", CPU, sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+class _Emulated:
+    """One command under the emulated CPU, started now and awaited by :meth:`result` (QEMU's user mode runs this
+    workload on about one host core, so the module's commands run side by side: the module takes about the time of
+    its longest command instead of their sum)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], timeout: float):
+        self.timeout = timeout
+        self.proc = subprocess.Popen([QEMU, "-cpu", CPU, sys.executable, *args], cwd=ROOT, env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._done: subprocess.CompletedProcess | None = None
+
+    def result(self) -> subprocess.CompletedProcess:
+        if self._done is None:
+            try:
+                out, err = self.proc.communicate(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                out, err = self.proc.communicate()
+                raise AssertionError(f"the emulated command ran past {self.timeout:.0f} s: {(out + err)[-2000:]}")
+            self._done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+        return self._done
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -53,41 +72,70 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def test_the_emulated_intel_cpu_needs_strict_mode_and_the_package_sets_it():
+# the emulated commands of each test (started together by the ``emulated`` fixture)
+NEEDS = {"test_the_emulated_intel_cpu_needs_strict_mode_and_the_package_sets_it": ("linear-loose", "linear-default"),
+         "test_the_torch_engines_are_batch_invariant_on_the_emulated_intel_cpu": ("torch",),
+         "test_openvino_int8_is_refused_or_invariant_on_the_emulated_avx2_cpu": ("openvino",)}
+
+
+@pytest.fixture(scope="module")
+def emulated(request, tmp_path_factory):
+    """The emulated commands of the module's selected tests, all started at once (each test awaits its own)."""
+    base = tmp_path_factory.mktemp("emulated")
+    selected = {item.originalname for item in request.session.items if item.module is request.module}
+    wanted = {k for name in selected for k in NEEDS.get(name, ())}
+    if importlib.util.find_spec("openvino") is None:
+        wanted.discard("openvino")  # its test skips, saying why
+    commands = {
+        "linear-loose": lambda: _Emulated(["-c", LINEAR], _env(MKL_CBWR="AUTO"), 300),
+        "linear-default": lambda: _Emulated(["-c", LINEAR], _env(), 300),
+        "torch": lambda: _Emulated(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(base / "torch"),
+                                    "tests/test_batch_independence.py", "-k",
+                                    "(torch or cudagraph) and not compile and not sampling"], _env(), 900),
+        "openvino": lambda: _Emulated(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--basetemp",
+                                       str(base / "openvino"), "tests/test_batch_independence.py", "-k",
+                                       "openvino and int8 and (pair or item)"],
+                                      _env(BREAKNLI_FAST_CPU_FLAGS="avx2 fma"), 900),
+    }
+    runs = {k: start() for k, start in commands.items() if k in wanted}
+    yield runs
+    for r in runs.values():  # a test that failed early leaves nothing running
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.communicate()
+
+
+def test_the_emulated_intel_cpu_needs_strict_mode_and_the_package_sets_it(emulated):
     """Without strict mode (``MKL_CBWR=AUTO`` kept by the package) rows of multiples of 8 differ alone and among
     1,280 (the Intel path); with the package's default they are equal to the bit."""
-    loose = _emulated(["-c", LINEAR], _env(MKL_CBWR="AUTO"), 300)
+    loose = emulated["linear-loose"].result()
     assert loose.returncode == 0, loose.stderr[-2000:]
     capability, strict, rows = loose.stdout.split(maxsplit=2)
     assert capability == "AVX2" and strict == "False"
     if rows.strip() == "[]":
         pytest.skip("this MKL sums a row alike whatever the row count on the emulated Intel CPU: nothing to show")
-    default = _emulated(["-c", LINEAR], _env(), 300)
+    default = emulated["linear-default"].result()
     assert default.returncode == 0, default.stderr[-2000:]
     assert default.stdout.split(maxsplit=2)[1:] == ["True", "[]\n"], default.stdout
 
 
-def test_the_torch_engines_are_batch_invariant_on_the_emulated_intel_cpu(tmp_path):
+def test_the_torch_engines_are_batch_invariant_on_the_emulated_intel_cpu(emulated):
     """tests/test_batch_independence.py's torch and cudagraph cases (every precision on the CPU; the generators'
     greedy decoding, whose products sampling shares) under the emulated Intel CPU; not the cudagraph step compiled
     by torch.compile, whose C++ the host's compiler builds for the host's CPU, not the emulated one."""
-    r = _emulated(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
-                   "tests/test_batch_independence.py", "-k", "(torch or cudagraph) and not compile and not sampling"],
-                  _env(), 900)
+    r = emulated["torch"].result()
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail
 
 
-def test_openvino_int8_is_refused_or_invariant_on_the_emulated_avx2_cpu(tmp_path):
+def test_openvino_int8_is_refused_or_invariant_on_the_emulated_avx2_cpu(emulated):
     """OpenVINO's int8 classifier and masked LM on the emulated AVX2 CPU (no VNNI): each export is judged there and
     refused where a pair's answer depends on its batch (the test then skips it, saying so), never used when it does.
     The package reads the CPU's flags from /proc/cpuinfo, which QEMU passes through from the host: the flags are
     given as the emulated CPU's."""
     pytest.importorskip("openvino", reason="OpenVINO is not installed: pip install 'breaknli-fast[openvino]'")
-    r = _emulated(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "t"),
-                   "tests/test_batch_independence.py", "-k", "openvino and int8 and (pair or item)"],
-                  _env(BREAKNLI_FAST_CPU_FLAGS="avx2 fma"), 900)
+    r = emulated["openvino"].result()
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0, tail
     assert "failed" not in tail and ("passed" in tail or "skipped" in tail)
