@@ -386,21 +386,21 @@ def _synthetic_gpu_check(folder: Path, device: str = "cuda", gpu: str | None = "
     (folder / f"gpu-check-{device}.json").write_text(json.dumps(doc))
 
 
-def _gpu_section(md: str) -> str:
-    return md.split("## 6. On a GPU")[1].split("\n## ")[0]
+def _gpu_section(folder: Path) -> str:
+    """Section 6 of BENCHMARKS.md rendered from the result files in ``folder``."""
+    results, _ = D.load(folder)
+    return D.render(results, "benchmarks/results").split("## 6. On a GPU")[1].split("\n## ")[0]
 
 
 def test_benchmarks_say_no_gpu_has_been_lent_without_a_gpu_result(tmp_path):
     _synthetic_gpu_check(tmp_path, device="cpu", gpu=None)  # a dry run on the CPU is no GPU measurement
-    results, _ = D.load(tmp_path)
-    section = _gpu_section(D.render(results, "benchmarks/results"))
+    section = _gpu_section(tmp_path)
     assert "Not measured: no GPU has been lent" in section and "Synthetic" not in section
 
 
 def test_benchmarks_gpu_section_from_a_gpu_check_result(tmp_path):
     _synthetic_gpu_check(tmp_path)
-    results, _ = D.load(tmp_path)
-    section = _gpu_section(D.render(results, "benchmarks/results"))
+    section = _gpu_section(tmp_path)
     assert "Synthetic GPU 80GB (`cuda`), torch 2.11.0+cu130" in section
     assert "| torch:bf16 | 1.37× | 15555.5 | 30303.0 |" in section  # loop speed-up, pairs/s, tokens/s
     assert "| torch:fp16:gen.precision=fp32 | 1.21× | 19999.9 | 21000.0 |" in section
@@ -423,8 +423,7 @@ def test_benchmarks_gpu_section_says_whether_attention_used_cudnn_and_the_commit
                      for role in ("classifier", "generator")}
     doc["payload"]["tf32"]["runs"] = {}  # the benches' engines alone record the switches
     path.write_text(json.dumps(doc))
-    results, _ = D.load(tmp_path)
-    section = _gpu_section(D.render(results, "benchmarks/results"))
+    section = _gpu_section(tmp_path)
     assert "cuDNN attention off in the torch engines" in section
     assert "allow_tf32: matmul False, cuDNN False" in section
     assert "commit `feedbeef` (the tree sent was commit 0123abc)" in section
@@ -458,8 +457,7 @@ def test_benchmarks_gpu_section_judges_the_cudagraph_targets_from_the_check_alon
                        "decoder_bf16": {"rows": 160, "median_ms": 1.4, "floor_ms": 0.36, "times_floor": 3.9,
                                         "bytes": {"total": 1.2e9}}}}}
     path.write_text(json.dumps(doc))
-    results, _ = D.load(tmp_path)
-    section = _gpu_section(D.render(results, "benchmarks/results"))
+    section = _gpu_section(tmp_path)
     assert "| flan-t5-base + roberta-base: cudagraph bf16 loop ≥ 5× torch fp32 eager | 6.10× | met |" in section
     assert ("| flan-t5-base + roberta-base: cudagraph fp32 loop ≥ 2×, records equal to eager fp32's | 2.50×, 98.5 % "
             "of records identical | met |") in section
@@ -565,8 +563,7 @@ def test_benchmarks_gpu_section_renders_the_cudagraph_steps_and_judges_issues_65
                          "reference": "torch:fp32", "workload": {}, "probe": "accuracy",
                          "engines": [acc("torch:fp32", True, 1.0, 0), acc("cudagraph:fp32", False, 0.7, 1), bf16]}
     path.write_text(json.dumps(doc))
-    results, _ = D.load(tmp_path)
-    section = _gpu_section(D.render(results, "benchmarks/results"))
+    section = _gpu_section(tmp_path)
     assert "| base | bf16, fused=compile | 1.200 ms | 2.5× | 233 | 100.0 % | 0.4 s |" in section
     assert "| torch:fp32 | 0.760 s (0.720-0.960) | reference | 19.6 | 62.3 % | 100.0 % | 32936 |" in section
     assert "| cudagraph:bf16 | – | – | – | – | – | failed: RuntimeError: boom |" in section
