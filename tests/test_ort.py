@@ -83,18 +83,20 @@ def test_ort_fp32_classifier_matches_torch(ort_models, tiny_dir, family):
     assert d["graph_optimization"] == "all" and d["intra_op_threads"] >= 1
     assert d["validation"]["passed"] and d["export_dir"]
     # each call is tokenized once; every batch is padded from those tokens exactly as the tokenizer pads to the
-    # width its longest pair's length decides (a multiple of 8)
+    # width its longest pair's length decides (on the CPU that length itself: length_step 1)
     from breaknli_fast.backends.ort.runtime import classifier_feeds
 
+    assert clf.length_step == 1 and d["length_step"] == 1
     batch = PAIRS[3:11]
     longest = max(len(x) for x in clf._tokenize(batch)["input_ids"])
     width = clf._width(longest)
-    assert width % 8 == 0 and longest <= width < longest + 8
+    assert width == longest
     want = classifier_feeds(clf.tokenizer, batch, clf.inputs, width, padding="max_length")
     got = clf._feeds(clf._tokenize(PAIRS), range(3, 11))
     assert sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    assert ref._width(longest) % 8 == 0  # the torch engine keeps multiples of 8
     want_pt = ref.tokenizer([p for p, _ in batch], [h for _, h in batch], padding="max_length", truncation=True,
-                            max_length=width, return_tensors="pt")
+                            max_length=ref._width(longest), return_tensors="pt")
     got_pt = ref._feeds(ref._tokenize(PAIRS), range(3, 11))
     assert sorted(got_pt) == sorted(want_pt) and all((got_pt[k] == want_pt[k]).all() for k in want_pt)
 
@@ -396,16 +398,37 @@ def test_classifier_batch_size_defaults(ort_models, tiny_dir):
     ran fastest there; an explicit max_batch wins; the value is in the engine's details."""
     opts = _opts(tiny_dir)
     pairs = PAIRS + [(h, p) for p, h in PAIRS]
-    ort = registry.load_classifier("ort", ort_models["roberta"], precision="fp32", workers=1, **opts)
+    # multiples of 8 as widths, so that the pairs fill batches of 16 (exact widths split them by length)
+    ort = registry.load_classifier("ort", ort_models["roberta"], precision="fp32", workers=1, length_step=8, **opts)
     assert ort.max_batch == 16 and ort.info.details["max_batch"] == 16
     ref = registry.load_classifier("torch", ort_models["roberta"], precision="fp32")
     assert ref.max_batch == 32 and ref.info.details["max_batch"] == 32
-    big = registry.load_classifier("ort", ort_models["roberta"], precision="fp32", workers=1, max_batch=40, **opts)
+    big = registry.load_classifier("ort", ort_models["roberta"], precision="fp32", workers=1, max_batch=40,
+                                   length_step=8, **opts)
     assert big.max_batch == 40
     a, b = ort.classify(pairs * 3), big.classify(pairs * 3)
     assert ort.stats.batches > big.stats.batches
     # other batches pad to other lengths: fp32 rounding at most (0 measured; logits of scale 2.6)
     np.testing.assert_allclose(a.logits, b.logits, atol=1e-5)
+
+
+def test_length_step_sets_the_padded_widths(ort_models, tiny_dir):
+    """On the CPU the classifier pads a pair to its own length (length_step 1); length_step=8 pads to multiples of 8,
+    and the answers move by fp32 rounding at most (other widths, other reduction lengths); a bad step is one line."""
+    opts = _opts(tiny_dir)
+    pairs = PAIRS + [(h, p) for p, h in PAIRS]
+    exact = registry.load_classifier("ort", ort_models["roberta"], precision="fp32", **opts)
+    eights = registry.load_classifier("ort", ort_models["roberta"], precision="fp32", length_step=8, **opts)
+    assert (exact.length_step, eights.length_step, eights.info.details["length_step"]) == (1, 8, 8)
+    a, b = exact.classify(pairs), eights.classify(pairs)
+    lengths = [len(x) for x in exact._tokenize(pairs)["input_ids"]]
+    assert exact.stats.work.padded_tokens == exact.stats.work.tokens < eights.stats.work.padded_tokens
+    assert set(exact.stats.work.by_width) == {str(n) for n in lengths}
+    assert all(int(w) % 8 == 0 for w in eights.stats.work.by_width)
+    np.testing.assert_allclose(a.logits, b.logits, atol=1e-5)
+    for bad in (0, 65, "wide"):
+        with pytest.raises(ModelLoadError, match="length_step must be a whole number from 1 to 64"):
+            registry.load_classifier("ort", ort_models["roberta"], precision="fp32", length_step=bad, **opts)
 
 
 def test_workers_change_nothing_but_the_threads(ort_models, tiny_dir):

@@ -29,6 +29,7 @@ DEFAULT_MAX_BATCH = 64  # pairs per classifier batch unless the engine or the us
 # width: torch fp32 by up to 1e-4 on a tiny model, bf16 0.14, ONNX Runtime fp16 0.009), so its answer depended on
 # the batch, the order and the chunking. tests/test_batch_independence.py holds every engine to the bit.
 LENGTH_STEP = 8
+MAX_LENGTH_STEP = 64  # the largest ``length_step`` an engine option may ask for
 CLIP_CHARS_PER_TOKEN = 16  # a text longer than max_length x this many characters is cut before tokenising
 
 
@@ -44,6 +45,14 @@ def clip_text(tokenizer: Any, text: str, max_length: int) -> str:
     cut = text[:limit]
     n = len(tokenizer(cut, add_special_tokens=False, verbose=False)["input_ids"])
     return cut if n >= 2 * int(max_length) else text
+
+
+def check_length_step(value: Any, error: type[Exception] = ValueError) -> int:
+    """``value`` as a padded widths' step: a whole number from 1 to :data:`MAX_LENGTH_STEP`, else one line."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= MAX_LENGTH_STEP:
+        raise error(f"length_step must be a whole number from 1 to {MAX_LENGTH_STEP} (got {value!r})")
+    return int(text)
 
 
 def padded_width(n: int, step: int = LENGTH_STEP, cap: int | None = None) -> int:
@@ -238,6 +247,16 @@ class PaddedWidths:
     filler pad each batch to it and batch inputs of one width together."""
 
     length_step: int = LENGTH_STEP  # padded widths: multiples of this
+    # the CPU engines' own step where it is not LENGTH_STEP (ort's sequence classifier: 1, each pair's own length;
+    # docs/export.md measures it); ``length_step`` given to the engine overrides both
+    cpu_length_step: int | None = None
+
+    def _set_length_step(self, length_step: int | None, device: str | None) -> None:
+        """The padded widths' step: ``length_step`` when given, else the engine's CPU step on the CPU, else
+        :data:`LENGTH_STEP`. A constant of the engine: every width stays a function of an input's own length."""
+        if length_step is None:
+            length_step = self.cpu_length_step if device == "cpu" and self.cpu_length_step else LENGTH_STEP
+        self.length_step = check_length_step(length_step)
 
     def _width(self, length: int) -> int:
         """The padded width of a pair of ``length`` tokens (:func:`padded_width`; its own length decides it)."""
@@ -283,9 +302,10 @@ class BatchedClassifier(PaddedWidths, ClassifierBase):
         return int(max_batch)
 
     def __init__(self, token_budget: int = 8192, max_batch: int | None = None, cache: bool = True,
-                 workers: int = 1, device: str | None = None) -> None:
+                 workers: int = 1, device: str | None = None, length_step: int | None = None) -> None:
         self.token_budget = int(token_budget)
         self.max_batch = self.resolve_max_batch(max_batch, device)
+        self._set_length_step(length_step, device)
         self.batch_multiple = self.cpu_batch_multiple if device == "cpu" else 1
         self._cache: dict[Pair, np.ndarray] | None = {} if cache else None
         self.stats = ClassifierStats()

@@ -24,13 +24,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
-from breaknli_fast.engines.batching import BatchedClassifier, pad_values, split_threads
+from breaknli_fast.engines.batching import BatchedClassifier, check_length_step, pad_values, split_threads
 from breaknli_fast.engines.cpu_features import summary as cpu_summary
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator, generation_config_for
 from breaknli_fast.engines.hf import Seq2SeqNLIMixin
 from breaknli_fast.engines.model_info import (ModelLoadError, answer_token_ids, effective_max_length, label_permutation,
                                               load_config, model_kind, require_masked_lm)
-from breaknli_fast.engines.options import nested_options
+from breaknli_fast.engines.options import nested_options, option
 from breaknli_fast.engines.stepgraph import GraphMaskFiller, StepGraphStepper, graph_feeds
 from breaknli_fast.export.options import ExportOptions, ExportResult
 from breaknli_fast.prompts import NLI_PROMPTS
@@ -49,7 +49,15 @@ class OvOptions(GenerationOptions):
 
     engine = "openvino"
 
+    # a classifier's padded widths: multiples of this (None: 8). Each new width costs the CPU plugin a shape change
+    # (0.16 ms a call on the mini classifier), so exact widths (1) ran the mini loop's classifier stages slower and the
+    # roberta-base shape 7 % faster (docs/export.md)
+    length_step: int | None = option(None, roles=(CLASSIFIER,))
     export: ExportOptions = nested_options(ExportOptions)
+
+    def __post_init__(self) -> None:
+        if self.length_step is not None:
+            self.length_step = check_length_step(self.length_step, ModelLoadError)
 
 
 def _group(folder: Path) -> int | None:
@@ -98,7 +106,8 @@ class OvClassifier(BatchedClassifier):
 
         o = opts or OvOptions()
         n_workers, threads = _workers(o)
-        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=n_workers, device="cpu")
+        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=n_workers, device="cpu",
+                         length_step=o.length_step)
         folder = Path(folder)
         config = AutoConfig.from_pretrained(str(folder))
         self.perm = label_permutation(config, o.label_map)
@@ -109,7 +118,8 @@ class OvClassifier(BatchedClassifier):
         self.inputs = self.session.get_inputs()
         self.info = EngineInfo("openvino", CLASSIFIER, model, precision, "cpu", {
             **_details(exported, folder, self.session.details), "workers": self.workers.n,
-            "max_batch": self.max_batch, "batch_multiple": self.batch_multiple, **limits})
+            "max_batch": self.max_batch, "batch_multiple": self.batch_multiple, "length_step": self.length_step,
+            **limits})
 
     def _tokenize(self, pairs: Sequence[Pair]) -> Any:
         return self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True, max_length=self.max_length)
@@ -139,7 +149,7 @@ class OvSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
 
         o = opts or OvOptions()
         prompt, method = o.prompt, o.method
-        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch)
+        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, length_step=o.length_step)
         if prompt not in NLI_PROMPTS:
             raise ModelLoadError(f"unknown NLI prompt {prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
         if method not in ("score", "generate"):
