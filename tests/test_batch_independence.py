@@ -35,6 +35,10 @@ def _declared(role: str) -> list[tuple[str, str]]:
 
 
 CLASSIFIERS = [(e, p, {}) for e, p in _declared(CLASSIFIER)] + [("ort", "int8", {"quantization": "static"})]
+# the padded widths' other step of each engine that takes length_step (ort: 8, its other providers'; openvino: 1,
+# what a model of roberta-base's size gets by default; the tiny model gets the other)
+CLASSIFIERS += [("ort", "int8", {"length_step": "8"}), ("openvino", "fp32", {"length_step": "1"}),
+                ("openvino", "int8", {"length_step": "1"})]
 # and the cudagraph generator's step written for fusion, compiled (backends/cudagraph/fused.py)
 GENERATORS = [(e, p, {}) for e, p in _declared(GENERATOR)] + [("cudagraph", p, {"fused": "compile"})
                                                                for p in ("fp32", "bf16")]

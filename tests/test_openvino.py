@@ -159,3 +159,18 @@ def test_auto_gives_the_int8_classifier_to_openvino_only_on_a_cpu_with_vnni(monk
     why = registry.backend("openvino").auto_refusal("int8", "cpu")
     assert why.startswith("this CPU has none of avx512_vnni") and "depends on the batch" in why
     assert registry.backend("openvino").auto_refusal("fp32", "cpu") is None
+
+
+def test_the_classifier_s_default_widths_follow_the_model_s_size():
+    """Without length_step the openvino classifier pads to each pair's own length from roberta-base's hidden size up
+    (measured faster there) and to multiples of 8 below it (each new shape costs the CPU plugin a call's overhead)."""
+    from types import SimpleNamespace
+
+    from breaknli_fast.backends.openvino.engine import OvClassifier
+
+    assert OvClassifier.default_step(SimpleNamespace(hidden_size=256)) == 8
+    assert OvClassifier.default_step(SimpleNamespace(hidden_size=767)) == 8
+    assert OvClassifier.default_step(SimpleNamespace(hidden_size=768)) == 1
+    assert OvClassifier.default_step(SimpleNamespace(hidden_size=1024)) == 1
+    assert OvClassifier.default_step(SimpleNamespace(d_model=768)) == 1
+    assert OvClassifier.default_step(SimpleNamespace()) == 8

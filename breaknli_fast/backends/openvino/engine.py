@@ -24,7 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from breaknli_fast.engines.base import CLASSIFIER, GENERATOR, MASK_FILLER, EngineInfo, Pair
-from breaknli_fast.engines.batching import BatchedClassifier, check_length_step, pad_values, split_threads
+from breaknli_fast.engines.batching import (LENGTH_STEP, BatchedClassifier, check_length_step, pad_values,
+                                            split_threads)
 from breaknli_fast.engines.cpu_features import summary as cpu_summary
 from breaknli_fast.engines.generation import GenerationOptions, HFGenerator, generation_config_for
 from breaknli_fast.engines.hf import Seq2SeqNLIMixin
@@ -49,9 +50,7 @@ class OvOptions(GenerationOptions):
 
     engine = "openvino"
 
-    # a classifier's padded widths: multiples of this (None: 8). Each new width costs the CPU plugin a shape change
-    # (0.16 ms a call on the mini classifier), so exact widths (1) ran the mini loop's classifier stages slower and the
-    # roberta-base shape 7 % faster (docs/export.md)
+    # a classifier's padded widths: multiples of this (None: OvClassifier.default_step, by the model's size)
     length_step: int | None = option(None, roles=(CLASSIFIER,))
     export: ExportOptions = nested_options(ExportOptions)
 
@@ -99,6 +98,17 @@ class OvClassifier(BatchedClassifier):
     """A sequence-classifier IR (``model.xml``) compiled for OpenVINO's CPU plugin."""
 
     cpu_max_batch = 16
+    # Padded widths without length_step: each pair's own length (1) for models of at least this hidden size, else
+    # multiples of 8. The CPU plugin pays for every change of input shape between two calls (0.16 ms on the mini
+    # classifier, hidden size 256), so exact widths ran the mini loop's classifier stages slower, while at the
+    # roberta-base shape (768) they ran 11 % faster (docs/export.md); no size in between was measured
+    exact_width_hidden_size = 768
+
+    @classmethod
+    def default_step(cls, config: Any) -> int:
+        """The padded widths' step for a model of this config when ``length_step`` is not given."""
+        hidden = getattr(config, "hidden_size", None) or getattr(config, "d_model", None) or 0
+        return 1 if int(hidden) >= cls.exact_width_hidden_size else LENGTH_STEP
 
     def __init__(self, folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
                  exported: ExportResult | None = None):
@@ -110,6 +120,8 @@ class OvClassifier(BatchedClassifier):
                          length_step=o.length_step)
         folder = Path(folder)
         config = AutoConfig.from_pretrained(str(folder))
+        if o.length_step is None:
+            self.length_step = self.default_step(config)
         self.perm = label_permutation(config, o.label_map)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
