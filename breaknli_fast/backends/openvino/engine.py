@@ -101,7 +101,8 @@ class OvClassifier(BatchedClassifier):
     # Padded widths without length_step: each pair's own length (1) for models of at least this hidden size, else
     # multiples of 8. The CPU plugin pays for every change of input shape between two calls (0.16 ms on the mini
     # classifier, hidden size 256), so exact widths ran the mini loop's classifier stages slower, while at the
-    # roberta-base shape (768) they ran 11 % faster (docs/export.md); no size in between was measured
+    # roberta-base shape (768) they ran 4-11 % faster and at roberta-large's 9 % (docs/export.md); no size in between
+    # was measured
     exact_width_hidden_size = 768
 
     @classmethod

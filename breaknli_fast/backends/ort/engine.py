@@ -123,8 +123,8 @@ class OrtClassifier(BatchedClassifier):
     # 50 pairs: 13 + 13 + 13 + 11, not 16 + 16 + 16 + 2; docs/export.md)
     cpu_batch_multiple = 2
     # On the CPU a pair is padded to its own length, not the next multiple of 8: at the roberta-base shape the padding
-    # of multiples of 8 was 12 % of the tokens of the SNLI sample's pairs, and exact widths ran fp32 12 % and int8
-    # 14-17 % faster (docs/export.md); MLAS has no cost per new shape
+    # of multiples of 8 was 12 % of the tokens of the SNLI sample's pairs, and exact widths ran the int8 classifier
+    # 9-17 % faster, at roberta-large's 10 % (docs/export.md); MLAS has no cost per new shape
     cpu_length_step = 1
 
     def __init__(self, folder: str | Path, model: str, precision: str = "fp32", device: str = "cpu",
