@@ -117,12 +117,10 @@ class OvClassifier(BatchedClassifier):
 
         o = opts or OvOptions()
         n_workers, threads = _workers(o)
-        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=n_workers, device="cpu",
-                         length_step=o.length_step)
         folder = Path(folder)
         config = AutoConfig.from_pretrained(str(folder))
-        if o.length_step is None:
-            self.length_step = self.default_step(config)
+        super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, workers=n_workers, device="cpu",
+                         length_step=o.length_step if o.length_step is not None else self.default_step(config))
         self.perm = label_permutation(config, o.label_map)
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
