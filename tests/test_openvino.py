@@ -6,6 +6,7 @@ use, any role mix with the other engines. Skips without OpenVINO (the openvino e
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,15 +116,49 @@ def test_the_mask_filler_at_fp32_gives_torch_s_suggestions(tmp_path, monkeypatch
     assert max(float(np.abs(a.logprobs - b.logprobs).max()) for a, b in zip(ov, ref)) < 1e-4
 
 
-def test_int8_has_int8_weights_and_per_token_activations_recorded(tmp_path, monkeypatch):
+def test_int8_classifier_has_calibrated_ranges_and_per_token_activations_after_gelu(tmp_path, monkeypatch):
+    """The classifier's default int8: int8 weights, a fixed calibrated range on the inputs of the products that no
+    activation function feeds, per-token groups on the others (the feed-forward output after GELU and the head's
+    output after tanh), all recorded; ``quantization=dynamic`` gives every product per-token groups."""
+    import openvino as ov_lib
+
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
     ov = registry.load_classifier("openvino", "mini-nli", precision="int8")
     d = ov.info.details
-    assert d["variant"] == "ir-int8" and d["int8"]["group_size"] in (32, 64, 128)
+    assert d["variant"] == "ir-int8-static" and d["int8"]["group_size"] in (32, 64, 128)
+    assert d["int8"]["calibration_pairs"] == 256 and "static" in d["int8"]["scheme"]
     assert d["compiled"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == str(d["int8"]["group_size"])
     assert d["validation"]["batch_invariance"]["invariant"] and d["validation"]["passed"]
+    graph = ov.info.details["export_dir"] + "/model.xml"
+    kinds = [n.get_type_name() for n in ov_lib.Core().read_model(graph).get_ordered_ops()]
+    manifest = json.loads((Path(d["export_dir"]) / "manifest.json").read_text())
+    done = next(g["int8"] for g in manifest["graphs"].values() if "int8" in g)
+    # per layer Q / K / V (one input), the attention output, FFN in: static; FFN out: dynamic; the head's dense
+    # static, its out_proj (after tanh) dynamic
+    layers = json.loads((Path(d["export_dir"]) / "config.json").read_text())["num_hidden_layers"]
+    assert done["static_products"] == 5 * layers + 1 and done["dynamic_products"] == layers + 1
+    assert kinds.count("FakeQuantize") == done["static_inputs"] == 3 * layers + 1
     ref = registry.load_classifier("torch", "mini-nli")
     assert np.mean(np.array(ov.classify(PAIRS).labels) == np.array(ref.classify(PAIRS).labels)) >= 0.95
+    dyn = registry.load_classifier("openvino", "mini-nli", precision="int8", quantization="dynamic")
+    assert dyn.info.details["variant"] == "ir-int8" and "calibration_pairs" not in dyn.info.details["int8"]
+    assert "FakeQuantize" not in [n.get_type_name() for n in
+                                  ov_lib.Core().read_model(dyn.info.details["export_dir"] + "/model.xml").get_ordered_ops()]
+
+
+@pytest.mark.parametrize("role, precision, quantization, why", [
+    ("classifier", "int8", "per-row", "int8 quantization is static or dynamic"),
+    ("classifier", "fp32", "static", "quantization applies to int8"),
+    ("mlm", "int8", "static", "static int8 (calibrated activation ranges) is for sequence classifiers"),
+])
+def test_openvino_quantization_refusals(role, precision, quantization, why, tmp_path, monkeypatch):
+    from breaknli_fast.export.errors import UnsupportedModelError
+
+    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
+    load = registry.load_classifier if role == "classifier" else registry.load_mask_filler
+    model = "mini-nli" if role == "classifier" else "mini-mlm"
+    with pytest.raises(UnsupportedModelError, match=why.replace("(", r"\(").replace(")", r"\)")):
+        load("openvino", model, precision=precision, quantization=quantization)
 
 
 def test_an_int8_export_whose_answers_depend_on_the_batch_is_refused(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ import numpy as np
 from breaknli_fast.engines.cpu_features import (BF16_FLAGS, VNNI_FLAGS, cpu_flags, has_native_bf16, has_vnni,
                                                 summary as cpu_summary)
 from breaknli_fast.export import manifest as mf
-from breaknli_fast.export.errors import UnsupportedModelError
+from breaknli_fast.export.errors import ExportError, UnsupportedModelError
 from breaknli_fast.export.exporter import ExportPlan, Exporter, ExportValidationError
 
 FORMAT = "openvino"
@@ -29,6 +29,8 @@ PRECISIONS = ("fp32", "bf16", "int8")
 LIBRARIES = ("openvino", "torch", "transformers", "onnxruntime", "onnx")
 IR_VERSION = "3"  # part of the cache key: a change of the conversion, a new export
 INVARIANCE_PAIRS = 8  # validation pairs (prompts) checked alone against one call
+QUANTIZATIONS = ("static", "dynamic")  # int8's activations (.ir); a sequence classifier's default is static
+CALIBRATION_BATCH = 16
 
 
 def precision_gate(precision: str, device: str) -> str | None:
@@ -76,13 +78,30 @@ class OpenVinoExporter(Exporter):
 
     def variant(self, kind: str, precision: str, device: str, fuse: bool = False,
                 quantization: str | None = None) -> str:
+        """``ir-<precision>``; a sequence classifier's int8 is ``ir-int8-static`` unless ``quantization="dynamic"``
+        (:mod:`.ir`: its two recipes)."""
         if kind not in ("seq-cls", "mlm", "seq2seq"):
             raise UnsupportedModelError(f"the openvino engine exports classifiers, masked LMs and Flan-T5, not {kind}")
-        if fuse or quantization is not None:
-            raise UnsupportedModelError("fuse / quantization are ONNX Runtime export settings, not OpenVINO's")
+        if fuse:
+            raise UnsupportedModelError("fuse is an ONNX Runtime export setting, not OpenVINO's")
+        if quantization is not None:
+            if precision != "int8":
+                raise UnsupportedModelError(f"quantization applies to int8, not {precision}")
+            if quantization not in QUANTIZATIONS:
+                raise UnsupportedModelError(f"the openvino engine's int8 quantization is {' or '.join(QUANTIZATIONS)}, "
+                                            f"not {quantization!r}")
+            if quantization == "static" and kind != "seq-cls":
+                raise UnsupportedModelError("static int8 (calibrated activation ranges) is for sequence classifiers; "
+                                            "masked LMs and Flan-T5 quantise activations per token at run time "
+                                            "(quantization=dynamic, their default)")
         if device != "cpu":
             raise UnsupportedModelError("the openvino engine runs on the CPU")
+        if precision == "int8" and kind == "seq-cls" and quantization != "dynamic":
+            return "ir-int8-static"
         return f"ir-{precision}"
+
+    def calibrated(self, variant: str) -> bool:
+        return variant == "ir-int8-static"
 
     def require(self, kind: str) -> None:
         from breaknli_fast.backends.openvino import BACKEND
@@ -92,10 +111,10 @@ class OpenVinoExporter(Exporter):
     def key_parts(self, plan: ExportPlan) -> dict[str, Any]:
         key: dict[str, Any] = {"libraries": mf.library_versions(LIBRARIES), "ir": IR_VERSION}
         if plan.precision == "int8":
-            from breaknli_fast.backends.openvino.ir import SCHEME
+            from breaknli_fast.backends.openvino.ir import SCHEME, STATIC_SCHEME
 
             # int8's kernels and its batch invariance are the CPU's: judged again on another CPU
-            key["int8"] = SCHEME
+            key["int8"] = STATIC_SCHEME if plan.variant == "ir-int8-static" else SCHEME
             key["cpu"] = cpu_summary()
         return key
 
@@ -113,24 +132,41 @@ class OpenVinoExporter(Exporter):
         info: dict[str, Any] = {"exporter": f"openvino.Core.read_model (ONNX frontend) {ov.__version__}",
                                 "onnx_export": str(onnx.path), "graphs": {}}
         widths: set[int] = set()
+        static = plan.variant == "ir-int8-static"
         for src_name, ir_name in _graphs(plan.kind):
-            model = ov.Core().read_model(str(Path(onnx.path) / src_name))
+            path = str(Path(onnx.path) / src_name)
+            model = ov.Core().read_model(path)
             entry: dict[str, Any] = {"inputs": [p.get_any_name() for p in model.inputs]}
-            if plan.precision == "int8":
+            if static:
+                peaks = ir.calibrate(model, calibration_feeds(Path(onnx.path), plan.calib, plan.max_length,
+                                                              entry["inputs"]))
+                model = ov.Core().read_model(path)  # calibration added outputs to the one it read
+                entry["int8"] = ir.quantize_static(model, peaks)
+                entry["int8"]["ranges"] = {"inputs": len(peaks), "largest": max(peaks.values(), default=0.0),
+                                           "smallest": min(peaks.values(), default=0.0)}
+            elif plan.precision == "int8":
                 entry["int8"] = ir.compress_weights(model)
+            if plan.precision == "int8":
                 widths.update(entry["int8"]["input_widths"])
             ov.save_model(model, str(stage / ir_name), compress_to_fp16=False)
             info["graphs"][ir_name] = entry
         if plan.precision == "int8":
-            info["int8"] = {"scheme": ir.SCHEME, "weights": "int8, one scale per output channel (symmetric)",
-                            "activations": "int8 per token and group of input channels, at run time",
+            dynamic = "int8 per token and group of input channels, at run time"
+            info["int8"] = {"scheme": ir.STATIC_SCHEME if static else ir.SCHEME,
+                            "weights": "int8, one scale per output channel (symmetric)",
+                            "activations": (f"int8, one symmetric range per product input fixed at export (the largest "
+                                            f"|x| over {len(plan.calib)} calibration pairs' tokens); the products fed "
+                                            f"by an activation function: {dynamic}") if static else dynamic,
                             "group_size": ir.group_size(sorted(widths))}
+            if static:
+                info["int8"]["calibration_pairs"] = len(plan.calib)
             ir.write_settings(stage, info["int8"])
         for f in Path(onnx.path).iterdir():  # tokenizer and config
             if f.is_file() and not f.name.endswith((".onnx", ".onnx.data", ".data")) and f.name != "manifest.json":
                 shutil.copy2(f, stage / f.name)
         plan.say(f"  OpenVINO IR ({ov.__version__}) from {', '.join(s for s, _ in _graphs(plan.kind))}"
-                 + (f", int8 weights (activation group {info['int8']['group_size']})" if "int8" in info else ""))
+                 + (f", int8 weights ({'calibrated activation ranges, ' if static else ''}activation group "
+                    f"{info['int8']['group_size']})" if "int8" in info else ""))
         return info
 
     def compare(self, plan: ExportPlan, folder: Path) -> dict[str, Any]:
@@ -167,6 +203,23 @@ class OpenVinoExporter(Exporter):
                 f"{plan.model} openvino {plan.precision} is not batch-invariant on this CPU: {inv.get('what')}; "
                 "a sample's answer would depend on its batch (use another engine or precision for this role)", figs)
         super().judge(plan, figs)
+
+
+def calibration_feeds(folder: Path, pairs: Any, max_length: int, inputs: list[str]) -> list[dict[str, np.ndarray]]:
+    """Batches of the calibration pairs as the classifier graph's inputs (padded to each batch's longest pair)."""
+    from transformers import AutoTokenizer
+
+    if not pairs:
+        raise ExportError("static int8 needs calibration pairs (none were given)")
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    batches = []
+    for i in range(0, len(pairs), CALIBRATION_BATCH):
+        chunk = pairs[i:i + CALIBRATION_BATCH]
+        enc = tok([p for p, _ in chunk], [h for _, h in chunk], padding=True, truncation=True, max_length=max_length,
+                  return_tensors="np")
+        batches.append({n: np.asarray(enc[n] if n in enc else np.zeros_like(enc["input_ids"]), dtype=np.int64)
+                        for n in inputs})
+    return batches
 
 
 def classifier_invariance(clf: Any, pairs: list[tuple[str, str]]) -> dict[str, Any]:

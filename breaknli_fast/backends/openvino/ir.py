@@ -1,12 +1,21 @@
-"""The openvino backend's int8 recipe on the IR: every matrix product with constant weights gets int8 weights, one
+"""The openvino backend's int8 recipes on the IR. Every matrix product with constant weights gets int8 weights, one
 scale per output channel (symmetric, zero point 0), written as the decompression pattern OpenVINO's CPU plugin
-fuses into its fully connected kernels (``Constant(i8) -> Convert(f32) -> Multiply(scale)``); at run time the
-plugin quantises the activations per token and per group of :func:`group_size` input channels
-(``DYNAMIC_QUANTIZATION_GROUP_SIZE``) and multiplies in int8.
+fuses into its fully connected kernels (``Constant(i8) -> Convert(f32) -> Multiply(scale)``). Its activations are
+quantised one of two ways:
 
-Each row of activations gets its own scales (per token, per group), so a sample's answer does not depend on the
-other samples in its batch; the exporter checks that on the CPU at hand before the export is used (without the
-dynamic quantisation the kernels dequantise the weights and a row's sums depend on the row count).
+* **dynamic** (:data:`SCHEME`; every role): at run time the plugin quantises the activations per token and per
+  group of :func:`group_size` input channels (``DYNAMIC_QUANTIZATION_GROUP_SIZE``) and multiplies in int8. Each row
+  gets its own scales, so a sample's answer does not depend on the other samples in its batch (without the dynamic
+  quantisation the kernels dequantise the weights and a row's sums depend on the row count).
+* **static** (:data:`STATIC_SCHEME`; sequence classifiers, their default): a product's input gets one symmetric
+  int8 range fixed at export (``FakeQuantize``, 255 levels over ``[-m, m]``, ``m`` the largest ``|x|`` over the
+  calibration pairs' real tokens, :func:`calibrate`), which the plugin's low-precision transformations turn into
+  its static int8 kernels, faster than the dynamic ones (docs/export.md); the products fed by an activation
+  function (a feed-forward block's output projection after GELU, a head's output after tanh), whose inputs carry
+  the outliers a fixed range coarsens, stay dynamic. Fixed scales and the dynamic per-row ones alike leave a
+  row's answer independent of its batch.
+
+The exporter checks the invariance on the CPU at hand before the export is used.
 
 This is the transformation NNCF's ``compress_weights`` (INT8_SYM) applies; it is done here on the IR, in a few lines,
 because NNCF brings scikit-learn, pandas and a usage-telemetry client for it (docs/stack.md).
@@ -19,6 +28,7 @@ from typing import Any
 import numpy as np
 
 SCHEME = "int8-weights-per-channel-sym/dynamic-activations-per-token-group-v1"  # part of the cache key
+STATIC_SCHEME = "int8-weights-per-channel-sym/static-activations-calibrated-sym/dynamic-after-activation-v1"
 GROUPS = (128, 64, 32)  # the largest that divides every product's input width is used (docs/export.md: speeds)
 MIN_WIDTH = 16  # products narrower than this keep fp32 weights (nothing to gain)
 
@@ -61,6 +71,106 @@ def compress_weights(model: Any) -> dict[str, Any]:
         count += 1
         params += int(q.size)
     return {"products": count, "int8_parameters": params, "input_widths": sorted(widths)}
+
+
+# ops through which an activation function's output reaches a product unchanged in kind, and the functions
+ACTIVATIONS = {"Gelu", "Erf", "Tanh", "Relu", "Sigmoid", "Swish", "HSwish", "Mish", "SoftPlus"}
+_ELEMENTWISE = {"Multiply", "Add", "Divide", "Subtract", "Power", "Sqrt", "Convert", *ACTIVATIONS}
+LEVELS = 255  # a symmetric int8 range: -127 .. 127 steps of m / 127
+
+
+def after_activation(node: Any, depth: int = 8) -> bool:
+    """Whether a product's input comes from an activation function through elementwise ops only."""
+    todo, seen = [(node.input_value(0).get_node(), 0)], set()
+    while todo:
+        n, d = todo.pop()
+        if id(n) in seen or d > depth:
+            continue
+        seen.add(id(n))
+        kind = n.get_type_name()
+        if kind in ACTIVATIONS:
+            return True
+        if kind in _ELEMENTWISE:
+            todo += [(v.get_node(), d + 1) for v in n.input_values()]
+    return False
+
+
+def _source(node: Any) -> tuple[str, Any]:
+    """A product's input: (a name stable across reads of the same IR, the output)."""
+    src = node.input_value(0)
+    return f"{src.get_node().get_friendly_name()}:{src.get_index()}", src
+
+
+def static_products(model: Any) -> dict[str, Any]:
+    """The inputs of the products whose activations get a fixed range (name -> output): those :func:`compress_weights`
+    gives int8 weights, except the ones fed by an activation function."""
+    out: dict[str, Any] = {}
+    for node in model.get_ordered_ops():
+        found = _weights(node)
+        if found is None:
+            continue
+        w, transposed = found
+        if list(w.get_output_shape(0))[1 if transposed else 0] < MIN_WIDTH or after_activation(node):
+            continue
+        name, src = _source(node)
+        out[name] = src
+    return out
+
+
+def calibrate(model: Any, feeds: list[dict[str, np.ndarray]], threads: int = 0) -> dict[str, float]:
+    """The largest |activation| of each static product's input over ``feeds`` (batches of the graph's inputs), on
+    the real tokens only (``attention_mask``): the fp32 IR with those inputs as extra outputs. Changes ``model``
+    (read it again before quantising)."""
+    import openvino as ov
+
+    sources = static_products(model)
+    names = list(sources)
+    if not names:
+        return {}
+    model.add_outputs([sources[n] for n in names])
+    props = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+    if threads:
+        props["INFERENCE_NUM_THREADS"] = int(threads)
+    compiled = ov.Core().compile_model(model, "CPU", props)
+    outs = compiled.outputs[-len(names):]
+    peak = dict.fromkeys(names, 0.0)
+    request = compiled.create_infer_request()
+    for f in feeds:
+        res = request.infer(f)
+        mask = f.get("attention_mask")
+        for n, o in zip(names, outs):
+            v = np.asarray(res[o])
+            if mask is not None and v.ndim == 3 and v.shape[:2] == mask.shape:
+                v = v[mask.astype(bool)]
+            if v.size:
+                peak[n] = max(peak[n], float(np.abs(v).max()))
+    return peak
+
+
+def quantize_static(model: Any, peaks: dict[str, float]) -> dict[str, Any]:
+    """Fix the calibrated ranges on ``model``'s static products (one ``FakeQuantize`` per input, shared by the
+    products that read it) and give every product int8 weights (:func:`compress_weights`); in place. Returns what
+    was done."""
+    from openvino import opset13 as ops
+
+    fq: dict[str, Any] = {}
+    static = 0
+    for node in model.get_ordered_ops():
+        if _weights(node) is None:
+            continue
+        name, src = _source(node)
+        if name not in peaks or after_activation(node):
+            continue
+        if name not in fq:
+            m = np.float32(max(peaks[name], 1e-8))
+            lo, hi = ops.constant(np.array(-m, np.float32)), ops.constant(np.array(m, np.float32))
+            fq[name] = ops.fake_quantize(src, lo, hi, lo, hi, LEVELS)
+        node.input(0).replace_source_output(fq[name].output(0))
+        static += 1
+    done = compress_weights(model)
+    done.update({"static_products": static, "static_inputs": len(fq),
+                 "dynamic_products": done["products"] - static})
+    return done
 
 
 SETTINGS = "openvino_int8.json"  # beside an int8 IR: what the engine compiles it with
