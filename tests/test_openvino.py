@@ -126,6 +126,7 @@ def test_int8_classifier_has_calibrated_ranges_and_per_token_activations_after_g
     ov = registry.load_classifier("openvino", "mini-nli", precision="int8")
     d = ov.info.details
     assert d["variant"] == "ir-int8-static" and d["int8"]["group_size"] in (32, 64, 128)
+    assert ov.max_batch == d["max_batch"] == 32  # the CPU default (engine.OvClassifier.cpu_max_batch)
     assert d["int8"]["calibration_pairs"] == 256 and "static" in d["int8"]["scheme"]
     assert d["compiled"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == str(d["int8"]["group_size"])
     assert d["validation"]["batch_invariance"]["invariant"] and d["validation"]["passed"]

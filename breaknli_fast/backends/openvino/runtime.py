@@ -4,8 +4,8 @@ runners call (``run(output_names, feeds)``, ``get_inputs()``, ``get_outputs()``,
 
 * ``fp32``: every operation in fp32 (``INFERENCE_PRECISION_HINT f32``);
 * ``bf16``: OpenVINO's bf16 kernels (hint ``bf16``), on CPUs with AVX-512 BF16 or AMX;
-* ``int8``: an IR with int8 weights (:mod:`.ir`), hint ``f32``, and the activations quantised per token and group
-  at run time (``DYNAMIC_QUANTIZATION_GROUP_SIZE``, from the export's manifest).
+* ``int8``: an IR with int8 weights (:mod:`.ir`), hint ``f32``; the activations without a range fixed at export
+  are quantised per token and group at run time (``DYNAMIC_QUANTIZATION_GROUP_SIZE``, from the export's manifest).
 
 One stream on all the threads (``NUM_STREAMS`` 1, ``INFERENCE_NUM_THREADS``), and one inference at a time in the
 process (:data:`INFER_LOCK`): with two Python threads inferring at once on compiled models of this version, the
