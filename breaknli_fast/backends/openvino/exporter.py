@@ -206,19 +206,24 @@ class OpenVinoExporter(Exporter):
 
 
 def calibration_feeds(folder: Path, pairs: Any, max_length: int, inputs: list[str]) -> list[dict[str, np.ndarray]]:
-    """Batches of the calibration pairs as the classifier graph's inputs (padded to each batch's longest pair)."""
+    """Batches of the calibration pairs as the classifier graph's inputs (padded to each batch's longest pair;
+    :func:`~breaknli_fast.engines.stepgraph.graph_feeds` maps the encoding to the inputs, as the engine does)."""
+    from types import SimpleNamespace
+
     from transformers import AutoTokenizer
+
+    from breaknli_fast.engines.stepgraph import graph_feeds
 
     if not pairs:
         raise ExportError("static int8 needs calibration pairs (none were given)")
     tok = AutoTokenizer.from_pretrained(str(folder))
+    metas = [SimpleNamespace(name=n) for n in inputs]
     batches = []
     for i in range(0, len(pairs), CALIBRATION_BATCH):
         chunk = pairs[i:i + CALIBRATION_BATCH]
         enc = tok([p for p, _ in chunk], [h for _, h in chunk], padding=True, truncation=True, max_length=max_length,
                   return_tensors="np")
-        batches.append({n: np.asarray(enc[n] if n in enc else np.zeros_like(enc["input_ids"]), dtype=np.int64)
-                        for n in inputs})
+        batches.append(graph_feeds(enc, metas))
     return batches
 
 

@@ -95,29 +95,26 @@ def after_activation(node: Any, depth: int = 8) -> bool:
     return False
 
 
-def _source(node: Any) -> tuple[str, Any]:
-    """A product's input: (a name stable across reads of the same IR, the output)."""
+def _static_input(node: Any) -> tuple[str, Any] | None:
+    """A product whose activations get a fixed range: (a name of its input stable across reads of the same IR, the
+    input), else None. Those are the products :func:`compress_weights` gives int8 weights, except the ones fed by an
+    activation function."""
+    found = _weights(node)
+    if found is None:
+        return None
+    w, transposed = found
+    if list(w.get_output_shape(0))[1 if transposed else 0] < MIN_WIDTH or after_activation(node):
+        return None
     src = node.input_value(0)
     return f"{src.get_node().get_friendly_name()}:{src.get_index()}", src
 
 
 def static_products(model: Any) -> dict[str, Any]:
-    """The inputs of the products whose activations get a fixed range (name -> output): those :func:`compress_weights`
-    gives int8 weights, except the ones fed by an activation function."""
-    out: dict[str, Any] = {}
-    for node in model.get_ordered_ops():
-        found = _weights(node)
-        if found is None:
-            continue
-        w, transposed = found
-        if list(w.get_output_shape(0))[1 if transposed else 0] < MIN_WIDTH or after_activation(node):
-            continue
-        name, src = _source(node)
-        out[name] = src
-    return out
+    """The inputs of ``model``'s products whose activations get a fixed range (name -> output)."""
+    return dict(filter(None, (_static_input(node) for node in model.get_ordered_ops())))
 
 
-def calibrate(model: Any, feeds: list[dict[str, np.ndarray]], threads: int = 0) -> dict[str, float]:
+def calibrate(model: Any, feeds: list[dict[str, np.ndarray]]) -> dict[str, float]:
     """The largest |activation| of each static product's input over ``feeds`` (batches of the graph's inputs), on
     the real tokens only (``attention_mask``): the fp32 IR with those inputs as extra outputs. Changes ``model``
     (read it again before quantising)."""
@@ -129,8 +126,6 @@ def calibrate(model: Any, feeds: list[dict[str, np.ndarray]], threads: int = 0) 
         return {}
     model.add_outputs([sources[n] for n in names])
     props = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
-    if threads:
-        props["INFERENCE_NUM_THREADS"] = int(threads)
     compiled = ov.Core().compile_model(model, "CPU", props)
     outs = compiled.outputs[-len(names):]
     peak = dict.fromkeys(names, 0.0)
@@ -156,11 +151,10 @@ def quantize_static(model: Any, peaks: dict[str, float]) -> dict[str, Any]:
     fq: dict[str, Any] = {}
     static = 0
     for node in model.get_ordered_ops():
-        if _weights(node) is None:
+        found = _static_input(node)
+        if found is None or found[0] not in peaks:
             continue
-        name, src = _source(node)
-        if name not in peaks or after_activation(node):
-            continue
+        name, src = found
         if name not in fq:
             m = np.float32(max(peaks[name], 1e-8))
             lo, hi = ops.constant(np.array(-m, np.float32)), ops.constant(np.array(m, np.float32))
