@@ -527,3 +527,28 @@ def test_generator_compliance_catches_truncation_and_a_changed_first_token(tiny_
     assert rows["swap"]["TEST09"]["checks"][1]["passed"]  # its length is the reference's
     assert any("cut generator single-stream: compliance TEST09 FAIL (" in f and "outputs: mean output length" in f
                for f in d["failures"]), d["failures"]
+
+
+def test_the_warm_up_runs_library_samples_alone_each_once_and_is_bounded_in_time():
+    """Before the calibration: samples one at a time, in library order, each once, until its seconds have passed;
+    the calibration's hints carry what it ran."""
+    from breaknli_fast.bench.loadgen.runner import calibrate, warm_up
+
+    class Recording(SleepRunner):
+        def __init__(self, sleep_s, size):
+            super().__init__(sleep_s, size)
+            self.queries = []
+
+        def process(self, indices, first_token=None):
+            self.queries.append(list(indices))
+            return super().process(indices, first_token)
+
+    small = Recording(0.0, 5)
+    assert warm_up(small, seconds=10.0)[0] == 5 and small.queries == [[0], [1], [2], [3], [4]]
+    slow = Recording(0.02, 1000)
+    t0 = time.perf_counter()
+    n, seconds = warm_up(slow, seconds=0.1)
+    assert 1 <= n < 1000 and seconds < 1.0 and time.perf_counter() - t0 < 1.0
+    assert slow.queries == [[i] for i in range(n)]
+    hints = calibrate(Recording(0.0, 7))
+    assert hints.warmup_samples == 7 and hints.warmup_s >= 0.0

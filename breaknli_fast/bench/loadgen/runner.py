@@ -18,7 +18,7 @@ import gc
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -50,6 +50,8 @@ from breaknli_fast.probes.base import Probe
 from breaknli_fast.probes.breaknli.loop import BreakNLIConfig
 
 CALIBRATION_S = 2.0  # seconds of the calibration batch, about
+# seconds of the warm-up before the calibration, at most: library samples one at a time, each once, in library order
+WARMUP_S = 2.0
 
 RowKey = tuple[str, str, str]  # (engine, role, scenario)
 
@@ -101,8 +103,22 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "engine"
 
 
+def warm_up(runner: SampleRunner, seconds: float = WARMUP_S) -> tuple[int, float]:
+    """Untimed, before LoadGen's runs (MLPerf allows a warm-up on the library): its samples one at a time, each
+    once, until ``seconds`` have passed, so what an engine builds on a shape's first calls (the openvino int8
+    classifier's single-pair graphs) is built before LoadGen times it. (samples, seconds)."""
+    t0 = time.perf_counter()
+    n = 0
+    while n < runner.size and time.perf_counter() - t0 < seconds:
+        runner.process([n], None)
+        n += 1
+    return n, time.perf_counter() - t0
+
+
 def calibrate(runner: SampleRunner) -> Hints:
-    """A few single samples (the median) and one batch of about :data:`CALIBRATION_S` seconds."""
+    """The warm-up (:func:`warm_up`), then a few single samples (the median) and one batch of about
+    :data:`CALIBRATION_S` seconds."""
+    warm_n, warm_s = warm_up(runner)
     single = []
     for i in range(min(runner.size, 3)):
         t0 = time.perf_counter()
@@ -112,7 +128,7 @@ def calibrate(runner: SampleRunner) -> Hints:
     n = max(8, min(512, int(CALIBRATION_S / latency)))
     t0 = time.perf_counter()
     runner.process([j % runner.size for j in range(n)], None)
-    return Hints(latency, n / max(time.perf_counter() - t0, 1e-6))
+    return Hints(latency, n / max(time.perf_counter() - t0, 1e-6), warm_n, warm_s)
 
 
 def _cv(seconds: list[float]) -> float | None:
@@ -208,7 +224,7 @@ def performance_run(lg: Any, runner: SampleRunner, scenario: str, s: ScenarioSet
         if short:
             retry.expected_qps = float(res.samples_per_s or 0.0) * 1.1
         else:
-            hints = Hints(hints.latency_s * 0.25, hints.batch_qps)
+            hints = replace(hints, latency_s=hints.latency_s * 0.25)
             retry.expected_latency_ms = hints.latency_s * 1e3
     raise AssertionError("unreachable")
 
@@ -344,7 +360,8 @@ def _row(ctx: ScenarioContext, eng: _Engine, role: str, scenario: str, perf: _Pe
         seeds=perf.seeds, accuracy_samples=len(accuracy.outputs),
         logs=RowLogs(performance=str(base.relative_to(ctx.out) / "performance"),
                      accuracy=str(base.relative_to(ctx.out) / "accuracy")),
-        calibration=Calibration(latency_ms=hints.latency_s * 1e3, batch_samples_per_s=hints.batch_qps),
+        calibration=Calibration(latency_ms=hints.latency_s * 1e3, batch_samples_per_s=hints.batch_qps,
+                                warmup_samples=hints.warmup_samples, warmup_s=hints.warmup_s),
         rounds=[_round(perf.run, tokens, base / "performance", ctx.out)])
 
 

@@ -157,6 +157,8 @@ class Hints:
 
     latency_s: float  # one sample, warm
     batch_qps: float  # samples per second in the engine's own batches
+    warmup_samples: int = 0  # the warm-up before them: samples run one at a time
+    warmup_s: float = 0.0  # ... and its seconds
 
 
 def loadgen_settings(lg: Any, scenario: str, mode: str, s: ScenarioSettings, hints: Hints, tokens: bool,

@@ -123,10 +123,13 @@ class RowLogs:
 
 @dataclass
 class Calibration:
-    """What the calibration measured: one sample's latency, the engine's own batch rate."""
+    """What the calibration measured: one sample's latency, the engine's own batch rate; and the untimed warm-up
+    before it (library samples run one at a time, and its seconds)."""
 
     latency_ms: float | None = None
     batch_samples_per_s: float | None = None
+    warmup_samples: int | None = None
+    warmup_s: float | None = None
     extra: dict[str, JSON] = field(default_factory=dict)
 
 
