@@ -37,8 +37,6 @@ def _declared(role: str) -> list[tuple[str, str]]:
 CLASSIFIERS = [(e, p, {}) for e, p in _declared(CLASSIFIER)] + [("ort", "int8", {"quantization": "static"})]
 # openvino's int8 classifier: calibrated ranges by default, activations per token on every product at dynamic
 CLASSIFIERS += [("openvino", "int8", {"quantization": "dynamic"})]
-# ... and every pair alone on its width's own graph (the default compiles one at a width's 4th lone pair)
-CLASSIFIERS += [("openvino", "int8", {"single_graphs": "1"})]
 # the padded widths' other step of each engine that takes length_step (ort: 8, its other providers'; openvino: 1,
 # what a model of roberta-base's size gets by default; the tiny model gets the other)
 CLASSIFIERS += [("ort", "int8", {"length_step": "8"}), ("openvino", "fp32", {"length_step": "1"}),

@@ -170,7 +170,7 @@ def test_an_int8_export_whose_answers_depend_on_the_batch_is_refused(tmp_path, m
 
     monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
     real = runtime.compile_properties
-    monkeypatch.setattr(runtime, "compile_properties", lambda p, t, s=1, g=None, **kw: real(p, t, s, 0, **kw))
+    monkeypatch.setattr(runtime, "compile_properties", lambda p, t, s=1, g=None: real(p, t, s, 0))
     import breaknli_fast.backends.openvino.engine as eng
 
     monkeypatch.setattr(eng, "compile_properties", runtime.compile_properties)
@@ -210,59 +210,3 @@ def test_the_classifier_s_default_widths_follow_the_model_s_size():
     assert OvClassifier.default_step(SimpleNamespace(hidden_size=1024)) == 1
     assert OvClassifier.default_step(SimpleNamespace(d_model=768)) == 1
     assert OvClassifier.default_step(SimpleNamespace()) == 8
-
-
-def test_a_pair_alone_runs_on_its_width_s_own_graph_with_the_batched_graph_s_logits(tmp_path, monkeypatch):
-    """The small int8 classifier's single-pair graphs: a width's graph is compiled at its 4th lone pair (not before),
-    at most MAX_SINGLE_GRAPHS of them, both kinds of graph without snippets, and a pair's logits alone on its width's
-    graph equal its logits in a batch to the bit; the export was judged with every pair alone on one."""
-    from breaknli_fast.backends.openvino import runtime
-
-    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
-    ov = registry.load_classifier("openvino", "mini-nli", precision="int8")
-    d = ov.info.details
-    assert d["single_graphs"] == {"after": 4, "at_most": runtime.MAX_SINGLE_GRAPHS} and d["snippets"] == "disabled"
-    assert d["validation"]["batch_invariance"]["invariant"]
-    ov.set_reuse(False)
-    together = np.asarray(ov.classify(PAIRS).logits)
-    widths = [ov._width(len(x)) for x in ov._tokenize(PAIRS)["input_ids"]]
-    width = max(set(widths), key=widths.count)
-    same = [p for p, w in zip(PAIRS, widths) if w == width]
-    assert len(same) >= 5, widths
-    for k in range(3):
-        ov.classify([same[k]])
-    assert ov.session.single_shapes() == []  # three lone pairs at that width: the batched graph still
-    rounds = [np.concatenate([np.asarray(ov.classify([p]).logits) for p in PAIRS]) for _ in range(4)]
-    assert all(np.array_equal(r, together) for r in rounds)
-    got = sorted(dict(k)["input_ids"] for k in ov.session.single_shapes())
-    assert (1, width) in got and all(widths.count(w) >= 2 for _, w in got), (got, widths)
-    monkeypatch.setattr(runtime, "MAX_SINGLE_GRAPHS", 1)
-    capped = registry.load_classifier("openvino", "mini-nli", precision="int8", single_graphs=1)
-    capped.set_reuse(False)
-    alone = np.concatenate([np.asarray(capped.classify([p]).logits) for p in PAIRS])
-    assert len(capped.session.single_shapes()) == 1 and np.array_equal(alone, together)
-    off = registry.load_classifier("openvino", "mini-nli", precision="int8", single_graphs="off")
-    assert "single_graphs" not in off.info.details and "snippets" not in off.info.details
-
-
-def test_single_graphs_default_and_refusals(tmp_path, monkeypatch):
-    """auto: int8 below roberta-base's hidden size at widths of 8 or more, compiled at the 4th lone pair; a number
-    asks for it; at fp32 / bf16 it is refused in one line, as is a value that is not a number."""
-    from types import SimpleNamespace
-
-    from breaknli_fast.backends.openvino.engine import OvClassifier
-    from breaknli_fast.engines.model_info import ModelLoadError
-
-    small, base = SimpleNamespace(hidden_size=256), SimpleNamespace(hidden_size=768)
-    assert OvClassifier.single_after(small, "int8", 8, None) == 4
-    assert OvClassifier.single_after(small, "int8", 1, None) == 0  # exact widths: a graph per length
-    assert OvClassifier.single_after(base, "int8", 8, None) == 0
-    assert OvClassifier.single_after(small, "fp32", 8, None) == OvClassifier.single_after(small, "bf16", 8, None) == 0
-    assert OvClassifier.single_after(base, "int8", 1, 2) == 2 and OvClassifier.single_after(small, "int8", 8, 0) == 0
-    for precision, why in (("fp32", "ran no faster"), ("bf16", "gave other logits")):
-        with pytest.raises(ModelLoadError, match=f"single_graphs is an int8 option: at {precision} .*{why}"):
-            OvClassifier.single_after(small, precision, 8, 3)
-    monkeypatch.setenv("BREAKNLI_FAST_CACHE", str(tmp_path / "cache"))
-    for bad in ("sometimes", "-1", "1.5"):
-        with pytest.raises(ModelLoadError, match="single_graphs must be auto, off or a whole number"):
-            registry.load_classifier("openvino", "mini-nli", precision="int8", single_graphs=bad)

@@ -52,36 +52,11 @@ class OvOptions(GenerationOptions):
 
     # a classifier's padded widths: multiples of this (None: OvClassifier.default_step, by the model's size)
     length_step: int | None = option(None, roles=(CLASSIFIER,))
-    # a sequence classifier's single-pair graphs (runtime.OvSession): "auto" (None), "off", or n: a pair alone runs on
-    # a graph compiled for its padded width once that width has come alone n times (OvClassifier.single_after)
-    single_graphs: int | str | None = option(None, roles=(CLASSIFIER,))
     export: ExportOptions = nested_options(ExportOptions)
 
     def __post_init__(self) -> None:
         if self.length_step is not None:
             self.length_step = check_length_step(self.length_step, ModelLoadError)
-        self.single_graphs = check_single_graphs(self.single_graphs)
-
-
-def check_single_graphs(value: Any) -> int | None:
-    """``single_graphs`` as given: None for ``auto`` (or not given), 0 for ``off``, else a whole number >= 1; one line
-    for anything else."""
-    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
-        return None
-    text = str(value).strip().lower()
-    if text in ("off", "false", "no", "0"):
-        return 0
-    if isinstance(value, bool) or not text.isdigit() or int(text) > 1_000_000:
-        raise ModelLoadError(f"single_graphs must be auto, off or a whole number of calls from 1 (got {value!r})")
-    return int(text)
-
-
-def refuse_single_graphs(precision: str, single_graphs: int | None) -> None:
-    """One line for single-pair graphs asked for at a precision other than int8 (before anything loads)."""
-    if single_graphs and precision != "int8":
-        raise ModelLoadError(f"single_graphs is an int8 option: at {precision} the single-pair graphs "
-                             + ("ran no faster" if precision == "fp32" else "gave other logits than the batched graph")
-                             + " (docs/export.md)")
 
 
 def _group(folder: Path) -> int | None:
@@ -107,10 +82,8 @@ def _details(exported: ExportResult | None, folder: Path, session: dict[str, Any
             **session, "cpu": cpu_summary()}
 
 
-def _session(folder: Path, graph: str, precision: str, threads: int, streams: int,
-             single_after: int = 0) -> OvSession:
-    return OvSession(folder / graph, compile_properties(precision, threads, streams, _group(folder),
-                                                        snippets=not single_after), single_after)
+def _session(folder: Path, graph: str, precision: str, threads: int, streams: int) -> OvSession:
+    return OvSession(folder / graph, compile_properties(precision, threads, streams, _group(folder)))
 
 
 def _workers(o: OvOptions) -> tuple[int, int]:
@@ -135,32 +108,11 @@ class OvClassifier(BatchedClassifier):
     # was measured
     exact_width_hidden_size = 768
 
-    # single-pair graphs by default (single_graphs auto): int8 only, for models below exact_width_hidden_size at
-    # padded widths of LENGTH_STEP or more (at most MAX_SINGLE_GRAPHS of them), compiled at a width's 4th lone pair.
-    # Measured on the mini classifier alone, 1,000 SNLI pairs, 2-core AMD EPYC: the model's time per pair 0.44-0.45 ms
-    # against 0.60-0.62 on the graph of dynamic shapes, bit-equal; at fp32 no faster (1.01 against 0.94-0.97 ms);
-    # at bf16 the logits differed from the batched graph's (docs/export.md). A graph costs about 0.13 s to compile
-    SINGLE_AFTER = 4
-
     @classmethod
     def default_step(cls, config: Any) -> int:
         """The padded widths' step for a model of this config when ``length_step`` is not given."""
-        return 1 if cls._hidden(config) >= cls.exact_width_hidden_size else LENGTH_STEP
-
-    @staticmethod
-    def _hidden(config: Any) -> int:
-        return int(getattr(config, "hidden_size", None) or getattr(config, "d_model", None) or 0)
-
-    @classmethod
-    def single_after(cls, config: Any, precision: str, length_step: int, single_graphs: int | None) -> int:
-        """The lone calls at a width after which a pair alone runs on that width's own graph (0: never): the option,
-        else :data:`SINGLE_AFTER` for an int8 model below ``exact_width_hidden_size`` at widths of
-        :data:`LENGTH_STEP` or more; ``single_graphs`` n at another precision is refused in one line."""
-        if single_graphs is None:
-            small = cls._hidden(config) < cls.exact_width_hidden_size and length_step >= LENGTH_STEP
-            return cls.SINGLE_AFTER if precision == "int8" and small else 0
-        refuse_single_graphs(precision, single_graphs)
-        return int(single_graphs)
+        hidden = getattr(config, "hidden_size", None) or getattr(config, "d_model", None) or 0
+        return 1 if int(hidden) >= cls.exact_width_hidden_size else LENGTH_STEP
 
     def __init__(self, folder: str | Path, model: str, precision: str = "fp32", opts: OvOptions | None = None,
                  exported: ExportResult | None = None):
@@ -176,8 +128,7 @@ class OvClassifier(BatchedClassifier):
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         self.max_length, limits = effective_max_length(o.max_length, config, self.tokenizer)
         self._pad_values = pad_values(self.tokenizer)
-        single = self.single_after(config, precision, self.length_step, o.single_graphs)
-        self.session = _session(folder, CLASSIFIER_GRAPH, precision, threads, n_workers, single)
+        self.session = _session(folder, CLASSIFIER_GRAPH, precision, threads, n_workers)
         self.inputs = self.session.get_inputs()
         self.info = EngineInfo("openvino", CLASSIFIER, model, precision, "cpu", {
             **_details(exported, folder, self.session.details), "workers": self.workers.n,
@@ -212,9 +163,6 @@ class OvSeq2SeqClassifier(Seq2SeqNLIMixin, BatchedClassifier):
 
         o = opts or OvOptions()
         prompt, method = o.prompt, o.method
-        if o.single_graphs:
-            raise ModelLoadError("single_graphs is a sequence classifier's option; Flan-T5 as an NLI model runs on "
-                                 "the T5 step graphs")
         super().__init__(token_budget=o.token_budget, max_batch=o.max_batch, length_step=o.length_step)
         if prompt not in NLI_PROMPTS:
             raise ModelLoadError(f"unknown NLI prompt {prompt!r}; choose one of {', '.join(NLI_PROMPTS)}")
@@ -294,7 +242,6 @@ def load_classifier(model: str, precision: str = "fp32", device: str = "cpu", **
     """A sequence classifier or a text-to-text NLI model (Flan-T5) on OpenVINO; ``opts``: :class:`OvOptions` of the
     classifier role."""
     o = OvOptions.build(CLASSIFIER, opts)
-    refuse_single_graphs(precision, o.single_graphs)
     exported = _export(model, precision, o.max_length, o.export, label_map=o.label_map)
     return open_classifier(exported.path, model, precision, o, exported)
 

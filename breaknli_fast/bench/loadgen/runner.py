@@ -105,8 +105,8 @@ def slug(text: str) -> str:
 
 def warm_up(runner: SampleRunner, seconds: float = WARMUP_S) -> tuple[int, float]:
     """Untimed, before LoadGen's runs (MLPerf allows a warm-up on the library): its samples one at a time, each
-    once, until ``seconds`` have passed, so what an engine builds on a shape's first calls (the openvino int8
-    classifier's single-pair graphs) is built before LoadGen times it. (samples, seconds)."""
+    once, until ``seconds`` have passed, so what an engine builds on an input shape's first call (OpenVINO's kernels
+    per shape) is built before LoadGen times it. (samples, seconds)."""
     t0 = time.perf_counter()
     n = 0
     while n < runner.size and time.perf_counter() - t0 < seconds:
