@@ -134,13 +134,11 @@ class OpenVinoExporter(Exporter):
         widths: set[int] = set()
         static = plan.variant == "ir-int8-static"
         for src_name, ir_name in _graphs(plan.kind):
-            path = str(Path(onnx.path) / src_name)
-            model = ov.Core().read_model(path)
+            model = ov.Core().read_model(str(Path(onnx.path) / src_name))
             entry: dict[str, Any] = {"inputs": [p.get_any_name() for p in model.inputs]}
             if static:
                 peaks = ir.calibrate(model, calibration_feeds(Path(onnx.path), plan.calib, plan.max_length,
                                                               entry["inputs"]))
-                model = ov.Core().read_model(path)  # calibration added outputs to the one it read
                 entry["int8"] = ir.quantize_static(model, peaks)
                 entry["int8"]["ranges"] = {"inputs": len(peaks), "largest": max(peaks.values(), default=0.0),
                                            "smallest": min(peaks.values(), default=0.0)}

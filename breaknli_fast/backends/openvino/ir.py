@@ -116,10 +116,11 @@ def static_products(model: Any) -> dict[str, Any]:
 
 def calibrate(model: Any, feeds: list[dict[str, np.ndarray]]) -> dict[str, float]:
     """The largest |activation| of each static product's input over ``feeds`` (batches of the graph's inputs), on
-    the real tokens only (``attention_mask``): the fp32 IR with those inputs as extra outputs. Changes ``model``
-    (read it again before quantising)."""
+    the real tokens only (``attention_mask``): a copy of the fp32 IR with those inputs as extra outputs (``model``
+    itself is left as it was)."""
     import openvino as ov
 
+    model = model.clone()  # the extra outputs go on the copy
     sources = static_products(model)
     names = list(sources)
     if not names:
