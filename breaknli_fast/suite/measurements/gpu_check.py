@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from breaknli_fast.bench.types import BenchReport
+from breaknli_fast.bench.types import BenchReport, to_json
 from breaknli_fast.errors import UserError
 from breaknli_fast.suite.base import Measurement, option
 from breaknli_fast.suite.measurements.gpu_core import (
@@ -171,7 +171,7 @@ def payload(c: Check) -> dict[str, Any]:
                  "runs": {k: v["tf32"] for k, v in runs.items() if v.get("tf32")}},
         "package_path": env.get("package_path"),
         "optimum": env.get("optimum"),
-        "steps": [vars(r) for r in c.records],
+        "steps": [to_json(r) for r in c.records],
         "environment": env.get("environment"), "distributions": env.get("distributions"),
         "cuda_tests": junit(c.work / "pytest-cuda.xml"),
         "runs": runs,
@@ -252,7 +252,7 @@ def finish(c: Check, commit: str | None) -> tuple[dict[str, Any], bool]:
         body = payload(c)
     except Exception as e:  # noqa: BLE001
         problems.append(f"the payload: {type(e).__name__}: {e}")
-        body = {"device": c.args.device, "steps": [vars(r) for r in c.records]}
+        body = {"device": c.args.device, "steps": [to_json(r) for r in c.records]}
     try:
         text = summary(c, body, commit)
     except Exception as e:  # noqa: BLE001
@@ -310,18 +310,6 @@ class GpuCheckConfig:
 
 
 @dataclass
-class StepRecord:
-    step: str | None = None
-    status: str | None = None
-    detail: str | None = None
-    seconds: float | None = None
-    cap_s: float | None = None
-    exit: int | None = None
-    command: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class GpuBench:
     """One bench of the check: its ``--limit`` (and why) and its bench.json."""
 
@@ -349,7 +337,7 @@ class GpuCheckPayload:
     tf32: dict[str, Any] | None = None
     package_path: str | None = None
     optimum: bool | None = None
-    steps: list[StepRecord] | None = None
+    steps: list[Record] | None = None
     environment: dict[str, Any] | None = None
     distributions: list[str] | None = None
     cuda_tests: dict[str, Any] | None = None  # the junit of tests/test_cuda.py: tests, failures, ..., cases

@@ -100,6 +100,9 @@ def _stop(signum: int, frame: Any) -> None:
 
 @dataclass
 class Record:
+    """One step of the GPU check: what :class:`Check` records as the step ends, and what the payload's ``steps``
+    hold (:class:`~breaknli_fast.suite.measurements.gpu_check.GpuCheckPayload`, read back by ``from_json``)."""
+
     step: str
     status: str  # ok | failed | stopped (its cap: partial output kept) | skipped
     detail: str = ""
@@ -107,6 +110,7 @@ class Record:
     cap_s: float | None = None
     exit: int | None = None
     command: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # keys of a file written by another version
 
 
 @dataclass
