@@ -622,6 +622,15 @@ def test_loadgen_section_renders_the_targets_and_says_not_measured_without_files
                          _lg_row("ct2:int8", "generator", "single-stream", tpot_p90_ms=1.0)], "| generator TPOT")
     assert "| 0.80× / 1.10× | **not met** |" in tpot and "(`loadgen-flan-t5-small-latency`)" in tpot
     assert "| 0.30× | met |" in first  # 27 / 90, not 27 / 100
+    # the mini classifier's SingleStream: the default int8 against ort fp32 in one file, its rounds said beside it
+    mini = target_after("loadgen-mini", "classifier",
+                        [_lg_row("ort:fp32", "classifier", "single-stream", p90_ms=1.9, early_stop_ms=2.0,
+                                 rounds=3, spread_pct=7.5),
+                         _lg_row("openvino:int8", "classifier", "single-stream", p90_ms=0.75, early_stop_ms=0.8,
+                                 rounds=3, spread_pct=50.4)],
+                        "| SingleStream p90 (LoadGen's early-stopping estimate), mini-nli")
+    assert "| openvino:int8 |" in mini and "0.80 ms vs ort:fp32 2.00 ms" in mini and "| 0.40× | met |" in mini
+    assert "median of 3 rounds, engines in turn, spread 50.4 % / 7.5 %" in mini
     assert "| ort:int8 | classifier | offline | INVALID |" in tables and "early stopping: Only processed" in tables
     assert "| tensorrt:fp16 | skipped: no GPU |" in tables
     assert "roberta-base classifier (random weights: speed only)" in tables

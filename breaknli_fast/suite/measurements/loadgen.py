@@ -157,7 +157,7 @@ def mini_int8_row(rows: list[list[Any]], doc: ResultFile | None, es: Callable[[A
     r = es(mine) / es(ref)
     rows.append([what, base_label(dig(mine, "engine")),
                  f"{es(mine):.2f} ms vs ort:fp32 {es(ref):.2f} ms (raw p90 {p90(mine):.2f} vs {p90(ref):.2f} ms; "
-                 f"`{doc.stem}`; tier {dig(mine, 'metrics', 'tier') or '–'})", f"{r:.2f}×",
+                 f"`{doc.stem}`; tier {dig(mine, 'metrics', 'tier') or '–'}{_rounds_note(mine, ref)})", f"{r:.2f}×",
                  "met" if r <= 0.4 else "**not met**"])
 
 
