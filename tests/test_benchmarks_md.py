@@ -757,3 +757,27 @@ def test_the_default_batch_invariant_int8_is_held_to_torch_and_to_the_per_tensor
     row = target(base)  # no openvino: ort's per-row int8 is the default
     assert "ort:int8:validate=false: 45 pairs/s" in row and "**not met**" in row
     assert "| not measured |" in target(base + [clf("breaknli-fast openvino:int8:validate=false", 66.0)], pairs=256)
+
+
+def test_the_relation_filters_side_by_side_check_the_verdicts_are_the_same(tmp_path: Path) -> None:
+    """The lazy / full section pairs the two BreakNLI benches of the same examples per engine: relation pairs each,
+    and whether every headline figure is the same; a figure that differs is named, a lone filter is not measured."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    src = ROOT / "benchmarks" / "results"
+    for name in ("probe-breaknli-lazy", "probe-breaknli-full"):
+        (folder / f"{name}.json").write_text((src / f"{name}.json").read_text())
+    lead = B.relation_filter_lead(load(folder), "benchmarks/results")
+    rows = [r for r in lead.splitlines() if r.startswith("| torch:fp32 ")]
+    assert len(rows) == 1 and rows[0].endswith("| yes |"), lead
+    lazy, full = (int(x) for x in rows[0].split("|")[2:4])
+    assert 0 < lazy < full  # the lazy filter asks (h', h) only where it can change the result
+    doc = json.loads((folder / "probe-breaknli-full.json").read_text())
+    ref = next(e for e in doc["payload"]["engines"] if e["label"] == "torch:fp32")
+    metric = sorted(ref["speed"]["end_to_end"]["headline"])[0]
+    ref["speed"]["end_to_end"]["headline"][metric]["rate"] += 0.5
+    (folder / "probe-breaknli-full.json").write_text(json.dumps(doc))
+    lead = B.relation_filter_lead(load(folder), "benchmarks/results")
+    assert f"| no: {metric} |" in lead
+    (folder / "probe-breaknli-full.json").unlink()
+    assert B.relation_filter_lead(load(folder), "benchmarks/results").startswith("Not measured")

@@ -481,6 +481,50 @@ def probe_parity(doc: ResultFile) -> str:
     return "\n".join(out)
 
 
+def relation_filter(doc: ResultFile) -> str | None:
+    return dig(doc, "payload", "config", "probe_config", "relation_filter")
+
+
+def relation_filter_lead(results: Results, label: str) -> str:
+    """The lazy and the full relation filter side by side, per engine, from a pair of BreakNLI benches of the same
+    data and examples (one file each): the relation pairs each classified, the loop time each took (two runs, with
+    their load), and whether every headline figure is the same (the lazy filter's verdicts must be the full one's)."""
+    files = probe_bench("2b/relation-filter", "breaknli")(results)
+    key = lambda d: (dig(d, "payload", "data", "name"), dig(d, "payload", "data", "examples"))  # noqa: E731
+    lazy = {key(d): d for d in files if relation_filter(d) == "lazy"}
+    pairs = [(lazy[key(d)], d) for d in files if relation_filter(d) == "full" and key(d) in lazy]
+    if not pairs:
+        return ("Not measured: no pair of BreakNLI benches in `" + label + "` runs the same examples with "
+                "`--relation-filter lazy` and `full` (`breaknli-fast suite run probe-breaknli-lazy "
+                "probe-breaknli-full` measures it).")
+    out = []
+    for lz, fl in pairs:
+        by = {e.label: e for e in dig(fl, "payload", "engines", default=[]) if e.status == "ok"}
+        rows = []
+        for e in dig(lz, "payload", "engines", default=[]):
+            g = by.get(e.label)
+            if e.status != "ok" or g is None:
+                continue
+            rl = dig(e, "speed", "end_to_end", "run", "stage_pairs", "relation")
+            rf = dig(g, "speed", "end_to_end", "run", "stage_pairs", "relation")
+            hl = dig(e, "speed", "end_to_end", "headline") or {}
+            hf = dig(g, "speed", "end_to_end", "headline") or {}
+            same = {m: (dig(hl, m, "rate"), dig(hl, m, "n")) == (dig(hf, m, "rate"), dig(hf, m, "n"))
+                    for m in sorted(set(hl) | set(hf))}
+            rows.append([engine_name(e), rl, rf, f(rl / rf if rl and rf else None, ".2f"),
+                         f(dig(e, "speed", "end_to_end", "median_wall_s"), ".1f"),
+                         f(dig(g, "speed", "end_to_end", "median_wall_s"), ".1f"),
+                         f"{_load(e):.2f} / {_load(g):.2f}" if _load(e) is not None and _load(g) is not None else "–",
+                         ("yes" if all(same.values()) else "no: " + ", ".join(m for m, ok in same.items() if not ok))
+                         if same else "–"])
+        out += [f"`{lz.stem}.json` (lazy) and `{fl.stem}.json` (full), {key(lz)[1]} examples of `{key(lz)[0]}`; "
+                "the two files are two runs, so their loop times compare across runs (load average at each "
+                "engine's start beside them); the relation pairs are a count of work and do not vary:", "",
+                table(["engine", "relation pairs, lazy", "relation pairs, full", "lazy / full", "loop s, lazy",
+                       "loop s, full", "load avg at start, lazy / full", "every headline figure the same"], rows)]
+    return "\n".join(out)
+
+
 def parity_table(results: Results, label: str = "benchmarks/results") -> str:
     """The parity of every probe x engine on the evaluation slice, one row each (README and BENCHMARKS.md)."""
     from breaknli_fast.suite.format import not_measured
@@ -547,9 +591,9 @@ Bench.sections = (
             file_title=probe_title, before_files=parity_lead),
     Section("2b/permutation", "Word-order permutation acceptance (UNLI): speed", "a permutation-probe bench",
             probe_bench("2b/permutation", "permutation"), 20, render=probe_speed, file_title=probe_title),
-    Section("2b/relation-filter", "BreakNLI: the lazy relation filter against the full one",
-            "a BreakNLI bench with --relation-filter", probe_bench("2b/relation-filter", "breaknli"), 30,
-            render=probe_speed, file_title=probe_title),
+    Section("2b/relation-filter", "BreakNLI: speed per engine, and the lazy relation filter against the full one",
+            "a BreakNLI bench", probe_bench("2b/relation-filter", "breaknli"), 30,
+            render=probe_speed, file_title=probe_title, before_files=relation_filter_lead),
     Section("2b/taxinli", "Accuracy per TaxiNLI category", "an accuracy-probe bench on TaxiNLI",
             probe_bench("2b/taxinli", "accuracy", lambda r: dig(r, "payload", "data", "name") == "taxinli"), 40,
             render=probe_parity, file_title=probe_title),
