@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from breaknli_fast.suite.base import Results
-from breaknli_fast.suite.format import (DEFAULT_INT8, PER_TENSOR, PROJECT, blank, dig, f, feeds, not_measured,
-                                        of_kind, table)
+from breaknli_fast.suite.format import (DEFAULT_INT8, PER_TENSOR, PROJECT, blank, cpu_short, dig, f, feeds,
+                                        not_measured, of_kind, table)
 from breaknli_fast.suite.measurements.bench import (is_random, parity_files, probe_of, random_title, shown,
                                                     trained_engine)
 from breaknli_fast.suite.result import ResultFile
@@ -309,7 +309,7 @@ def real_targets(results: Results, label: str) -> str:
                         "met" if r.get("met", r["ratio"] >= bar) else "**not met**",
                         f"{fname}: {f(fratio, '.2f', '×')}" if fratio is not None else "none measured",
                         trained_parity(results, r["best"]),
-                        f"{dig(d, 'machine', 'cpu')}, {dig(d, 'machine', 'cores')} cores",
+                        f"{cpu_short(d.machine)}, {dig(d, 'machine', 'cores')} cores",
                         f"`{d.name}`, {d.date}, `{d.commit}`"])
     return "\n".join([
         "The best breaknli-fast engine per target and shape, from the files below (random weights of the real "
