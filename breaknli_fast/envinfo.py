@@ -100,35 +100,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-# the instruction sets that decide which kernels the engines run (int8 VNNI / AMX, bf16): a file's CPU is told by
-# these and its family / model, since two CPUs of one "model name" (a cloud VM's "AMD EPYC") may differ in them
-CPU_ISA = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
-
-
-def cpu_id(text: str | None = None) -> dict[str, Any] | None:
-    """The x86 CPU's family, model and :data:`CPU_ISA` flags from /proc/cpuinfo (or ``text`` in its format); None
-    where there is none."""
-    if text is None:
-        try:
-            text = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            break  # the first processor is enough
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
-    if "flags" not in fields:
-        return None
-    flags = set(fields["flags"].split())
-
-    def num(key: str) -> int | None:
-        return int(fields[key]) if fields.get(key, "").isdigit() else None
-
-    return {"family": num("cpu family"), "model": num("model"), "isa": [x for x in CPU_ISA if x in flags]}
-
-
 def memory_gib() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():

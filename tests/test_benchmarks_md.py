@@ -787,18 +787,20 @@ def test_a_file_names_its_cpu_s_family_and_instruction_sets(tmp_path: Path) -> N
     """Two CPUs of one model name (a cloud VM's "AMD EPYC") read apart: the machine line and the targets' column
     give the family / model, the machine line the instruction sets the engines' kernels depend on; a file from
     before they were recorded keeps its plain name."""
-    from breaknli_fast.envinfo import cpu_id
+    from breaknli_fast.engines.cpu_features import cpu_identity as cpu_id
 
     text = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
             "flags\t\t: fpu sse avx2 avx512f avx512bw avx512_vnni avx_vnni avx512_bf16\n\nprocessor\t: 1\n"
             "flags\t\t: fpu amx_int8\n")
     cid = cpu_id(text)
-    assert cid == {"family": 26, "model": 2, "isa": ["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"]}
+    assert cid == {"family": 26, "model": 2,
+                   "isa": ["avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16"]}
     assert cpu_id("processor\t: 0\nmodel name\t: some ARM\n") is None
     m = F.Machine(cpu="AMD EPYC", cpu_id=cid, cores=2)
-    assert F.cpu_text(m) == "AMD EPYC (family 26 model 2; avx2, avx512f, avx512_vnni, avx_vnni, avx512_bf16)"
+    assert F.cpu_short(m, isa=True) == \
+        "AMD EPYC (family 26 model 2; avx2, avx512f, avx512bw, avx512_vnni, avx_vnni, avx512_bf16)"
     assert F.cpu_short(m) == "AMD EPYC (family 26 model 2)"
-    assert F.cpu_short(F.Machine(cpu="AMD EPYC")) == F.cpu_text(F.Machine(cpu="AMD EPYC")) == "AMD EPYC"
+    assert F.cpu_short(F.Machine(cpu="AMD EPYC")) == F.cpu_short(F.Machine(cpu="AMD EPYC"), isa=True) == "AMD EPYC"
     folder = tmp_path / "results"
     folder.mkdir()
     write(folder, "ort-parity", "ort-parity", "abcd1234", "x", {})
@@ -806,5 +808,6 @@ def test_a_file_names_its_cpu_s_family_and_instruction_sets(tmp_path: Path) -> N
     doc["machine"] = {**MACHINE, "cpu": "AMD EPYC", "cpu_id": cid}
     (folder / "ort-parity.json").write_text(json.dumps(doc))
     r = load(folder)[0]
-    assert "- machine: AMD EPYC (family 26 model 2; avx2, avx512f, avx512_vnni, avx_vnni, avx512_bf16), 2 cores" in \
+    assert "- machine: AMD EPYC (family 26 model 2; avx2, avx512f, avx512bw, avx512_vnni, avx_vnni, avx512_bf16), " \
+        "2 cores" in \
         F.provenance(r, "benchmarks/results")

@@ -30,13 +30,16 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 REPORTED = ("avx2", "avx512f", "avx512bw", *VNNI_FLAGS, *BF16_FLAGS, "amx_tile", "avx512_fp16")
 
 
+def _cpuinfo() -> str:
+    try:
+        return open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
+    except OSError:
+        return ""
+
+
 @functools.lru_cache(maxsize=1)
 def _proc_flags() -> frozenset[str]:
-    try:
-        text = open("/proc/cpuinfo", encoding="utf-8", errors="replace").read()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
+    for line in _cpuinfo().splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):  # x86 / ARM
             return frozenset(value.split())
@@ -50,6 +53,26 @@ def cpu_flags() -> frozenset[str]:
     if env is not None:
         return frozenset(env.replace(",", " ").split())
     return _proc_flags()
+
+
+def cpu_identity(text: str | None = None) -> dict[str, Any] | None:
+    """The x86 CPU's family, model and :data:`REPORTED` flags, read from /proc/cpuinfo (or ``text`` in its
+    format; the first processor's), never from ``$BREAKNLI_FAST_CPU_FLAGS``: what a result file records of the
+    machine, since a cloud VM's model name ("AMD EPYC") names more than one generation. None without x86 fields."""
+    fields: dict[str, str] = {}
+    for line in (_cpuinfo() if text is None else text).splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if "flags" not in fields:
+        return None
+    flags = set(fields["flags"].split())
+
+    def num(key: str) -> int | None:
+        return int(fields[key]) if fields.get(key, "").isdigit() else None
+
+    return {"family": num("cpu family"), "model": num("model"), "isa": [f for f in REPORTED if f in flags]}
 
 
 def is_x86_64() -> bool:

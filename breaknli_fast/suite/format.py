@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from breaknli_fast.bench.types import READ_KEYS
-from breaknli_fast.envinfo import CPU_ISA
+from breaknli_fast.engines.cpu_features import REPORTED
 from breaknli_fast.suite.provenance import portable_command
 from breaknli_fast.suite.result import Machine, ResultFile
 
@@ -142,23 +142,17 @@ OLD_BENCH_NOTE = ("- **measured before the current parity statistics**: its inte
                   "`scripts/run_benchmarks.sh` for Tango / floored Student-t intervals")
 
 
-def cpu_text(m: Machine) -> str:
-    """The CPU's name, with its family / model and instruction sets where the file recorded them
-    (``AMD EPYC (family 26 model 2; avx2, avx512f, avx512_vnni, avx_vnni, avx512_bf16)``)."""
-    cid = m.cpu_id or {}
-    if not cid:
-        return str(m.cpu)
-    ident = f"family {cid.get('family')} model {cid.get('model')}"
-    return f"{m.cpu} ({ident}; {', '.join(cid.get('isa') or []) or 'none of ' + '/'.join(CPU_ISA)})"
-
-
-def cpu_short(m: Machine | None) -> str:
-    """The CPU's name with its family / model where recorded (``AMD EPYC (family 26 model 2)``): the targets'
-    machine column, where two generations of one name must not read alike."""
+def cpu_short(m: Machine | None, isa: bool = False) -> str:
+    """The CPU's name with its family / model where recorded (``AMD EPYC (family 26 model 2)``: the targets'
+    machine column, where two generations of one name must not read alike); ``isa``: its instruction sets too
+    (the machine line)."""
     if m is None:
         return "None"
     cid = m.cpu_id or {}
-    return f"{m.cpu} (family {cid.get('family')} model {cid.get('model')})" if cid else str(m.cpu)
+    if not cid:
+        return str(m.cpu)
+    sets = (f"; {', '.join(cid.get('isa') or []) or 'none of ' + '/'.join(REPORTED)}") if isa else ""
+    return f"{m.cpu} (family {cid.get('family')} model {cid.get('model')}{sets})"
 
 
 def provenance(doc: ResultFile, label: str) -> str:
@@ -167,7 +161,7 @@ def provenance(doc: ResultFile, label: str) -> str:
     pk = m.packages or {}
     cores = f"{m.cores} cores" + (f" ({m.usable_cores} usable)" if m.usable_cores not in (None, m.cores) else "")
     env = ", ".join(f"{k}={v}" for k, v in (m.env or {}).items())
-    machine = (f"{cpu_text(m)}, {cores}, {f(m.memory_gib, '.1f')} GiB; Python {m.python}, "
+    machine = (f"{cpu_short(m, isa=True)}, {cores}, {f(m.memory_gib, '.1f')} GiB; Python {m.python}, "
                f"torch {pk.get('torch')}, onnxruntime {pk.get('onnxruntime')}, transformers {pk.get('transformers')}"
                + (f", ctranslate2 {pk['ctranslate2']}" if pk.get("ctranslate2") else "")
                + (f"; {env}" if env else "")

@@ -164,7 +164,8 @@ def commit(root: Path | None = None) -> str | None:
 
 
 def machine(load_before: list[float] | None, load_after: list[float] | None) -> dict[str, Any]:
-    from breaknli_fast.envinfo import cpu_id, cpu_model, memory_gib, package_version
+    from breaknli_fast.engines.cpu_features import cpu_identity
+    from breaknli_fast.envinfo import cpu_model, memory_gib, package_version
 
     try:
         usable = len(os.sched_getaffinity(0))
@@ -172,7 +173,7 @@ def machine(load_before: list[float] | None, load_after: list[float] | None) -> 
         usable = os.cpu_count()
     import breaknli_fast
 
-    return {"cpu": cpu_model(), "cpu_id": cpu_id(), "cores": os.cpu_count(), "usable_cores": usable,
+    return {"cpu": cpu_model(), "cpu_id": cpu_identity(), "cores": os.cpu_count(), "usable_cores": usable,
             "memory_gib": memory_gib(),
             "python": platform.python_version(), "platform": platform.platform(),
             "breaknli_fast": breaknli_fast.__version__,

@@ -26,7 +26,8 @@ class Machine:
     """Where a measurement ran (:func:`breaknli_fast.suite.provenance.machine`)."""
 
     cpu: str | None = None
-    cpu_id: dict[str, Any] | None = None  # family, model, the engines' instruction sets (envinfo.cpu_id); None: not recorded
+    # family, model, the engines' instruction sets (engines.cpu_features.cpu_identity); None: not recorded
+    cpu_id: dict[str, Any] | None = None
     cores: int | None = None
     usable_cores: int | None = None
     memory_gib: float | None = None
