@@ -1,7 +1,8 @@
 """Batch invariance on an Intel CPU, on any x86 machine: the torch engines' CPU paths run under QEMU's user-mode
 emulator as an Intel Haswell (GenuineIntel, AVX2, no AVX-512 / BF16), where MKL takes its Intel code paths. There,
 without MKL's strict reproducibility mode, a row's fp32 sums depend on how many rows share the product (the
-engines' batch invariance fails); the package's default (``MKL_CBWR=AUTO,STRICT``, set at import) fixes it.
+engines' batch invariance fails); the package's default (``MKL_CBWR=AUTO,STRICT``, set at import) fixes it. ONNX
+Runtime's and OpenVINO's int8 run there on their kernels for a CPU without VNNI.
 
 Needs ``qemu-x86_64`` (Debian's ``qemu-user``; ``.ci/run`` installs it); skipped where absent."""
 
@@ -75,7 +76,8 @@ def _env(**extra: str) -> dict[str, str]:
 # the emulated commands of each test (started together by the ``emulated`` fixture)
 NEEDS = {"test_the_emulated_intel_cpu_needs_strict_mode_and_the_package_sets_it": ("linear-loose", "linear-default"),
          "test_the_torch_engines_are_batch_invariant_on_the_emulated_intel_cpu": ("torch",),
-         "test_openvino_int8_is_refused_or_invariant_on_the_emulated_avx2_cpu": ("openvino",)}
+         "test_openvino_int8_is_refused_or_invariant_on_the_emulated_avx2_cpu": ("openvino",),
+         "test_ort_int8_is_exact_and_batch_invariant_on_the_emulated_avx2_cpu": ("ort",)}
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +88,8 @@ def emulated(request, tmp_path_factory):
     wanted = {k for name in selected for k in NEEDS.get(name, ())}
     if importlib.util.find_spec("openvino") is None:
         wanted.discard("openvino")  # its test skips, saying why
+    if importlib.util.find_spec("onnxruntime") is None:
+        wanted.discard("ort")
     commands = {
         "linear-loose": lambda: _Emulated(["-c", LINEAR], _env(MKL_CBWR="AUTO"), 300),
         "linear-default": lambda: _Emulated(["-c", LINEAR], _env(), 300),
@@ -96,6 +100,10 @@ def emulated(request, tmp_path_factory):
                                        str(base / "openvino"), "tests/test_batch_independence.py", "-k",
                                        "openvino and int8 and (pair or item)"],
                                       _env(BREAKNLI_FAST_CPU_FLAGS="avx2 fma"), 900),
+        "ort": lambda: _Emulated(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(base / "ort"),
+                                  "tests/test_batch_independence.py", "tests/test_ort.py", "-k",
+                                  "(ort and int8) or per_row_int8_graph"],
+                                 _env(BREAKNLI_FAST_CPU_FLAGS="avx2 fma"), 900),
     }
     runs = {k: start() for k, start in commands.items() if k in wanted}
     yield runs
@@ -142,3 +150,15 @@ def test_openvino_int8_is_refused_or_invariant_on_the_emulated_avx2_cpu(emulated
     for line in tail.splitlines():
         if line.startswith("SKIPPED"):
             assert "refused on this CPU without VNNI, as documented" in line, line
+
+
+def test_ort_int8_is_exact_and_batch_invariant_on_the_emulated_avx2_cpu(emulated):
+    """ONNX Runtime's per-row int8 on the emulated AVX2 CPU (no VNNI), where the engines' sessions take ONNX Runtime's
+    u8 x u8 kernels (``session.x64quantprecision``, which rewrites every product's int8 weights, the
+    ``MatMulIntegerToFloat`` ones included): the graph computes its scheme to the bit, and the classifier's, the
+    generator's and the masked LM's answers do not depend on their batch."""
+    pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: pip install 'breaknli-fast[onnx]'")
+    r = emulated["ort"].result()
+    tail = (r.stdout + r.stderr)[-3000:]
+    assert r.returncode == 0, tail
+    assert " passed" in tail and "failed" not in tail and "skipped" not in tail

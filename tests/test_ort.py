@@ -551,44 +551,77 @@ def test_a_library_user_loads_the_ort_engines_with_no_other_import(ort_models, t
     assert out.stdout.split() == ["2", "True"]
 
 
-def test_the_int8_manifest_describes_the_per_row_scheme_the_graph_computes(tmp_path):
-    """The manifest's words are the rewritten graph's arithmetic: asymmetric uint8 per row, scale (hi - lo) / 255
-    with its own zero point (the text once said max |x| / 127 with zero point 128, a symmetric scheme)."""
+def _per_row_reference(x, wq, sw):
+    """The per-row scheme in float32, operation by operation as the graph's ONNX operators compute it: lo / hi,
+    scale (hi - lo) / 255, zero point round(-lo / s) (half to even, as ``Round`` and ``QuantizeLinear``), q, the
+    exact integer sums of (q - z) w, then float32(sums) * float32(s * sw)."""
+    f = np.float32
+    rows = x.reshape(-1, x.shape[-1])
+    out = []
+    for row in rows:
+        lo, hi = min(row.min(), f(0)), max(row.max(), f(0))
+        s = f(max(f(hi - lo), f(1e-30)) / f(255))
+        z = np.round(-(f(lo) / s))
+        q = np.clip(np.round(row / s) + z, 0, 255)
+        acc = (q.astype(np.int64) - int(z)) @ wq.astype(np.int64)
+        out.append(acc.astype(np.float32) * f(s * f(sw)))
+    return np.array(out, np.float32).reshape(*x.shape[:-1], wq.shape[1])
+
+
+def test_the_per_row_int8_graph_computes_its_scheme_to_the_bit(tmp_path):
+    """The rewritten graph computes the scheme the manifest names, to the bit, in both of its forms: the zero point
+    inside the product (``MatMulIntegerToFloat`` on rows extended by their zero point, wherever the sums are exact in
+    float32: 2-D and 3-D rows, two products sharing one quantization) and in int32 after it (a product whose sums
+    can pass 2^24: 600 weights of magnitude 127 per column). A symmetric scheme (max |x| / 127, zero point 128: the
+    words the manifest once had) gives other numbers."""
     pytest.importorskip("onnxruntime")
     import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     from breaknli_fast.backends.ort import quantize as qz
+    from breaknli_fast.backends.ort.runtime import make_session
 
     rng = np.random.default_rng(3)
-    w = rng.normal(size=(16, 8)).astype(np.float32)
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
-                              [numpy_helper.from_array(w, "w")])
+    ws = {"w1a": rng.normal(size=(16, 8)), "w1b": rng.normal(size=(16, 5)), "w3": rng.normal(size=(16, 6)),
+          "w2": np.where(rng.random((600, 4)) < 0.5, -1.0, 1.0), "w2b": rng.normal(size=(600, 3))}
+    ws = {k: v.astype(np.float32) for k, v in ws.items()}
+    feeds_of = {"w1a": "x", "w1b": "x", "w3": "x3", "w2": "x2", "w2b": "x2"}
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", [feeds_of[k], k], ["y_" + k]) for k in ws], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16]),
+         helper.make_tensor_value_info("x3", TensorProto.FLOAT, ["b", "t", 16]),
+         helper.make_tensor_value_info("x2", TensorProto.FLOAT, ["m", 600])],
+        [helper.make_tensor_value_info("y_" + k, TensorProto.FLOAT, None) for k in ws],
+        [numpy_helper.from_array(v, k) for k, v in ws.items()])
     src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
     info = qz.int8_dynamic(src, dst)
-    assert info["row_scheme"] == "per-row-asymmetric-v1" and info["activations"] == qz.ROW_ACTIVATIONS
+    assert info["row_scheme"] == "per-row-asymmetric-v2" and info["activations"] == qz.ROW_ACTIVATIONS
     assert "(max(x, 0) - min(x, 0)) / 255" in info["activations"] and "127" not in info["activations"]
-    x = np.stack([rng.uniform(0.1, 3.0, 16), rng.uniform(-2.0, 0.5, 16)]).astype(np.float32)
-    y = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    sw = np.abs(w).max() / 127  # the weights: QInt8 per tensor, symmetric
-    wq = np.round(w / sw)
+    assert (info["activations_rewritten"], info["products_in_float32"], info["products_in_int32"]) == (3, 4, 1)
+    ops = {n.op_type for n in onnx.load(str(dst)).graph.node}
+    assert {"MatMulIntegerToFloat", "MatMulInteger", "QuantizeLinear"} <= ops and "DynamicQuantizeLinear" not in ops
 
-    def per_row(lo, hi, levels):
-        s = (hi - lo) / levels
-        z = np.round(-lo / s)
-        return s, z
+    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(dst)).graph.initializer}
+    feeds = {"x": np.concatenate([rng.uniform(0.1, 3.0, (2, 16)), rng.uniform(-2.0, -0.5, (2, 16)),
+                                  rng.normal(size=(3, 16)) * 40, np.zeros((1, 16))]).astype(np.float32),
+             "x3": rng.normal(size=(2, 3, 16)).astype(np.float32),
+             "x2": np.concatenate([rng.normal(size=(3, 600)), rng.uniform(0, 5, (1, 600))]).astype(np.float32)}
+    sess, _ = make_session(dst)  # the engines' session (u8 x u8 kernels on a CPU without VNNI)
+    outs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    for k in ws:
+        wq, sw = inits[k + "_quantized"], inits[k + "_scale"]
+        assert wq.dtype == np.int8 and np.abs(wq).max() <= 127
+        ref = _per_row_reference(feeds[feeds_of[k]], wq, sw)
+        assert outs["y_" + k].dtype == np.float32 and np.array_equal(outs["y_" + k], ref), k
+    # the int32 form's product can pass 2^24 for some row; this one is the one that does not take the float path
+    assert 255 * np.abs(inits["w2_quantized"].astype(np.int64)).sum(axis=0).max() >= qz.EXACT_IN_FLOAT32
 
-    asym, sym = [], []
-    for row in x.astype(np.float64):
-        s, z = per_row(min(row.min(), 0.0), max(row.max(), 0.0), 255)
-        q = np.clip(np.round(row / s) + z, 0, 255)
-        asym.append(s * sw * ((q - z) @ wq))
-        s = np.abs(row).max() / 127  # the words the manifest had: max |x| / 127, zero point 128
+    x = feeds["x"][:2].astype(np.float64)
+    wq, sw = inits["w1a_quantized"], float(inits["w1a_scale"])
+    sym = []
+    for row in x:
+        s = np.abs(row).max() / 127
         q = np.clip(np.round(row / s) + 128, 0, 255)
         sym.append(s * sw * ((q - 128) @ wq))
-    assert np.allclose(y, np.array(asym), rtol=1e-5, atol=1e-5)
-    assert not np.allclose(y, np.array(sym), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(outs["y_w1a"][:2], np.array(sym), rtol=1e-5, atol=1e-5)

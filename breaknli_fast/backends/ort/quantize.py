@@ -230,8 +230,9 @@ def _quantize(src: Path, dst: Path, what: str, run: Any) -> str:
     return status
 
 
-# part of the int8-dynamic exports' cache key (a new scheme, a new export): asymmetric uint8 per row (rows_apart)
-ROW_SCHEME = "per-row-asymmetric-v1"
+# part of the int8-dynamic exports' cache key (a new scheme or a new graph form, a new export): asymmetric uint8 per
+# row (rows_apart); v2 computes the same numbers as v1 with fused operators (QuantizeLinear, MatMulIntegerToFloat)
+ROW_SCHEME = "per-row-asymmetric-v2"
 ROW_ACTIVATIONS = ("QUInt8 per row, asymmetric (dynamic: each token's scale (max(x, 0) - min(x, 0)) / 255 and zero "
                    "point round(-min(x, 0) / scale))")
 
@@ -255,7 +256,7 @@ def int8_dynamic(src: Path, dst: Path, fused: bool = False, per_row: bool = True
                          per_channel=False, reduce_range=False, use_external_data_format=big, extra_options=extra)
         if per_row:
             model = onnx.load(out)
-            rewritten["activations_rewritten"] = rows_apart(model)
+            rewritten.update(rows_apart(model))
             save_onnx(model, Path(out))
 
     src_path = str(Path(src).resolve())
@@ -266,15 +267,27 @@ def int8_dynamic(src: Path, dst: Path, fused: bool = False, per_row: bool = True
             "pre_process": "skipped: fused graph" if fused else status}
 
 
-def rows_apart(model: Any) -> int:
+# the int32 sums of a product go through float32 (MatMulIntegerToFloat) only where every one of them is exact in it
+EXACT_IN_FLOAT32 = 2 ** 24
+
+
+def rows_apart(model: Any) -> dict[str, int]:
     """Replace every ``DynamicQuantizeLinear`` (one scale and zero point for the whole tensor, i.e. for the batch) by
     the same asymmetric uint8 quantization per row, in place: over the last axis, ``lo = min(x, 0)``, ``hi = max(x,
-    0)``, ``s = (hi - lo) / 255``, ``z = round(-lo / s)``, ``q = clip(round(x / s) + z, 0, 255)``. ``MatMulInteger``
-    takes a zero point per tensor only, so it multiplies ``q`` with zero point 0 and the row's zero point comes off
-    its int32 output exactly: ``sum_k (q - z) w = sum_k q w - z * sum_k w`` (the weights' column sums, computed
-    here; weights symmetric, zero point 0). The scale keeps its name and now has shape ``[..., 1]``; it broadcasts
-    in the ``Mul`` nodes that rescale the output. Each row's result depends on that row alone. Returns how many
-    were replaced."""
+    0)``, ``s = (hi - lo) / 255``, ``z = round(-lo / s)``, ``q = clip(round(x / s) + z, 0, 255)`` (one
+    ``QuantizeLinear`` with a scale and zero point per row, which divides and rounds half to even as the ONNX
+    operators do). ``MatMulInteger`` takes a zero point per tensor only, so the row's zero point comes off the sums
+    exactly, ``sum_k (q - z) w = sum_k q w - z * sum_k w`` (weights symmetric, zero point 0), in one of two forms:
+
+    * in the product itself (where the row's rank is known and every sum stays below 2^24 in magnitude whatever the
+      row, ``255 * sum_k |w_kn| < 2^24`` for every column n): each row gets ``r`` more columns holding ``z`` and the
+      weights ``r`` more rows that add up to ``-sum_k w_kn`` (``r = ceil(max_n |sum_k w_kn| / 127)``, int8 each), so
+      one ``MatMulIntegerToFloat`` gives ``float(sum_k (q - z) w)``, converted in its kernel, exactly;
+    * in int32 after it (``MatMulInteger`` with zero point 0, then ``- z * colsum``), with ONNX Runtime's ``Cast``.
+
+    Both give the bits of the int32 arithmetic. The scale keeps its name and has shape ``[..., 1]``; it broadcasts in
+    the ``Mul`` nodes that rescale the output. Each row's result depends on that row alone. Returns how many
+    quantizations and products of each form were rewritten."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
@@ -285,29 +298,83 @@ def rows_apart(model: Any) -> int:
     for n in g.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in list(g.value_info) + list(g.input)
+             if v.type.tensor_type.HasField("shape")}
     consts = {"rows.255": np.array(255.0, np.float32), "rows.tiny": np.array(1e-30, np.float32),
-              "rows.0": np.array(0.0, np.float32), "rows.zp0": np.array(0, np.uint8),
-              "rows.axes": np.array([-1], np.int64)}
+              "rows.0": np.array(0.0, np.float32), "rows.1": np.array(1.0, np.float32),
+              "rows.zp0": np.array(0, np.uint8), "rows.axes": np.array([-1], np.int64),
+              "rows.flat": np.array([-1], np.int64)}
     new_inits: list[Any] = []
+
+    def const(name: str, value: Any) -> str:
+        if name not in consts:
+            consts[name] = value
+        return name
 
     def reduce(op: str, x: str, y: str) -> Any:
         if opset >= 18:
             return helper.make_node(op, [x, "rows.axes"], [y], keepdims=1)
         return helper.make_node(op, [x], [y], axes=[-1], keepdims=1)
 
-    nodes, count = [], 0
-    rows_zp: dict[str, tuple[str, str]] = {}
+    def weights(mm: Any) -> Any:
+        w = inits.get(mm.input[1])
+        wz = inits.get(mm.input[3]) if len(mm.input) > 3 and mm.input[3] else None
+        if w is None or (wz is not None and np.any(numpy_helper.to_array(wz) != 0)):
+            raise ExportError(f"per-row int8: {mm.name} needs constant weights with zero point 0")
+        return numpy_helper.to_array(w).astype(np.int64)
+
+    def in_product(mm: Any, rank: int | None) -> bool:
+        """Whether the zero point can go into the product: the row's rank is known, the sums are exact in float32,
+        and ONNX Runtime casts the product's output to float32 and nothing else."""
+        users = consumers.get(mm.output[0], [])
+        cast = len(users) == 1 and users[0].op_type == "Cast" and _cast_to(users[0]) == TensorProto.FLOAT
+        w = weights(mm)
+        return rank is not None and cast and w.ndim == 2 and 255 * int(np.abs(w).sum(axis=0).max()) < EXACT_IN_FLOAT32
+
+    stats = {"activations_rewritten": 0, "products_in_float32": 0, "products_in_int32": 0}
+    in_float: dict[str, tuple[str, str]] = {}  # product output -> (its input with the zero points, its weights)
+    in_int32: dict[str, str] = {}  # quantized tensor -> its zero points as int32
+    casts_done: set[str] = set()
+    nodes: list[Any] = []
     for n in g.node:
-        if n.op_type == "MatMulInteger" and n.input[0] in rows_zp:
-            nodes += _row_corrected(n, rows_zp[n.input[0]], inits, new_inits)
+        if n.op_type == "MatMulInteger" and n.output[0] in in_float:
+            a, w_ext = in_float[n.output[0]]
+            cast = consumers[n.output[0]][0]
+            casts_done.add(n.output[0])
+            # zero points given (0), the weights' one of their own: ONNX Runtime's u8 x u8 rewrite for CPUs without
+            # VNNI (session.x64quantprecision) replaces each product's weights and their zero point
+            nodes.append(helper.make_node("MatMulIntegerToFloat", [a, w_ext, "rows.1", "rows.1", "rows.zp0",
+                                                                   w_ext + ".zp"],
+                                          [cast.output[0]], name=n.name, domain="com.microsoft"))
+            stats["products_in_float32"] += 1
             continue
+        if n.op_type == "MatMulInteger" and n.input[0] in in_int32:
+            z32, colsum = in_int32[n.input[0]], weights(n).sum(axis=-2)
+            cs, raw = n.output[0] + "/rows.colsum", n.output[0] + "/rows.raw"
+            new_inits.append(numpy_helper.from_array(colsum.astype(np.int32), cs))
+            nodes += [helper.make_node("MatMulInteger", [n.input[0], n.input[1], "rows.zp0", *n.input[3:]], [raw],
+                                       name=n.name),
+                      helper.make_node("Mul", [z32, cs], [raw + "/zw"]),
+                      helper.make_node("Sub", [raw, raw + "/zw"], [n.output[0]])]
+            stats["products_in_int32"] += 1
+            continue
+        if n.op_type == "Cast" and n.input[0] in casts_done:
+            continue  # the product converts its sums itself
         if n.op_type != "DynamicQuantizeLinear":
             nodes.append(n)
             continue
-        users = {c.op_type for o in n.output for c in consumers.get(o, [])}
-        if not users <= {"Mul", "MatMulInteger"}:
-            raise ExportError(f"per-row int8: {n.name} feeds {sorted(users)}, not only MatMulInteger / Mul")
-        x, (q, scale, zp), p = n.input[0], n.output, n.name + "/rows"
+        users = [c for o in n.output for c in consumers.get(o, [])]
+        if not {c.op_type for c in users} <= {"Mul", "MatMulInteger"}:
+            raise ExportError(f"per-row int8: {n.name} feeds {sorted({c.op_type for c in users})}, not only "
+                              "MatMulInteger / Mul")
+        x, (q, scale, _), p = n.input[0], n.output, n.name + "/rows"
+        rank = ranks.get(x)
+        products = [c for c in users if c.op_type == "MatMulInteger"]
+        k = int(weights(products[0]).shape[0])
+        fused = [c for c in products if in_product(c, rank)]
+        colsums = {c.output[0]: weights(c).sum(axis=0) for c in fused}
+        r = max([-(-int(np.abs(v).max()) // 127) for v in colsums.values()] + [0])
+        # zero point round(-lo / s) lies in [0, 255] (-lo <= hi - lo), so it needs no clip
         nodes += [reduce("ReduceMin", x, p + "/min"), reduce("ReduceMax", x, p + "/max"),
                   helper.make_node("Min", [p + "/min", "rows.0"], [p + "/lo"]),
                   helper.make_node("Max", [p + "/max", "rows.0"], [p + "/hi"]),
@@ -316,43 +383,54 @@ def rows_apart(model: Any) -> int:
                   helper.make_node("Div", [p + "/span1", "rows.255"], [scale]),
                   helper.make_node("Div", [p + "/lo", scale], [p + "/los"]),
                   helper.make_node("Neg", [p + "/los"], [p + "/nlos"]),
-                  helper.make_node("Round", [p + "/nlos"], [p + "/zf"]),
-                  helper.make_node("Clip", [p + "/zf", "rows.0", "rows.255"], [p + "/zc"]),
-                  helper.make_node("Cast", [p + "/zc"], [p + "/z32"], to=TensorProto.INT32),
-                  helper.make_node("Div", [x, scale], [p + "/xs"]),
-                  helper.make_node("Round", [p + "/xs"], [p + "/xr"]),
-                  helper.make_node("Add", [p + "/xr", p + "/zc"], [p + "/xz"]),
-                  helper.make_node("Clip", [p + "/xz", "rows.0", "rows.255"], [p + "/xc"]),
-                  helper.make_node("Cast", [p + "/xc"], [q], to=TensorProto.UINT8)]
-        rows_zp[q] = (zp, p + "/z32")
-        count += 1
-    if count:
+                  helper.make_node("Round", [p + "/nlos"], [p + "/zc"]),
+                  helper.make_node("Cast", [p + "/zc"], [p + "/zu8"], to=TensorProto.UINT8),
+                  helper.make_node("Reshape", [p + "/zu8", "rows.flat"], [p + "/z1"]),
+                  helper.make_node("Reshape", [scale, "rows.flat"], [p + "/s1"])]
+        if rank == 2:
+            nodes.append(helper.make_node("QuantizeLinear", [x, p + "/s1", p + "/z1"], [q], axis=0))
+        else:  # one row per token: (..., K) -> (tokens, K) and back
+            nodes += [helper.make_node("Reshape", [x, const(f"rows.shape.{k}", np.array([-1, k], np.int64))],
+                                       [p + "/x2"]),
+                      helper.make_node("QuantizeLinear", [p + "/x2", p + "/s1", p + "/z1"], [p + "/q2"], axis=0),
+                      helper.make_node("Shape", [x], [p + "/shape"]),
+                      helper.make_node("Reshape", [p + "/q2", p + "/shape"], [q])]
+        a = q
+        if fused and r:  # each row's zero point r times after its values
+            a = p + "/qz"
+            reps = const(f"rows.repeat.{rank}.{r}", np.array([1] * (rank - 1) + [r], np.int64))
+            nodes += [helper.make_node("Tile", [p + "/zu8", reps], [p + "/zr"]),
+                      helper.make_node("Concat", [q, p + "/zr"], [a], axis=-1)]
+        for c in fused:
+            extra = _spread(-colsums[c.output[0]], r)
+            w_ext = c.output[0] + "/rows.weights"
+            new_inits += [numpy_helper.from_array(np.concatenate([weights(c), extra]).astype(np.int8), w_ext),
+                          numpy_helper.from_array(np.array(0, np.int8), w_ext + ".zp")]
+            in_float[c.output[0]] = (a, w_ext)
+        if len(fused) < len(products):
+            nodes.append(helper.make_node("Cast", [p + "/zc"], [p + "/z32"], to=TensorProto.INT32))
+            in_int32[q] = p + "/z32"
+        stats["activations_rewritten"] += 1
+    if stats["activations_rewritten"]:
         g.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items() if k not in inits)
         g.initializer.extend(new_inits)
         del g.node[:]
         g.node.extend(nodes)
-    return count
+        if stats["products_in_float32"] and not any(o.domain == "com.microsoft" for o in model.opset_import):
+            model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return stats
 
 
-def _row_corrected(n: Any, zps: tuple[str, str], inits: dict[str, Any], new_inits: list[Any]) -> list[Any]:
-    """``MatMulInteger`` of a per-row quantized input: zero point 0 in the product, then ``- z_row * colsum(w)``
-    in int32 under the original output name."""
+def _spread(total: Any, r: int) -> Any:
+    """``r`` rows of int8 values in [-127, 127] whose column sums are ``total`` (``|total| <= 127 r``)."""
     import numpy as np
-    from onnx import helper, numpy_helper
 
-    z32 = zps[1]
-    w = inits.get(n.input[1])
-    wz = inits.get(n.input[3]) if len(n.input) > 3 and n.input[3] else None
-    if w is None or (wz is not None and np.any(numpy_helper.to_array(wz) != 0)):
-        raise ExportError(f"per-row int8: {n.name} needs constant weights with zero point 0")
-    colsum = numpy_helper.to_array(w).astype(np.int32).sum(axis=-2)
-    cs = n.name + "/rows.colsum"
-    new_inits.append(numpy_helper.from_array(colsum.astype(np.int32), cs))
-    out, raw = n.output[0], n.output[0] + "/rows.raw"
-    inputs = list(n.input)
-    inputs[2] = "rows.zp0"
-    mm = helper.make_node("MatMulInteger", inputs, [raw], name=n.name)
-    return [mm, helper.make_node("Mul", [z32, cs], [raw + "/zw"]), helper.make_node("Sub", [raw, raw + "/zw"], [out])]
+    if r == 0:
+        return np.zeros((0, len(total)), np.int64)
+    m, sign = np.abs(total), np.sign(total)
+    base, rem = m // r, m % r
+    rows = base[None, :] + (np.arange(r)[:, None] < rem[None, :])
+    return sign[None, :] * rows
 
 
 class _Reader:
