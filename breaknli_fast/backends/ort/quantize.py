@@ -323,17 +323,16 @@ def rows_apart(model: Any) -> dict[str, int]:
             raise ExportError(f"per-row int8: {mm.name} needs constant weights with zero point 0")
         return numpy_helper.to_array(w).astype(np.int64)
 
-    def in_product(mm: Any, rank: int | None) -> bool:
-        """Whether the zero point can go into the product: the row's rank is known, the sums are exact in float32,
-        and ONNX Runtime casts the product's output to float32 and nothing else."""
+    def in_product(mm: Any, w: Any, rank: int | None) -> bool:
+        """Whether the zero point can go into the product (weights ``w``): the row's rank is known, the sums are
+        exact in float32, and ONNX Runtime casts the product's output to float32 and nothing else."""
         users = consumers.get(mm.output[0], [])
         cast = len(users) == 1 and users[0].op_type == "Cast" and _cast_to(users[0]) == TensorProto.FLOAT
-        w = weights(mm)
         return rank is not None and cast and w.ndim == 2 and 255 * int(np.abs(w).sum(axis=0).max()) < EXACT_IN_FLOAT32
 
     stats = {"activations_rewritten": 0, "products_in_float32": 0, "products_in_int32": 0}
     in_float: dict[str, tuple[str, str]] = {}  # product output -> (its input with the zero points, its weights)
-    in_int32: dict[str, str] = {}  # quantized tensor -> its zero points as int32
+    in_int32: dict[str, tuple[str, str]] = {}  # product output -> (its input's zero points as int32, column sums)
     casts_done: set[str] = set()
     nodes: list[Any] = []
     for n in g.node:
@@ -348,10 +347,8 @@ def rows_apart(model: Any) -> dict[str, int]:
                                           [cast.output[0]], name=n.name, domain="com.microsoft"))
             stats["products_in_float32"] += 1
             continue
-        if n.op_type == "MatMulInteger" and n.input[0] in in_int32:
-            z32, colsum = in_int32[n.input[0]], weights(n).sum(axis=-2)
-            cs, raw = n.output[0] + "/rows.colsum", n.output[0] + "/rows.raw"
-            new_inits.append(numpy_helper.from_array(colsum.astype(np.int32), cs))
+        if n.op_type == "MatMulInteger" and n.output[0] in in_int32:
+            (z32, cs), raw = in_int32[n.output[0]], n.output[0] + "/rows.raw"
             nodes += [helper.make_node("MatMulInteger", [n.input[0], n.input[1], "rows.zp0", *n.input[3:]], [raw],
                                        name=n.name),
                       helper.make_node("Mul", [z32, cs], [raw + "/zw"]),
@@ -369,11 +366,10 @@ def rows_apart(model: Any) -> dict[str, int]:
                               "MatMulInteger / Mul")
         x, (q, scale, _), p = n.input[0], n.output, n.name + "/rows"
         rank = ranks.get(x)
-        products = [c for c in users if c.op_type == "MatMulInteger"]
-        k = int(weights(products[0]).shape[0])
-        fused = [c for c in products if in_product(c, rank)]
-        colsums = {c.output[0]: weights(c).sum(axis=0) for c in fused}
-        r = max([-(-int(np.abs(v).max()) // 127) for v in colsums.values()] + [0])
+        products = [(c, weights(c)) for c in users if c.op_type == "MatMulInteger"]  # each read once
+        k = int(products[0][1].shape[-2])
+        fused = [(c, w, w.sum(axis=0)) for c, w in products if in_product(c, w, rank)]
+        r = max([-(-int(np.abs(cs).max()) // 127) for _, _, cs in fused] + [0])
         # zero point round(-lo / s) lies in [0, 255] (-lo <= hi - lo), so it needs no clip
         nodes += [reduce("ReduceMin", x, p + "/min"), reduce("ReduceMax", x, p + "/max"),
                   helper.make_node("Min", [p + "/min", "rows.0"], [p + "/lo"]),
@@ -401,15 +397,18 @@ def rows_apart(model: Any) -> dict[str, int]:
             reps = const(f"rows.repeat.{rank}.{r}", np.array([1] * (rank - 1) + [r], np.int64))
             nodes += [helper.make_node("Tile", [p + "/zu8", reps], [p + "/zr"]),
                       helper.make_node("Concat", [q, p + "/zr"], [a], axis=-1)]
-        for c in fused:
-            extra = _spread(-colsums[c.output[0]], r)
+        for c, w, colsum in fused:
             w_ext = c.output[0] + "/rows.weights"
-            new_inits += [numpy_helper.from_array(np.concatenate([weights(c), extra]).astype(np.int8), w_ext),
+            new_inits += [numpy_helper.from_array(np.concatenate([w, _spread(-colsum, r)]).astype(np.int8), w_ext),
                           numpy_helper.from_array(np.array(0, np.int8), w_ext + ".zp")]
             in_float[c.output[0]] = (a, w_ext)
-        if len(fused) < len(products):
+        rest = [(c, w) for c, w in products if c.output[0] not in in_float]
+        if rest:
             nodes.append(helper.make_node("Cast", [p + "/zc"], [p + "/z32"], to=TensorProto.INT32))
-            in_int32[q] = p + "/z32"
+        for c, w in rest:
+            cs = c.output[0] + "/rows.colsum"
+            new_inits.append(numpy_helper.from_array(w.sum(axis=-2).astype(np.int32), cs))
+            in_int32[c.output[0]] = (p + "/z32", cs)
         stats["activations_rewritten"] += 1
     if stats["activations_rewritten"]:
         g.initializer.extend(numpy_helper.from_array(v, k) for k, v in consts.items() if k not in inits)
