@@ -596,11 +596,15 @@ def test_the_per_row_int8_graph_computes_its_scheme_to_the_bit(tmp_path):
     src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
     info = qz.int8_dynamic(src, dst)
-    assert info["row_scheme"] == "per-row-asymmetric-v2" and info["activations"] == qz.ROW_ACTIVATIONS
+    assert info["row_scheme"] == "per-row-asymmetric-v3" and info["activations"] == qz.ROW_ACTIVATIONS
     assert "(max(x, 0) - min(x, 0)) / 255" in info["activations"] and "127" not in info["activations"]
     assert (info["activations_rewritten"], info["products_in_float32"], info["products_in_int32"]) == (3, 4, 1)
-    ops = {n.op_type for n in onnx.load(str(dst)).graph.node}
+    quantized = onnx.load(str(dst))
+    ops = {n.op_type for n in quantized.graph.node}
     assert {"MatMulIntegerToFloat", "MatMulInteger", "QuantizeLinear"} <= ops and "DynamicQuantizeLinear" not in ops
+    assert qz._opset(quantized) == qz.ROW_OPSET
+    names = [i.name for i in quantized.graph.initializer]  # each product's weights once (a product reads q and z)
+    assert len(names) == len(set(names))
 
     inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(dst)).graph.initializer}
     feeds = {"x": np.concatenate([rng.uniform(0.1, 3.0, (2, 16)), rng.uniform(-2.0, -0.5, (2, 16)),

@@ -231,10 +231,17 @@ def _quantize(src: Path, dst: Path, what: str, run: Any) -> str:
 
 
 # part of the int8-dynamic exports' cache key (a new scheme or a new graph form, a new export): asymmetric uint8 per
-# row (rows_apart); v2 computes the same numbers as v1 with fused operators (QuantizeLinear, MatMulIntegerToFloat)
-ROW_SCHEME = "per-row-asymmetric-v2"
+# row (rows_apart); v2 computes the same numbers as v1 with fused operators (QuantizeLinear, MatMulIntegerToFloat), v3
+# with fewer (QuantizeLinear over blocks of the last axis at opset 21: no reshapes; it gives the zero points too)
+ROW_SCHEME = "per-row-asymmetric-v3"
 ROW_ACTIVATIONS = ("QUInt8 per row, asymmetric (dynamic: each token's scale (max(x, 0) - min(x, 0)) / 255 and zero "
                    "point round(-min(x, 0) / scale))")
+# the rewritten graphs' opset: QuantizeLinear with a scale and zero point per block of the last axis (one block a row)
+ROW_OPSET = 21
+
+
+def _opset(model: Any) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def int8_dynamic(src: Path, dst: Path, fused: bool = False, per_row: bool = True) -> dict[str, Any]:
@@ -244,7 +251,7 @@ def int8_dynamic(src: Path, dst: Path, fused: bool = False, per_row: bool = True
     ``Attention`` nodes too, as ``QAttention``, whose input scale is per tensor). A fused graph is quantized without
     the pre-processing (its shape inference does not know the fused operators)."""
     import onnx
-    from onnx import TensorProto
+    from onnx import TensorProto, version_converter
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     ops = QUANTIZED_OPS + (["Attention"] if fused and not per_row else [])
@@ -256,6 +263,8 @@ def int8_dynamic(src: Path, dst: Path, fused: bool = False, per_row: bool = True
                          per_channel=False, reduce_range=False, use_external_data_format=big, extra_options=extra)
         if per_row:
             model = onnx.load(out)
+            if _opset(model) < ROW_OPSET:
+                model = version_converter.convert_version(model, ROW_OPSET)
             rewritten.update(rows_apart(model))
             save_onnx(model, Path(out))
 
@@ -274,15 +283,16 @@ EXACT_IN_FLOAT32 = 2 ** 24
 def rows_apart(model: Any) -> dict[str, int]:
     """Replace every ``DynamicQuantizeLinear`` (one scale and zero point for the whole tensor, i.e. for the batch) by
     the same asymmetric uint8 quantization per row, in place: over the last axis, ``lo = min(x, 0)``, ``hi = max(x,
-    0)``, ``s = (hi - lo) / 255``, ``z = round(-lo / s)``, ``q = clip(round(x / s) + z, 0, 255)`` (one
-    ``QuantizeLinear`` with a scale and zero point per row, which divides and rounds half to even as the ONNX
-    operators do). ``MatMulInteger`` takes a zero point per tensor only, so the row's zero point comes off the sums
-    exactly, ``sum_k (q - z) w = sum_k q w - z * sum_k w`` (weights symmetric, zero point 0), in one of two forms:
+    0)``, ``s = (hi - lo) / 255``, ``z = round(-lo / s)``, ``q = clip(round(x / s) + z, 0, 255)`` (two
+    ``QuantizeLinear`` over blocks of the last axis, opset 21: ``z`` from ``-lo`` with a block per element, ``q``
+    with one block per row; ONNX Runtime divides and rounds half to even as the ONNX operators do; the model must be
+    at :data:`ROW_OPSET`). ``MatMulInteger`` takes a zero point per tensor only, so the row's zero point comes off the
+    sums exactly, ``sum_k (q - z) w = sum_k q w - z * sum_k w`` (weights symmetric, zero point 0), in one of two forms:
 
-    * in the product itself (where the row's rank is known and every sum stays below 2^24 in magnitude whatever the
-      row, ``255 * sum_k |w_kn| < 2^24`` for every column n): each row gets ``r`` more columns holding ``z`` and the
-      weights ``r`` more rows that add up to ``-sum_k w_kn`` (``r = ceil(max_n |sum_k w_kn| / 127)``, int8 each), so
-      one ``MatMulIntegerToFloat`` gives ``float(sum_k (q - z) w)``, converted in its kernel, exactly;
+    * in the product itself (where every sum stays below 2^24 in magnitude whatever the row, ``255 * sum_k |w_kn|
+      < 2^24`` for every column n): each row gets ``r`` more columns holding ``z`` (one ``Concat``) and the weights
+      ``r`` more rows that add up to ``-sum_k w_kn`` (``r = ceil(max_n |sum_k w_kn| / 127)``, int8 each), so one
+      ``MatMulIntegerToFloat`` gives ``float(sum_k (q - z) w)``, converted in its kernel, exactly;
     * in int32 after it (``MatMulInteger`` with zero point 0, then ``- z * colsum``), with ONNX Runtime's ``Cast``.
 
     Both give the bits of the int32 arithmetic. The scale keeps its name and has shape ``[..., 1]``; it broadcasts in
@@ -292,29 +302,21 @@ def rows_apart(model: Any) -> dict[str, int]:
     from onnx import TensorProto, helper, numpy_helper
 
     g = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    opset = _opset(model)
+    if opset < ROW_OPSET:
+        raise ExportError(f"per-row int8 needs opset {ROW_OPSET} (blocked QuantizeLinear), the graph has {opset}")
     inits = {i.name: i for i in g.initializer}
     consumers: dict[str, list[Any]] = {}
     for n in g.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
-    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in list(g.value_info) + list(g.input)
-             if v.type.tensor_type.HasField("shape")}
     consts = {"rows.255": np.array(255.0, np.float32), "rows.tiny": np.array(1e-30, np.float32),
               "rows.0": np.array(0.0, np.float32), "rows.1": np.array(1.0, np.float32),
-              "rows.zp0": np.array(0, np.uint8), "rows.axes": np.array([-1], np.int64),
-              "rows.flat": np.array([-1], np.int64)}
+              "rows.zp0": np.array(0, np.uint8), "rows.axes": np.array([-1], np.int64)}
     new_inits: list[Any] = []
 
-    def const(name: str, value: Any) -> str:
-        if name not in consts:
-            consts[name] = value
-        return name
-
     def reduce(op: str, x: str, y: str) -> Any:
-        if opset >= 18:
-            return helper.make_node(op, [x, "rows.axes"], [y], keepdims=1)
-        return helper.make_node(op, [x], [y], axes=[-1], keepdims=1)
+        return helper.make_node(op, [x, "rows.axes"], [y], keepdims=1)
 
     def weights(mm: Any) -> Any:
         w = inits.get(mm.input[1])
@@ -323,12 +325,12 @@ def rows_apart(model: Any) -> dict[str, int]:
             raise ExportError(f"per-row int8: {mm.name} needs constant weights with zero point 0")
         return numpy_helper.to_array(w).astype(np.int64)
 
-    def in_product(mm: Any, w: Any, rank: int | None) -> bool:
-        """Whether the zero point can go into the product (weights ``w``): the row's rank is known, the sums are
-        exact in float32, and ONNX Runtime casts the product's output to float32 and nothing else."""
+    def in_product(mm: Any, w: Any) -> bool:
+        """Whether the zero point can go into the product (weights ``w``): the sums are exact in float32, and ONNX
+        Runtime casts the product's output to float32 and nothing else."""
         users = consumers.get(mm.output[0], [])
         cast = len(users) == 1 and users[0].op_type == "Cast" and _cast_to(users[0]) == TensorProto.FLOAT
-        return rank is not None and cast and w.ndim == 2 and 255 * int(np.abs(w).sum(axis=0).max()) < EXACT_IN_FLOAT32
+        return cast and w.ndim == 2 and 255 * int(np.abs(w).sum(axis=0).max()) < EXACT_IN_FLOAT32
 
     stats = {"activations_rewritten": 0, "products_in_float32": 0, "products_in_int32": 0}
     in_float: dict[str, tuple[str, str]] = {}  # product output -> (its input with the zero points, its weights)
@@ -360,15 +362,14 @@ def rows_apart(model: Any) -> dict[str, int]:
         if n.op_type != "DynamicQuantizeLinear":
             nodes.append(n)
             continue
-        users = [c for o in n.output for c in consumers.get(o, [])]
+        users = list({id(c): c for o in n.output for c in consumers.get(o, [])}.values())  # a product reads q and z
         if not {c.op_type for c in users} <= {"Mul", "MatMulInteger"}:
             raise ExportError(f"per-row int8: {n.name} feeds {sorted({c.op_type for c in users})}, not only "
                               "MatMulInteger / Mul")
         x, (q, scale, _), p = n.input[0], n.output, n.name + "/rows"
-        rank = ranks.get(x)
         products = [(c, weights(c)) for c in users if c.op_type == "MatMulInteger"]  # each read once
         k = int(products[0][1].shape[-2])
-        fused = [(c, w, w.sum(axis=0)) for c, w in products if in_product(c, w, rank)]
+        fused = [(c, w, w.sum(axis=0)) for c, w in products if in_product(c, w)]
         r = max([-(-int(np.abs(cs).max()) // 127) for _, _, cs in fused] + [0])
         # zero point round(-lo / s) lies in [0, 255] (-lo <= hi - lo), so it needs no clip
         nodes += [reduce("ReduceMin", x, p + "/min"), reduce("ReduceMax", x, p + "/max"),
@@ -377,26 +378,13 @@ def rows_apart(model: Any) -> dict[str, int]:
                   helper.make_node("Sub", [p + "/hi", p + "/lo"], [p + "/span"]),
                   helper.make_node("Max", [p + "/span", "rows.tiny"], [p + "/span1"]),
                   helper.make_node("Div", [p + "/span1", "rows.255"], [scale]),
-                  helper.make_node("Div", [p + "/lo", scale], [p + "/los"]),
-                  helper.make_node("Neg", [p + "/los"], [p + "/nlos"]),
-                  helper.make_node("Round", [p + "/nlos"], [p + "/zc"]),
-                  helper.make_node("Cast", [p + "/zc"], [p + "/zu8"], to=TensorProto.UINT8),
-                  helper.make_node("Reshape", [p + "/zu8", "rows.flat"], [p + "/z1"]),
-                  helper.make_node("Reshape", [scale, "rows.flat"], [p + "/s1"])]
-        if rank == 2:
-            nodes.append(helper.make_node("QuantizeLinear", [x, p + "/s1", p + "/z1"], [q], axis=0))
-        else:  # one row per token: (..., K) -> (tokens, K) and back
-            nodes += [helper.make_node("Reshape", [x, const(f"rows.shape.{k}", np.array([-1, k], np.int64))],
-                                       [p + "/x2"]),
-                      helper.make_node("QuantizeLinear", [p + "/x2", p + "/s1", p + "/z1"], [p + "/q2"], axis=0),
-                      helper.make_node("Shape", [x], [p + "/shape"]),
-                      helper.make_node("Reshape", [p + "/q2", p + "/shape"], [q])]
+                  helper.make_node("Neg", [p + "/lo"], [p + "/nlo"]),
+                  helper.make_node("QuantizeLinear", [p + "/nlo", scale], [p + "/z"], axis=-1, block_size=1),
+                  helper.make_node("QuantizeLinear", [x, scale, p + "/z"], [q], axis=-1, block_size=k)]
         a = q
         if fused and r:  # each row's zero point r times after its values
             a = p + "/qz"
-            reps = const(f"rows.repeat.{rank}.{r}", np.array([1] * (rank - 1) + [r], np.int64))
-            nodes += [helper.make_node("Tile", [p + "/zu8", reps], [p + "/zr"]),
-                      helper.make_node("Concat", [q, p + "/zr"], [a], axis=-1)]
+            nodes.append(helper.make_node("Concat", [q] + [p + "/z"] * r, [a], axis=-1))
         for c, w, colsum in fused:
             w_ext = c.output[0] + "/rows.weights"
             new_inits += [numpy_helper.from_array(np.concatenate([w, _spread(-colsum, r)]).astype(np.int8), w_ext),
@@ -404,7 +392,7 @@ def rows_apart(model: Any) -> dict[str, int]:
             in_float[c.output[0]] = (a, w_ext)
         rest = [(c, w) for c, w in products if c.output[0] not in in_float]
         if rest:
-            nodes.append(helper.make_node("Cast", [p + "/zc"], [p + "/z32"], to=TensorProto.INT32))
+            nodes.append(helper.make_node("Cast", [p + "/z"], [p + "/z32"], to=TensorProto.INT32))
         for c, w in rest:
             cs = c.output[0] + "/rows.colsum"
             new_inits.append(numpy_helper.from_array(w.sum(axis=-2).astype(np.int32), cs))
