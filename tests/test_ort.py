@@ -606,7 +606,7 @@ def test_the_per_row_int8_graph_computes_its_scheme_to_the_bit(tmp_path):
     names = [i.name for i in quantized.graph.initializer]  # each product's weights once (a product reads q and z)
     assert len(names) == len(set(names))
 
-    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(dst)).graph.initializer}
+    inits = {i.name: numpy_helper.to_array(i) for i in quantized.graph.initializer}
     feeds = {"x": np.concatenate([rng.uniform(0.1, 3.0, (2, 16)), rng.uniform(-2.0, -0.5, (2, 16)),
                                   rng.normal(size=(3, 16)) * 40, np.zeros((1, 16))]).astype(np.float32),
              "x3": rng.normal(size=(2, 3, 16)).astype(np.float32),
