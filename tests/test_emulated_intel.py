@@ -80,7 +80,8 @@ class _Emulated:
                 self.proc = self._start()
                 done = self._wait()
                 if done.returncode < 0:
-                    fatal = first.stderr[first.stderr.find("Fatal Python error"):][:1500]
+                    at = first.stderr.find("Fatal Python error")  # Python's own report, else the output's tail
+                    fatal = first.stderr[at:][:1500] if at >= 0 else first.stderr[-1500:]
                     done.stderr += f"\n[the first run died of signal {-first.returncode} too:]\n{fatal}"
             self._done = done
         return self._done
